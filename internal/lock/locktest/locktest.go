@@ -1,0 +1,384 @@
+// Package locktest is the conformance suite every lock backend passes. A
+// backend's test calls Run with a factory for its Locker; the suite checks
+// the contract of package lock against the real backend.
+package locktest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// Config describes the backend under test.
+type Config struct {
+	// New returns a new Locker, as a new service instance would create it;
+	// the suite closes it.
+	New func(t testing.TB) lock.Locker
+	// Exclusive is false only for the none backend, which locks nothing.
+	Exclusive bool
+	// Distributed says that two Lockers from New exclude each other (every
+	// backend but none and local, whose state lives in one Locker).
+	Distributed bool
+	// Expiring says that leases have a TTL (WithTTL, WithoutWatchdog apply).
+	Expiring bool
+	// Lose, when set, ends the lease for real from outside (expires the
+	// session, kills the connection); the suite checks that Done closes.
+	Lose func(t *testing.T, l lock.Locker, lease *lock.Lease)
+}
+
+// Key returns a key unique to this test run, valid as a SKU, so suites
+// against persistent servers never see each other's state.
+func Key(t testing.TB) string {
+	return fmt.Sprintf("lt-%016x", rand.Uint64())
+}
+
+// Run runs the whole suite.
+func Run(t *testing.T, c Config) {
+	t.Run("AcquireRelease", func(t *testing.T) { testAcquireRelease(t, c) })
+	t.Run("InvalidKey", func(t *testing.T) { testInvalidKey(t, c) })
+	t.Run("IndependentKeys", func(t *testing.T) { testIndependentKeys(t, c) })
+	t.Run("AcquireAllSorted", func(t *testing.T) { testAcquireAll(t, c) })
+	if c.Exclusive {
+		t.Run("MutualExclusion", func(t *testing.T) { testExclusion(t, c, false) })
+		t.Run("TryOnceHeld", func(t *testing.T) { testTryOnce(t, c) })
+		t.Run("CancelledAcquireLeavesNoWaiter", func(t *testing.T) { testCancelledAcquire(t, c) })
+	}
+	if c.Distributed {
+		t.Run("MutualExclusionAcrossLockers", func(t *testing.T) { testExclusion(t, c, true) })
+	}
+	probe := c.New(t)
+	fenced := probe.Fenced()
+	_ = probe.Close()
+	if fenced {
+		t.Run("TokensIncrease", func(t *testing.T) { testTokensIncrease(t, c) })
+	}
+	if c.Expiring {
+		t.Run("ExpiryWithoutWatchdog", func(t *testing.T) { testExpiry(t, c) })
+		t.Run("WatchdogExtends", func(t *testing.T) { testWatchdog(t, c) })
+	}
+	if c.Lose != nil {
+		t.Run("DoneClosesOnLoss", func(t *testing.T) { testLoss(t, c) })
+	}
+}
+
+func newLocker(t *testing.T, c Config) lock.Locker {
+	t.Helper()
+	l := c.New(t)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// MustAcquire acquires key within 10 s or fails the test.
+func MustAcquire(tb testing.TB, l lock.Locker, key string, opts ...lock.Option) *lock.Lease {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		tb.Fatalf("%s: acquire %q: %v", l.Name(), key, err)
+	}
+	return lease
+}
+
+// MustRelease releases lease within 5 s or fails the test.
+func MustRelease(tb testing.TB, lease *lock.Lease) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := lease.Release(ctx); err != nil {
+		tb.Fatalf("release %q: %v", lease.Key(), err)
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+func testAcquireRelease(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	key := Key(t)
+	lease := MustAcquire(t, l, key)
+	if lease.Key() != key {
+		t.Errorf("Key() = %q, want %q", lease.Key(), key)
+	}
+	if lease.ID().String() == "00000000-0000-0000-0000-000000000000" {
+		t.Error("ID() is the nil uuid")
+	}
+	if err := lease.Err(); err != nil {
+		t.Errorf("Err() of a held lease = %v", err)
+	}
+	if closed(lease.Done()) {
+		t.Error("Done() closed while held")
+	}
+	if l.Fenced() && lease.Token() == 0 {
+		t.Error("fenced backend returned token 0")
+	}
+	ctx, cancel := lease.Context(context.Background())
+	defer cancel()
+	MustRelease(t, lease)
+	if !closed(lease.Done()) {
+		t.Error("Done() still open after Release")
+	}
+	if !errors.Is(lease.Err(), lock.ErrReleased) {
+		t.Errorf("Err() after Release = %v, want ErrReleased", lease.Err())
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(time.Second):
+		t.Error("lease.Context not cancelled after Release")
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Errorf("second Release = %v, want nil", err)
+	}
+	// Released means free: the key can be taken again at once.
+	MustRelease(t, MustAcquire(t, l, key, lock.TryOnce()))
+}
+
+func testInvalidKey(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	if _, err := l.Acquire(context.Background(), ""); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Errorf("Acquire(\"\") = %v, want ErrInvalidKey", err)
+	}
+}
+
+func testIndependentKeys(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	a := MustAcquire(t, l, Key(t))
+	defer MustRelease(t, a)
+	b := MustAcquire(t, l, Key(t)+"b", lock.TryOnce())
+	MustRelease(t, b)
+}
+
+func testAcquireAll(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	base := Key(t)
+	keys := []string{base + "-c", base + "-a", base + "-b", base + "-a"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	set, err := lock.AcquireAll(ctx, l, keys)
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	if len(set) != 3 {
+		t.Fatalf("AcquireAll locked %d keys, want 3 (duplicates once)", len(set))
+	}
+	for i, want := range []string{base + "-a", base + "-b", base + "-c"} {
+		if set[i].Key() != want {
+			t.Errorf("set[%d] = %q, want %q (sorted order)", i, set[i].Key(), want)
+		}
+	}
+	if err := set.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if set.Err() == nil {
+		t.Error("Set.Err() nil after Release")
+	}
+}
+
+// testExclusion has goroutines (on one Locker, or on separate Lockers as
+// separate service instances would) take turns on one key and checks that no
+// two ever held it at once.
+func testExclusion(t *testing.T, c Config, across bool) {
+	const workers, rounds = 8, 15
+	key := Key(t)
+	lockers := make([]lock.Locker, workers)
+	shared := newLocker(t, c)
+	for i := range lockers {
+		lockers[i] = shared
+		if across {
+			lockers[i] = newLocker(t, c)
+		}
+	}
+	var holders, maxHolders atomic.Int32
+	counter := 0 // plain int: the race detector sees any overlap too
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				lease, err := lockers[w].Acquire(ctx, key)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if h := holders.Add(1); h > maxHolders.Load() {
+					maxHolders.Store(h)
+				}
+				counter++
+				time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+				holders.Add(-1)
+				if err := lease.Release(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("worker: %v", err)
+	}
+	if m := maxHolders.Load(); m > 1 {
+		t.Fatalf("%d holders at once", m)
+	}
+	if counter != workers*rounds {
+		t.Fatalf("counter = %d, want %d (lost update)", counter, workers*rounds)
+	}
+}
+
+func testTryOnce(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	key := Key(t)
+	held := MustAcquire(t, l, key)
+	defer MustRelease(t, held)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err := l.Acquire(ctx, key, lock.TryOnce())
+	if !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce on a held key = %v, want ErrNotAcquired", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("TryOnce waited for the context instead of failing")
+	}
+}
+
+func testCancelledAcquire(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	key := Key(t)
+	held := MustAcquire(t, l, key)
+
+	pre, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := l.Acquire(pre, key); !errors.Is(err, context.Canceled) {
+		t.Errorf("Acquire with a cancelled context = %v, want context.Canceled", err)
+	}
+	for range 3 {
+		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		_, err := l.Acquire(ctx, key)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
+		}
+	}
+	MustRelease(t, held)
+	// The abandoned waiters must not stand in the queue: the key is free now.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(ctx, key, lock.TryOnce())
+	if err != nil {
+		t.Fatalf("Acquire after cancelled waiters: %v (a waiter was left behind)", err)
+	}
+	MustRelease(t, lease)
+}
+
+func testTokensIncrease(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	key := Key(t)
+	var last lock.Token
+	for i := range 30 {
+		lease := MustAcquire(t, l, key)
+		if tok := lease.Token(); tok <= last {
+			t.Fatalf("acquisition %d: token %d after %d", i, tok, last)
+		}
+		last = lease.Token()
+		MustRelease(t, lease)
+	}
+	// Concurrent acquisitions, recorded in the order they held the lock.
+	var mu sync.Mutex
+	var seq []lock.Token
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			other := newLocker(t, c)
+			for range 8 {
+				lease := MustAcquire(t, other, key)
+				mu.Lock()
+				seq = append(seq, lease.Token())
+				mu.Unlock()
+				MustRelease(t, lease)
+			}
+		})
+	}
+	wg.Wait()
+	for i, tok := range seq {
+		if tok <= last {
+			t.Fatalf("concurrent acquisition %d: token %d after %d", i, tok, last)
+		}
+		last = tok
+	}
+}
+
+func testExpiry(t *testing.T, c Config) {
+	a, b := newLocker(t, c), newLocker(t, c)
+	key := Key(t)
+	old := MustAcquire(t, a, key, lock.WithTTL(300*time.Millisecond), lock.WithoutWatchdog())
+	select {
+	case <-old.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("lease without watchdog still held 3 s after a 300 ms TTL")
+	}
+	if !errors.Is(old.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() after expiry = %v, want ErrLeaseLost", old.Err())
+	}
+	if !old.Deadline().IsZero() && time.Now().Before(old.Deadline()) {
+		t.Fatal("Done closed before the validity deadline")
+	}
+	next := MustAcquire(t, b, key)
+	if a.Fenced() && next.Token() <= old.Token() {
+		t.Fatalf("token after expiry %d <= expired holder's %d", next.Token(), old.Token())
+	}
+	// The expired holder's release must not free the new holder's lock.
+	MustRelease(t, old)
+	if _, err := a.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("key free after the expired holder released: %v", err)
+	}
+	MustRelease(t, next)
+}
+
+func testWatchdog(t *testing.T, c Config) {
+	a, b := newLocker(t, c), newLocker(t, c)
+	key := Key(t)
+	lease := MustAcquire(t, a, key, lock.WithTTL(300*time.Millisecond))
+	time.Sleep(time.Second)
+	if err := lease.Err(); err != nil {
+		t.Fatalf("watchdog lease lost after 1 s: %v", err)
+	}
+	if _, err := b.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("another locker took a watchdog-extended key: %v", err)
+	}
+	MustRelease(t, lease)
+	MustRelease(t, MustAcquire(t, b, key, lock.TryOnce()))
+}
+
+func testLoss(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	key := Key(t)
+	lease := MustAcquire(t, l, key)
+	c.Lose(t, l, lease)
+	select {
+	case <-lease.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("Done not closed 15 s after the lease was lost")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() after loss = %v, want ErrLeaseLost", lease.Err())
+	}
+	_ = lease.Release(context.Background()) // must not panic or hang
+	other := newLocker(t, c)
+	MustRelease(t, MustAcquire(t, other, key))
+}
