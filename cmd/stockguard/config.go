@@ -1,0 +1,114 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+)
+
+// config is every serve/migrate setting.
+type config struct {
+	addr         string
+	lock         string
+	fencing      string
+	lockTTL      time.Duration
+	lockWait     time.Duration
+	redisAddrs   string
+	zkServers    string
+	databaseURL  string
+	adminToken   string
+	chaos        bool
+	logLevel     string
+	reapInterval time.Duration
+	dbMaxConns   int
+}
+
+var backends = []string{"none", "local", "postgres", "redis", "redlock", "zookeeper"}
+
+func (c *config) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&c.lock, "lock", "redlock", "lock backend: "+strings.Join(backends, ", "))
+	fs.StringVar(&c.fencing, "fencing", "on", "fence writes with the lease token: on or off (none and local always run off)")
+	fs.DurationVar(&c.lockTTL, "lock-ttl", 10*time.Second, "lease TTL for expiring backends (redis, redlock, postgres idle timeout)")
+	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "how long a request waits for its locks before 503 lock_unavailable")
+	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395",
+		"comma-separated Redis masters (redis uses the first)")
+	fs.StringVar(&c.zkServers, "zk-servers", "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183", "comma-separated ZooKeeper servers")
+	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable", "PostgreSQL URL")
+	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token required for PUT /v1/skus (empty: no check)")
+	fs.BoolVar(&c.chaos, "chaos", false, "honour the X-Chaos-Pause test header")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.DurationVar(&c.reapInterval, "reap-interval", time.Second, "how often expired holds are returned to stock")
+	fs.IntVar(&c.dbMaxConns, "db-max-conns", 32, "database connection pool size")
+}
+
+// parseFlags applies STOCKGUARD_<FLAG> environment values, then args, which win.
+func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "STOCKGUARD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v := getenv(name); v != "" {
+			if err := fs.Set(f.Name, v); err != nil {
+				envErr = errors.Join(envErr, fmt.Errorf("%s=%q: %w", name, v, err))
+			}
+		}
+	})
+	if envErr != nil {
+		return fmt.Errorf("%w: %w", errUsage, envErr)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	return nil
+}
+
+func (c *config) validate() error {
+	ok := false
+	for _, b := range backends {
+		ok = ok || b == c.lock
+	}
+	if !ok {
+		return fmt.Errorf("%w: --lock=%q: want one of %s", errUsage, c.lock, strings.Join(backends, ", "))
+	}
+	if c.fencing != "on" && c.fencing != "off" {
+		return fmt.Errorf("%w: --fencing=%q: want on or off", errUsage, c.fencing)
+	}
+	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
+		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)
+	}
+	return nil
+}
+
+// fenced reports whether writes carry the fence: never for backends
+// without tokens.
+func (c *config) fenced() bool {
+	return c.fencing == "on" && c.lock != "none" && c.lock != "local"
+}
+
+func (c *config) logger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return nil, fmt.Errorf("%w: --log-level: %w", errUsage, err)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/stockguard/stockguard/internal/httpapi"
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/metrics"
+	"github.com/stockguard/stockguard/internal/postgres"
+)
+
+func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.register(fs)
+	if err := parseFlags(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if err := c.validate(); err != nil {
+		return err
+	}
+	log, err := c.logger(stderr)
+	if err != nil {
+		return err
+	}
+	log = log.With("backend", c.lock)
+
+	store, err := postgres.Open(ctx, c.databaseURL, postgres.WithFencing(c.fenced()),
+		postgres.WithMaxConns(c.dbMaxConns), postgres.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if applied, err := postgres.Migrate(ctx, store.DB()); err != nil {
+		return err
+	} else if len(applied) > 0 {
+		log.Info("migrations applied", "files", applied)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	locker, err := newLocker(ctx, &c, reg, log)
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+	if !c.fenced() {
+		log.Warn("fencing is OFF: writes are not checked against the lease token; stale holders can oversell",
+			"fencing_flag", c.fencing)
+	}
+
+	m := metrics.New(reg, c.lock)
+	svc := inventory.New(inventory.Config{Store: store, Locker: locker, Observer: m, Logger: log,
+		LockWait: c.lockWait, TTL: c.lockTTL})
+	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg, Logger: log,
+		AdminToken: c.adminToken, Chaos: c.chaos})
+
+	ln, err := net.Listen("tcp", c.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+
+	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		svc.Reap(reapCtx, c.reapInterval)
+	}()
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "fencing", c.fenced(), "lock_ttl", c.lockTTL, "chaos", c.chaos)
+	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
+
+	select {
+	case err := <-served:
+		stopReaper()
+		<-reaped
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	// Drain: in-flight requests finish and release their leases on the way
+	// out; new connections are refused.
+	log.Info("shutting down: draining in-flight requests")
+	stopReaper()
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	err = srv.Shutdown(shutdownCtx)
+	<-reaped
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped")
+	return nil
+}
+
+func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	var c config
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable", "PostgreSQL URL")
+	if err := parseFlags(fs, args, getenv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	store, err := postgres.Open(ctx, c.databaseURL)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	applied, err := postgres.Migrate(ctx, store.DB())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "applied %d migration(s)\n", len(applied))
+	for _, a := range applied {
+		fmt.Fprintln(stdout, " ", a)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// Errors that only the HTTP layer raises.
+var (
+	errUnauthorized     = errors.New("missing or wrong admin bearer token")
+	errNotFound         = errors.New("no such route")
+	errMethod           = errors.New("method not allowed on this route")
+	errBodyTooLarge     = errors.New("request body is larger than 64 KiB")
+	errMediaType        = errors.New("request body must be application/json")
+	errClientGone       = errors.New("request cancelled by the client")
+	errServiceUnhealthy = errors.New("not ready")
+)
+
+// errorTable is the one place that knows HTTP statuses; first match wins,
+// so specific errors come before the general ones they may wrap.
+var errorTable = []struct {
+	err    error
+	status int
+	code   string
+}{
+	{inventory.ErrInvalid, http.StatusBadRequest, "invalid_request"},
+	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
+	{inventory.ErrUnknownSKU, http.StatusNotFound, "unknown_sku"},
+	{inventory.ErrUnknownOrder, http.StatusNotFound, "unknown_order"},
+	{errNotFound, http.StatusNotFound, "not_found"},
+	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed"},
+	{inventory.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
+	{inventory.ErrStaleFence, http.StatusConflict, "stale_fence"},
+	{inventory.ErrInvalidTransition, http.StatusConflict, "invalid_transition"},
+	{inventory.ErrIdempotencyInFlight, http.StatusConflict, "idempotency_key_in_flight"},
+	{errBodyTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
+	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+	{inventory.ErrIdempotencyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
+	{lock.ErrUnavailable, http.StatusServiceUnavailable, "lock_unavailable"},
+	{lock.ErrNotAcquired, http.StatusServiceUnavailable, "lock_unavailable"},
+	{lock.ErrLeaseLost, http.StatusServiceUnavailable, "lock_unavailable"},
+	{errServiceUnhealthy, http.StatusServiceUnavailable, "not_ready"},
+	{errClientGone, 499, "client_closed_request"},
+	{context.Canceled, 499, "client_closed_request"},
+	{context.DeadlineExceeded, http.StatusServiceUnavailable, "timeout"},
+}
+
+// apiError is the body of every error answer.
+type apiError struct {
+	Code      string `json:"code"`
+	Message   string `json:"message"`
+	SKU       string `json:"sku,omitempty"`
+	Requested *int64 `json:"requested,omitempty"`
+	Available *int64 `json:"available,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// classify returns the status and body for err; unknown errors are 500s
+// whose details stay in the log.
+func classify(err error) (int, apiError) {
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			body := apiError{Code: e.code, Message: err.Error()}
+			var se *inventory.StockError
+			var ke *inventory.SKUError
+			switch {
+			case errors.As(err, &se):
+				body.SKU, body.Requested, body.Available = se.SKU, &se.Requested, &se.Available
+			case errors.As(err, &ke):
+				body.SKU = ke.SKU
+			}
+			return e.status, body
+		}
+	}
+	return http.StatusInternalServerError, apiError{Code: "internal", Message: "internal error"}
+}

@@ -1,0 +1,188 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+func (s *server) healthz(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
+
+func (s *server) readyz(c *gin.Context) {
+	if err := s.Service.Ready(c.Request.Context()); err != nil {
+		fail(c, fmt.Errorf("%w: %w", errServiceUnhealthy, err))
+		return
+	}
+	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+}
+
+type stockRequest struct {
+	Available *int64 `json:"available"`
+}
+
+var stockFields = map[string]bool{"available": true}
+
+func (s *server) putSKU(c *gin.Context) {
+	sku := c.Param("sku")
+	if err := inventory.ValidateSKU(sku); err != nil {
+		fail(c, err)
+		return
+	}
+	var req stockRequest
+	if err := decodeStrict(c.Request, c.Writer, &req, stockFields); err != nil {
+		fail(c, err)
+		return
+	}
+	if req.Available == nil {
+		fail(c, fmt.Errorf("%w: available is required", inventory.ErrInvalid))
+		return
+	}
+	ctx, err := s.chaos(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	out, err := s.Service.SetStock(ctx, sku, *req.Available)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) getSKU(c *gin.Context) {
+	out, err := s.Service.SKU(c.Request.Context(), c.Param("sku"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+func (s *server) auditSKU(c *gin.Context) {
+	out, err := s.Service.Audit(c.Request.Context(), c.Param("sku"))
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	c.JSON(http.StatusOK, out)
+}
+
+type orderRequest struct {
+	Lines       []lineRequest `json:"lines"`
+	HoldSeconds *int64        `json:"hold_seconds"`
+}
+
+type lineRequest struct {
+	SKU      *string `json:"sku"`
+	Quantity *int64  `json:"quantity"`
+}
+
+var orderFields = map[string]bool{"lines": true, "hold_seconds": true, "sku": true, "quantity": true}
+
+func (s *server) placeOrder(c *gin.Context) {
+	o, replayed, err := s.place(c)
+	if err != nil {
+		_, body := classify(err)
+		s.countOrder(body.Code)
+		fail(c, err)
+		return
+	}
+	if replayed {
+		s.countOrder("replayed")
+		c.Header("Idempotent-Replayed", "true")
+	} else {
+		s.countOrder("created")
+	}
+	c.Header("Location", "/v1/orders/"+o.ID.String())
+	c.JSON(http.StatusCreated, o)
+}
+
+func (s *server) countOrder(code string) {
+	if s.Metrics != nil {
+		s.Metrics.Order(code)
+	}
+}
+
+func (s *server) place(c *gin.Context) (*inventory.Order, bool, error) {
+	var body orderRequest
+	if err := decodeStrict(c.Request, c.Writer, &body, orderFields); err != nil {
+		return nil, false, err
+	}
+	req := inventory.PlaceRequest{IdempotencyKey: c.GetHeader("Idempotency-Key"), Lines: make([]inventory.LineRequest, len(body.Lines))}
+	for i, l := range body.Lines {
+		if l.SKU == nil || l.Quantity == nil {
+			return nil, false, fmt.Errorf("%w: lines[%d] needs sku and quantity", inventory.ErrInvalid, i)
+		}
+		req.Lines[i] = inventory.LineRequest{SKU: *l.SKU, Quantity: *l.Quantity}
+	}
+	if h := body.HoldSeconds; h != nil {
+		if *h < 1 || *h > int64(inventory.MaxHold/time.Second) {
+			return nil, false, fmt.Errorf("%w: hold_seconds must be in 1..%d", inventory.ErrInvalid, int64(inventory.MaxHold/time.Second))
+		}
+		req.Hold = time.Duration(*h) * time.Second
+	}
+	if err := req.Validate(); err != nil {
+		return nil, false, err
+	}
+	ctx, err := s.chaos(c)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.Service.Place(ctx, req)
+}
+
+func (s *server) getOrder(c *gin.Context) {
+	s.answerOrder(c)(s.Service.Order(c.Request.Context(), c.Param("id")))
+}
+
+func (s *server) confirmOrder(c *gin.Context) {
+	ctx, err := s.chaos(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	s.answerOrder(c)(s.Service.Confirm(ctx, c.Param("id")))
+}
+
+func (s *server) cancelOrder(c *gin.Context) {
+	ctx, err := s.chaos(c)
+	if err != nil {
+		fail(c, err)
+		return
+	}
+	s.answerOrder(c)(s.Service.Cancel(ctx, c.Param("id")))
+}
+
+func (s *server) answerOrder(c *gin.Context) func(*inventory.Order, error) {
+	return func(o *inventory.Order, err error) {
+		if err != nil {
+			fail(c, err)
+			return
+		}
+		c.JSON(http.StatusOK, o)
+	}
+}
+
+const maxChaosPause = 5 * time.Minute
+
+// chaos returns the request context, carrying the X-Chaos-Pause stall when
+// the service runs with --chaos; without it the header is ignored.
+func (s *server) chaos(c *gin.Context) (context.Context, error) {
+	ctx := c.Request.Context()
+	h := c.GetHeader("X-Chaos-Pause")
+	if !s.Chaos || h == "" {
+		return ctx, nil
+	}
+	d, err := time.ParseDuration(h)
+	if err != nil || d < 0 || d > maxChaosPause {
+		return nil, errors.Join(fmt.Errorf("%w: X-Chaos-Pause must be a duration in 0..%s", inventory.ErrInvalid, maxChaosPause), err)
+	}
+	return inventory.WithPause(ctx, d), nil
+}

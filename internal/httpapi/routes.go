@@ -1,0 +1,26 @@
+package httpapi
+
+import (
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes is the whole API surface.
+func (s *server) routes(r *gin.Engine) {
+	r.Use(s.requestID, s.recover, s.observe, s.renderErrors)
+	r.NoRoute(func(c *gin.Context) { _ = c.Error(errNotFound) })
+	r.NoMethod(func(c *gin.Context) { _ = c.Error(errMethod) })
+
+	r.GET("/healthz", s.healthz)
+	r.GET("/readyz", s.readyz)
+	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})))
+
+	v1 := r.Group("/v1")
+	v1.PUT("/skus/:sku", s.admin, s.putSKU)
+	v1.GET("/skus/:sku", s.getSKU)
+	v1.GET("/skus/:sku/audit", s.auditSKU)
+	v1.POST("/orders", s.placeOrder)
+	v1.GET("/orders/:id", s.getOrder)
+	v1.POST("/orders/:id/confirm", s.confirmOrder)
+	v1.POST("/orders/:id/cancel", s.cancelOrder)
+}

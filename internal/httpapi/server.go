@@ -1,0 +1,58 @@
+// Package httpapi is Stockguard's HTTP interface on gin. gin stays in this
+// package: handlers hand the request's context, never *gin.Context, to the
+// inventory service.
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/metrics"
+)
+
+// Inventory is what the handlers need of the service.
+type Inventory interface {
+	Place(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error)
+	SetStock(ctx context.Context, sku string, available int64) (inventory.SKU, error)
+	SKU(ctx context.Context, sku string) (inventory.SKU, error)
+	Audit(ctx context.Context, sku string) (inventory.Audit, error)
+	Order(ctx context.Context, id string) (*inventory.Order, error)
+	Confirm(ctx context.Context, id string) (*inventory.Order, error)
+	Cancel(ctx context.Context, id string) (*inventory.Order, error)
+	Ready(ctx context.Context) error
+}
+
+// Config wires the handler.
+type Config struct {
+	Service  Inventory
+	Metrics  *metrics.Metrics
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+	// AdminToken, when set, is required as a bearer token on PUT /v1/skus.
+	AdminToken string
+	// Chaos honours the X-Chaos-Pause header (tests and demos only).
+	Chaos bool
+}
+
+type server struct {
+	Config
+}
+
+// New returns the service's http.Handler.
+func New(c Config) http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &server{Config: c}
+	r := gin.New()
+	r.HandleMethodNotAllowed = true
+	r.ContextWithFallback = true
+	s.routes(r)
+	return r
+}

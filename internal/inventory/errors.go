@@ -1,0 +1,60 @@
+package inventory
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors; httpapi maps each to one status and code.
+var (
+	ErrInvalid             = errors.New("invalid request")
+	ErrUnknownSKU          = errors.New("unknown sku")
+	ErrUnknownOrder        = errors.New("unknown order")
+	ErrInsufficientStock   = errors.New("insufficient stock")
+	ErrStaleFence          = errors.New("stale fence token")
+	ErrInvalidTransition   = errors.New("invalid order transition")
+	ErrIdempotencyInFlight = errors.New("idempotency key in flight")
+	ErrIdempotencyReused   = errors.New("idempotency key reused with a different request")
+)
+
+// StockError is an insufficient-stock failure on one SKU.
+type StockError struct {
+	SKU       string
+	Requested int64
+	Available int64
+}
+
+func (e *StockError) Error() string {
+	return fmt.Sprintf("insufficient stock for %q: requested %d, available %d", e.SKU, e.Requested, e.Available)
+}
+
+// Is makes a StockError match ErrInsufficientStock.
+func (e *StockError) Is(target error) bool { return target == ErrInsufficientStock }
+
+// SKUError names the SKU an error is about (unknown or stale).
+type SKUError struct {
+	SKU string
+	Err error
+}
+
+func (e *SKUError) Error() string { return fmt.Sprintf("sku %q: %v", e.SKU, e.Err) }
+
+// Unwrap returns the underlying sentinel.
+func (e *SKUError) Unwrap() error { return e.Err }
+
+// TransitionError is a refused status change.
+type TransitionError struct {
+	From, To Status
+}
+
+func (e *TransitionError) Error() string {
+	return fmt.Sprintf("cannot move a %s order to %s", e.From, e.To)
+}
+
+// Is makes a TransitionError match ErrInvalidTransition.
+func (e *TransitionError) Is(target error) bool { return target == ErrInvalidTransition }
+
+// invalid wraps ErrInvalid with a message a client can act on.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,78 @@
+package inventory
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Fence is the lease that covers writes to one SKU: its token and its id.
+// The store accepts a write only while the row carries this exact fence.
+type Fence struct {
+	SKU    string
+	Token  uint64
+	Holder uuid.UUID
+}
+
+// Write is what the service decided under the locks: the SKUs' new counters
+// and the order change that goes with them, applied in one transaction.
+type Write struct {
+	SKUs []SKU
+	// Order, when set, is inserted (or, when its pending row holds an
+	// idempotency key, completed) with its lines.
+	Order *Order
+	// Transition, when set, moves an existing order From → To; it is applied
+	// first and the whole write fails with ErrInvalidTransition if the order
+	// is no longer in From.
+	Transition *Transition
+}
+
+// Transition is a status change of an existing order.
+type Transition struct {
+	ID       uuid.UUID
+	From, To Status
+}
+
+// Store persists SKUs and orders. Every SKU write is fenced: see Claim and Write.
+type Store interface {
+	// Claim is the first statement under the leases: it stamps each fence on
+	// its SKU row, committed at once so a later, older holder is shut out
+	// from then on, and returns the counters it saw. A row whose fence is
+	// newer fails with ErrStaleFence, a missing row with ErrUnknownSKU (or is
+	// created empty when create is set), both as *SKUError.
+	Claim(ctx context.Context, fences []Fence, create bool) (map[string]SKU, error)
+	// Write applies w in one transaction that requires every fence to still
+	// stand; otherwise nothing is written and the error is ErrStaleFence.
+	Write(ctx context.Context, fences []Fence, w Write) error
+
+	SKU(ctx context.Context, sku string) (SKU, error)
+	Audit(ctx context.Context, sku string) (Audit, error)
+	Order(ctx context.Context, id uuid.UUID) (*Order, error)
+
+	// ReserveKey stores o as a pending order holding its idempotency key. If
+	// the key is taken it returns the order that holds it and stores nothing.
+	ReserveKey(ctx context.Context, o *Order) (existing *Order, err error)
+	// ReleaseKey deletes a pending order, freeing its key for a retry.
+	ReleaseKey(ctx context.Context, id uuid.UUID) error
+
+	// ExpiredOrders lists reserved orders whose hold ended before now.
+	ExpiredOrders(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error)
+	// PurgePending deletes pending orders created before cutoff: keys left
+	// by a process that died mid-request.
+	PurgePending(ctx context.Context, cutoff time.Time) (int64, error)
+	Ping(ctx context.Context) error
+}
+
+// Observer receives the service's events worth counting.
+type Observer interface {
+	LockWait(d time.Duration)
+	StaleFence()
+	LeaseLost()
+}
+
+type nopObserver struct{}
+
+func (nopObserver) LockWait(time.Duration) {}
+func (nopObserver) StaleFence()            {}
+func (nopObserver) LeaseLost()             {}

@@ -1,0 +1,59 @@
+package postgres
+
+import (
+	"database/sql/driver"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+)
+
+// Arrays go to Postgres as array literals: gorm expands a Go slice bound to
+// `?` into a parenthesised list, which unnest cannot take. One statement over
+// unnest'ed arrays serves every line of an order in one round trip.
+
+type textArray []string
+
+func (a textArray) Value() (driver.Value, error) {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, s := range a {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteByte('"')
+		for _, r := range s {
+			if r == '"' || r == '\\' {
+				b.WriteByte('\\')
+			}
+			b.WriteRune(r)
+		}
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String(), nil
+}
+
+type int64Array []int64
+
+func (a int64Array) Value() (driver.Value, error) {
+	b := make([]byte, 0, 2+len(a)*8)
+	b = append(b, '{')
+	for i, n := range a {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, n, 10)
+	}
+	return string(append(b, '}')), nil
+}
+
+type uuidArray []uuid.UUID
+
+func (a uuidArray) Value() (driver.Value, error) {
+	ss := make(textArray, len(a))
+	for i, u := range a {
+		ss[i] = u.String()
+	}
+	return ss.Value()
+}

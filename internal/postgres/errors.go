@@ -1,0 +1,24 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// translate turns driver errors into the domain's, once, here.
+func translate(op string, err error) error {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		switch pg.Code {
+		case "23503": // foreign_key_violation: a line names a SKU that is gone
+			return fmt.Errorf("postgres: %s: %w: %s", op, inventory.ErrUnknownSKU, pg.Detail)
+		case "23514": // check_violation: a counter would go below zero
+			return fmt.Errorf("postgres: %s: %w: %s", op, inventory.ErrInsufficientStock, pg.ConstraintName)
+		}
+	}
+	return fmt.Errorf("postgres: %s: %w", op, err)
+}
