@@ -22,3 +22,12 @@ func newLocker(ctx context.Context, c *config, reg prometheus.Registerer, log *s
 	}
 	return nil, fmt.Errorf("%w: lock backend %q is not wired yet", errUsage, c.lock)
 }
+
+// lockerWired reports whether newLocker can build the named backend.
+func lockerWired(name string) bool {
+	switch name {
+	case "none", "local":
+		return true
+	}
+	return false
+}

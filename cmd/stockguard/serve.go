@@ -59,9 +59,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer locker.Close()
-	if !c.fenced() {
-		log.Warn("fencing is OFF: writes are not checked against the lease token; stale holders can oversell",
-			"fencing_flag", c.fencing)
+	switch {
+	case c.fencing == "off":
+		log.Warn("fencing is OFF (--fencing=off): writes are not checked against the lease token; a stale holder can oversell")
+	case !c.fenced():
+		log.Warn("fencing is OFF: this backend issues no fencing tokens, so writes run unchecked; expect oversell with several instances")
 	}
 
 	m := metrics.New(reg, c.lock)

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/stack"
+)
+
+// The test binary doubles as the stockguard binary: started with this
+// variable set, it runs main instead of the tests, so the multi-process
+// tests need no separate build.
+const beMain = "STOCKGUARD_TEST_BE_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(beMain) == "1" {
+		main()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// instance is one `stockguard serve` process started by a test.
+type instance struct {
+	cmd  *exec.Cmd
+	url  string
+	logs *strings.Builder
+	mu   *sync.Mutex
+	done chan error
+}
+
+// startInstance starts `stockguard serve` with args on a free loopback port
+// and waits until it listens.
+func startInstance(t *testing.T, env []string, args ...string) *instance {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr=127.0.0.1:0"}, args...)...)
+	cmd.Env = append(append(os.Environ(), beMain+"=1"), env...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{cmd: cmd, logs: &strings.Builder{}, mu: &sync.Mutex{}, done: make(chan error, 1)}
+	cmd.Stderr = lockedWriter{in.logs, in.mu}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.stop(t) })
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if u, ok := strings.CutPrefix(sc.Text(), "listening on "); ok {
+				lines <- u
+			}
+		}
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	go func() { in.done <- cmd.Wait() }()
+	select {
+	case in.url = <-lines:
+	case err := <-in.done:
+		t.Fatalf("serve %v exited: %v\n%s", args, err, in.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("serve %v did not listen within 30 s\n%s", args, in.log())
+	}
+	return in
+}
+
+func (in *instance) log() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.logs.String()
+}
+
+// stop sends SIGTERM to the process we started, by PID, and waits; SIGKILL
+// after 20 s.
+func (in *instance) stop(t *testing.T) error {
+	if in.cmd.ProcessState != nil {
+		return nil
+	}
+	_ = in.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-in.done:
+		in.done <- err
+		return err
+	case <-time.After(20 * time.Second):
+		_ = in.cmd.Process.Kill()
+		t.Errorf("instance did not stop within 20 s of SIGTERM\n%s", in.log())
+		return <-in.done
+	}
+}
+
+type lockedWriter struct {
+	b  *strings.Builder
+	mu *sync.Mutex
+}
+
+func (w lockedWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+var client = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+func call(t *testing.T, method, url, body string, headers ...string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	res, err := client.Do(req)
+	if err != nil {
+		t.Errorf("%s %s: %v", method, url, err)
+		return 0, nil
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	_ = json.NewDecoder(res.Body).Decode(&out)
+	return res.StatusCode, out
+}
+
+// hammer fires orders of one unit at one SKU through every instance at once
+// and returns the SKU's audit and the count of 201s.
+func hammer(t *testing.T, ins []*instance, sku string, stock, orders, clients int) (map[string]any, int64) {
+	t.Helper()
+	if st, body := call(t, "PUT", ins[0].url+"/v1/skus/"+sku, fmt.Sprintf(`{"available":%d}`, stock)); st != 200 {
+		t.Fatalf("PUT: %d %v", st, body)
+	}
+	var next, created atomic.Int64
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			for {
+				n := next.Add(1)
+				if n > int64(orders) {
+					return
+				}
+				st, body := call(t, "POST", ins[(c+int(n))%len(ins)].url+"/v1/orders",
+					`{"lines":[{"sku":"`+sku+`","quantity":1}]}`)
+				switch st {
+				case 201:
+					created.Add(1)
+				case 409, 503:
+				default:
+					t.Errorf("order: %d %v", st, body)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	_, audit := call(t, "GET", ins[0].url+"/v1/skus/"+sku+"/audit", "")
+	return audit, created.Load()
+}
+
+func backendEnv(t *testing.T) []string {
+	t.Helper()
+	return []string{
+		"STOCKGUARD_DATABASE_URL=" + stack.NewDatabase(t, context.Background()),
+		"STOCKGUARD_REDIS_ADDRS=" + strings.Join(stack.RequireRedis(t), ","),
+		"STOCKGUARD_ZK_SERVERS=" + strings.Join(stack.RequireZK(t), ","),
+		"STOCKGUARD_LOG_LEVEL=warn",
+	}
+}
+
+// TestThreeProcessHammer is the point of the product: three service
+// processes share one hot SKU. Every real lock keeps the audit clean; the
+// in-process lock does not.
+func TestThreeProcessHammer(t *testing.T) {
+	const stock, orders, clients = 150, 300, 24
+	for _, backend := range wiredBackends(t) {
+		t.Run(backend, func(t *testing.T) {
+			t.Parallel()
+			env := backendEnv(t)
+			ins := make([]*instance, 3)
+			for i := range ins {
+				ins[i] = startInstance(t, env, "--lock="+backend, "--lock-wait=20s")
+			}
+			audit, created := hammer(t, ins, "hot-"+backend, stock, orders, clients)
+			oversold, lost := audit["oversold"].(float64), audit["lost_units"].(float64)
+			t.Logf("%s: %d orders reserved of %d stock; audit %v", backend, created, stock, audit)
+			if backend == "local" || backend == "none" {
+				if oversold == 0 && lost == 0 {
+					t.Fatalf("%s across 3 processes showed no damage: %v", backend, audit)
+				}
+				return
+			}
+			if oversold != 0 || lost != 0 || audit["consistent"] != true {
+				t.Fatalf("%s oversold %v, lost %v: %v", backend, oversold, lost, audit)
+			}
+			if created != stock || audit["held"].(float64) != stock {
+				t.Fatalf("%s reserved %d orders, held %v; want exactly the stock %d", backend, created, audit["held"], stock)
+			}
+		})
+	}
+}
+
+// wiredBackends lists the backends this binary can serve, as main reports them.
+func wiredBackends(t *testing.T) []string {
+	var out []string
+	for _, b := range backends {
+		if b != "none" && lockerWired(b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func TestGracefulShutdownDrains(t *testing.T) {
+	env := backendEnv(t)
+	in := startInstance(t, env, "--lock=local", "--chaos")
+	if st, _ := call(t, "PUT", in.url+"/v1/skus/drain", `{"available":5}`); st != 200 {
+		t.Fatal("PUT failed")
+	}
+	result := make(chan int, 1)
+	go func() {
+		st, _ := call(t, "POST", in.url+"/v1/orders", `{"lines":[{"sku":"drain","quantity":1}]}`, "X-Chaos-Pause", "800ms")
+		result <- st
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if st := <-result; st != 201 {
+		t.Fatalf("in-flight order during shutdown answered %d, want 201", st)
+	}
+	if err := <-in.done; err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, in.log())
+	}
+	in.done <- nil
+}
+
+func TestUsageErrors(t *testing.T) {
+	var out, errOut strings.Builder
+	getenv := func(k string) string {
+		if k == "STOCKGUARD_LOCK" {
+			return "chubby"
+		}
+		return ""
+	}
+	err := run(context.Background(), []string{"serve"}, getenv, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "chubby") || exitCode(err) != 2 {
+		t.Fatalf("serve with STOCKGUARD_LOCK=chubby = %v", err)
+	}
+	err = run(context.Background(), []string{"serve", "--fencing=maybe"}, func(string) string { return "" }, &out, &errOut)
+	if err == nil || exitCode(err) != 2 {
+		t.Fatalf("--fencing=maybe = %v", err)
+	}
+	if err := run(context.Background(), []string{"frobnicate"}, func(string) string { return "" }, &out, &errOut); exitCode(err) != 2 {
+		t.Fatalf("unknown command = %v", err)
+	}
+}

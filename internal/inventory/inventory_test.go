@@ -1,0 +1,90 @@
+package inventory
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestNewAudit(t *testing.T) {
+	cases := []struct {
+		name                            string
+		received, held, sold, available int64
+		oversold, lost                  int64
+		consistent                      bool
+	}{
+		{"consistent", 10, 3, 2, 5, 0, 0, true},
+		{"oversold by a lost update", 10, 8, 4, 0, 2, -2, false},
+		{"units vanished", 10, 2, 0, 5, 0, 3, false},
+		{"sold out", 5, 0, 5, 0, 0, 0, true},
+	}
+	for _, c := range cases {
+		a := NewAudit("s", c.received, c.held, c.sold, c.available)
+		if a.Oversold != c.oversold || a.LostUnits != c.lost || a.Consistent != c.consistent {
+			t.Errorf("%s: %+v, want oversold %d lost %d consistent %v", c.name, a, c.oversold, c.lost, c.consistent)
+		}
+	}
+}
+
+func TestValidate(t *testing.T) {
+	line := func(sku string, q int64) LineRequest { return LineRequest{SKU: sku, Quantity: q} }
+	cases := []struct {
+		name string
+		req  PlaceRequest
+		ok   bool
+	}{
+		{"one line", PlaceRequest{Lines: []LineRequest{line("a", 1)}}, true},
+		{"sku charset", PlaceRequest{Lines: []LineRequest{line("A9._:-x", MaxQuantity)}}, true},
+		{"no lines", PlaceRequest{}, false},
+		{"zero qty", PlaceRequest{Lines: []LineRequest{line("a", 0)}}, false},
+		{"qty too big", PlaceRequest{Lines: []LineRequest{line("a", MaxQuantity+1)}}, false},
+		{"dup sku", PlaceRequest{Lines: []LineRequest{line("a", 1), line("a", 2)}}, false},
+		{"leading dot", PlaceRequest{Lines: []LineRequest{line(".a", 1)}}, false},
+		{"slash", PlaceRequest{Lines: []LineRequest{line("a/b", 1)}}, false},
+		{"65 chars", PlaceRequest{Lines: []LineRequest{line(strings.Repeat("a", 65), 1)}}, false},
+		{"hold too long", PlaceRequest{Lines: []LineRequest{line("a", 1)}, Hold: MaxHold + time.Second}, false},
+		{"long key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: strings.Repeat("k", 256)}, false},
+	}
+	for _, c := range cases {
+		err := c.req.Validate()
+		if (err == nil) != c.ok || (err != nil && !errors.Is(err, ErrInvalid)) {
+			t.Errorf("%s: Validate = %v, want ok=%v", c.name, err, c.ok)
+		}
+	}
+	r := PlaceRequest{Lines: []LineRequest{line("a", 1)}}
+	if err := r.Validate(); err != nil || r.Hold != DefaultHold {
+		t.Errorf("default hold = %v, %v", r.Hold, err)
+	}
+}
+
+func TestHashIsSemantic(t *testing.T) {
+	a := PlaceRequest{Lines: []LineRequest{{"a", 1}, {"b", 2}}, Hold: DefaultHold}
+	b := PlaceRequest{Lines: []LineRequest{{"a", 1}, {"b", 2}}, Hold: DefaultHold, IdempotencyKey: "k"}
+	if a.Hash() != b.Hash() {
+		t.Error("same request, different hash")
+	}
+	for _, other := range []PlaceRequest{
+		{Lines: []LineRequest{{"a", 1}, {"b", 3}}, Hold: DefaultHold},
+		{Lines: []LineRequest{{"a", 1}}, Hold: DefaultHold},
+		{Lines: []LineRequest{{"a", 1}, {"b", 2}}, Hold: time.Minute},
+		{Lines: []LineRequest{{"a1", 1}, {"b", 2}}, Hold: DefaultHold},
+	} {
+		if other.Hash() == a.Hash() {
+			t.Errorf("%+v hashes like %+v", other, a)
+		}
+	}
+}
+
+func TestErrorsMatchSentinels(t *testing.T) {
+	if !errors.Is(&StockError{SKU: "a"}, ErrInsufficientStock) {
+		t.Error("StockError is not ErrInsufficientStock")
+	}
+	if !errors.Is(&TransitionError{}, ErrInvalidTransition) {
+		t.Error("TransitionError is not ErrInvalidTransition")
+	}
+	var ke *SKUError
+	if err := error(&SKUError{SKU: "x", Err: ErrStaleFence}); !errors.Is(err, ErrStaleFence) || !errors.As(err, &ke) {
+		t.Error("SKUError does not unwrap")
+	}
+}

@@ -1,0 +1,110 @@
+package lock_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// ttlHandle is an in-memory expiring hold, to test the lease's keepalive
+// logic apart from any backend.
+type ttlHandle struct {
+	ttl      time.Duration
+	extends  atomic.Int32
+	fail     atomic.Bool
+	released atomic.Int32
+}
+
+func (h *ttlHandle) Release(context.Context) error { h.released.Add(1); return nil }
+
+func (h *ttlHandle) Extend(context.Context) (time.Time, error) {
+	if h.fail.Load() {
+		return time.Time{}, errors.New("node says no")
+	}
+	h.extends.Add(1)
+	return time.Now().Add(h.ttl), nil
+}
+
+func newTTLLease(h *ttlHandle, watchdog bool) (*lock.Lease, func(error)) {
+	return lock.NewLease(lock.LeaseParams{Key: "k", Token: 7, Deadline: time.Now().Add(h.ttl), TTL: h.ttl,
+		Watchdog: watchdog, Handle: h})
+}
+
+func TestWatchdogExtendsUntilRelease(t *testing.T) {
+	h := &ttlHandle{ttl: 90 * time.Millisecond}
+	l, _ := newTTLLease(h, true)
+	time.Sleep(400 * time.Millisecond)
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease lost despite the watchdog: %v", err)
+	}
+	if h.extends.Load() < 3 {
+		t.Fatalf("%d extensions in 400 ms at TTL/3 = 30 ms", h.extends.Load())
+	}
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := h.extends.Load()
+	time.Sleep(100 * time.Millisecond)
+	if h.extends.Load() != n {
+		t.Fatal("watchdog still extending after Release returned")
+	}
+	_ = l.Release(context.Background())
+	if h.released.Load() != 1 {
+		t.Fatalf("backend released %d times, want 1", h.released.Load())
+	}
+}
+
+func TestLeaseLostAtDeadlineWithoutWatchdog(t *testing.T) {
+	h := &ttlHandle{ttl: 80 * time.Millisecond}
+	l, _ := newTTLLease(h, false)
+	select {
+	case <-l.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Done not closed after the TTL")
+	}
+	if time.Now().Before(l.Deadline()) {
+		t.Fatal("Done closed before the deadline")
+	}
+	if !errors.Is(l.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+	}
+	// Release after loss keeps the loss as the cause and still frees the backend.
+	_ = l.Release(context.Background())
+	if !errors.Is(l.Err(), lock.ErrLeaseLost) || h.released.Load() != 1 {
+		t.Fatalf("after Release: Err = %v, released %d", l.Err(), h.released.Load())
+	}
+}
+
+func TestFailedExtensionLosesLease(t *testing.T) {
+	h := &ttlHandle{ttl: time.Second}
+	h.fail.Store(true)
+	l, _ := newTTLLease(h, true)
+	select {
+	case <-l.Done():
+	case <-time.After(time.Second):
+		t.Fatal("a failed extension did not end the lease before its deadline")
+	}
+	if !errors.Is(l.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err = %v", l.Err())
+	}
+}
+
+func TestLoseAndContext(t *testing.T) {
+	l, lose := lock.NewLease(lock.LeaseParams{Key: "k", Handle: &ttlHandle{}})
+	ctx, cancel := l.Context(context.Background())
+	defer cancel()
+	cause := errors.Join(lock.ErrLeaseLost, errors.New("session expired"))
+	lose(cause)
+	lose(errors.New("second cause is ignored"))
+	<-ctx.Done()
+	if !errors.Is(context.Cause(ctx), lock.ErrLeaseLost) || !errors.Is(l.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("cause = %v, Err = %v", context.Cause(ctx), l.Err())
+	}
+	if !l.Deadline().IsZero() {
+		t.Fatal("a session lease has a deadline")
+	}
+}

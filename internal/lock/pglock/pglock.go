@@ -1,0 +1,429 @@
+// Package pglock is the postgres lock backend: a session-level
+// pg_advisory_lock held on a dedicated pooled connection, with the fencing
+// token drawn from a Postgres sequence after the lock is granted.
+//
+// A lease lives exactly as long as its database session. Each lease sets its
+// session's idle_session_timeout to the lease TTL, so a holder that stops
+// talking to the server (paused, partitioned, dead) has its session ended by
+// the server once the TTL has passed, which releases the advisory lock: the
+// same expiry as the TTL backends, which the chaos scenarios rely on. The
+// watchdog's keepalive is a trivial statement that restarts the server's idle
+// timer.
+//
+// Needs PostgreSQL 14 or later (idle_session_timeout) and a direct or
+// session-pooled connection: session advisory locks mean nothing behind a
+// transaction-pooling proxy.
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+const backendName = "postgres"
+
+// Application names make pg_stat_activity tell lock connections apart, and
+// tell which lease (the uuid the store records as fence_holder) a session
+// holds or waits for.
+const (
+	poolAppName     = "stockguard-lock"
+	controlAppName  = "stockguard-lock-control"
+	leaseAppPrefix  = "stockguard-lease:"
+	lockNamespace   = "stockguard:" // lock key = hashtextextended(lockNamespace || key, 0)
+	fenceSequenceID = "stockguard_lock_fence"
+)
+
+const (
+	// tryLockSQL is the first statement of every acquisition. It labels the
+	// session with the lease and arms the idle timeout (both harmless while
+	// the statement runs: a session is not idle while busy). CASE evaluates
+	// nextval only once the lock is granted, so a token is always drawn
+	// after the lock and successive holders' tokens increase.
+	tryLockSQL = `SELECT set_config('application_name', $2, false), set_config('idle_session_timeout', $3, false),
+	CASE WHEN pg_try_advisory_lock(hashtextextended('stockguard:' || $1, 0)) THEN nextval('stockguard_lock_fence') END`
+	// lockSQL waits in the server's lock queue, first come first served: the
+	// try above does not jump the queue either, a new request yields to
+	// waiters.
+	lockSQL    = `SELECT pg_advisory_lock(hashtextextended('stockguard:' || $1, 0))`
+	nextvalSQL = `SELECT nextval('stockguard_lock_fence')`
+	// unlockSQL also disarms the idle timeout, or the server would end the
+	// pooled session after one TTL of idleness between leases.
+	unlockSQL = `SELECT pg_advisory_unlock(hashtextextended('stockguard:' || $1, 0)),
+	set_config('application_name', $2, false), set_config('idle_session_timeout', '0', false)`
+	resetSQL = `SELECT set_config('application_name', $1, false), set_config('idle_session_timeout', '0', false)`
+	// keepaliveSQL: any statement restarts the server's idle timer, and a
+	// session that answers still holds its session-level locks.
+	keepaliveSQL = `SELECT 1`
+)
+
+const (
+	// cancelRetry spaces the cancel requests of an abandoned wait. A cancel
+	// request that reaches the backend between two protocol messages (the
+	// statement's Parse and its Execute, say) is ignored by the server, so one
+	// request is not enough.
+	cancelRetry = 100 * time.Millisecond
+	// cancelGiveUp is how long an abandoned wait may take to be cancelled by
+	// the server before the socket is closed instead.
+	cancelGiveUp = 5 * time.Second
+	// checkInterval is client_connection_check_interval: a backend waiting
+	// for a lock does not read its socket, and without the check a waiter
+	// whose process died would still be granted the lock.
+	checkInterval = "1s"
+)
+
+var errClosed = fmt.Errorf("%w: locker closed", lock.ErrUnavailable)
+
+// Locker is the postgres lock backend. It is safe for concurrent use.
+type Locker struct {
+	pool *pgxpool.Pool // lock connections: one per lease or waiting Acquire
+	// ctl serves Ping and setup. It is separate so that a pool full of
+	// waiters, normal under contention, does not fail readiness probes.
+	ctl *pgxpool.Pool
+	ttl time.Duration
+	log *slog.Logger
+	m   *metrics
+
+	// closing is cancelled by Close, ending every wait and keepalive in
+	// flight, so that Close can end their connections.
+	closing  context.Context
+	shutdown context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	live   map[*handle]struct{}
+}
+
+var _ lock.Locker = (*Locker)(nil)
+
+// New connects to the database at databaseURL, checks that the server can
+// expire leases (PostgreSQL 14 or later), and creates the fence sequence
+// stockguard_lock_fence if it does not exist. An unreachable server is an
+// error wrapping lock.ErrUnavailable.
+func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, error) {
+	o := options{ttl: defaultTTL, maxConns: defaultMaxConns}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.ttl <= 0 {
+		return nil, fmt.Errorf("pglock: TTL %v is not positive", o.ttl)
+	}
+	if o.maxConns < 1 {
+		return nil, fmt.Errorf("pglock: max connections %d is below 1", o.maxConns)
+	}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	m, err := newMetrics(o.reg)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: metrics: %w", err)
+	}
+
+	cfg, err := pgxpool.ParseConfig(databaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: database url: %w", err)
+	}
+	// The waits are bounded by the caller's context, never by server-side
+	// timeouts a database or role may set for the store's queries; an idle
+	// pooled session must not be ended either.
+	for k, v := range map[string]string{
+		"statement_timeout":                   "0",
+		"lock_timeout":                        "0",
+		"idle_in_transaction_session_timeout": "0",
+	} {
+		cfg.ConnConfig.RuntimeParams[k] = v
+	}
+	ctlCfg := cfg.Copy()
+	ctlCfg.MaxConns, ctlCfg.MinConns, ctlCfg.MinIdleConns = 1, 0, 0
+	ctlCfg.ConnConfig.RuntimeParams["application_name"] = controlAppName
+
+	// Parameters that only exist from PostgreSQL 14 on: in the startup
+	// packet of an older server they would fail the connection before setup
+	// could say why.
+	cfg.MaxConns, cfg.MinConns, cfg.MinIdleConns = o.maxConns, 0, 0
+	cfg.ConnConfig.RuntimeParams["application_name"] = poolAppName
+	cfg.ConnConfig.RuntimeParams["idle_session_timeout"] = "0"
+	cfg.ConnConfig.RuntimeParams["client_connection_check_interval"] = checkInterval
+
+	ctl, err := pgxpool.NewWithConfig(ctx, ctlCfg)
+	if err != nil {
+		return nil, fmt.Errorf("pglock: %w: %w", lock.ErrUnavailable, err)
+	}
+	if err := setup(ctx, ctl); err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("pglock: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		ctl.Close()
+		return nil, fmt.Errorf("pglock: %w: %w", lock.ErrUnavailable, err)
+	}
+	closing, shutdown := context.WithCancel(context.Background())
+	return &Locker{
+		pool: pool, ctl: ctl, ttl: o.ttl,
+		log: o.log.With("backend", backendName), m: m,
+		closing: closing, shutdown: shutdown,
+		live: make(map[*handle]struct{}),
+	}, nil
+}
+
+// Name implements lock.Locker.
+func (l *Locker) Name() string { return backendName }
+
+// Fenced implements lock.Locker: tokens are values of the database's
+// stockguard_lock_fence sequence, drawn on the lock's connection after the
+// lock is granted. A sequence never goes back, even across a crash, but a
+// failover to an asynchronous replica can hand a value out twice; the store's
+// lease-id check catches that.
+func (l *Locker) Fenced() bool { return true }
+
+// Ping implements lock.Locker. It uses a connection of its own, so that a
+// lock pool full of waiters does not look like an outage.
+func (l *Locker) Ping(ctx context.Context) error {
+	ctx, stop := l.bind(ctx)
+	defer stop()
+	if err := l.ctl.Ping(ctx); err != nil {
+		return fmt.Errorf("pglock: ping: %w: %w", lock.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close implements lock.Locker. Waiting acquisitions fail with
+// lock.ErrUnavailable; held leases are lost, their sessions ended, which frees
+// their locks at once.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	live := slices.Collect(maps.Keys(l.live))
+	l.mu.Unlock()
+
+	l.shutdown()
+	for _, h := range live {
+		h.lose(fmt.Errorf("pglock: %q: locker closed: %w", h.key, lock.ErrLeaseLost))
+		h.discard() // when the lease had been lost or released already
+	}
+	// Returns once every connection is back: the waits and keepalives that
+	// shutdown interrupted give theirs back promptly.
+	l.pool.Close()
+	l.ctl.Close()
+	return nil
+}
+
+// Acquire implements lock.Locker. The key may be any non-empty UTF-8 string
+// without NUL bytes (Postgres text cannot hold those).
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	start := time.Now()
+	lease, err := l.acquire(ctx, key, lock.Apply(l.ttl, opts))
+	if err != nil {
+		l.m.fail(err)
+		return nil, fmt.Errorf("pglock: acquire %q: %w", key, err)
+	}
+	l.m.acquire.Observe(time.Since(start).Seconds())
+	return lease, nil
+}
+
+func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*lock.Lease, error) {
+	if key == "" || !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0 {
+		return nil, lock.ErrInvalidKey
+	}
+	if err := parent.Err(); err != nil {
+		return nil, err
+	}
+	ctx, stop := l.bind(parent)
+	defer stop()
+
+	id := uuid.New()
+	c, token, sent, err := l.try(ctx, key, id, o.TTL)
+	if err != nil {
+		return nil, l.failure(parent, err)
+	}
+	if token == nil {
+		if o.TryOnce {
+			l.recycle(ctx, c)
+			return nil, lock.ErrNotAcquired
+		}
+		if err := l.wait(ctx, c, key); err != nil {
+			// The session may have been granted the lock as the wait was
+			// given up: it dies with the connection.
+			destroy(c)
+			return nil, l.failure(parent, err)
+		}
+		// The validity is counted from before the last statement: the
+		// server's idle timer starts only once that statement has finished.
+		sent = time.Now()
+		var t int64
+		if err := c.QueryRow(ctx, nextvalSQL).Scan(&t); err != nil {
+			destroy(c)
+			return nil, l.failure(parent, err)
+		}
+		token = &t
+	}
+	return l.newLease(c, key, id, lock.Token(*token), sent.Add(o.TTL), o)
+}
+
+// maxDeadConns is how many dead pooled connections one acquisition throws
+// away before it gives up: after a server restart every idle connection in
+// the pool is dead, and the pool only pings those idle for over a second.
+const maxDeadConns = 3
+
+// try takes a connection and makes the first, non-blocking attempt on it. It
+// returns the token when the lock was granted, nil when it is held elsewhere.
+func (l *Locker) try(ctx context.Context, key string, id uuid.UUID, ttl time.Duration) (*pgxpool.Conn, *int64, time.Time, error) {
+	for dead := 0; ; dead++ {
+		c, err := l.pool.Acquire(ctx)
+		if err != nil {
+			return nil, nil, time.Time{}, err
+		}
+		var token *int64
+		sent := time.Now()
+		err = c.QueryRow(ctx, tryLockSQL, key, leaseAppName(id), idleTimeout(ttl)).Scan(nil, nil, &token)
+		if err == nil {
+			return c, token, sent, nil
+		}
+		// A session that broke during the attempt holds nothing: retrying
+		// on another is safe.
+		closed := c.Conn().IsClosed()
+		destroy(c)
+		if !closed || dead+1 >= maxDeadConns || ctx.Err() != nil {
+			return nil, nil, time.Time{}, err
+		}
+		l.log.Debug("dropped a dead pooled connection", "err", err)
+	}
+}
+
+func (l *Locker) newLease(c *pgxpool.Conn, key string, id uuid.UUID, token lock.Token, deadline time.Time, o lock.Options) (*lock.Lease, error) {
+	h := &handle{l: l, conn: c, key: key, ttl: o.TTL}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		destroy(c)
+		return nil, errClosed
+	}
+	lease, lose := lock.NewLease(lock.LeaseParams{
+		Key:      key,
+		Token:    token,
+		ID:       id,
+		Deadline: deadline,
+		TTL:      o.TTL,
+		Watchdog: !o.NoWatchdog,
+		Handle:   h,
+		OnLost:   h.onLost,
+	})
+	h.lose = lose
+	l.live[h] = struct{}{}
+	return lease, nil
+}
+
+// wait blocks in pg_advisory_lock until the lock is granted or ctx ends. On
+// a cancelled context pgx would close the socket, but a backend waiting for a
+// lock does not read its socket: it would stay queued and be granted the lock
+// later, ahead of live waiters. So wait asks the server to cancel the
+// statement and waits for its answer, which proves the backend has left the
+// queue; only a server that does not answer gets its socket closed.
+func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string) error {
+	qctx, abort := context.WithCancel(context.WithoutCancel(ctx))
+	defer abort()
+	pg := c.Conn().PgConn()
+	finished := make(chan struct{})
+	watcher := make(chan struct{})
+	go func() {
+		defer close(watcher)
+		select {
+		case <-finished:
+			return
+		case <-ctx.Done():
+		}
+		giveUp := time.NewTimer(cancelGiveUp)
+		defer giveUp.Stop()
+		for {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = pg.CancelRequest(cctx) // a failure here is retried, then the deadline closes the socket
+			cancel()
+			select {
+			case <-finished:
+				return
+			case <-giveUp.C:
+				l.log.Warn("lock wait not cancelled by the server; closing its connection", "key", key)
+				abort()
+				return
+			case <-time.After(cancelRetry):
+			}
+		}
+	}()
+	_, err := c.Exec(qctx, lockSQL, key)
+	close(finished)
+	<-watcher
+	if err == nil && ctx.Err() != nil {
+		return ctx.Err() // granted as the caller gave up
+	}
+	return err
+}
+
+// recycle hands a connection that holds no lock back to the pool, with the
+// lease's settings undone.
+func (l *Locker) recycle(ctx context.Context, c *pgxpool.Conn) {
+	if _, err := c.Exec(ctx, resetSQL, poolAppName); err != nil {
+		destroy(c)
+		return
+	}
+	c.Release()
+}
+
+// failure turns an acquisition error into the caller's context error when
+// the caller gave up, or lock.ErrUnavailable.
+func (l *Locker) failure(parent context.Context, err error) error {
+	if perr := parent.Err(); perr != nil {
+		return perr
+	}
+	if l.closing.Err() != nil {
+		return errClosed
+	}
+	if errors.Is(err, lock.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
+}
+
+// bind returns a child of ctx that Close cancels too.
+func (l *Locker) bind(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.closing, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+func (l *Locker) forget(h *handle) {
+	l.mu.Lock()
+	delete(l.live, h)
+	l.mu.Unlock()
+}
+
+func leaseAppName(id uuid.UUID) string { return leaseAppPrefix + id.String() }
+
+// idleTimeout renders a TTL as an idle_session_timeout value. It rounds up to
+// a whole millisecond: rounding down could end the session before the lease's
+// deadline, and 0 would disable the timeout.
+func idleTimeout(ttl time.Duration) string {
+	ms := (ttl + time.Millisecond - 1) / time.Millisecond
+	ms = min(max(ms, 1), 1<<31-1) // the setting is an int of milliseconds
+	return strconv.FormatInt(int64(ms), 10) + "ms"
+}

@@ -1,0 +1,447 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
+)
+
+// newLocker returns a Locker on the database at url, closed when the test ends.
+func newLocker(tb testing.TB, url string, opts ...Option) *Locker {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	opts = append([]Option{WithLogger(slog.New(slog.NewTextHandler(tWriter{tb}, nil)))}, opts...)
+	l, err := New(ctx, url, opts...)
+	if err != nil {
+		tb.Fatalf("pglock.New: %v", err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// tWriter sends the Locker's log to the test's log, where it shows only on failure.
+type tWriter struct{ tb testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.tb.Log(string(p))
+	return len(p), nil
+}
+
+// connect opens a plain connection, the "other client" of the tests.
+func connect(tb testing.TB, url string) *pgx.Conn {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, url)
+	if err != nil {
+		tb.Fatalf("connect: %v", err)
+	}
+	tb.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+// terminate ends the session holding lease from another connection, as an
+// operator's pg_terminate_backend or a server restart would.
+func terminate(t *testing.T, url string, lease *lock.Lease) {
+	t.Helper()
+	c := connect(t, url)
+	var n int
+	err := c.QueryRow(context.Background(),
+		`SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`,
+		leaseAppName(lease.ID())).Scan(&n)
+	if err != nil || n != 1 {
+		t.Fatalf("terminate the session of lease %s: %d sessions, %v", lease.ID(), n, err)
+	}
+}
+
+// lockWaiters counts sessions of this database queued for an advisory lock.
+func lockWaiters(tb testing.TB, c *pgx.Conn) int {
+	tb.Helper()
+	var n int
+	err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()`).Scan(&n)
+	if err != nil {
+		tb.Fatalf("count lock waiters: %v", err)
+	}
+	return n
+}
+
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatalf("still waiting after 5 s for %s", what)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	url := testDatabase(t)
+	locktest.Run(t, locktest.Config{
+		New:         func(tb testing.TB) lock.Locker { return newLocker(tb, url) },
+		Exclusive:   true,
+		Distributed: true,
+		Expiring:    true,
+		Lose:        func(t *testing.T, _ lock.Locker, lease *lock.Lease) { terminate(t, url, lease) },
+	})
+}
+
+// TestExclusionAcrossLockers is three service instances with 16 workers
+// between them on one key: never two holders, and each holder's token is
+// above its predecessor's.
+func TestExclusionAcrossLockers(t *testing.T) {
+	const instances, workers, rounds = 3, 16, 20
+	url := testDatabase(t)
+	ls := make([]*Locker, instances)
+	for i := range ls {
+		ls[i] = newLocker(t, url)
+	}
+	key := locktest.Key(t)
+	var holders atomic.Int32
+	var last lock.Token // written only under the lock: the race detector sees any overlap
+	counter := 0
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := range workers {
+		wg.Go(func() {
+			for range rounds {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				lease, err := ls[w%instances].Acquire(ctx, key)
+				cancel()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if h := holders.Add(1); h != 1 {
+					errs <- fmt.Errorf("%d holders at once", h)
+				}
+				if lease.Token() <= last {
+					errs <- fmt.Errorf("token %d after %d", lease.Token(), last)
+				}
+				last = lease.Token()
+				counter++
+				holders.Add(-1)
+				if err := lease.Release(context.Background()); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if counter != workers*rounds {
+		t.Fatalf("counter = %d, want %d", counter, workers*rounds)
+	}
+}
+
+// TestCancelledWaitLeavesNoWaiter checks the server side: once Acquire has
+// returned the context's error, its session is out of the lock queue, so the
+// next acquirer gets the key at once.
+func TestCancelledWaitLeavesNoWaiter(t *testing.T) {
+	url := testDatabase(t)
+	a, b, c := newLocker(t, url), newLocker(t, url), newLocker(t, url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, a, key)
+
+	for range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() {
+			_, err := b.Acquire(ctx, key)
+			errc <- err
+		}()
+		waitFor(t, "the acquirer to queue on the server", func() bool { return lockWaiters(t, probe) == 1 })
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled Acquire = %v, want context.Canceled", err)
+		}
+		if n := lockWaiters(t, probe); n != 0 {
+			t.Fatalf("%d sessions still queued after Acquire returned", n)
+		}
+	}
+
+	// Eight waiters whose deadline passes together.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			if _, err := b.Acquire(ctx, key); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("Acquire past its deadline = %v, want DeadlineExceeded", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := lockWaiters(t, probe); n != 0 {
+		t.Fatalf("%d sessions still queued after the deadlines", n)
+	}
+	locktest.MustRelease(t, held)
+	locktest.MustRelease(t, locktest.MustAcquire(t, c, key, lock.TryOnce()))
+}
+
+// TestCancelAtGrant races a release against the cancellation of the next
+// waiter: whichever wins, the waiter either holds a working lease or left
+// nothing behind.
+func TestCancelAtGrant(t *testing.T) {
+	url := testDatabase(t)
+	a, b, c := newLocker(t, url), newLocker(t, url), newLocker(t, url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	for i := range 20 {
+		held := locktest.MustAcquire(t, a, key)
+		ctx, cancel := context.WithCancel(context.Background())
+		type result struct {
+			lease *lock.Lease
+			err   error
+		}
+		res := make(chan result, 1)
+		go func() {
+			lease, err := b.Acquire(ctx, key)
+			res <- result{lease, err}
+		}()
+		waitFor(t, "the acquirer to queue on the server", func() bool { return lockWaiters(t, probe) == 1 })
+		go cancel()
+		locktest.MustRelease(t, held)
+		r := <-res
+		if r.err == nil {
+			locktest.MustRelease(t, r.lease)
+		} else if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("round %d: Acquire = %v, want a lease or context.Canceled", i, r.err)
+		}
+		// A lock granted at the last moment dies with its session, which the
+		// server ends a moment after the client closed it.
+		locktest.MustRelease(t, locktest.MustAcquire(t, c, key, lock.WithTTL(time.Second)))
+	}
+}
+
+// TestServerEndsSilentHolder is the chaos tests' premise without the
+// client's help: a session that holds a lock and says nothing for the TTL is
+// ended by the server, and the lock passes on.
+func TestServerEndsSilentHolder(t *testing.T) {
+	url := testDatabase(t)
+	l := newLocker(t, url)
+	silent := connect(t, url)
+	key := locktest.Key(t)
+	var token *int64
+	err := silent.QueryRow(context.Background(), tryLockSQL, key, leaseAppName(uuid.New()), idleTimeout(300*time.Millisecond)).
+		Scan(nil, nil, &token)
+	if err != nil || token == nil {
+		t.Fatalf("lock on the silent session: token %v, %v", token, err)
+	}
+	if _, err := l.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce on a held key = %v, want ErrNotAcquired", err)
+	}
+	start := time.Now()
+	lease := locktest.MustAcquire(t, l, key)
+	if waited := time.Since(start); waited > 3*time.Second {
+		t.Fatalf("waited %v for a 300 ms idle timeout", waited)
+	}
+	if lease.Token() <= lock.Token(*token) {
+		t.Fatalf("token %d after the silent holder's %d", lease.Token(), *token)
+	}
+	locktest.MustRelease(t, lease)
+}
+
+// TestPooledSessionsOutliveTTL checks that released connections have their
+// idle timeout disarmed: the server must not end pooled sessions.
+func TestPooledSessionsOutliveTTL(t *testing.T) {
+	url := testDatabase(t)
+	l := newLocker(t, url, WithTTL(200*time.Millisecond))
+	other := newLocker(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, other, key)
+	if _, err := l.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce = %v, want ErrNotAcquired", err)
+	}
+	locktest.MustRelease(t, held)
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, key))
+	created := l.pool.Stat().NewConnsCount()
+	time.Sleep(700 * time.Millisecond)
+
+	probe := connect(t, url)
+	var leases int
+	if err := probe.QueryRow(context.Background(),
+		`SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'stockguard-lease:%'`,
+	).Scan(&leases); err != nil {
+		t.Fatal(err)
+	}
+	if leases != 0 {
+		t.Errorf("%d idle sessions still carry a lease's name", leases)
+	}
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, key, lock.TryOnce()))
+	if n := l.pool.Stat().NewConnsCount(); n != created {
+		t.Errorf("pool opened %d new connections after idling: the server ended pooled sessions", n-created)
+	}
+}
+
+func TestCloseEndsLeasesAndWaiters(t *testing.T) {
+	url := testDatabase(t)
+	a, b := newLocker(t, url), newLocker(t, url)
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, a, key)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := a.Acquire(context.Background(), key)
+		errc <- err
+	}()
+	probe := connect(t, url)
+	waitFor(t, "the acquirer to queue", func() bool { return lockWaiters(t, probe) == 1 })
+
+	start := time.Now()
+	if err := a.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	if err := <-errc; !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("wait interrupted by Close = %v, want ErrUnavailable", err)
+	}
+	select {
+	case <-lease.Done():
+	default:
+		t.Fatal("lease still open after Close")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Errorf("Err() after Close = %v, want ErrLeaseLost", lease.Err())
+	}
+	if err := lease.Release(context.Background()); err != nil {
+		t.Errorf("Release after Close = %v", err)
+	}
+	if _, err := a.Acquire(context.Background(), key); !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("Acquire after Close = %v, want ErrUnavailable", err)
+	}
+	if err := a.Ping(context.Background()); !errors.Is(err, lock.ErrUnavailable) {
+		t.Errorf("Ping after Close = %v, want ErrUnavailable", err)
+	}
+	locktest.MustRelease(t, locktest.MustAcquire(t, b, key))
+}
+
+func TestUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := New(ctx, "postgres://postgres@127.0.0.1:1/none?sslmode=disable&connect_timeout=2")
+	if !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("New on a closed port = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestInvalidKeys(t *testing.T) {
+	l := newLocker(t, testDatabase(t))
+	for _, key := range []string{"", "a\x00b", "\xff\xfe"} {
+		if _, err := l.Acquire(context.Background(), key); !errors.Is(err, lock.ErrInvalidKey) {
+			t.Errorf("Acquire(%q) = %v, want ErrInvalidKey", key, err)
+		}
+	}
+}
+
+func TestConcurrentSetup(t *testing.T) {
+	url := testDatabase(t)
+	var wg sync.WaitGroup
+	for range 6 {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			l, err := New(ctx, url)
+			if err != nil {
+				t.Errorf("New racing 5 others: %v", err)
+				return
+			}
+			_ = l.Close()
+		})
+	}
+	wg.Wait()
+}
+
+func TestMetrics(t *testing.T) {
+	url := testDatabase(t)
+	reg := prometheus.NewPedanticRegistry()
+	a := newLocker(t, url, WithRegisterer(reg), WithTTL(time.Second))
+	b := newLocker(t, url, WithRegisterer(reg)) // shares the collectors
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, a, key)
+	_, _ = b.Acquire(context.Background(), key, lock.TryOnce())
+	_, _ = b.Acquire(context.Background(), "")
+	terminate(t, url, lease)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	_, _ = a.Acquire(ctx, locktest.Key(t)+"x", lock.WithTTL(50*time.Millisecond), lock.WithoutWatchdog())
+	cancel()
+	waitFor(t, "the lease to be lost", func() bool { return lease.Err() != nil })
+	locktest.MustRelease(t, lease)
+
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "backend" && lp.GetValue() != "postgres" {
+					t.Errorf("%s has backend=%q", name, lp.GetValue())
+				}
+				if lp.GetName() == "reason" {
+					name += "/" + lp.GetValue()
+				}
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				got[name] = float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				got[name] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	want := map[string]float64{
+		"stockguard_lock_acquire_seconds":                     2,
+		"stockguard_lock_acquire_failures_total/not_acquired": 1,
+		"stockguard_lock_acquire_failures_total/invalid_key":  1,
+		"stockguard_lock_leases_lost_total":                   2,
+	}
+	for name, v := range want {
+		if got[name] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", name, got[name], v, got)
+		}
+	}
+}
+
+// TestDeadPooledSessions: sessions ended behind the pool's back (a server
+// restart, an operator) cost a retry, not a failed acquisition.
+func TestDeadPooledSessions(t *testing.T) {
+	url := testDatabase(t)
+	l := newLocker(t, url)
+	key := locktest.Key(t)
+	var leases []*lock.Lease
+	for i := range 2 {
+		leases = append(leases, locktest.MustAcquire(t, l, fmt.Sprint(key, i)))
+	}
+	for _, lease := range leases {
+		locktest.MustRelease(t, lease)
+	}
+	probe := connect(t, url)
+	var n int
+	if err := probe.QueryRow(context.Background(), `SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 1000))
+		FROM pg_stat_activity WHERE datname = current_database() AND application_name = $1`, poolAppName).Scan(&n); err != nil || n != 2 {
+		t.Fatalf("terminate the pooled sessions: %d, %v", n, err)
+	}
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, key, lock.TryOnce()))
+}

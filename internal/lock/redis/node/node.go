@@ -1,0 +1,169 @@
+// Package node is one Redis server as Stockguard's Redis lock backends
+// (redis, redlock) use it: a client tuned for locking, the Lua scripts, and
+// the key names. Every call is bounded by the node timeout, so one slow or
+// paused server can delay a lock operation by at most that much.
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Node is a client for one Redis server. It is safe for concurrent use.
+type Node struct {
+	addr    string
+	timeout time.Duration
+	c       *goredis.Client
+}
+
+// New returns a Node for addr whose every call gives up after timeout. It
+// does not connect: the first call does.
+func New(addr string, timeout time.Duration) *Node {
+	c := goredis.NewClient(&goredis.Options{
+		Addr: addr,
+		// The client must never retry on its own: a retried SET NX whose
+		// first reply was lost would find our own key and report "held",
+		// and a retried INCR would skip a token. The backends retry whole
+		// attempts, after cleaning up, instead.
+		MaxRetries:    -1,
+		DialerRetries: 1,
+		DialTimeout:   timeout,
+		ReadTimeout:   timeout,
+		WriteTimeout:  timeout,
+		PoolTimeout:   timeout,
+		// Per-call deadlines come from the context (the node timeout, or the
+		// lease deadline for extensions).
+		ContextTimeoutEnabled: true,
+		// No CLIENT SETINFO / MAINT_NOTIFICATIONS handshakes: they cost a
+		// round trip on each new connection, which matters right after a
+		// node restarts, and a lock needs neither.
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	return &Node{addr: addr, timeout: timeout, c: c}
+}
+
+// Addr is the server's address, as given to New.
+func (n *Node) Addr() string { return n.addr }
+
+// Client is the underlying go-redis client, for tests and diagnostics.
+func (n *Node) Client() *goredis.Client { return n.c }
+
+// Close closes the node's connections.
+func (n *Node) Close() error { return n.c.Close() }
+
+func (n *Node) ctx(parent context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(parent, n.timeout)
+}
+
+// Ping checks that the server answers.
+func (n *Node) Ping(ctx context.Context) error {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	return n.c.Ping(ctx).Err()
+}
+
+// AcquireIncr takes the lock on key for ttl and returns the incremented fence
+// counter, or ok=false when someone else holds the lock.
+func (n *Node) AcquireIncr(ctx context.Context, key, id string, ttl time.Duration) (token uint64, ok bool, err error) {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	v, err := acquireIncrScript.Run(ctx, n.c, keys(key), id, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return 0, false, err
+	}
+	if v <= 0 {
+		return 0, false, nil
+	}
+	return uint64(v), true, nil
+}
+
+// AcquireRead takes the lock on key for ttl and reads the fence counter in
+// the same atomic step; the counter is returned whether or not the lock was
+// taken.
+func (n *Node) AcquireRead(ctx context.Context, key, id string, ttl time.Duration) (acquired bool, fence uint64, err error) {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	v, err := acquireReadScript.Run(ctx, n.c, keys(key), id, ttl.Milliseconds()).Slice()
+	if err != nil {
+		return false, 0, err
+	}
+	if len(v) != 2 {
+		return false, 0, fmt.Errorf("acquire script: unexpected reply %v", v)
+	}
+	flag, ok1 := v[0].(int64)
+	s, ok2 := v[1].(string)
+	if !ok1 || !ok2 {
+		return false, 0, fmt.Errorf("acquire script: unexpected reply %v", v)
+	}
+	fence, err = strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return false, 0, fmt.Errorf("fence counter %s: %w", FenceKey(key), err)
+	}
+	return flag == 1, fence, nil
+}
+
+// SetNX takes the lock on key for ttl without touching the fence counter
+// (Redlock without fencing, for comparison with libraries that have none).
+func (n *Node) SetNX(ctx context.Context, key, id string, ttl time.Duration) (bool, error) {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	return n.c.SetNX(ctx, LockKey(key), id, ttl).Result()
+}
+
+// ErrFenceAhead means a node's fence counter was not below the token being
+// published: another acquisition got there with this token or a larger one.
+var ErrFenceAhead = errors.New("fence counter not below the token")
+
+// ErrNotHeld means the lock on the node does not hold our lease id (it
+// expired, was deleted, or belongs to another lease).
+var ErrNotHeld = errors.New("lock not held by this lease")
+
+// Fence raises key's fence counter to token while the node still holds our
+// lock. It returns nil when it did, ErrNotHeld or ErrFenceAhead when it did
+// not, or the connection error.
+func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	v, err := fenceScript.Run(ctx, n.c, keys(key), id, strconv.FormatUint(token, 10)).Int64()
+	switch {
+	case err != nil:
+		return err
+	case v == 1:
+		return nil
+	case v == 0:
+		return ErrNotHeld
+	default:
+		return ErrFenceAhead
+	}
+}
+
+// Release deletes the lock on key if it holds id; deleted reports whether
+// it did.
+func (n *Node) Release(ctx context.Context, key, id string) (deleted bool, err error) {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	v, err := releaseScript.Run(ctx, n.c, []string{LockKey(key)}, id).Int64()
+	return v == 1, err
+}
+
+// Extend resets the lock's TTL to ttl if it holds id; it returns ErrNotHeld
+// when it does not.
+func (n *Node) Extend(ctx context.Context, key, id string, ttl time.Duration) error {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	v, err := extendScript.Run(ctx, n.c, []string{LockKey(key)}, id, ttl.Milliseconds()).Int64()
+	if err != nil {
+		return err
+	}
+	if v != 1 {
+		return ErrNotHeld
+	}
+	return nil
+}

@@ -1,0 +1,88 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redis/node"
+)
+
+// handle is a held lock: the successful attempt, whose per-node state the
+// release needs.
+type handle struct{ a *attempt }
+
+// Release deletes the lock on every node that may hold it, each after that
+// node's lock writes were answered, and returns once a majority of nodes is
+// clear of it; the stragglers finish in the background (Close waits for
+// them). The caller's cancellation is ignored, each request being bounded by
+// the node timeout: a release that never reaches the nodes leaves the key
+// held for a whole TTL, the very bug NOTES.md records for redsync.
+func (h *handle) Release(context.Context) error {
+	if err := h.a.release(false); err != nil {
+		return fmt.Errorf("redlock: release %q: %w", h.a.key, err)
+	}
+	return nil
+}
+
+// Extend resets the TTL on every node that still holds our lock, in
+// parallel, and succeeds once a majority did, with the validity recomputed
+// from this extension's start. It fails at once, wrapping lock.ErrLeaseLost,
+// when enough nodes answered that the lock is not ours that no majority is
+// left; while nodes merely do not answer it retries until ctx (the lease's
+// validity deadline) ends, because the lease is valid until then.
+func (h *handle) Extend(ctx context.Context) (time.Time, error) {
+	a, l := h.a, h.a.l
+	n, q := len(l.nodes), l.quorum
+	id := a.id.String()
+	idx := make([]int, 0, n)
+	refused := 0
+	for i := range n {
+		select {
+		case <-a.done[i]:
+			if a.write[i] == writeRefused { // our lease id was never there
+				refused++
+				continue
+			}
+		default:
+		}
+		idx = append(idx, i)
+	}
+	for {
+		start := time.Now()
+		results := l.each(idx, func(i int) error { return l.nodes[i].Extend(ctx, a.key, id, a.ttl) })
+		ok, notHeld, pending := 0, refused, len(idx)
+		var errs []error
+		for pending > 0 && ok < q && ok+pending >= q {
+			r := <-results
+			pending--
+			if r.err == nil {
+				ok++
+				continue
+			}
+			if errors.Is(r.err, node.ErrNotHeld) {
+				notHeld++
+			}
+			errs = append(errs, l.nodeErr(r.node, r.err))
+		}
+		if ok >= q {
+			if time.Since(start) < a.ttl-drift(a.ttl) {
+				l.m.Extended(true)
+				return start.Add(a.ttl - drift(a.ttl)), nil
+			}
+			errs = append(errs, fmt.Errorf("extended after %v, no validity left of a %v TTL", time.Since(start), a.ttl))
+		}
+		if notHeld > n-q {
+			l.m.Extended(false)
+			return time.Time{}, fmt.Errorf("redlock: extend %q: held on %d/%d nodes: %w: %w",
+				a.key, n-notHeld, n, lock.ErrLeaseLost, joinNodeErrs(errs))
+		}
+		if err := sleep(ctx, jitter(l.cfg.retryDelay)); err != nil {
+			l.m.Extended(false)
+			return time.Time{}, fmt.Errorf("redlock: extend %q: no quorum (%d/%d): %w: %w",
+				a.key, ok, n, lock.ErrUnavailable, joinNodeErrs(errs))
+		}
+	}
+}

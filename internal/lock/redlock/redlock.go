@@ -1,0 +1,180 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
+	"github.com/stockguard/stockguard/internal/lock/redis/node"
+)
+
+// Locker takes leases on a majority of N Redis masters. It is safe for
+// concurrent use.
+type Locker struct {
+	nodes  []*node.Node
+	quorum int
+	cfg    config
+	m      *lockmetrics.Metrics
+
+	// Requests that outlive the call that started them (the slow nodes after
+	// an early return) are tracked so Close can wait for them.
+	mu     sync.RWMutex
+	closed bool
+	bg     sync.WaitGroup
+}
+
+var _ lock.Locker = (*Locker)(nil)
+
+// New returns a Locker over the Redis masters at addrs ("host:port" each,
+// no duplicates; DefaultAddrs when empty). An odd number of nodes is best:
+// a fourth node adds load without tolerating a second failure. New does not
+// connect: call Ping to check the nodes.
+func New(addrs []string, opts ...Option) (*Locker, error) {
+	if len(addrs) == 0 {
+		addrs = DefaultAddrs()
+	}
+	seen := make(map[string]bool, len(addrs))
+	for _, a := range addrs {
+		if a == "" || seen[a] {
+			return nil, fmt.Errorf("redlock: node address %q empty or repeated", a)
+		}
+		seen[a] = true
+	}
+	cfg := newConfig(opts)
+	m, err := lockmetrics.New(cfg.reg, "redlock")
+	if err != nil {
+		return nil, fmt.Errorf("redlock: metrics: %w", err)
+	}
+	l := &Locker{quorum: len(addrs)/2 + 1, cfg: cfg, m: m}
+	for _, a := range addrs {
+		l.nodes = append(l.nodes, node.New(a, cfg.nodeTimeout))
+	}
+	return l, nil
+}
+
+// Name implements lock.Locker.
+func (l *Locker) Name() string { return "redlock" }
+
+// Fenced implements lock.Locker: tokens come from the quorum counter, unless
+// the Locker was built WithoutFencing.
+func (l *Locker) Fenced() bool { return !l.cfg.noFencing }
+
+// Addrs are the nodes' addresses, in the order given to New.
+func (l *Locker) Addrs() []string {
+	addrs := make([]string, len(l.nodes))
+	for i, n := range l.nodes {
+		addrs[i] = n.Addr()
+	}
+	return addrs
+}
+
+// Quorum is the number of nodes that must agree: N/2+1.
+func (l *Locker) Quorum() int { return l.quorum }
+
+// Ping implements lock.Locker: a majority of nodes must answer PING within
+// the node timeout, else the error wraps lock.ErrUnavailable and names the
+// nodes that did not answer.
+func (l *Locker) Ping(ctx context.Context) error {
+	results := l.each(allNodes(len(l.nodes)), func(i int) error { return l.nodes[i].Ping(ctx) })
+	ok, errs := 0, []error(nil)
+	for range l.nodes {
+		r := <-results
+		if r.err == nil {
+			if ok++; ok >= l.quorum {
+				return nil
+			}
+			continue
+		}
+		errs = append(errs, l.nodeErr(r.node, r.err))
+	}
+	return fmt.Errorf("redlock: ping: no quorum (%d/%d): %w: %w", ok, len(l.nodes), lock.ErrUnavailable, joinNodeErrs(errs))
+}
+
+// Close implements lock.Locker. It waits for requests still running in the
+// background (each bounded by the node timeout) and closes the connections.
+// Leases still held stop being extended and are lost; their keys expire.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.bg.Wait()
+	var errs []error
+	for _, n := range l.nodes {
+		if err := n.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("redlock: close %s: %w", n.Addr(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// spawn runs f on its own goroutine, tracked for Close. After Close, f still
+// runs (its requests fail at once on the closed clients) but is not waited
+// for.
+func (l *Locker) spawn(f func()) {
+	l.mu.RLock()
+	if l.closed {
+		l.mu.RUnlock()
+		go f()
+		return
+	}
+	l.bg.Add(1)
+	l.mu.RUnlock()
+	go func() {
+		defer l.bg.Done()
+		f()
+	}()
+}
+
+// result is one node's answer to a fan-out.
+type result struct {
+	node int
+	err  error
+}
+
+// each runs f for every node in idx in parallel and returns a channel that
+// receives exactly one result per node; it is buffered, so a caller may stop
+// reading after a majority and leave the stragglers to finish alone.
+func (l *Locker) each(idx []int, f func(i int) error) <-chan result {
+	ch := make(chan result, len(idx))
+	for _, i := range idx {
+		l.spawn(func() { ch <- result{node: i, err: f(i)} })
+	}
+	return ch
+}
+
+func allNodes(n int) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	return idx
+}
+
+func (l *Locker) nodeErr(i int, err error) error {
+	return &lock.NodeError{Node: l.nodes[i].Addr(), Err: err}
+}
+
+// joinNodeErrs joins node errors in node order, so messages are stable.
+func joinNodeErrs(errs []error) error {
+	slices.SortFunc(errs, func(a, b error) int {
+		var na, nb *lock.NodeError
+		if errors.As(a, &na) && errors.As(b, &nb) {
+			switch {
+			case na.Node < nb.Node:
+				return -1
+			case na.Node > nb.Node:
+				return 1
+			}
+		}
+		return 0
+	})
+	return errors.Join(errs...)
+}

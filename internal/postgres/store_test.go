@@ -1,0 +1,259 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/postgres"
+	"github.com/stockguard/stockguard/internal/stack"
+)
+
+// newStore opens a store on a fresh, migrated database of the local stack.
+func newStore(t *testing.T, opts ...postgres.Option) *postgres.Store {
+	t.Helper()
+	ctx := context.Background()
+	url := stack.NewDatabase(t, ctx)
+	s, err := postgres.Open(ctx, url, opts...)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if _, err := postgres.Migrate(ctx, s.DB()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	return s
+}
+
+func fence(sku string, token uint64) inventory.Fence {
+	return inventory.Fence{SKU: sku, Token: token, Holder: uuid.New()}
+}
+
+// mustStock creates sku with n units available, as a PUT would.
+func mustStock(t *testing.T, s *postgres.Store, sku string, n int64, token uint64) inventory.Fence {
+	t.Helper()
+	ctx := context.Background()
+	f := fence(sku, token)
+	got, err := s.Claim(ctx, []inventory.Fence{f}, true)
+	if err != nil {
+		t.Fatalf("claim %s: %v", sku, err)
+	}
+	k := got[sku]
+	k.Received += n - k.Available
+	k.Available = n
+	if err := s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k}}); err != nil {
+		t.Fatalf("write %s: %v", sku, err)
+	}
+	return f
+}
+
+func newOrder(sku string, qty int64, token uint64) *inventory.Order {
+	now := time.Now()
+	return &inventory.Order{ID: uuid.New(), Status: inventory.StatusReserved, RequestHash: "h", CreatedAt: now,
+		ExpiresAt: now.Add(time.Hour), Lines: []inventory.Line{{SKU: sku, Quantity: qty, FenceToken: token}}}
+}
+
+// reserve is the service's critical section driven by hand: claim, decide, write.
+func reserve(ctx context.Context, s *postgres.Store, f inventory.Fence, qty int64) error {
+	got, err := s.Claim(ctx, []inventory.Fence{f}, false)
+	if err != nil {
+		return err
+	}
+	return s.Write(ctx, []inventory.Fence{f}, decide(got[f.SKU], qty, newOrder(f.SKU, qty, f.Token)))
+}
+
+func audit(t *testing.T, s *postgres.Store, sku string) inventory.Audit {
+	t.Helper()
+	a, err := s.Audit(context.Background(), sku)
+	if err != nil {
+		t.Fatalf("audit: %v", err)
+	}
+	return a
+}
+
+func TestClaimRejectsOlderToken(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	mustStock(t, s, "sku-a", 10, 5)
+	_, err := s.Claim(ctx, []inventory.Fence{fence("sku-a", 4)}, false)
+	if !errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("claim with an older token = %v, want ErrStaleFence", err)
+	}
+	// An equal token from another lease (a counter lost in a failover) is stale too.
+	_, err = s.Claim(ctx, []inventory.Fence{fence("sku-a", 5)}, false)
+	if !errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("claim with an equal token of another lease = %v, want ErrStaleFence", err)
+	}
+	if _, err := s.Claim(ctx, []inventory.Fence{fence("nope", 9)}, false); !errors.Is(err, inventory.ErrUnknownSKU) {
+		t.Fatalf("claim of an unknown sku = %v, want ErrUnknownSKU", err)
+	}
+}
+
+func TestStaleWriteLeavesNothingBehind(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	mustStock(t, s, "sku-a", 10, 1)
+	mustStock(t, s, "sku-b", 10, 1)
+	a, b := fence("sku-a", 2), fence("sku-b", 2)
+	got, err := s.Claim(ctx, []inventory.Fence{a, b}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A newer lease claims sku-b before our write: the two-line order must
+	// fail as a whole, sku-a included.
+	if _, err := s.Claim(ctx, []inventory.Fence{fence("sku-b", 3)}, false); err != nil {
+		t.Fatal(err)
+	}
+	ka, kb := got["sku-a"], got["sku-b"]
+	ka.Available, ka.Reserved = 9, 1
+	kb.Available, kb.Reserved = 9, 1
+	o := newOrder("sku-a", 1, 2)
+	o.Lines = append(o.Lines, inventory.Line{SKU: "sku-b", Quantity: 1, FenceToken: 2})
+	err = s.Write(ctx, []inventory.Fence{a, b}, inventory.Write{SKUs: []inventory.SKU{ka, kb}, Order: o})
+	var ke *inventory.SKUError
+	if !errors.Is(err, inventory.ErrStaleFence) || !errors.As(err, &ke) || ke.SKU != "sku-b" {
+		t.Fatalf("write = %v, want ErrStaleFence on sku-b", err)
+	}
+	for _, sku := range []string{"sku-a", "sku-b"} {
+		k, _ := s.SKU(ctx, sku)
+		if k.Available != 10 || k.Reserved != 0 {
+			t.Errorf("%s after the rolled-back write: %+v, want untouched", sku, k)
+		}
+	}
+	if _, err := s.Order(ctx, o.ID); !errors.Is(err, inventory.ErrUnknownOrder) {
+		t.Errorf("order of the failed write exists: %v", err)
+	}
+}
+
+// TestPausedHolderBetweenClaimAndWrite is the fencing problem itself:
+// holder A (token 2) claims and reads, then stalls; its lease expires and
+// holder B (token 3) claims and reads; A wakes and writes, landing between
+// B's read and B's write; then B writes. With fencing, A's write is rejected
+// and B's stands. Without it both land and B overwrites A's reservation: one
+// update is lost.
+func TestPausedHolderBetweenClaimAndWrite(t *testing.T) {
+	for _, fencing := range []bool{true, false} {
+		name := map[bool]string{true: "fencing on", false: "fencing off"}[fencing]
+		t.Run(name, func(t *testing.T) {
+			s := newStore(t, postgres.WithFencing(fencing))
+			ctx := context.Background()
+			mustStock(t, s, "hot", 10, 1)
+			a, b := fence("hot", 2), fence("hot", 3)
+
+			readA, err := s.Claim(ctx, []inventory.Fence{a}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			readB, err := s.Claim(ctx, []inventory.Fence{b}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			errA := s.Write(ctx, []inventory.Fence{a}, decide(readA["hot"], 4, newOrder("hot", 4, a.Token)))
+			errB := s.Write(ctx, []inventory.Fence{b}, decide(readB["hot"], 3, newOrder("hot", 3, b.Token)))
+
+			got := audit(t, s, "hot")
+			if fencing {
+				if !errors.Is(errA, inventory.ErrStaleFence) {
+					t.Fatalf("paused holder's write = %v, want ErrStaleFence", errA)
+				}
+				if errB != nil {
+					t.Fatalf("new holder's write = %v", errB)
+				}
+				if !got.Consistent || got.Held != 3 || got.Available != 7 {
+					t.Fatalf("audit = %+v, want consistent with 3 held", got)
+				}
+				return
+			}
+			if errA != nil || errB != nil {
+				t.Fatalf("unfenced writes failed: %v, %v", errA, errB)
+			}
+			if got.Consistent || got.LostUnits != -4 {
+				t.Fatalf("audit = %+v, want the paused holder's 4 units lost (lost_units -4)", got)
+			}
+		})
+	}
+}
+
+// decide reserves qty from what a claim returned.
+func decide(k inventory.SKU, qty int64, o *inventory.Order) inventory.Write {
+	k.Available -= qty
+	k.Reserved += qty
+	return inventory.Write{SKUs: []inventory.SKU{k}, Order: o}
+}
+
+func TestTransitionIsConditional(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	f := mustStock(t, s, "sku-t", 5, 1)
+	f.Token = 2
+	if err := reserve(ctx, s, f, 2); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("ExpiredOrders = %v, %v; want one", ids, err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() {
+			tok := uint64(3 + i)
+			f := fence("sku-t", tok)
+			got, err := s.Claim(ctx, []inventory.Fence{f}, false)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			k := got["sku-t"]
+			k.Reserved -= 2
+			k.Available += 2
+			errs[i] = s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k},
+				Transition: &inventory.Transition{ID: ids[0], From: inventory.StatusReserved, To: inventory.StatusExpired}})
+		})
+	}
+	wg.Wait()
+	ok := 0
+	for _, err := range errs {
+		if err == nil {
+			ok++
+		} else if !errors.Is(err, inventory.ErrInvalidTransition) && !errors.Is(err, inventory.ErrStaleFence) {
+			t.Fatalf("unexpected error: %v", err)
+		}
+	}
+	if ok != 1 {
+		t.Fatalf("%d expirations succeeded, want exactly 1", ok)
+	}
+	if a := audit(t, s, "sku-t"); !a.Consistent || a.Available != 5 {
+		t.Fatalf("audit after expiry = %+v", a)
+	}
+}
+
+func TestReserveKeyOnce(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	o1 := newOrder("x", 1, 0)
+	o1.IdempotencyKey = "key-1"
+	if prev, err := s.ReserveKey(ctx, o1); err != nil || prev != nil {
+		t.Fatalf("first ReserveKey = %v, %v", prev, err)
+	}
+	o2 := newOrder("x", 1, 0)
+	o2.IdempotencyKey = "key-1"
+	prev, err := s.ReserveKey(ctx, o2)
+	if err != nil || prev == nil || prev.ID != o1.ID || prev.Status != inventory.StatusPending {
+		t.Fatalf("second ReserveKey = %+v, %v; want the pending first order", prev, err)
+	}
+	if err := s.ReleaseKey(ctx, o1.ID); err != nil {
+		t.Fatal(err)
+	}
+	if prev, err := s.ReserveKey(ctx, o2); err != nil || prev != nil {
+		t.Fatalf("ReserveKey after release = %v, %v", prev, err)
+	}
+	if n, err := s.PurgePending(ctx, time.Now().Add(time.Minute)); err != nil || n != 1 {
+		t.Fatalf("PurgePending = %d, %v; want 1", n, err)
+	}
+}
