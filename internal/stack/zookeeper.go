@@ -1,0 +1,329 @@
+package stack
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Debian's zookeeper.jar names its dependencies in its manifest, so the
+// class path needs only a logging binding next to it (without one ZooKeeper
+// logs nothing at all).
+const (
+	zkClassPath = "/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar"
+	zkMainClass = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+)
+
+// ZooKeeper modes reported by `srvr` once a node serves requests.
+const (
+	ZKLeader     = "leader"
+	ZKFollower   = "follower"
+	ZKStandalone = "standalone"
+)
+
+// ErrZKNotServing means the node answered but serves no requests, usually
+// because it has no quorum (yet).
+var ErrZKNotServing = errors.New("not serving requests")
+
+// ZKMode asks the ZooKeeper server at addr for its mode with the `srvr`
+// four-letter word: leader, follower or standalone. A node without a quorum
+// answers with an error wrapping ErrZKNotServing (`ruok` would still say imok).
+func ZKMode(ctx context.Context, addr string) (string, error) {
+	out, err := zkFourLetterWord(ctx, addr, "srvr")
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(out) {
+		if mode, ok := strings.CutPrefix(strings.TrimSpace(line), "Mode: "); ok {
+			return mode, nil
+		}
+	}
+	if strings.Contains(out, "not currently serving") {
+		return "", fmt.Errorf("zookeeper %s: %w", addr, ErrZKNotServing)
+	}
+	return "", fmt.Errorf("zookeeper %s: unexpected srvr answer %q", addr, out)
+}
+
+// zkFourLetterWord sends cmd and reads until the server closes the
+// connection, which it does after every four-letter word.
+func zkFourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("zookeeper %s: %w", addr, err)
+	}
+	defer conn.Close()
+	// Cancellation, not only the deadline, must end a read from a frozen node.
+	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })()
+	if _, err := io.WriteString(conn, cmd); err != nil {
+		return "", fmt.Errorf("zookeeper %s: send %s: %w", addr, cmd, err)
+	}
+	out, err := io.ReadAll(bufio.NewReader(conn))
+	if err != nil {
+		return "", fmt.Errorf("zookeeper %s: read %s answer: %w", addr, cmd, err)
+	}
+	return string(out), nil
+}
+
+// ZKEnsemble is a ZooKeeper ensemble of child JVMs owned by the caller,
+// loopback only, killed when the test binary dies.
+type ZKEnsemble struct {
+	nodes []*ZKNode
+}
+
+// ZKNode is one server of a ZKEnsemble. Its methods are safe for concurrent use.
+type ZKNode struct {
+	java       string
+	dir        string
+	myid       int
+	clientPort int
+
+	mu   sync.Mutex
+	proc *process
+}
+
+// StartZKEnsemble starts n ZooKeeper servers (n = 1 runs standalone) with
+// their configuration, data and logs under dir, and returns once every node
+// reports leader or follower. ctx bounds only the start-up (at most 30 s).
+// The settings match scripts/stack.sh: tickTime 200 ms, sessions 400 ms–20 s,
+// no connection limit.
+func StartZKEnsemble(ctx context.Context, dir string, n int) (*ZKEnsemble, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("stack: a ZooKeeper ensemble needs at least one node, got %d", n)
+	}
+	java, err := exec.LookPath("java")
+	if err != nil {
+		return nil, fmt.Errorf("stack: java not found (%w); run scripts/stack.sh up to install it", err)
+	}
+	for jar := range strings.SplitSeq(zkClassPath, ":") {
+		if _, err := os.Stat(jar); err != nil {
+			return nil, fmt.Errorf("stack: ZooKeeper jar missing (%w); run scripts/stack.sh up to install it", err)
+		}
+	}
+	ports, err := freePorts(3 * n) // client, quorum and election port per node
+	if err != nil {
+		return nil, err
+	}
+	var servers strings.Builder
+	if n > 1 {
+		for i := range n {
+			fmt.Fprintf(&servers, "server.%d=127.0.0.1:%d:%d\n", i+1, ports[3*i+1], ports[3*i+2])
+		}
+	}
+
+	e := &ZKEnsemble{}
+	for i := range n {
+		node := &ZKNode{java: java, dir: filepath.Join(dir, "zk"+strconv.Itoa(i+1)), myid: i + 1, clientPort: ports[3*i]}
+		if err := node.writeConfig(servers.String()); err != nil {
+			return nil, err
+		}
+		e.nodes = append(e.nodes, node)
+	}
+	// Boot all JVMs before waiting: no node can serve until a quorum runs.
+	for _, node := range e.nodes {
+		p, err := node.launch()
+		if err != nil {
+			_ = e.Close()
+			return nil, err
+		}
+		node.proc = p
+	}
+	for _, node := range e.nodes {
+		if err := node.proc.waitReady(ctx, node.what(), node.serving); err != nil {
+			_ = e.Close()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Servers returns the client addresses (127.0.0.1:port) in node order.
+func (e *ZKEnsemble) Servers() []string {
+	out := make([]string, len(e.nodes))
+	for i, node := range e.nodes {
+		out[i] = node.Addr()
+	}
+	return out
+}
+
+// Node returns the i-th node (0-based, the order of Servers); it panics if i
+// is out of range.
+func (e *ZKEnsemble) Node(i int) *ZKNode {
+	return e.nodes[i]
+}
+
+// Leader asks every node once and returns the index of the one that reports
+// leader (or standalone). It fails if none does right now, e.g. during an
+// election; use WaitLeader to wait for one.
+func (e *ZKEnsemble) Leader(ctx context.Context) (int, error) {
+	var errs []error
+	for i, node := range e.nodes {
+		mode, err := node.Mode(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if mode == ZKLeader || mode == ZKStandalone {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("stack: no ZooKeeper node reports leader: %w", errors.Join(errs...))
+}
+
+// WaitLeader polls Leader until a node leads or ctx ends, e.g. to time an
+// election after the old leader was killed.
+func (e *ZKEnsemble) WaitLeader(ctx context.Context) (int, error) {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		i, err := e.Leader(ctx)
+		if err == nil {
+			return i, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Close kills every node; it is safe to call more than once.
+func (e *ZKEnsemble) Close() error {
+	var errs []error
+	for _, node := range e.nodes {
+		errs = append(errs, node.Kill())
+	}
+	return errors.Join(errs...)
+}
+
+// Addr returns the node's client address, 127.0.0.1:port.
+func (n *ZKNode) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.clientPort))
+}
+
+// PID returns the process ID of the node's current JVM, or 0 if none runs
+// yet.
+func (n *ZKNode) PID() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc == nil {
+		return 0
+	}
+	return n.proc.pid()
+}
+
+// Mode returns the node's current mode (leader, follower or standalone); see
+// ZKMode.
+func (n *ZKNode) Mode(ctx context.Context) (string, error) {
+	return ZKMode(ctx, n.Addr())
+}
+
+// Kill SIGKILLs the node's JVM and returns once it is gone; its sessions are
+// then served by the surviving nodes while they keep a quorum. Killing a dead
+// node is not an error.
+func (n *ZKNode) Kill() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc == nil {
+		return nil
+	}
+	return n.proc.kill()
+}
+
+// Restart kills the node if it still runs, starts it again on the same ports
+// and data directory (ZooKeeper keeps its data across restarts), and returns
+// once it serves as leader or follower, which needs a quorum of running nodes.
+func (n *ZKNode) Restart(ctx context.Context) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.proc != nil {
+		if err := n.proc.kill(); err != nil {
+			return err
+		}
+	}
+	p, err := n.launch()
+	if err != nil {
+		return err
+	}
+	n.proc = p
+	if err := p.waitReady(ctx, n.what(), n.serving); err != nil {
+		_ = p.kill()
+		return err
+	}
+	return nil
+}
+
+func (n *ZKNode) what() string {
+	return fmt.Sprintf("zookeeper node %d (%s)", n.myid, n.Addr())
+}
+
+func (n *ZKNode) serving(ctx context.Context) error {
+	_, err := n.Mode(ctx)
+	return err
+}
+
+func (n *ZKNode) writeConfig(servers string) error {
+	data := filepath.Join(n.dir, "data")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return fmt.Errorf("stack: zookeeper dir: %w", err)
+	}
+	files := map[string]string{
+		filepath.Join(data, "myid"): strconv.Itoa(n.myid) + "\n",
+		filepath.Join(n.dir, "zoo.cfg"): fmt.Sprintf(`tickTime=200
+initLimit=10
+syncLimit=5
+dataDir=%s
+clientPort=%d
+clientPortAddress=127.0.0.1
+minSessionTimeout=400
+maxSessionTimeout=20000
+maxClientCnxns=0
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
+preAllocSize=4096
+%s`, data, n.clientPort, servers),
+		filepath.Join(n.dir, "log4j.properties"): fmt.Sprintf(`log4j.rootLogger=INFO, F
+log4j.appender.F=org.apache.log4j.FileAppender
+log4j.appender.F.File=%s
+log4j.appender.F.layout=org.apache.log4j.PatternLayout
+log4j.appender.F.layout.ConversionPattern=%%d{ISO8601} [myid:%%X{myid}] %%-5p [%%t:%%C{1}@%%L] - %%m%%n
+`, filepath.Join(n.dir, "zookeeper.log")),
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			return fmt.Errorf("stack: write zookeeper config: %w", err)
+		}
+	}
+	return nil
+}
+
+func (n *ZKNode) launch() (*process, error) {
+	args := []string{
+		// A small heap and the serial GC keep several test JVMs within 2 cores.
+		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
+		"-Djava.net.preferIPv4Stack=true",
+		"-Dlog4j.configuration=file:" + filepath.Join(n.dir, "log4j.properties"),
+		"-cp", zkClassPath,
+		zkMainClass, filepath.Join(n.dir, "zoo.cfg"),
+	}
+	// The JVM's own output is small (start-up errors); the server log is
+	// zookeeper.log, and the tail quoted on failure comes from there.
+	p, err := startProcess(n.java, args, filepath.Join(n.dir, "zookeeper.log"))
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}

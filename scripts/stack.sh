@@ -1,0 +1,536 @@
+#!/usr/bin/env bash
+# Local stack for stockguard: five independent Redis masters, a three-node
+# ZooKeeper ensemble and a PostgreSQL cluster, all on 127.0.0.1, all started
+# by hand from Debian's packages (never through systemd or service scripts).
+#
+#   eval "$(scripts/stack.sh up)"   start what is not running, print env lines
+#   scripts/stack.sh status         one line per server; non-zero if any is down
+#   scripts/stack.sh down [--purge] stop what up started (by PID); --purge also
+#                                   removes the scratch dir
+#
+# stdout of `up` carries only `export NAME=value` lines so that eval works;
+# everything else goes to stderr.
+set -euo pipefail
+
+STACK_DIR=${STOCKGUARD_STACK_DIR:-/tmp/stockguard-stack}
+REDIS_PORTS=${STOCKGUARD_STACK_REDIS_PORTS:-6391,6392,6393,6394,6395}
+ZK_PORTS=${STOCKGUARD_STACK_ZK_PORTS:-2181,2182,2183}
+ZK_QUORUM_PORTS=${STOCKGUARD_STACK_ZK_QUORUM_PORTS:-2881,2882,2883}
+ZK_ELECTION_PORTS=${STOCKGUARD_STACK_ZK_ELECTION_PORTS:-3881,3882,3883}
+PG_PORT=${STOCKGUARD_STACK_PG_PORT:-5433}
+PG_DB=stockguard
+WAIT_SECS=30
+STOP_SECS=10
+JAVA_DIR=/usr/share/java
+ZK_CLASSPATH=$JAVA_DIR/zookeeper.jar:$JAVA_DIR/slf4j-log4j12.jar:$JAVA_DIR/log4j-1.2.jar
+MARKER=.stockguard-stack
+
+PG_ROOT=$STACK_DIR/pg
+PG_DATA=$PG_ROOT/data
+PG_RUN=$PG_ROOT/run
+PG_LOG=$PG_ROOT/postgres.log
+
+log() { printf 'stack: %s\n' "$*" >&2; }
+die() {
+	log "error: $*"
+	exit 1
+}
+
+split_ports() { # name value -> fills the array named by $1
+	local -n out=$1
+	local p
+	IFS=, read -r -a out <<<"$2"
+	for p in "${out[@]}"; do
+		[[ $p =~ ^[0-9]+$ ]] && ((p > 0 && p < 65536)) || die "bad port '$p' in '$2'"
+	done
+}
+split_ports REDIS_PORT_LIST "$REDIS_PORTS"
+split_ports ZK_PORT_LIST "$ZK_PORTS"
+split_ports ZK_QUORUM_LIST "$ZK_QUORUM_PORTS"
+split_ports ZK_ELECTION_LIST "$ZK_ELECTION_PORTS"
+[[ $PG_PORT =~ ^[0-9]+$ ]] || die "bad postgres port '$PG_PORT'"
+((${#ZK_PORT_LIST[@]} == ${#ZK_QUORUM_LIST[@]} && ${#ZK_PORT_LIST[@]} == ${#ZK_ELECTION_LIST[@]})) ||
+	die "ZooKeeper client, quorum and election port lists differ in length"
+
+join_addrs() { # port... -> 127.0.0.1:p1,127.0.0.1:p2
+	local IFS=,
+	local a=("${@/#/127.0.0.1:}")
+	echo "${a[*]}"
+}
+
+tail_log() { # file -> last lines on stderr, to explain a failed start
+	[[ -f $1 ]] || return 0
+	log "last lines of $1:"
+	tail -n 15 "$1" | sed 's/^/    /' >&2 || true
+}
+
+# --- processes ---------------------------------------------------------------
+
+# alive_pid pidfile comm needle: prints the PID when the pidfile names a live
+# (non-zombie) process whose command name and command line match. Checking the
+# command line guards against a recycled PID after a reboot or container restart.
+alive_pid() {
+	local pidfile=$1 comm=$2 needle=$3 pid stat cmdline
+	[[ -s $pidfile ]] || return 1
+	read -r pid <"$pidfile" || true
+	[[ $pid =~ ^[0-9]+$ ]] || return 1
+	[[ -r /proc/$pid/stat ]] || return 1
+	stat=$(<"/proc/$pid/stat") 2>/dev/null || return 1
+	stat=${stat##*) }
+	[[ ${stat%% *} != Z ]] || return 1
+	[[ $(<"/proc/$pid/comm") == "$comm" ]] 2>/dev/null || return 1
+	cmdline="$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) " || return 1
+	[[ $cmdline == *"$needle"* ]] || return 1
+	echo "$pid"
+}
+
+# --- probes (bash /dev/tcp: there is no nc) ----------------------------------
+
+redis_ping() { # port
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		printf 'PING\r\n' >&3
+		IFS= read -r -t 1 line <&3 || exit 1
+		[[ $line == +PONG* ]]
+	) 2>/dev/null
+}
+
+zk_cmd() { # port word -> the four-letter-word answer on stdout
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		printf '%s' "$2" >&3
+		while IFS= read -r -t 1 line <&3; do printf '%s\n' "$line"; done
+		[[ -n ${line:-} ]] && printf '%s\n' "$line"
+		true
+	) 2>/dev/null
+}
+
+zk_mode() { # port -> leader|follower|standalone (only once a quorum exists)
+	local out
+	out=$(zk_cmd "$1" srvr) || return 1
+	out=$(sed -n 's/^Mode: //p' <<<"$out")
+	[[ $out == leader || $out == follower || $out == standalone ]] || return 1
+	echo "$out"
+}
+
+pg_ready() {
+	"$PG_BIN/pg_isready" -q -h 127.0.0.1 -p "$PG_PORT" -t 1 >/dev/null 2>&1
+}
+
+# --- packages ----------------------------------------------------------------
+
+find_pg_bin() {
+	local want="" d best=""
+	# An existing cluster only starts with the major version that created it.
+	[[ -s $PG_DATA/PG_VERSION ]] && want=$(<"$PG_DATA/PG_VERSION")
+	if [[ -n $want && -x /usr/lib/postgresql/$want/bin/postgres ]]; then
+		echo "/usr/lib/postgresql/$want/bin"
+		return 0
+	fi
+	while read -r d; do
+		if [[ -x $d/postgres && -x $d/initdb && -x $d/pg_ctl && -x $d/psql && -x $d/pg_isready ]]; then
+			best=$d
+		fi
+	done < <(printf '%s\n' /usr/lib/postgresql/*/bin | sort -V)
+	[[ -n $best ]] || return 1
+	echo "$best"
+}
+
+# dpkg_locked: true while apt or dpkg holds one of their locks (read from
+# /proc/locks, because dpkg's fcntl locks are invisible to flock(1)).
+dpkg_locked() {
+	local f ino
+	for f in /var/lib/dpkg/lock-frontend /var/lib/dpkg/lock /var/lib/apt/lists/lock /var/cache/apt/archives/lock; do
+		[[ -e $f ]] || continue
+		ino=$(stat -c %i "$f")
+		if awk -v ino="$ino" '{ n = split($(NF-2), a, ":"); if (a[n] == ino) found = 1 } END { exit !found }' /proc/locks; then
+			return 0
+		fi
+	done
+	return 1
+}
+
+wait_dpkg_lock() {
+	local i
+	for ((i = 0; i < 600; i++)); do
+		dpkg_locked || return 0
+		((i % 30 == 0)) && log "apt/dpkg is busy (another install is running); waiting for its lock"
+		sleep 1
+	done
+	die "apt/dpkg lock still held after 600 s; finish or stop the other apt-get, then re-run"
+}
+
+POLICY_CREATED=0
+cleanup_policy() {
+	if ((POLICY_CREATED)); then rm -f /usr/sbin/policy-rc.d; fi
+}
+
+ensure_packages() {
+	local pkgs=()
+	command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
+	command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
+	# libzookeeper-java holds the jars and nothing else: the zookeeper package
+	# would add init scripts we never use and the full (X11) default-jre.
+	[[ -f $JAVA_DIR/zookeeper.jar ]] || pkgs+=(libzookeeper-java)
+	[[ -f $JAVA_DIR/slf4j-log4j12.jar ]] || pkgs+=(libslf4j-java)
+	[[ -f $JAVA_DIR/log4j-1.2.jar ]] || pkgs+=(liblog4j1.2-java)
+	local need_pg=0
+	find_pg_bin >/dev/null || need_pg=1
+	((${#pkgs[@]} || need_pg)) || return 0
+
+	((EUID == 0)) || die "missing packages (${pkgs[*]} $( ((need_pg)) && echo postgresql)); run this once as root to install them"
+	export DEBIAN_FRONTEND=noninteractive
+	# Without a policy-rc.d the packages' postinst would start redis-server and
+	# postgresql through their service scripts; the stack starts its own.
+	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod 755 /usr/sbin/policy-rc.d
+		POLICY_CREATED=1
+		trap cleanup_policy EXIT
+	fi
+	wait_dpkg_lock
+	log "apt-get update"
+	apt-get -o DPkg::Lock::Timeout=120 update >&2 || die "apt-get update failed"
+	if ((need_pg)); then
+		if apt-cache show postgresql-15 >/dev/null 2>&1; then pkgs+=(postgresql-15); else pkgs+=(postgresql); fi
+	fi
+	wait_dpkg_lock
+	log "apt-get install ${pkgs[*]}"
+	apt-get -o DPkg::Lock::Timeout=120 install -y --no-install-recommends "${pkgs[@]}" >&2 ||
+		die "apt-get install ${pkgs[*]} failed"
+	cleanup_policy
+	POLICY_CREATED=0
+	command -v redis-server >/dev/null 2>&1 || die "redis-server still missing after install"
+	command -v java >/dev/null 2>&1 || die "java still missing after install"
+	[[ -f $JAVA_DIR/zookeeper.jar ]] || die "$JAVA_DIR/zookeeper.jar still missing after install"
+	find_pg_bin >/dev/null || die "PostgreSQL binaries still missing under /usr/lib/postgresql/*/bin"
+}
+
+# --- redis -------------------------------------------------------------------
+
+redis_dir() { echo "$STACK_DIR/redis/$1"; }
+# Redis rewrites its command line to "redis-server 127.0.0.1:PORT".
+redis_pid() { alive_pid "$(redis_dir "$1")/redis.pid" redis-server ":$1 "; }
+
+start_redis() { # port
+	local port=$1 d pid
+	d=$(redis_dir "$port")
+	mkdir -p "$d"
+	if pid=$(redis_pid "$port"); then
+		log "redis 127.0.0.1:$port already running (pid $pid)"
+		return 0
+	fi
+	rm -f "$d/redis.pid"
+	log "starting redis 127.0.0.1:$port"
+	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+		--daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" --dir "$d" \
+		</dev/null >>"$d/redis.log" 2>&1 9>&- || {
+		tail_log "$d/redis.log"
+		die "redis-server on port $port did not start"
+	}
+}
+
+wait_redis() { # port
+	local port=$1 i d
+	d=$(redis_dir "$port")
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		if redis_pid "$port" >/dev/null; then
+			redis_ping "$port" && return 0
+		elif ((i >= 30)); then
+			# Redis writes its pidfile only after it has bound the port, so no
+			# pidfile after 3 s means it exited (often: the port is taken).
+			tail_log "$d/redis.log"
+			die "redis-server on port $port exited; is the port used by another process?"
+		fi
+		sleep 0.1
+	done
+	tail_log "$d/redis.log"
+	die "redis on 127.0.0.1:$port did not answer PING within ${WAIT_SECS}s"
+}
+
+# --- zookeeper ---------------------------------------------------------------
+
+zk_dir() { echo "$STACK_DIR/zk/$1"; }
+zk_pid() { alive_pid "$(zk_dir "$1")/zk.pid" java "$(zk_dir "$1")/zoo.cfg"; }
+
+write_zk_config() { # id (1-based)
+	local id=$1 d i
+	d=$(zk_dir "$id")
+	mkdir -p "$d/data"
+	echo "$id" >"$d/data/myid"
+	{
+		echo "tickTime=200"
+		echo "initLimit=10"
+		echo "syncLimit=5"
+		echo "dataDir=$d/data"
+		echo "clientPort=${ZK_PORT_LIST[id - 1]}"
+		echo "clientPortAddress=127.0.0.1"
+		echo "minSessionTimeout=400"
+		echo "maxSessionTimeout=20000"
+		echo "maxClientCnxns=0"
+		echo "admin.enableServer=false"
+		echo "4lw.commands.whitelist=ruok,srvr,stat,mntr,cons"
+		# Load tests write many znodes; keep the scratch dir from growing forever.
+		echo "autopurge.snapRetainCount=3"
+		echo "autopurge.purgeInterval=1"
+		echo "preAllocSize=16384"
+		for ((i = 1; i <= ${#ZK_PORT_LIST[@]}; i++)); do
+			echo "server.$i=127.0.0.1:${ZK_QUORUM_LIST[i - 1]}:${ZK_ELECTION_LIST[i - 1]}"
+		done
+	} >"$d/zoo.cfg"
+	cat >"$d/log4j.properties" <<EOF
+log4j.rootLogger=INFO, R
+log4j.appender.R=org.apache.log4j.RollingFileAppender
+log4j.appender.R.File=$d/zookeeper.log
+log4j.appender.R.MaxFileSize=10MB
+log4j.appender.R.MaxBackupIndex=2
+log4j.appender.R.layout=org.apache.log4j.PatternLayout
+log4j.appender.R.layout.ConversionPattern=%d{ISO8601} [myid:%X{myid}] %-5p [%t:%C{1}@%L] - %m%n
+EOF
+}
+
+start_zk() { # id (1-based)
+	local id=$1 d pid
+	d=$(zk_dir "$id")
+	if pid=$(zk_pid "$id"); then
+		log "zookeeper 127.0.0.1:${ZK_PORT_LIST[id - 1]} already running (pid $pid)"
+		return 0
+	fi
+	rm -f "$d/zk.pid"
+	write_zk_config "$id"
+	log "starting zookeeper 127.0.0.1:${ZK_PORT_LIST[id - 1]} (myid $id)"
+	# setsid detaches the JVM from our session so that a Ctrl-C in the shell
+	# that ran `up` does not take the ensemble down; the inner shell records
+	# its own PID and execs java, so the pidfile names the JVM itself.
+	setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' zk "$d/zk.pid" \
+		java -Xms32m -Xmx256m -XX:+UseSerialGC -XX:-UsePerfData \
+		-Djava.net.preferIPv4Stack=true \
+		-Dzookeeper.log.dir="$d" \
+		-Dlog4j.configuration="file:$d/log4j.properties" \
+		-cp "$ZK_CLASSPATH" \
+		org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg" \
+		</dev/null >>"$d/zk.out" 2>&1 9>&- &
+}
+
+wait_zk() {
+	local i id n=${#ZK_PORT_LIST[@]} ready
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		ready=0
+		for ((id = 1; id <= n; id++)); do
+			if ! zk_pid "$id" >/dev/null; then
+				# The JVM writes no pidfile of its own; give the launcher a moment.
+				if ((i >= 20)); then
+					tail_log "$(zk_dir "$id")/zk.out"
+					tail_log "$(zk_dir "$id")/zookeeper.log"
+					die "zookeeper node $id (port ${ZK_PORT_LIST[id - 1]}) exited"
+				fi
+				continue
+			fi
+			zk_mode "${ZK_PORT_LIST[id - 1]}" >/dev/null && ready=$((ready + 1))
+		done
+		((ready == n)) && return 0
+		sleep 0.1
+	done
+	for ((id = 1; id <= n; id++)); do tail_log "$(zk_dir "$id")/zookeeper.log"; done
+	die "zookeeper ensemble did not elect a leader within ${WAIT_SECS}s"
+}
+
+# --- postgres ----------------------------------------------------------------
+
+pg_pid() { alive_pid "$PG_DATA/postmaster.pid" postgres "$PG_DATA"; }
+
+as_postgres() { (cd / && runuser -u postgres -- "$@"); }
+
+start_pg() {
+	local pid
+	((EUID == 0)) || die "starting postgres needs root (initdb and postgres run as the postgres user via runuser)"
+	id postgres >/dev/null 2>&1 ||
+		useradd --system --user-group --no-create-home --home-dir /var/lib/postgresql --shell /usr/sbin/nologin postgres
+	mkdir -p "$PG_ROOT"
+	chown postgres: "$PG_ROOT"
+	chmod 700 "$PG_ROOT"
+	as_postgres test -w "$PG_ROOT" ||
+		die "user postgres cannot write $PG_ROOT; choose a STOCKGUARD_STACK_DIR it can reach (e.g. under /tmp)"
+	if pid=$(pg_pid); then
+		log "postgres 127.0.0.1:$PG_PORT already running (pid $pid)"
+		return 0
+	fi
+	if [[ ! -s $PG_DATA/PG_VERSION ]]; then
+		rm -rf "$PG_DATA"
+		log "initdb $PG_DATA"
+		as_postgres "$PG_BIN/initdb" -D "$PG_DATA" -U postgres -A trust -E UTF8 --locale=C.UTF-8 \
+			--no-instructions >"$PG_ROOT/initdb.log" 2>&1 || {
+			tail_log "$PG_ROOT/initdb.log"
+			die "initdb failed"
+		}
+		echo "include 'stockguard.conf'" >>"$PG_DATA/postgresql.conf"
+	fi
+	# Rewritten on every start so that a changed STOCKGUARD_STACK_PG_PORT applies.
+	as_postgres mkdir -p "$PG_RUN"
+	cat >"$PG_DATA/stockguard.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $PG_PORT
+unix_socket_directories = '$PG_RUN'
+max_connections = 300
+EOF
+	chown postgres: "$PG_DATA/stockguard.conf"
+	# postgres itself refuses to start over a postmaster.pid it cannot prove
+	# stale (a recycled PID in a container looks alive to it).
+	rm -f "$PG_DATA/postmaster.pid"
+	log "starting postgres 127.0.0.1:$PG_PORT"
+	as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -W -s start >&2 9>&- || {
+		tail_log "$PG_LOG"
+		die "pg_ctl start failed"
+	}
+}
+
+wait_pg() {
+	local i
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		if pg_pid >/dev/null; then
+			pg_ready && break
+		elif ((i >= 30)); then
+			tail_log "$PG_LOG"
+			die "postgres exited; is port $PG_PORT used by another process?"
+		fi
+		sleep 0.1
+	done
+	pg_ready || {
+		tail_log "$PG_LOG"
+		die "postgres on 127.0.0.1:$PG_PORT did not accept connections within ${WAIT_SECS}s"
+	}
+	local psql=("$PG_BIN/psql" -X -q -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -v ON_ERROR_STOP=1 -tA)
+	if [[ $(PGCONNECT_TIMEOUT=5 "${psql[@]}" -c "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'") != 1 ]]; then
+		log "creating database $PG_DB"
+		PGCONNECT_TIMEOUT=5 "${psql[@]}" -c "CREATE DATABASE $PG_DB" >&2 || die "CREATE DATABASE $PG_DB failed"
+	fi
+}
+
+# --- commands ----------------------------------------------------------------
+
+# Servers must not inherit fd 9 (every launch closes it with 9>&-): a daemon
+# holding the lock file open would keep the lock forever.
+lock_stack() {
+	exec 9>"$STACK_DIR/.lock"
+	flock -w 120 9 || die "another stack.sh holds $STACK_DIR/.lock"
+}
+
+cmd_up() {
+	local port id
+	ensure_packages
+	PG_BIN=$(find_pg_bin)
+	mkdir -p "$STACK_DIR"
+	chmod 755 "$STACK_DIR" # the postgres user must traverse it
+	touch "$STACK_DIR/$MARKER"
+	lock_stack
+
+	# Start everything first and wait afterwards: the servers boot in parallel.
+	for port in "${REDIS_PORT_LIST[@]}"; do start_redis "$port"; done
+	for ((id = 1; id <= ${#ZK_PORT_LIST[@]}; id++)); do start_zk "$id"; done
+	start_pg
+
+	for port in "${REDIS_PORT_LIST[@]}"; do wait_redis "$port"; done
+	wait_zk
+	wait_pg
+	log "all servers answer"
+
+	echo "export STOCKGUARD_REDIS_ADDRS=$(join_addrs "${REDIS_PORT_LIST[@]}")"
+	echo "export STOCKGUARD_ZK_SERVERS=$(join_addrs "${ZK_PORT_LIST[@]}")"
+	echo "export STOCKGUARD_DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB?sslmode=disable"
+}
+
+cmd_status() {
+	local port id pid down=0 mode
+	PG_BIN=$(find_pg_bin 2>/dev/null) || PG_BIN=/nonexistent
+	for port in "${REDIS_PORT_LIST[@]}"; do
+		if pid=$(redis_pid "$port") && redis_ping "$port"; then
+			echo "redis     127.0.0.1:$port up (pid $pid)"
+		else
+			echo "redis     127.0.0.1:$port DOWN"
+			down=1
+		fi
+	done
+	for ((id = 1; id <= ${#ZK_PORT_LIST[@]}; id++)); do
+		port=${ZK_PORT_LIST[id - 1]}
+		if pid=$(zk_pid "$id") && mode=$(zk_mode "$port"); then
+			echo "zookeeper 127.0.0.1:$port up (pid $pid, $mode)"
+		else
+			echo "zookeeper 127.0.0.1:$port DOWN"
+			down=1
+		fi
+	done
+	if pid=$(pg_pid) && pg_ready; then
+		echo "postgres  127.0.0.1:$PG_PORT up (pid $pid)"
+	else
+		echo "postgres  127.0.0.1:$PG_PORT DOWN"
+		down=1
+	fi
+	return "$down"
+}
+
+cmd_down() {
+	local purge=0 port id pid i
+	[[ ${1:-} == --purge ]] && purge=1
+	[[ -n ${1:-} && $purge == 0 ]] && die "usage: stack.sh down [--purge]"
+	if [[ ! -d $STACK_DIR ]]; then
+		log "nothing to stop: $STACK_DIR does not exist"
+		return 0
+	fi
+	lock_stack
+
+	# Signal everything first, then wait: shutdowns overlap.
+	local pids=() names=()
+	for port in "${REDIS_PORT_LIST[@]}"; do
+		if pid=$(redis_pid "$port"); then
+			kill -TERM "$pid" && pids+=("$pid") && names+=("redis :$port")
+		fi
+	done
+	for ((id = 1; id <= ${#ZK_PORT_LIST[@]}; id++)); do
+		if pid=$(zk_pid "$id"); then
+			kill -TERM "$pid" && pids+=("$pid") && names+=("zookeeper :${ZK_PORT_LIST[id - 1]}")
+		fi
+	done
+	if pid=$(pg_pid); then
+		# SIGINT is postgres' "fast" shutdown; SIGTERM ("smart") would wait for
+		# every client to disconnect.
+		kill -INT "$pid" && pids+=("$pid") && names+=("postgres :$PG_PORT")
+	fi
+	for ((i = 0; i < STOP_SECS * 10; i++)); do
+		local left=0 p
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+		((left)) || break
+		sleep 0.1
+	done
+	for ((i = 0; i < ${#pids[@]}; i++)); do
+		if kill -0 "${pids[i]}" 2>/dev/null; then
+			log "${names[i]} (pid ${pids[i]}) ignored the stop signal for ${STOP_SECS}s; SIGKILL"
+			kill -KILL "${pids[i]}" 2>/dev/null || true
+		else
+			log "stopped ${names[i]} (pid ${pids[i]})"
+		fi
+	done
+	for port in "${REDIS_PORT_LIST[@]}"; do rm -f "$(redis_dir "$port")/redis.pid"; done
+	for ((id = 1; id <= ${#ZK_PORT_LIST[@]}; id++)); do rm -f "$(zk_dir "$id")/zk.pid"; done
+	((${#pids[@]})) || log "no running server found"
+
+	if ((purge)); then
+		# The marker keeps a mistyped STOCKGUARD_STACK_DIR from deleting an
+		# unrelated directory.
+		[[ -e $STACK_DIR/$MARKER ]] || die "$STACK_DIR has no $MARKER file; not removing it"
+		rm -rf -- "$STACK_DIR"
+		log "removed $STACK_DIR"
+	fi
+}
+
+case ${1:-} in
+up) cmd_up ;;
+status) cmd_status ;;
+down)
+	shift
+	cmd_down "$@"
+	;;
+*)
+	echo "usage: $0 up|status|down [--purge]" >&2
+	exit 2
+	;;
+esac
