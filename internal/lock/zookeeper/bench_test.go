@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"runtime"
 	"net"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -29,12 +30,17 @@ func benchLocker(b *testing.B) *Locker {
 	return mustLocker(b, servers, WithDialer(pinnedDialer(servers[0])))
 }
 
-func cycle(b *testing.B, l lock.Locker, key string) {
+// cycle takes and releases key once.
+func cycle(l lock.Locker, key string) error {
 	lease, err := l.Acquire(context.Background(), key)
 	if err != nil {
-		b.Fatal(err)
+		return err
 	}
-	if err := lease.Release(context.Background()); err != nil {
+	return lease.Release(context.Background())
+}
+
+func mustCycle(b *testing.B, l lock.Locker, key string) {
+	if err := cycle(l, key); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -44,25 +50,28 @@ func cycle(b *testing.B, l lock.Locker, key string) {
 func BenchmarkUncontended(b *testing.B) {
 	l := benchLocker(b)
 	k := key(b)
-	cycle(b, l, k) // connect first
+	mustCycle(b, l, k) // connect first
 	for b.Loop() {
-		cycle(b, l, k)
+		mustCycle(b, l, k)
 	}
 }
 
-// BenchmarkZKLockUncontended is go-zookeeper's own recipe on the same
-// server, for comparison: create, list, delete, with a parent that stays.
-func BenchmarkZKLockUncontended(b *testing.B) {
+// zkLockCycle returns one cycle of go-zookeeper's own recipe (create,
+// list, delete, with a parent that stays) on a connection pinned like ours.
+func zkLockCycle(b *testing.B) func() {
 	servers := sharedZK(b)
 	conn, _, err := zk.Connect(servers, 4*time.Second, zk.WithDialer(pinnedDialer(servers[0])),
 		zk.WithLogInfo(false), zk.WithLogger(quiet{}))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer conn.Close()
 	path := testRoot + "-zklock/" + key(b)
+	b.Cleanup(func() {
+		_ = conn.Delete(path, -1)
+		conn.Close()
+	})
 	acl := zk.WorldACL(zk.PermAll)
-	zcycle := func() {
+	return func() {
 		m := zk.NewLock(conn, path, acl)
 		if err := m.Lock(); err != nil {
 			b.Fatal(err)
@@ -71,12 +80,46 @@ func BenchmarkZKLockUncontended(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkZKLockUncontended is zk.Lock's uncontended cycle, for comparison
+// with BenchmarkUncontended.
+func BenchmarkZKLockUncontended(b *testing.B) {
+	zcycle := zkLockCycle(b)
 	zcycle() // connect and create the parents first
 	for b.Loop() {
 		zcycle()
 	}
-	b.StopTimer()
-	_ = conn.Delete(path, -1)
+}
+
+// BenchmarkPairedVsZKLock alternates one cycle of ours and one of zk.Lock,
+// so both see the same load on a shared machine, and reports each one's
+// median cycle and the ratio of the medians (the target is at most 1.2).
+// Medians, not means: a JVM pause or a neighbour's compile lands on
+// whichever cycle runs at the time.
+func BenchmarkPairedVsZKLock(b *testing.B) {
+	l := benchLocker(b)
+	k := key(b)
+	zcycle := zkLockCycle(b)
+	mustCycle(b, l, k)
+	zcycle()
+	var ours, theirs []time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		mustCycle(b, l, k)
+		t1 := time.Now()
+		zcycle()
+		ours, theirs = append(ours, t1.Sub(t0)), append(theirs, time.Since(t1))
+	}
+	mo, mt := median(ours), median(theirs)
+	b.ReportMetric(float64(mo.Nanoseconds()), "ours-p50-ns")
+	b.ReportMetric(float64(mt.Nanoseconds()), "zklock-p50-ns")
+	b.ReportMetric(float64(mo)/float64(mt), "ratio")
+}
+
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
 }
 
 // BenchmarkContended16 is 16 goroutines of one Locker on one key: every
@@ -84,11 +127,14 @@ func BenchmarkZKLockUncontended(b *testing.B) {
 func BenchmarkContended16(b *testing.B) {
 	l := benchLocker(b)
 	k := key(b)
-	cycle(b, l, k)
-	b.SetParallelism(16 / min(16, max(1, runtimeProcs())))
+	mustCycle(b, l, k)
+	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0))) // 16 goroutines
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			cycle(b, l, k)
+			if err := cycle(l, k); err != nil {
+				b.Error(err) // Fatal may not be called off the benchmark goroutine
+				return
+			}
 		}
 	})
 }
@@ -102,13 +148,14 @@ func BenchmarkSpread16(b *testing.B) {
 	for i := range keys {
 		keys[i] = fmt.Sprintf("%s-%04d", base, i)
 	}
-	cycle(b, l, keys[0])
-	b.SetParallelism(16 / min(16, max(1, runtimeProcs())))
+	mustCycle(b, l, keys[0])
+	b.SetParallelism(max(1, 16/runtime.GOMAXPROCS(0))) // 16 goroutines
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			cycle(b, l, keys[rand.IntN(len(keys))])
+			if err := cycle(l, keys[rand.IntN(len(keys))]); err != nil {
+				b.Error(err)
+				return
+			}
 		}
 	})
 }
-
-func runtimeProcs() int { return runtime.GOMAXPROCS(0) }

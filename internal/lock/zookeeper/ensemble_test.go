@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +33,9 @@ func (o *onlyTo) dial(network, addr string, timeout time.Duration) (net.Conn, er
 // after the reconnection, exclusion holds throughout, and tokens keep
 // growing (across the new epoch, too).
 func TestNodeFailures(t *testing.T) {
+	if os.Getenv(stack.EnvSkipIntegration) == "1" {
+		t.Skipf("%s=1: no ZooKeeper ensemble of our own", stack.EnvSkipIntegration)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	e, err := stack.StartZKEnsemble(ctx, t.TempDir(), 3)
@@ -49,10 +53,23 @@ func TestNodeFailures(t *testing.T) {
 		follower := (leader + 1) % 3
 		var d onlyTo
 		d.pin(servers[follower])
-		a := mustLocker(t, servers, WithDialer(d.dial))
+		a := mustLocker(t, servers, WithDialer(d.dial)) // the holder
+		w := mustLocker(t, servers, WithDialer(d.dial)) // a waiter
 		b := mustLocker(t, servers)
+		insp := inspector(t, servers)
 		k := key(t)
 		held := mustAcquire(t, a, k)
+		waited := make(chan *lock.Lease, 1)
+		go func() {
+			wctx, wcancel := context.WithTimeout(ctx, 30*time.Second)
+			defer wcancel()
+			lease, err := w.Acquire(wctx, k)
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			waited <- lease
+		}()
+		waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(children(t, insp, k)) == 2 })
 
 		if err := e.Node(follower).Kill(); err != nil {
 			t.Fatal(err)
@@ -66,12 +83,17 @@ func TestNodeFailures(t *testing.T) {
 		if _, err := b.Acquire(ctx, k, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
 			t.Fatalf("key taken while held: %v", err)
 		}
+		// The waiter kept its place in the queue across the reconnection.
 		mustRelease(t, held)
-		next := mustAcquire(t, b, k)
+		next := <-waited
+		if next == nil {
+			t.FailNow()
+		}
 		if next.Token() <= held.Token() {
 			t.Fatalf("token %d after %d", next.Token(), held.Token())
 		}
 		mustRelease(t, next)
+		mustRelease(t, mustAcquire(t, b, k))
 		mustRelease(t, mustAcquire(t, a, k+"-new"))
 		if err := e.Node(follower).Restart(ctx); err != nil {
 			t.Fatal(err)

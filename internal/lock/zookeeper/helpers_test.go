@@ -51,6 +51,7 @@ func (quiet) Printf(string, ...any) {}
 // children lists a key's waiter nodes; a missing parent counts as none.
 func children(tb testing.TB, c *zk.Conn, key string) []string {
 	tb.Helper()
+	syncWith(tb, c)
 	names, _, err := c.Children(testRoot + "/" + key)
 	if err == zk.ErrNoNode {
 		return nil
@@ -59,6 +60,26 @@ func children(tb testing.TB, c *zk.Conn, key string) []string {
 		tb.Fatalf("children of %s: %v", key, err)
 	}
 	return names
+}
+
+// exists reports whether path exists, as of the leader's latest write.
+func exists(tb testing.TB, c *zk.Conn, path string) (bool, *zk.Stat) {
+	tb.Helper()
+	syncWith(tb, c)
+	ok, st, err := c.Exists(path)
+	if err != nil {
+		tb.Fatalf("exists %s: %v", path, err)
+	}
+	return ok, st
+}
+
+// syncWith makes the inspector's server catch up with the leader: a read
+// from another client may otherwise miss a write that was already answered.
+func syncWith(tb testing.TB, c *zk.Conn) {
+	tb.Helper()
+	if _, err := c.Sync("/"); err != nil {
+		tb.Fatalf("sync: %v", err)
+	}
 }
 
 // waitFor polls cond every 10 ms until it holds or d passes.

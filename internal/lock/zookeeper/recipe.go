@@ -22,6 +22,7 @@ type node struct {
 	id     uuid.UUID
 	token  lock.Token
 	alone  bool // nobody queued behind it when it got the lock
+	first  bool // created together with its parent: nobody can be ahead
 }
 
 func (n *node) path() string { return n.parent + "/" + n.name }
@@ -41,16 +42,18 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 			children, _, err = s.conn.Children(parent)
 			return err
 		})
-		switch {
-		case err == nil:
+		if err == nil {
 			for _, c := range children {
 				if _, ok := parseSeq(c); ok {
 					return nil, lock.ErrNotAcquired
 				}
 			}
-		case !errors.Is(err, zk.ErrNoNode):
-			return nil, s.classify(err)
 		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// ErrNoNode: nobody there. Any other failure: the create below
+		// has its own recovery, and the listing after it the last word.
 	}
 
 	n, err := s.create(ctx, key, parent)
@@ -102,6 +105,9 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 // between the two. ErrNodeExists or ErrNoNode says we guessed wrong; we try
 // the other way.
 func (s *session) create(ctx context.Context, key, parent string) (*node, error) {
+	if ctx.Done() == nil {
+		return s.createNode(key, parent)
+	}
 	type result struct {
 		n   *node
 		err error
@@ -154,13 +160,17 @@ func (s *session) createNode(key, parent string) (*node, error) {
 		case err == nil:
 			s.l.parents.set(key, true)
 			created, set := res[len(res)-2], res[len(res)-1]
-			return newNode(key, parent, created.String, id, set.Stat.Mzxid)
+			n, err := newNode(key, parent, created.String, id, set.Stat.Mzxid)
+			if n != nil {
+				n.first = withParent
+			}
+			return n, err
 		case lostResponse(err):
 			n, rerr := s.recoverCreate(key, parent, id)
 			if n != nil || rerr != nil {
 				return n, rerr
 			}
-			time.Sleep(10 * time.Millisecond) // not created: a new try, not a hot loop
+			time.Sleep(retryPause) // not created: a new try, not a hot loop
 		case withParent && len(res) > 0 && errors.Is(res[0].Error, zk.ErrNodeExists):
 			s.l.parents.set(key, true)
 		case withParent && len(res) > 0 && errors.Is(res[0].Error, zk.ErrNoNode):
@@ -179,11 +189,20 @@ func (s *session) createNode(key, parent string) (*node, error) {
 // recoverCreate looks for the node of a create whose response was lost,
 // by the uuid in its name. It returns (nil, nil) when the create did not
 // happen.
+//
+// The listing follows a sync: after a reconnection we may be on another
+// server, one that has not applied the create yet. Once the session has
+// moved, the leader refuses anything the old server still forwards, so
+// after the sync the create either shows or never will.
 func (s *session) recoverCreate(key, parent string, id uuid.UUID) (*node, error) {
 	mark := nodePrefix(id)
-	for ; ; time.Sleep(10 * time.Millisecond) { // a retry waits for the reconnection
+	for ; ; time.Sleep(retryPause) { // a retry waits for the reconnection
 		if s.isGone() {
 			return nil, errSessionGone
+		}
+		_, err := s.conn.Sync(parent)
+		if lostResponse(err) {
+			continue
 		}
 		children, _, err := s.conn.Children(parent)
 		switch {
@@ -213,6 +232,7 @@ func (s *session) recoverCreate(key, parent string, id uuid.UUID) (*node, error)
 			return nil, errSessionGone // created, then deleted with a session
 		}
 		s.l.parents.set(key, true)
+		s.l.log.Info("zookeeper: create response lost, node found by its uuid", "node", parent+"/"+name)
 		return newNode(key, parent, parent+"/"+name, id, st.Czxid)
 	}
 }
@@ -238,12 +258,24 @@ func (s *session) ensureRoot() error {
 	return nil
 }
 
-// wait returns once n is the lowest waiter of its key. Each pass lists the
-// key's children and watches only the closest node ahead, so a release
-// wakes exactly the waiter behind it. A read on our own server sees every
-// node with a lower sequence: those were created by earlier transactions,
-// and the server had applied ours, hence them, before it answered us.
+// wait returns once n is the lowest waiter of its key.
+//
+// A node created in the same transaction as its parent is lowest at once:
+// every other child of that parent comes from a later transaction and gets
+// a higher sequence. So the uncontended path needs no listing, one round
+// trip fewer than zk.Lock.
+//
+// Otherwise each pass lists the key's children and watches only the closest
+// node ahead, so a release wakes exactly the waiter behind it. A read on our
+// own server sees every node with a lower sequence: those were created by
+// earlier transactions, and the server had applied ours, hence them, before
+// it answered us.
 func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
+	if n.first {
+		s.l.m.queueDepth.Observe(0)
+		n.alone = true // at release, the parent goes too unless someone queued since
+		return nil
+	}
 	first := true
 	for {
 		var children []string
@@ -251,10 +283,12 @@ func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
 			children, _, err = s.conn.Children(n.parent)
 			return err
 		})
-		if err != nil {
-			if errors.Is(err, zk.ErrNoNode) {
-				return errSessionGone // our node and its parent are gone
-			}
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return errSessionGone // our node and its parent are gone
+		case s.retryRead(ctx, err):
+			continue
+		case err != nil:
 			return s.classify(err)
 		}
 		pos := locate(children, n.name, n.seq)
@@ -278,17 +312,21 @@ func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
 			_, _, watch, err = s.conn.GetW(n.parent + "/" + pos.pred)
 			return err
 		})
-		if errors.Is(err, zk.ErrNoNode) {
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
 			continue // gone between the listing and the watch
-		}
-		if err != nil {
+		case s.retryRead(ctx, err):
+			continue
+		case err != nil:
 			return s.classify(err)
 		}
 		s.l.m.waiting.Inc()
 		select {
-		case <-watch:
+		case ev := <-watch:
 			s.l.m.waiting.Dec()
-			s.l.m.wakeups.Inc()
+			if ev.Type != zk.EventNotWatching { // not the session ending
+				s.l.m.wakeups.Inc()
+			}
 		case <-ctx.Done():
 			s.l.m.waiting.Dec()
 			return ctx.Err()
@@ -296,5 +334,26 @@ func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
 			s.l.m.waiting.Dec()
 			return errSessionGone
 		}
+	}
+}
+
+// retryPause spaces retries of requests cut off by a disconnect; they wait
+// in the client for the reconnection anyway.
+const retryPause = 10 * time.Millisecond
+
+// retryRead reports whether a read cut off by a disconnect is worth
+// repeating, after a pause: the session, and our node in it, usually
+// survive the reconnection to another server.
+func (s *session) retryRead(ctx context.Context, err error) bool {
+	if !lostResponse(err) || s.isGone() {
+		return false
+	}
+	select {
+	case <-time.After(retryPause):
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.dead:
+		return false
 	}
 }

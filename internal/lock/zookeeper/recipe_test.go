@@ -136,8 +136,13 @@ func TestNoHerd(t *testing.T) {
 	if wakeups != nLockers*perLocker {
 		t.Fatalf("%v wake-ups for %d releases, want exactly one each", wakeups, nLockers*perLocker)
 	}
-	if depth := counter(t, reg, "stockguard_zk_queue_depth"); depth != 1+nLockers*perLocker {
-		t.Errorf("queue depth observed %v times, want %d", depth, 1+nLockers*perLocker)
+	for _, name := range []string{"stockguard_zk_queue_depth", "stockguard_lock_acquire_seconds"} {
+		if n := counter(t, reg, name); n != 1+nLockers*perLocker {
+			t.Errorf("%s observed %v times, want %d", name, n, 1+nLockers*perLocker)
+		}
+	}
+	if n := counter(t, reg, "stockguard_zk_waiters"); n != 0 {
+		t.Errorf("stockguard_zk_waiters = %v after the queue drained", n)
 	}
 }
 
@@ -156,10 +161,7 @@ func TestTokenIsCzxid(t *testing.T) {
 		if len(names) != 1 {
 			t.Fatalf("children = %v, want the holder's node only", names)
 		}
-		_, st, err := insp.Exists(testRoot + "/" + k + "/" + names[0])
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, st := exists(t, insp, testRoot+"/"+k+"/"+names[0])
 		if lease.Token() != lock.Token(st.Czxid) {
 			t.Fatalf("token %d, czxid %d", lease.Token(), st.Czxid)
 		}
@@ -170,7 +172,7 @@ func TestTokenIsCzxid(t *testing.T) {
 		mustRelease(t, lease)
 		// Released alone: the parent went with the node, so the next
 		// acquisition starts a new sequence (and the token still grows).
-		if ok, _, _ := insp.Exists(testRoot + "/" + k); ok {
+		if ok, _ := exists(t, insp, testRoot+"/"+k); ok {
 			t.Fatal("parent left after the only holder released")
 		}
 	}
@@ -198,7 +200,7 @@ func TestNothingLeftBehind(t *testing.T) {
 		t.Fatalf("after a cancelled wait and a failed TryOnce: %v, want the holder only", names)
 	}
 	mustRelease(t, held)
-	if ok, _, _ := insp.Exists(testRoot + "/" + k); ok {
+	if ok, _ := exists(t, insp, testRoot+"/"+k); ok {
 		t.Fatalf("parent of %s left after release: %v", k, children(t, insp, k))
 	}
 

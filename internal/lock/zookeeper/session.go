@@ -16,7 +16,7 @@ import (
 
 // errSessionGone means the session an attempt ran in was given up; its
 // nodes died (or will die) with it, and the attempt starts over in the next.
-var errSessionGone = errors.New("zookeeper: session gone")
+var errSessionGone = errors.New("session gone")
 
 // session is one ZooKeeper session and the leases held in it. go-zookeeper
 // would quietly open a new session after an expiry on the same *zk.Conn; we

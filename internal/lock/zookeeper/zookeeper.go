@@ -7,6 +7,12 @@
 // as long as the Locker's session, and so do the leases. The fencing token
 // is the zxid of the transaction that created the holder's node.
 //
+// A disconnected session suspends its leases: Ping fails, Acquire waits. If
+// it does not reconnect before the servers could have expired it, the
+// Locker gives it up and its leases are lost; a session the servers report
+// expired loses them at once. Either way the Locker goes on in a new
+// session. A lease has no deadline of its own: Done is its only end.
+//
 // zk.Lock, the client's own recipe, has no token, no context, no signal when
 // the session is lost, leaves every key's parent behind and orders waiters by
 // a signed 32-bit sequence that wraps; this package has none of those flaws.
@@ -27,7 +33,7 @@ import (
 
 const backendName = "zookeeper"
 
-var errClosed = errors.New("zookeeper: locker closed")
+var errClosed = errors.New("locker closed")
 
 // Locker takes locks in one ZooKeeper ensemble through one session, shared
 // by every lease it grants (one Locker per service instance). When that
@@ -173,12 +179,22 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 			return lease, nil
 		case errors.Is(err, errSessionGone):
 			continue // the node died with the session: queue again in the next one
-		case ctx.Err() != nil && errors.Is(err, ctx.Err()) && !s.isConnected():
-			// Both: the caller's deadline ended it, and the reason it took
-			// that long is the ensemble (a readiness probe would say so too).
-			return nil, fmt.Errorf("%w (session not connected: %w)", err, lock.ErrUnavailable)
-		default:
+		case errors.Is(err, lock.ErrNotAcquired):
 			return nil, err
+		case ctx.Err() != nil:
+			// However the attempt ended, it ended because ctx did.
+			if !errors.Is(err, ctx.Err()) {
+				err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+			}
+			if !s.isConnected() {
+				// The reason it took that long is the ensemble, which
+				// callers (and Ping) report as unavailable.
+				err = fmt.Errorf("%w (session not connected: %w)", err, lock.ErrUnavailable)
+			}
+			return nil, err
+		default:
+			// Whatever else the ensemble answered, callers can only retry later.
+			return nil, fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
 		}
 	}
 }
