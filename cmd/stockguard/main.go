@@ -17,9 +17,7 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		if !errors.Is(err, errUsage) {
-			fmt.Fprintln(os.Stderr, "stockguard:", err)
-		}
+		fmt.Fprintln(os.Stderr, "stockguard:", err)
 		os.Exit(exitCode(err))
 	}
 }

@@ -52,6 +52,9 @@ func New(c Config) http.Handler {
 	s := &server{Config: c}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
+	// A redirect has no JSON body; /v1/orders/ is simply not a route.
+	r.RedirectTrailingSlash = false
+	r.RedirectFixedPath = false
 	r.ContextWithFallback = true
 	s.routes(r)
 	return r
