@@ -17,12 +17,18 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "stockguard:", err)
+		if !errors.Is(err, errReported) {
+			fmt.Fprintln(os.Stderr, "stockguard:", err)
+		}
 		os.Exit(exitCode(err))
 	}
 }
 
-var errUsage = errors.New("usage")
+var (
+	errUsage = errors.New("usage")
+	// errReported marks an error whose message the failing command printed itself.
+	errReported = errors.New("reported")
+)
 
 func exitCode(err error) int {
 	if errors.Is(err, errUsage) {

@@ -1,0 +1,97 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/stack"
+)
+
+// buildStockguard builds ./cmd/stockguard into a temporary directory.
+func buildStockguard(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "stockguard")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/stockguard")
+	cmd.Dir = ".." // the module root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/stockguard: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// TestIntegrationCompareLocalAndPostgres runs `load compare` with the real
+// binary over 3 instances per backend on the shared stack's Postgres (a
+// fresh database): local must oversell or lose units, postgres must not.
+func TestIntegrationCompareLocalAndPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test; -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dsn := stack.NewDatabase(t, ctx) // fails with the stack's up command if Postgres is down
+	bin := buildStockguard(t)
+
+	dir := t.TempDir()
+	jsonPath, reportPath := filepath.Join(dir, "compare.json"), filepath.Join(dir, "report.html")
+	args := []string{"compare", "--bin=" + bin, "--backends=local,postgres", "--instances=3",
+		"--orders=1500", "--concurrency=48", "--skus=4", "--stock=100", "--zipf=0.5", "--seed=20250101",
+		"--database-url=" + dsn, "--require-unsafe=local", "--startup-timeout=30s", "--timeout=40s",
+		"--json=" + jsonPath, "--report=" + reportPath, "--progress=off", "--logs=" + filepath.Join(dir, "logs")}
+	var stdout, stderr bytes.Buffer
+	start := time.Now()
+	err := Main(ctx, args, func(k string) string { return "" }, &stdout, &stderr)
+	t.Logf("compare took %v\n%s\n%s", time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
+	var cr CompareResult
+	b, rerr := os.ReadFile(jsonPath)
+	if rerr == nil {
+		rerr = json.Unmarshal(b, &cr)
+	}
+	for _, e := range cr.Backends {
+		if e.Error == "" && (e.Result == nil || e.ExpectedUnsafe || e.Result.Safe) {
+			continue
+		}
+		for _, l := range e.Logs {
+			if log, err := os.ReadFile(l); err == nil {
+				t.Logf("%s:\n%s", filepath.Base(l), tailLines(log, 20))
+			}
+		}
+	}
+	if err != nil {
+		t.Fatalf("compare: %v", err)
+	}
+	if rerr != nil {
+		t.Fatalf("compare json: %v", rerr)
+	}
+	if len(cr.Backends) != 2 || cr.Backends[0].Result == nil || cr.Backends[1].Result == nil {
+		t.Fatalf("backends: %+v", cr.Backends)
+	}
+	local, pg := cr.Backends[0].Result, cr.Backends[1].Result
+	if local.Units.Oversold+local.Units.Lost == 0 {
+		t.Errorf("local over 3 instances showed no damage: %s", local.Verdict)
+	}
+	if pg.Units.Oversold != 0 || pg.Units.Lost != 0 || !pg.Safe {
+		t.Errorf("postgres: %s; disagreements %v", pg.Verdict, pg.Verification.Disagreements)
+	}
+	if pg.Orders.Reserved == 0 || pg.Orders.Insufficient == 0 {
+		t.Errorf("postgres workload did not exhaust stock: %+v", pg.Orders)
+	}
+	if _, err := os.Stat(reportPath); err != nil {
+		t.Errorf("report: %v", err)
+	}
+}
+
+func tailLines(b []byte, n int) string {
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
