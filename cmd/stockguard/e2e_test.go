@@ -209,7 +209,6 @@ func TestThreeProcessHammer(t *testing.T) {
 	}
 }
 
-
 func TestGracefulShutdownDrains(t *testing.T) {
 	env := backendEnv(t)
 	in := startInstance(t, env, "--lock=local", "--chaos")
