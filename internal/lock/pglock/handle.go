@@ -27,23 +27,23 @@ type handle struct {
 var _ lock.Extender = (*handle)(nil)
 
 // Extend restarts the server's idle timer. The new deadline is counted from
-// before the statement was sent, so it can only be earlier than the moment
-// the server would end the session.
+// before the statement was sent, so it comes before the moment the server
+// would end the session.
 func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	ctx, stop := h.l.bind(ctx)
 	defer stop()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.conn == nil {
-		return time.Time{}, fmt.Errorf("%w: connection already closed", lock.ErrLeaseLost)
+		return time.Time{}, fmt.Errorf("pglock: %w: connection already closed", lock.ErrLeaseLost)
 	}
 	sent := time.Now()
 	if _, err := h.conn.Exec(ctx, keepaliveSQL); err != nil {
 		// Whatever the cause, the session can no longer be shown alive before
 		// the deadline; the lease ends and onLost closes the connection.
-		return time.Time{}, fmt.Errorf("%w: keepalive: %w", lock.ErrLeaseLost, err)
+		return time.Time{}, fmt.Errorf("pglock: %w: keepalive: %w", lock.ErrLeaseLost, err)
 	}
-	return sent.Add(h.ttl), nil
+	return validUntil(sent, h.ttl), nil
 }
 
 // Release unlocks and hands the connection back to the pool, or, when
@@ -65,13 +65,13 @@ func (h *handle) Release(ctx context.Context) error {
 			// frees the lock all the same.
 			return nil
 		}
-		return fmt.Errorf("%w: unlock: %w", lock.ErrLeaseLost, err)
+		return fmt.Errorf("pglock: %w: unlock: %w", lock.ErrLeaseLost, err)
 	}
 	if !unlocked {
 		// Cannot happen while the session lives; do not reuse a session in a
 		// state we do not understand.
 		destroy(c)
-		return fmt.Errorf("%w: the session no longer held the lock", lock.ErrLeaseLost)
+		return fmt.Errorf("pglock: %w: the session no longer held the lock", lock.ErrLeaseLost)
 	}
 	c.Release()
 	return nil

@@ -10,6 +10,12 @@
 // watchdog's keepalive is a trivial statement that restarts the server's idle
 // timer.
 //
+// Lock keys are hashtextextended('stockguard:' || key, 0), one 64-bit
+// advisory lock per key in the database of the URL. Tokens are values of the
+// sequence stockguard_lock_fence in that database, which New creates.
+// pg_stat_activity names lock sessions stockguard-lock, and a session holding
+// or waiting for a lease stockguard-lease:<lease id>.
+//
 // Needs PostgreSQL 14 or later (idle_session_timeout) and a direct or
 // session-pooled connection: session advisory locks mean nothing behind a
 // transaction-pooling proxy.
@@ -29,6 +35,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stockguard/stockguard/internal/lock"
@@ -40,25 +47,24 @@ const backendName = "postgres"
 // tell which lease (the uuid the store records as fence_holder) a session
 // holds or waits for.
 const (
-	poolAppName     = "stockguard-lock"
-	controlAppName  = "stockguard-lock-control"
-	leaseAppPrefix  = "stockguard-lease:"
-	lockNamespace   = "stockguard:" // lock key = hashtextextended(lockNamespace || key, 0)
-	fenceSequenceID = "stockguard_lock_fence"
+	poolAppName    = "stockguard-lock"
+	controlAppName = "stockguard-lock-control"
+	leaseAppPrefix = "stockguard-lease:"
 )
 
 const (
-	// tryLockSQL is the first statement of every acquisition. It labels the
-	// session with the lease and arms the idle timeout (both harmless while
-	// the statement runs: a session is not idle while busy). CASE evaluates
-	// nextval only once the lock is granted, so a token is always drawn
-	// after the lock and successive holders' tokens increase.
+	// tryLockSQL is TryOnce's attempt. Like lockSQL it labels the session
+	// with the lease and arms the idle timeout, harmless while the statement
+	// runs: a busy session is not idle. CASE evaluates nextval only once the
+	// lock is granted, so a token is always drawn after the lock and
+	// successive holders' tokens increase.
 	tryLockSQL = `SELECT set_config('application_name', $2, false), set_config('idle_session_timeout', $3, false),
 	CASE WHEN pg_try_advisory_lock(hashtextextended('stockguard:' || $1, 0)) THEN nextval('stockguard_lock_fence') END`
-	// lockSQL waits in the server's lock queue, first come first served: the
-	// try above does not jump the queue either, a new request yields to
-	// waiters.
-	lockSQL    = `SELECT pg_advisory_lock(hashtextextended('stockguard:' || $1, 0))`
+	// lockSQL waits in the server's lock queue, first come first served (a
+	// new request, tried or not, yields to queued waiters); nextvalSQL
+	// follows it in the same pipeline.
+	lockSQL = `SELECT set_config('application_name', $2, false), set_config('idle_session_timeout', $3, false),
+	pg_advisory_lock(hashtextextended('stockguard:' || $1, 0))`
 	nextvalSQL = `SELECT nextval('stockguard_lock_fence')`
 	// unlockSQL also disarms the idle timeout, or the server would end the
 	// pooled session after one TTL of idleness between leases.
@@ -71,18 +77,22 @@ const (
 )
 
 const (
-	// cancelRetry spaces the cancel requests of an abandoned wait. A cancel
-	// request that reaches the backend between two protocol messages (the
-	// statement's Parse and its Execute, say) is ignored by the server, so one
-	// request is not enough.
+	// cancelRetry spaces the cancel requests of an abandoned wait. The
+	// server ignores a cancel request that reaches the backend while it is
+	// not running a statement (before the lock statement's Execute message
+	// has arrived, say), so one request is not enough.
 	cancelRetry = 100 * time.Millisecond
 	// cancelGiveUp is how long an abandoned wait may take to be cancelled by
 	// the server before the socket is closed instead.
 	cancelGiveUp = 5 * time.Second
 	// checkInterval is client_connection_check_interval: a backend waiting
 	// for a lock does not read its socket, and without the check a waiter
-	// whose process died would still be granted the lock.
+	// whose process died would still be granted the lock, and hold it until
+	// it next touched the dead socket.
 	checkInterval = "1s"
+	// refreshAfter: a wait longer than TTL/refreshAfter is followed by a
+	// keepalive, so that the lease starts with (nearly) its whole TTL.
+	refreshAfter = 10
 )
 
 var errClosed = fmt.Errorf("%w: locker closed", lock.ErrUnavailable)
@@ -250,62 +260,66 @@ func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*l
 	defer stop()
 
 	id := uuid.New()
-	c, token, sent, err := l.try(ctx, key, id, o.TTL)
-	if err != nil {
-		return nil, l.failure(parent, err)
-	}
-	if token == nil {
+	var c *pgxpool.Conn
+	var token int64
+	var sent time.Time
+	for dead := 0; ; dead++ {
+		var err error
+		if c, err = l.pool.Acquire(ctx); err != nil {
+			return nil, l.failure(parent, err)
+		}
+		// The validity is counted from before the statements were sent: the
+		// server's idle timer starts only after the last one.
+		sent = time.Now()
+		var held bool
 		if o.TryOnce {
+			token, held, err = l.try(ctx, c, key, id, o.TTL)
+		} else {
+			token, err = l.wait(ctx, c, key, id, o.TTL)
+			held = err == nil
+		}
+		if err == nil && !held {
 			l.recycle(ctx, c)
 			return nil, lock.ErrNotAcquired
 		}
-		if err := l.wait(ctx, c, key); err != nil {
-			// The session may have been granted the lock as the wait was
-			// given up: it dies with the connection.
-			destroy(c)
-			return nil, l.failure(parent, err)
-		}
-		// The validity is counted from before the last statement: the
-		// server's idle timer starts only once that statement has finished.
-		sent = time.Now()
-		var t int64
-		if err := c.QueryRow(ctx, nextvalSQL).Scan(&t); err != nil {
-			destroy(c)
-			return nil, l.failure(parent, err)
-		}
-		token = &t
-	}
-	return l.newLease(c, key, id, lock.Token(*token), sent.Add(o.TTL), o)
-}
-
-// maxDeadConns is how many dead pooled connections one acquisition throws
-// away before it gives up: after a server restart every idle connection in
-// the pool is dead, and the pool only pings those idle for over a second.
-const maxDeadConns = 3
-
-// try takes a connection and makes the first, non-blocking attempt on it. It
-// returns the token when the lock was granted, nil when it is held elsewhere.
-func (l *Locker) try(ctx context.Context, key string, id uuid.UUID, ttl time.Duration) (*pgxpool.Conn, *int64, time.Time, error) {
-	for dead := 0; ; dead++ {
-		c, err := l.pool.Acquire(ctx)
-		if err != nil {
-			return nil, nil, time.Time{}, err
-		}
-		var token *int64
-		sent := time.Now()
-		err = c.QueryRow(ctx, tryLockSQL, key, leaseAppName(id), idleTimeout(ttl)).Scan(nil, nil, &token)
 		if err == nil {
-			return c, token, sent, nil
+			break
 		}
-		// A session that broke during the attempt holds nothing: retrying
-		// on another is safe.
+		// A session that broke during the attempt holds nothing, and after a
+		// server restart every idle connection in the pool is dead (the pool
+		// pings only those idle for over a second): try another. Any other
+		// failure may have come as the lock was granted: the lock dies with
+		// the session.
 		closed := c.Conn().IsClosed()
 		destroy(c)
 		if !closed || dead+1 >= maxDeadConns || ctx.Err() != nil {
-			return nil, nil, time.Time{}, err
+			return nil, l.failure(parent, err)
 		}
 		l.log.Debug("dropped a dead pooled connection", "err", err)
 	}
+	if time.Since(sent) > o.TTL/refreshAfter {
+		// A long wait ate into the validity counted from before it; restart
+		// the server's timer to get the whole TTL back.
+		sent = time.Now()
+		if _, err := c.Exec(ctx, keepaliveSQL); err != nil {
+			destroy(c)
+			return nil, l.failure(parent, err)
+		}
+	}
+	return l.newLease(c, key, id, lock.Token(token), validUntil(sent, o.TTL), o)
+}
+
+// maxDeadConns bounds the dead pooled connections one acquisition throws away.
+const maxDeadConns = 3
+
+// try is TryOnce's single attempt. held is false when the key is locked
+// elsewhere.
+func (l *Locker) try(ctx context.Context, c *pgxpool.Conn, key string, id uuid.UUID, ttl time.Duration) (token int64, held bool, err error) {
+	var t *int64
+	if err := c.QueryRow(ctx, tryLockSQL, key, leaseAppName(id), idleTimeout(ttl)).Scan(nil, nil, &t); err != nil || t == nil {
+		return 0, false, err
+	}
+	return *t, true, nil
 }
 
 func (l *Locker) newLease(c *pgxpool.Conn, key string, id uuid.UUID, token lock.Token, deadline time.Time, o lock.Options) (*lock.Lease, error) {
@@ -331,13 +345,20 @@ func (l *Locker) newLease(c *pgxpool.Conn, key string, id uuid.UUID, token lock.
 	return lease, nil
 }
 
-// wait blocks in pg_advisory_lock until the lock is granted or ctx ends. On
-// a cancelled context pgx would close the socket, but a backend waiting for a
-// lock does not read its socket: it would stay queued and be granted the lock
-// later, ahead of live waiters. So wait asks the server to cancel the
-// statement and waits for its answer, which proves the backend has left the
-// queue; only a server that does not answer gets its socket closed.
-func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string) error {
+// wait is a blocking acquisition: it labels the session, arms the idle
+// timeout, waits in pg_advisory_lock until the lock is granted or ctx ends,
+// and draws the token. The statements go in one pipeline: uncontended, that
+// is one round trip, and the server draws the token as soon as it grants the
+// lock, which saves the hand-off between holders a round trip.
+//
+// On a cancelled context pgx would close the socket and send one cancel
+// request in the background; but a backend waiting for a lock does not read
+// its socket, and until a cancel lands it stays queued and can be granted the
+// lock, ahead of live waiters. So wait asks the server to cancel the
+// statement, again until the server answers, which proves the backend has
+// left the queue before Acquire returns; only a server that does not answer
+// gets its socket closed.
+func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string, id uuid.UUID, ttl time.Duration) (int64, error) {
 	qctx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
 	pg := c.Conn().PgConn()
@@ -354,7 +375,7 @@ func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string) error {
 		defer giveUp.Stop()
 		for {
 			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = pg.CancelRequest(cctx) // a failure here is retried, then the deadline closes the socket
+			_ = pg.CancelRequest(cctx) // a failure here is retried, then the socket closed
 			cancel()
 			select {
 			case <-finished:
@@ -367,13 +388,17 @@ func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string) error {
 			}
 		}
 	}()
-	_, err := c.Exec(qctx, lockSQL, key)
+	var token int64
+	b := &pgx.Batch{}
+	b.Queue(lockSQL, key, leaseAppName(id), idleTimeout(ttl))
+	b.Queue(nextvalSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&token) })
+	err := c.SendBatch(qctx, b).Close()
 	close(finished)
 	<-watcher
 	if err == nil && ctx.Err() != nil {
-		return ctx.Err() // granted as the caller gave up
+		return 0, ctx.Err() // granted as the caller gave up
 	}
-	return err
+	return token, err
 }
 
 // recycle hands a connection that holds no lock back to the pool, with the
@@ -415,6 +440,14 @@ func (l *Locker) forget(h *handle) {
 	l.mu.Lock()
 	delete(l.live, h)
 	l.mu.Unlock()
+}
+
+// validUntil is a lease's deadline when the server's idle timer started no
+// earlier than sent. The server times the TTL on its own clock, so the
+// deadline keeps Redlock's allowance for clock drift (1% of the TTL plus
+// 2 ms): the lease must end on our side before the server can free the lock.
+func validUntil(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - ttl/100 - 2*time.Millisecond)
 }
 
 func leaseAppName(id uuid.UUID) string { return leaseAppPrefix + id.String() }

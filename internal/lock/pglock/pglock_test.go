@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/stack"
 )
 
 // newLocker returns a Locker on the database at url, closed when the test ends.
@@ -89,7 +90,7 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 }
 
 func TestConformance(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	locktest.Run(t, locktest.Config{
 		New:         func(tb testing.TB) lock.Locker { return newLocker(tb, url) },
 		Exclusive:   true,
@@ -104,7 +105,7 @@ func TestConformance(t *testing.T) {
 // above its predecessor's.
 func TestExclusionAcrossLockers(t *testing.T) {
 	const instances, workers, rounds = 3, 16, 20
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	ls := make([]*Locker, instances)
 	for i := range ls {
 		ls[i] = newLocker(t, url)
@@ -155,7 +156,7 @@ func TestExclusionAcrossLockers(t *testing.T) {
 // returned the context's error, its session is out of the lock queue, so the
 // next acquirer gets the key at once.
 func TestCancelledWaitLeavesNoWaiter(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	a, b, c := newLocker(t, url), newLocker(t, url), newLocker(t, url)
 	probe := connect(t, url)
 	key := locktest.Key(t)
@@ -201,7 +202,7 @@ func TestCancelledWaitLeavesNoWaiter(t *testing.T) {
 // waiter: whichever wins, the waiter either holds a working lease or left
 // nothing behind.
 func TestCancelAtGrant(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	a, b, c := newLocker(t, url), newLocker(t, url), newLocker(t, url)
 	probe := connect(t, url)
 	key := locktest.Key(t)
@@ -236,7 +237,7 @@ func TestCancelAtGrant(t *testing.T) {
 // client's help: a session that holds a lock and says nothing for the TTL is
 // ended by the server, and the lock passes on.
 func TestServerEndsSilentHolder(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	l := newLocker(t, url)
 	silent := connect(t, url)
 	key := locktest.Key(t)
@@ -263,7 +264,7 @@ func TestServerEndsSilentHolder(t *testing.T) {
 // TestPooledSessionsOutliveTTL checks that released connections have their
 // idle timeout disarmed: the server must not end pooled sessions.
 func TestPooledSessionsOutliveTTL(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	l := newLocker(t, url, WithTTL(200*time.Millisecond))
 	other := newLocker(t, url)
 	key := locktest.Key(t)
@@ -293,7 +294,7 @@ func TestPooledSessionsOutliveTTL(t *testing.T) {
 }
 
 func TestCloseEndsLeasesAndWaiters(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	a, b := newLocker(t, url), newLocker(t, url)
 	key := locktest.Key(t)
 	lease := locktest.MustAcquire(t, a, key)
@@ -345,7 +346,7 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestInvalidKeys(t *testing.T) {
-	l := newLocker(t, testDatabase(t))
+	l := newLocker(t, stack.NewDatabase(t, t.Context()))
 	for _, key := range []string{"", "a\x00b", "\xff\xfe"} {
 		if _, err := l.Acquire(context.Background(), key); !errors.Is(err, lock.ErrInvalidKey) {
 			t.Errorf("Acquire(%q) = %v, want ErrInvalidKey", key, err)
@@ -354,7 +355,7 @@ func TestInvalidKeys(t *testing.T) {
 }
 
 func TestConcurrentSetup(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	var wg sync.WaitGroup
 	for range 6 {
 		wg.Go(func() {
@@ -372,7 +373,7 @@ func TestConcurrentSetup(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	reg := prometheus.NewPedanticRegistry()
 	a := newLocker(t, url, WithRegisterer(reg), WithTTL(time.Second))
 	b := newLocker(t, url, WithRegisterer(reg)) // shares the collectors
@@ -381,11 +382,10 @@ func TestMetrics(t *testing.T) {
 	_, _ = b.Acquire(context.Background(), key, lock.TryOnce())
 	_, _ = b.Acquire(context.Background(), "")
 	terminate(t, url, lease)
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	_, _ = a.Acquire(ctx, locktest.Key(t)+"x", lock.WithTTL(50*time.Millisecond), lock.WithoutWatchdog())
-	cancel()
-	waitFor(t, "the lease to be lost", func() bool { return lease.Err() != nil })
+	short := locktest.MustAcquire(t, a, locktest.Key(t), lock.WithTTL(50*time.Millisecond), lock.WithoutWatchdog())
+	waitFor(t, "the leases to be lost", func() bool { return lease.Err() != nil && short.Err() != nil })
 	locktest.MustRelease(t, lease)
+	locktest.MustRelease(t, short)
 
 	got := map[string]float64{}
 	mfs, err := reg.Gather()
@@ -427,7 +427,7 @@ func TestMetrics(t *testing.T) {
 // TestDeadPooledSessions: sessions ended behind the pool's back (a server
 // restart, an operator) cost a retry, not a failed acquisition.
 func TestDeadPooledSessions(t *testing.T) {
-	url := testDatabase(t)
+	url := stack.NewDatabase(t, t.Context())
 	l := newLocker(t, url)
 	key := locktest.Key(t)
 	var leases []*lock.Lease
@@ -444,4 +444,17 @@ func TestDeadPooledSessions(t *testing.T) {
 		t.Fatalf("terminate the pooled sessions: %d, %v", n, err)
 	}
 	locktest.MustRelease(t, locktest.MustAcquire(t, l, key, lock.TryOnce()))
+}
+
+// TestPingWithFullPool: readiness must not fail because every lock
+// connection is busy holding or waiting, the normal state of a hot SKU.
+func TestPingWithFullPool(t *testing.T) {
+	l := newLocker(t, stack.NewDatabase(t, t.Context()), WithMaxConns(1))
+	lease := locktest.MustAcquire(t, l, locktest.Key(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := l.Ping(ctx); err != nil {
+		t.Fatalf("Ping with the lock pool full: %v", err)
+	}
+	locktest.MustRelease(t, lease)
 }
