@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/postgres"
 )
 
 // config is every serve/migrate setting.
@@ -25,6 +28,8 @@ type config struct {
 	logLevel     string
 	reapInterval time.Duration
 	dbMaxConns   int
+	coalesce     string
+	coalesceCfg  inventory.Coalescing
 }
 
 var backends = []string{"none", "local", "postgres", "redis", "redlock", "zookeeper"}
@@ -43,7 +48,13 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.chaos, "chaos", false, "honour the X-Chaos-Pause test header")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.reapInterval, "reap-interval", time.Second, "how often expired holds are returned to stock")
-	fs.IntVar(&c.dbMaxConns, "db-max-conns", 32, "database connection pool size")
+	fs.IntVar(&c.dbMaxConns, "db-max-conns", postgres.DefaultMaxConns, "database connection pool size per instance")
+	fs.StringVar(&c.coalesce, "coalesce", "on", "batch concurrent orders per SKU under one lease and one transaction: on or off")
+	fs.IntVar(&c.coalesceCfg.MaxBatch, "coalesce-max-batch", inventory.DefaultMaxBatch, "most orders in one coalesced batch")
+	fs.IntVar(&c.coalesceCfg.MaxBatches, "coalesce-max-batches", inventory.DefaultMaxBatches,
+		"most batches run under one lock acquisition before other instances get their turn")
+	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", inventory.DefaultMaxHold,
+		"longest a batch leader keeps its leases for further batches")
 }
 
 // parseFlags applies STOCKGUARD_<FLAG> environment values, then args, which win.
@@ -82,6 +93,13 @@ func (c *config) validate() error {
 	}
 	if c.fencing != "on" && c.fencing != "off" {
 		return fmt.Errorf("%w: --fencing=%q: want on or off", errUsage, c.fencing)
+	}
+	if c.coalesce != "on" && c.coalesce != "off" {
+		return fmt.Errorf("%w: --coalesce=%q: want on or off", errUsage, c.coalesce)
+	}
+	c.coalesceCfg.Disabled = c.coalesce == "off"
+	if c.coalesceCfg.MaxBatch < 1 || c.coalesceCfg.MaxBatches < 1 || c.coalesceCfg.MaxHold <= 0 {
+		return fmt.Errorf("%w: --coalesce-max-batch and --coalesce-max-batches must be >= 1, --coalesce-max-hold > 0", errUsage)
 	}
 	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
 		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)

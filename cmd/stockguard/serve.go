@@ -68,9 +68,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	m := metrics.New(reg, c.lock)
 	svc := inventory.New(inventory.Config{Store: store, Locker: locker, Observer: m, Logger: log,
-		LockWait: c.lockWait, TTL: c.lockTTL})
+		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg})
 	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg, Logger: log,
-		AdminToken: c.adminToken, Chaos: c.chaos})
+		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: httpapi.ZKSessionOf(locker)})
 
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
@@ -88,7 +88,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "fencing", c.fenced(), "lock_ttl", c.lockTTL, "chaos", c.chaos)
+	log.Info("serving", "addr", ln.Addr().String(), "fencing", c.fenced(), "lock_ttl", c.lockTTL, "chaos", c.chaos,
+		"coalesce", c.coalesce)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
 
 	select {

@@ -14,6 +14,7 @@ func (s *server) routes(r *gin.Engine) {
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
 	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})))
+	s.debugRoutes(r) // only with --chaos: see chaos.go
 
 	v1 := r.Group("/v1")
 	v1.PUT("/skus/:sku", s.admin, s.putSKU)

@@ -37,6 +37,8 @@ type Config struct {
 	AdminToken string
 	// Chaos honours the X-Chaos-Pause header (tests and demos only).
 	Chaos bool
+	// ZKSession, with Chaos, serves GET /debug/zk-session (see chaos.go).
+	ZKSession ZKSessionFunc
 }
 
 type server struct {

@@ -27,6 +27,8 @@ type Config struct {
 	TTL time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Coalescing batches concurrent orders per SKU; the zero value is on.
+	Coalescing Coalescing
 }
 
 // Service places, confirms, cancels and expires orders and sets stock, each
@@ -39,6 +41,8 @@ type Service struct {
 	lockWait time.Duration
 	ttl      time.Duration
 	now      func() time.Time
+	// coalesce is nil when coalescing is off.
+	coalesce *coalescer
 }
 
 // New returns a Service.
@@ -56,6 +60,9 @@ func New(c Config) *Service {
 	}
 	if s.now == nil {
 		s.now = time.Now
+	}
+	if !c.Coalescing.Disabled {
+		s.coalesce = &coalescer{s: s, cfg: c.Coalescing.withDefaults(), queues: make(map[string]*queue)}
 	}
 	return s
 }
@@ -89,21 +96,20 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 			return prev, true, nil
 		}
 	}
-	err = s.locked(ctx, o.SKUs(), false, func(skus map[string]SKU, fences map[string]Fence) (Write, error) {
-		w := Write{Order: o, SKUs: make([]SKU, 0, len(o.Lines))}
-		for i := range o.Lines {
-			l := &o.Lines[i]
-			sku := skus[l.SKU]
-			if sku.Available < l.Quantity {
-				return Write{}, &StockError{SKU: l.SKU, Requested: l.Quantity, Available: sku.Available}
+	if s.coalesce != nil && pauseOf(ctx) == 0 {
+		err = s.coalesce.place(ctx, o)
+	} else {
+		// Alone: coalescing is off, or the request carries a chaos pause,
+		// which must stall its own critical section, not a whole batch's.
+		err = s.locked(ctx, o.SKUs(), false, func(skus map[string]SKU, fences map[string]Fence) (Write, error) {
+			l := newLedger(skus, fences, nil)
+			if err := l.reserve(o); err != nil {
+				return Write{}, err
 			}
-			sku.Available -= l.Quantity
-			sku.Reserved += l.Quantity
-			l.FenceToken = fences[l.SKU].Token
-			w.SKUs = append(w.SKUs, sku)
-		}
-		return w, nil
-	})
+			changed, _ := l.write()
+			return Write{Order: o, SKUs: changed}, nil
+		})
+	}
 	if err != nil {
 		if o.IdempotencyKey != "" {
 			// Free the key so the client's retry is judged afresh.
@@ -259,21 +265,14 @@ type decideFunc func(skus map[string]SKU, fences map[string]Fence) (Write, error
 // problem this service exists to demonstrate.
 func (s *Service) locked(ctx context.Context, skus []string, create bool, decide decideFunc) error {
 	pause := pauseOf(ctx)
-	var opts []lock.Option
-	if s.ttl > 0 {
-		opts = append(opts, lock.WithTTL(s.ttl))
-	}
-	if pause > 0 {
-		opts = append(opts, lock.WithoutWatchdog())
-	}
 	wctx, cancel := context.WithTimeout(ctx, s.lockWait)
 	start := time.Now()
-	set, err := lock.AcquireAll(wctx, s.locker, skus, opts...)
+	set, err := lock.AcquireAll(wctx, s.locker, skus, s.leaseOptions(pause > 0)...)
 	cancel()
 	s.obs.LockWait(time.Since(start))
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-			err = fmt.Errorf("%w: waited %s: %w", lock.ErrNotAcquired, s.lockWait, err)
+			err = notAcquired(s.lockWait, err)
 		}
 		return err
 	}
@@ -315,6 +314,24 @@ func (s *Service) locked(ctx context.Context, skus []string, create bool, decide
 		return s.failed(set, err)
 	}
 	return nil
+}
+
+// leaseOptions are the options of every acquisition. A lease that will be
+// paused on purpose gets no watchdog: a paused process renews nothing.
+func (s *Service) leaseOptions(paused bool) []lock.Option {
+	var opts []lock.Option
+	if s.ttl > 0 {
+		opts = append(opts, lock.WithTTL(s.ttl))
+	}
+	if paused {
+		opts = append(opts, lock.WithoutWatchdog())
+	}
+	return opts
+}
+
+// notAcquired is the answer to a request that waited its whole lock wait.
+func notAcquired(wait time.Duration, err error) error {
+	return fmt.Errorf("%w: waited %s: %w", lock.ErrNotAcquired, wait, err)
 }
 
 // failed classifies a store error raised under the leases.

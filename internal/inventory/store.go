@@ -16,16 +16,27 @@ type Fence struct {
 }
 
 // Write is what the service decided under the locks: the SKUs' new counters
-// and the order change that goes with them, applied in one transaction.
+// and the order changes that go with them, applied in one transaction.
 type Write struct {
 	SKUs []SKU
 	// Order, when set, is inserted (or, when its pending row holds an
 	// idempotency key, completed) with its lines.
 	Order *Order
+	// Orders are inserted like Order, in the same transaction: the orders of
+	// a coalesced batch, all placed or none.
+	Orders []*Order
 	// Transition, when set, moves an existing order From → To; it is applied
 	// first and the whole write fails with ErrInvalidTransition if the order
 	// is no longer in From.
 	Transition *Transition
+}
+
+// AllOrders returns Order followed by Orders.
+func (w Write) AllOrders() []*Order {
+	if w.Order == nil {
+		return w.Orders
+	}
+	return append([]*Order{w.Order}, w.Orders...)
 }
 
 // Transition is a status change of an existing order.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"gorm.io/gorm"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -26,34 +25,6 @@ type lineRow struct {
 	SKU        string
 	Quantity   int64
 	FenceToken int64
-}
-
-// insertOrder writes a new order, or completes the pending row that has held
-// its idempotency key since the request began, and its lines.
-func insertOrder(tx *gorm.DB, o *inventory.Order) error {
-	key := sql.NullString{String: o.IdempotencyKey, Valid: o.IdempotencyKey != ""}
-	res := tx.Exec(`INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at, created_at)
-		VALUES (?, ?, ?, ?, ?, ?)
-		ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, expires_at = EXCLUDED.expires_at
-		WHERE orders.status = 'pending'`,
-		o.ID, key, o.RequestHash, string(o.Status), o.ExpiresAt, o.CreatedAt)
-	if res.Error != nil {
-		return translate("insert order", res.Error)
-	}
-	if res.RowsAffected != 1 {
-		return fmt.Errorf("postgres: order %s is no longer pending: %w", o.ID, inventory.ErrIdempotencyInFlight)
-	}
-	n := len(o.Lines)
-	skus, qty, tokens, pos := make(textArray, n), make(int64Array, n), make(int64Array, n), make(int64Array, n)
-	for i, l := range o.Lines {
-		skus[i], qty[i], tokens[i], pos[i] = l.SKU, l.Quantity, int64(l.FenceToken), int64(i)
-	}
-	err := tx.Exec(`INSERT INTO order_lines (order_id, sku, quantity, fence_token, position)
-		SELECT ?, * FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::int[])`, o.ID, skus, qty, tokens, pos).Error
-	if err != nil {
-		return translate("insert order lines", err)
-	}
-	return nil
 }
 
 // Order implements inventory.Store.

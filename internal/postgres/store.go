@@ -21,6 +21,8 @@ type Store struct {
 	db      *gorm.DB
 	sqlDB   *sql.DB
 	fencing bool
+	// The hot statements, numbered for pgx (see pgx.go).
+	claimPgx, readPgx, writePgx string
 }
 
 // Option configures a Store.
@@ -36,7 +38,14 @@ type config struct {
 // exists only to demonstrate the damage a paused lock holder does.
 func WithFencing(on bool) Option { return func(c *config) { c.fencing = on } }
 
-// WithMaxConns sizes the connection pool. Default 32.
+// DefaultMaxConns is the pool size per instance. A hot SKU needs one
+// connection per batch leader at a time; 16 also keeps the hot-row ceiling
+// measurement's parallelism. Three instances then use 48 connections, which
+// leaves room under a stock max_connections of 100 for the postgres lock
+// backend's sessions and for tools.
+const DefaultMaxConns = 16
+
+// WithMaxConns sizes the connection pool. Default DefaultMaxConns.
 func WithMaxConns(n int) Option { return func(c *config) { c.maxConns = n } }
 
 // WithLogger logs slow queries and errors. Default: silent.
@@ -44,14 +53,16 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 
 // Open connects to the database at url.
 func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
-	c := config{fencing: true, maxConns: 32}
+	c := config{fencing: true, maxConns: DefaultMaxConns}
 	for _, o := range opts {
 		o(&c)
 	}
 	gl := logger.Discard
 	if c.log != nil {
-		gl = logger.NewSlogLogger(c.log, logger.Config{SlowThreshold: 500 * time.Millisecond, LogLevel: logger.Warn,
-			IgnoreRecordNotFoundError: true})
+		// gorm's messages are printf-style: give it a log.Logger over the
+		// slog handler rather than its structured adapter, which mangles them.
+		gl = logger.New(slog.NewLogLogger(c.log.Handler(), slog.LevelWarn), logger.Config{
+			SlowThreshold: 500 * time.Millisecond, LogLevel: logger.Warn, IgnoreRecordNotFoundError: true})
 	}
 	db, err := gorm.Open(postgres.Open(url), &gorm.Config{
 		// Each statement we send is either alone (and autocommits) or inside
@@ -74,7 +85,9 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		_ = sqlDB.Close()
 		return nil, fmt.Errorf("postgres: connect: %w", err)
 	}
-	return &Store{db: db, sqlDB: sqlDB, fencing: c.fencing}, nil
+	st := &Store{db: db, sqlDB: sqlDB, fencing: c.fencing, claimPgx: numbered(claimSQL), readPgx: numbered(readSQL)}
+	_, st.writePgx = writeStatements(c.fencing)
+	return st, nil
 }
 
 // DB is the underlying database handle (for migrations).
@@ -92,21 +105,6 @@ func (s *Store) Ping(ctx context.Context) error {
 		return fmt.Errorf("postgres: ping: %w", err)
 	}
 	return nil
-}
-
-type skuRow struct {
-	SKU        string
-	Available  int64
-	Reserved   int64
-	Sold       int64
-	Received   int64
-	FenceToken int64
-	UpdatedAt  time.Time
-}
-
-func (r skuRow) domain() inventory.SKU {
-	return inventory.SKU{SKU: r.SKU, Available: r.Available, Reserved: r.Reserved, Sold: r.Sold,
-		Received: r.Received, FenceToken: uint64(r.FenceToken), UpdatedAt: r.UpdatedAt}
 }
 
 // SKU implements inventory.Store.

@@ -257,3 +257,91 @@ func TestReserveKeyOnce(t *testing.T) {
 		t.Fatalf("PurgePending = %d, %v; want 1", n, err)
 	}
 }
+
+// TestTransitionOfMovedOrder is the losing half of a race on one order,
+// played in order: another holder expired it after our claim read its
+// counters... or before it, so what we would write breaks a counter's CHECK.
+// The refusal must still say why: the order moved, not that stock is short.
+func TestTransitionOfMovedOrder(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	f := mustStock(t, s, "sku-m", 5, 1)
+	f.Token = 2
+	if err := reserve(ctx, s, f, 2); err != nil {
+		t.Fatal(err)
+	}
+	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10)
+	if err != nil || len(ids) != 1 {
+		t.Fatalf("ExpiredOrders = %v, %v", ids, err)
+	}
+	expire := func(tok uint64) error {
+		f := fence("sku-m", tok)
+		got, err := s.Claim(ctx, []inventory.Fence{f}, false)
+		if err != nil {
+			return err
+		}
+		k := got["sku-m"]
+		k.Reserved -= 2 // -2 when the order was already expired
+		k.Available += 2
+		return s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k},
+			Transition: &inventory.Transition{ID: ids[0], From: inventory.StatusReserved, To: inventory.StatusExpired}})
+	}
+	if err := expire(3); err != nil {
+		t.Fatalf("first expiry: %v", err)
+	}
+	if err := expire(4); !errors.Is(err, inventory.ErrInvalidTransition) {
+		t.Fatalf("second expiry = %v, want ErrInvalidTransition", err)
+	}
+	if a := audit(t, s, "sku-m"); !a.Consistent || a.Available != 5 || a.Held != 0 {
+		t.Fatalf("audit = %+v", a)
+	}
+}
+
+// TestWriteBatchOfOrders: several orders in one write, all or none.
+func TestWriteBatchOfOrders(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	f := mustStock(t, s, "sku-w", 10, 1)
+	f.Token = 2
+	got, err := s.Claim(ctx, []inventory.Fence{f}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := got["sku-w"]
+	o1, o2, o3 := newOrder("sku-w", 1, 2), newOrder("sku-w", 2, 2), newOrder("sku-w", 3, 2)
+	o2.IdempotencyKey = "kw"
+	if prev, err := s.ReserveKey(ctx, o2); err != nil || prev != nil {
+		t.Fatalf("ReserveKey = %v, %v", prev, err)
+	}
+	k.Available, k.Reserved = 4, 6
+	w := inventory.Write{SKUs: []inventory.SKU{k}, Orders: []*inventory.Order{o1, o2, o3}}
+	// A newer holder in between: nothing of the batch may land.
+	if _, err := s.Claim(ctx, []inventory.Fence{fence("sku-w", 3)}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Write(ctx, []inventory.Fence{f}, w); !errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("stale batch write = %v, want ErrStaleFence", err)
+	}
+	if a := audit(t, s, "sku-w"); a.Held != 0 || a.Available != 10 {
+		t.Fatalf("audit after the refused batch = %+v", a)
+	}
+	f = fence("sku-w", 4)
+	if _, err := s.Claim(ctx, []inventory.Fence{f}, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range w.Orders {
+		o.Lines[0].FenceToken = f.Token
+	}
+	if err := s.Write(ctx, []inventory.Fence{f}, w); err != nil {
+		t.Fatalf("batch write: %v", err)
+	}
+	if a := audit(t, s, "sku-w"); !a.Consistent || a.Held != 6 || a.Available != 4 {
+		t.Fatalf("audit = %+v", a)
+	}
+	for _, o := range w.Orders {
+		got, err := s.Order(ctx, o.ID)
+		if err != nil || got.Status != inventory.StatusReserved || got.Lines[0].FenceToken != 4 || got.IdempotencyKey != o.IdempotencyKey {
+			t.Fatalf("order %s = %+v, %v", o.ID, got, err)
+		}
+	}
+}

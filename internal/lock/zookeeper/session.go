@@ -32,6 +32,10 @@ type session struct {
 	timeout  atomic.Int64 // negotiated session timeout, ns
 	id       atomic.Int64 // session id from the last handshake
 
+	// creds is the last handshake in full: SessionCredentials needs the
+	// password, which go-zookeeper keeps to itself.
+	creds atomic.Pointer[connectInfo]
+
 	dead chan struct{} // closed when the session is given up
 
 	// Guarded by l.mu.
@@ -77,6 +81,7 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 func (s *session) heard() { s.lastRead.Store(int64(time.Since(s.born))) }
 
 func (s *session) handshook(info connectInfo) {
+	s.creds.Store(&info)
 	s.id.Store(info.SessionID)
 	if info.Timeout > 0 {
 		s.timeout.Store(int64(info.Timeout))

@@ -1,0 +1,329 @@
+package inventory_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// TestBatchMixedFits queues six orders behind a held lease so they form one
+// batch, and checks that each is decided in arrival order, all lines or
+// none, against what the orders before it left.
+func TestBatchMixedFits(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	f.stock("a", 5)
+	f.stock("b", 2)
+	release := f.hold("a")
+	// The first order needs both SKUs, so the leader waits for both leases
+	// and every order after it is covered.
+	results := f.queue(f.svc, "a",
+		req("", line("b", 1), line("a", 1)), // fits, queued on a, its lowest SKU: a 4, b 1
+		req("", line("a", 2)),               // fits: a 2
+		req("", line("a", 1), line("b", 3)), // b is short: a untouched
+		req("", line("a", 4)),               // a is short
+		req("", line("a", 2)),               // fits: a 0
+		req("", line("a", 1)),               // sold out
+	)
+	release()
+	got := results()
+	want := []error{nil, nil, inventory.ErrInsufficientStock, inventory.ErrInsufficientStock, nil, inventory.ErrInsufficientStock}
+	for i, r := range got {
+		if !errors.Is(r.err, want[i]) || (want[i] == nil) != (r.err == nil) {
+			t.Fatalf("order %d: %v, want %v", i, r.err, want[i])
+		}
+	}
+	var se *inventory.StockError
+	if !errors.As(got[2].err, &se) || se.SKU != "b" || se.Available != 1 {
+		t.Fatalf("order 2 error = %v, want short on b with 1 available", got[2].err)
+	}
+	for _, i := range []int{0, 1, 4} {
+		for _, l := range got[i].o.Lines {
+			if l.FenceToken == 0 || got[i].o.Status != inventory.StatusReserved {
+				t.Fatalf("order %d: %+v, want reserved lines with their lease's token", i, got[i].o)
+			}
+		}
+	}
+	claims, writes := f.store.counts()
+	if claims != 1 || len(writes) != 1 || writes[0] != 3 {
+		t.Fatalf("claims %d, writes %v; want one claim and one write of 3 orders", claims, writes)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 5 || a.Available != 0 {
+		t.Fatalf("audit a = %+v", a)
+	}
+	if b := f.audit("b"); !b.Consistent || b.Held != 1 || b.Available != 1 {
+		t.Fatalf("audit b = %+v", b)
+	}
+}
+
+// TestBatchUnknownSKU: an order naming a SKU that does not exist fails on
+// its own; the rest of its batch is placed.
+func TestBatchUnknownSKU(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	f.stock("a", 5)
+	release := f.hold("a")
+	results := f.queue(f.svc, "a",
+		req("", line("a", 1)),
+		req("", line("a", 1), line("zz-missing", 1)),
+		req("", line("a", 1)),
+	)
+	release()
+	got := results()
+	if got[0].err != nil || got[2].err != nil || !errors.Is(got[1].err, inventory.ErrUnknownSKU) {
+		t.Fatalf("results: %v, %v, %v; want ok, unknown_sku, ok", got[0].err, got[1].err, got[2].err)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 2 {
+		t.Fatalf("audit = %+v", a)
+	}
+}
+
+// TestBatchIdempotency: keys are reserved before queueing, so duplicates of
+// a queued order are in flight, replays after it return it, a reused key is
+// refused, and an order refused inside a batch frees its key.
+func TestBatchIdempotency(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	ctx := context.Background()
+	f.stock("a", 10)
+	release := f.hold("a")
+	results := f.queue(f.svc, "a",
+		req("k-1", line("a", 3)),
+		req("k-2", line("a", 9)), // short after k-1: its key must be freed
+		req("", line("a", 2)),
+		req("k-3", line("a", 1)),
+	)
+	// Duplicates of a queued order, sent while it waits: one order, the
+	// others are told it is in flight.
+	var wg sync.WaitGroup
+	var inFlight atomic.Int32
+	for range 8 {
+		wg.Go(func() {
+			_, _, err := f.svc.Place(ctx, req("k-1", line("a", 3)))
+			if errors.Is(err, inventory.ErrIdempotencyInFlight) {
+				inFlight.Add(1)
+			} else {
+				t.Errorf("duplicate while queued: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	release()
+	got := results()
+	if inFlight.Load() != 8 {
+		t.Fatalf("%d of 8 duplicates were in flight", inFlight.Load())
+	}
+	if got[0].err != nil || !errors.Is(got[1].err, inventory.ErrInsufficientStock) || got[2].err != nil || got[3].err != nil {
+		t.Fatalf("batch results: %v %v %v %v", got[0].err, got[1].err, got[2].err, got[3].err)
+	}
+	o, replayed, err := f.svc.Place(ctx, req("k-1", line("a", 3)))
+	if err != nil || !replayed || o.ID != got[0].o.ID {
+		t.Fatalf("replay of k-1 = %+v, %v, %v; want the first order", o, replayed, err)
+	}
+	if _, _, err := f.svc.Place(ctx, req("k-1", line("a", 4))); !errors.Is(err, inventory.ErrIdempotencyReused) {
+		t.Fatalf("k-1 with another body = %v, want ErrIdempotencyReused", err)
+	}
+	// k-2 failed, so its retry is judged afresh and, with stock, placed.
+	f.stock("a", 20)
+	if o, replayed, err := f.svc.Place(ctx, req("k-2", line("a", 9))); err != nil || replayed {
+		t.Fatalf("retry of refused k-2 = %+v, %v, %v; want a new order", o, replayed, err)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 3+2+1+9 {
+		t.Fatalf("audit = %+v", a)
+	}
+}
+
+// TestBatchLeaseLost loses the batch's lease between its claim and its
+// write: every order of the batch is answered with the loss, nothing is
+// written, and keyed orders free their keys.
+func TestBatchLeaseLost(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	ctx := context.Background()
+	f.stock("a", 10)
+	f.store.onClaim(func([]inventory.Fence) { f.locker.loseLease("a") })
+	release := f.hold("a")
+	results := f.queue(f.svc, "a",
+		req("lost-1", line("a", 1)),
+		req("", line("a", 2)),
+		req("", line("a", 20)), // refused on the ledger, but its batch failed
+	)
+	release()
+	for i, r := range results() {
+		if !errors.Is(r.err, lock.ErrLeaseLost) {
+			t.Fatalf("order %d = %v, want ErrLeaseLost", i, r.err)
+		}
+	}
+	if _, writes := f.store.counts(); len(writes) != 0 {
+		t.Fatalf("writes after a lost lease: %v", writes)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 0 || a.Available != 10 {
+		t.Fatalf("audit = %+v", a)
+	}
+	f.store.onClaim(nil)
+	if _, replayed, err := f.svc.Place(ctx, req("lost-1", line("a", 1))); err != nil || replayed {
+		t.Fatalf("retry of lost-1 = %v (replayed %v), want a new order", err, replayed)
+	}
+}
+
+// TestBatchStaleWrite: the batch's lease ends without the holder noticing
+// and a newer holder claims the row before the batch writes. The fence
+// rejects the write: every order is answered stale_fence, none is written.
+func TestBatchStaleWrite(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	f.stock("a", 10)
+	f.store.onClaim(func(fences []inventory.Fence) {
+		newer := inventory.Fence{SKU: "a", Token: fences[0].Token + 1000, Holder: fences[0].Holder}
+		newer.Holder[0] ^= 0xff // another lease
+		if _, err := f.store.Store.Claim(context.Background(), []inventory.Fence{newer}, false); err != nil {
+			t.Errorf("newer claim: %v", err)
+		}
+	})
+	release := f.hold("a")
+	results := f.queue(f.svc, "a", req("", line("a", 1)), req("", line("a", 2)), req("", line("a", 3)))
+	release()
+	for i, r := range results() {
+		if !errors.Is(r.err, inventory.ErrStaleFence) {
+			t.Fatalf("order %d = %v, want ErrStaleFence", i, r.err)
+		}
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 0 || a.Available != 10 {
+		t.Fatalf("audit = %+v", a)
+	}
+}
+
+// TestClientLeavesQueue: an order whose client gives up while it is queued
+// is dropped undecided, and its key is free again.
+func TestClientLeavesQueue(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	f.stock("a", 10)
+	release := f.hold("a")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := f.svc.Place(ctx, req("gone", line("a", 4)))
+		done <- err
+	}()
+	waitFor(t, "order queued", func() bool { return inventory.Queued(f.svc, "a") == 1 })
+	results := f.queue(f.svc, "a", req("", line("a", 1)))
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled order = %v, want context.Canceled", err)
+	}
+	release()
+	if got := results(); got[0].err != nil {
+		t.Fatalf("order queued after it = %v", got[0].err)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 1 {
+		t.Fatalf("audit = %+v, want only the second order held", a)
+	}
+	if _, replayed, err := f.svc.Place(context.Background(), req("gone", line("a", 4))); err != nil || replayed {
+		t.Fatalf("retry of the dropped order = %v (replayed %v)", err, replayed)
+	}
+}
+
+// TestQueuedLockWait: an order queued behind a lease held elsewhere is
+// answered lock_unavailable after its lock wait, like an order alone.
+func TestQueuedLockWait(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	f.stock("a", 10)
+	svc := inventory.New(inventory.Config{Store: f.store, Locker: f.locker, LockWait: 150 * time.Millisecond})
+	defer f.hold("a")()
+	start := time.Now()
+	_, _, err := svc.Place(context.Background(), req("", line("a", 1)))
+	if !errors.Is(err, lock.ErrNotAcquired) || time.Since(start) > 2*time.Second {
+		t.Fatalf("Place behind a held lease = %v after %s, want ErrNotAcquired after 150ms", err, time.Since(start))
+	}
+}
+
+// TestCoalescedHammer is the three-instance hammer inside one process:
+// three Services share one fenced lock and one database, 64 clients order
+// one unit of one hot SKU, a few give up early. Exactly the stock is
+// reserved, the audit is clean, and batches really form.
+func TestCoalescedHammer(t *testing.T) {
+	for _, c := range []inventory.Coalescing{{}, {Disabled: true}, {MaxBatch: 3, MaxBatches: 1}} {
+		name := map[bool]string{false: "on", true: "off"}[c.Disabled]
+		if c.MaxBatch == 3 {
+			name = "small batches"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, c)
+			const stock, orders, clients = 150, 400, 64
+			f.stock("hot", stock)
+			svcs := []*inventory.Service{f.svc, f.service(c), f.service(c)}
+			var next, created, short, gone atomic.Int64
+			var wg sync.WaitGroup
+			for i := range clients {
+				wg.Go(func() {
+					for n := next.Add(1); n <= orders; n = next.Add(1) {
+						ctx, cancel := context.WithCancel(context.Background())
+						// A client that leaves early. Alone, an order whose
+						// context ends during its write may land while its
+						// client hears an error, which would spoil the count;
+						// queued, it is either dropped undecided or answered.
+						if !c.Disabled && n%17 == 0 {
+							time.AfterFunc(time.Duration(rand.IntN(2000))*time.Microsecond, cancel)
+						}
+						_, _, err := svcs[(i+int(n))%len(svcs)].Place(ctx, req("", line("hot", 1)))
+						cancel()
+						switch {
+						case err == nil:
+							created.Add(1)
+						case errors.Is(err, inventory.ErrInsufficientStock):
+							short.Add(1)
+						case errors.Is(err, context.Canceled):
+							gone.Add(1)
+						default:
+							t.Errorf("order: %v", err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			claims, writes := f.store.counts()
+			t.Logf("created %d, insufficient %d, left %d; %d claims, %d writes", created.Load(), short.Load(), gone.Load(),
+				claims, len(writes))
+			a := f.audit("hot")
+			if !a.Consistent || a.Held != created.Load() || created.Load() != stock {
+				t.Fatalf("audit %+v with %d created; want exactly %d held, consistent", a, created.Load(), stock)
+			}
+			if !c.Disabled && len(writes) >= stock {
+				t.Errorf("%d writes for %d orders: no batch formed", len(writes), stock)
+			}
+		})
+	}
+}
+
+// TestHoldAcrossBatches: with more orders queued than one batch takes, the
+// leader keeps its leases for the next batches without claiming again, up to
+// MaxBatches; then it lets go and acquires (and claims) anew.
+func TestHoldAcrossBatches(t *testing.T) {
+	for _, c := range []struct {
+		maxBatches, claims int
+	}{{4, 1}, {2, 2}, {1, 3}} {
+		f := newFixture(t, inventory.Coalescing{MaxBatch: 2, MaxBatches: c.maxBatches})
+		f.stock("a", 100)
+		release := f.hold("a")
+		reqs := make([]inventory.PlaceRequest, 6)
+		for i := range reqs {
+			reqs[i] = req("", line("a", int64(i+1)))
+		}
+		results := f.queue(f.svc, "a", reqs...)
+		release()
+		for i, r := range results() {
+			if r.err != nil {
+				t.Fatalf("max batches %d: order %d: %v", c.maxBatches, i, r.err)
+			}
+		}
+		claims, writes := f.store.counts()
+		if claims != c.claims || len(writes) != 3 {
+			t.Fatalf("max batches %d: %d claims, writes %v; want %d claims, 3 writes of 2", c.maxBatches, claims, writes, c.claims)
+		}
+		if a := f.audit("a"); !a.Consistent || a.Held != 21 || a.Available != 79 {
+			t.Fatalf("max batches %d: audit %+v", c.maxBatches, a)
+		}
+	}
+}

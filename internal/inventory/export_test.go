@@ -1,0 +1,20 @@
+package inventory
+
+// Queued returns how many orders wait, undecided and not yet in a batch, in
+// the queue of sku (their lowest SKU): tests wait on it to order arrivals.
+func Queued(s *Service, sku string) int {
+	c := s.coalesce
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.queues[sku]
+	if q == nil {
+		return 0
+	}
+	n := 0
+	for _, p := range q.items {
+		if p.state.Load() == stateQueued {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,214 @@
+package inventory_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/local"
+	"github.com/stockguard/stockguard/internal/postgres"
+	"github.com/stockguard/stockguard/internal/stack"
+)
+
+// fencedLocker is the in-process lock with real fencing tokens, shared by
+// every Service of a test as a distributed lock is by every instance. The
+// test can lose any live lease on purpose, as a backend does when its TTL
+// lapses or its session expires.
+type fencedLocker struct {
+	*local.Locker
+	next atomic.Uint64
+
+	mu   sync.Mutex
+	lose map[string]func(error)
+}
+
+func newFencedLocker() *fencedLocker {
+	return &fencedLocker{Locker: local.New(), lose: make(map[string]func(error))}
+}
+
+func (l *fencedLocker) Fenced() bool { return true }
+
+func (l *fencedLocker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	inner, err := l.Locker.Acquire(ctx, key, opts...)
+	if err != nil {
+		return nil, err
+	}
+	lease, lose := lock.NewLease(lock.LeaseParams{Key: key, Token: lock.Token(l.next.Add(1)), Handle: releaser{inner}})
+	l.mu.Lock()
+	l.lose[key] = lose
+	l.mu.Unlock()
+	return lease, nil
+}
+
+// loseLease marks the live lease on key lost.
+func (l *fencedLocker) loseLease(key string) {
+	l.mu.Lock()
+	lose := l.lose[key]
+	l.mu.Unlock()
+	lose(fmt.Errorf("test: %q: %w", key, lock.ErrLeaseLost))
+}
+
+type releaser struct{ l *lock.Lease }
+
+func (r releaser) Release(ctx context.Context) error { return r.l.Release(ctx) }
+
+// spyStore counts the store calls of the critical section and lets a test
+// act right after a claim, between the claim and the write.
+type spyStore struct {
+	inventory.Store
+
+	mu         sync.Mutex
+	claims     int
+	writes     []int // orders per write
+	afterClaim func(fences []inventory.Fence)
+}
+
+func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create bool) (map[string]inventory.SKU, error) {
+	got, err := s.Store.Claim(ctx, fences, create)
+	s.mu.Lock()
+	s.claims++
+	hook := s.afterClaim
+	s.mu.Unlock()
+	if hook != nil && !create {
+		hook(fences)
+	}
+	return got, err
+}
+
+func (s *spyStore) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
+	err := s.Store.Write(ctx, fences, w)
+	if err == nil {
+		s.mu.Lock()
+		s.writes = append(s.writes, len(w.AllOrders()))
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// counts returns the claims and the successful writes since the last call.
+func (s *spyStore) counts() (claims int, writes []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	claims, writes = s.claims, s.writes
+	s.claims, s.writes = 0, nil
+	return claims, writes
+}
+
+func (s *spyStore) onClaim(f func(fences []inventory.Fence)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.afterClaim = f
+}
+
+// newPGStore opens the real store on a fresh, migrated database.
+func newPGStore(t *testing.T) *postgres.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, stack.NewDatabase(t, ctx), postgres.WithMaxConns(16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	if _, err := postgres.Migrate(ctx, st.DB()); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+type fixture struct {
+	t      *testing.T
+	store  *spyStore
+	locker *fencedLocker
+	svc    *inventory.Service
+}
+
+func newFixture(t *testing.T, c inventory.Coalescing) *fixture {
+	t.Helper()
+	f := &fixture{t: t, store: &spyStore{Store: newPGStore(t)}, locker: newFencedLocker()}
+	f.svc = f.service(c)
+	return f
+}
+
+// service is one more instance over the fixture's store and lock.
+func (f *fixture) service(c inventory.Coalescing) *inventory.Service {
+	return inventory.New(inventory.Config{Store: f.store, Locker: f.locker, LockWait: 5 * time.Second, Coalescing: c})
+}
+
+func (f *fixture) stock(sku string, n int64) {
+	f.t.Helper()
+	if _, err := f.svc.SetStock(context.Background(), sku, n); err != nil {
+		f.t.Fatalf("stock %s: %v", sku, err)
+	}
+	f.store.counts()
+}
+
+func (f *fixture) audit(sku string) inventory.Audit {
+	f.t.Helper()
+	a, err := f.svc.Audit(context.Background(), sku)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return a
+}
+
+// hold takes the lease on sku as another instance would, so that orders
+// queue behind it; the returned func lets it go.
+func (f *fixture) hold(sku string) func() {
+	f.t.Helper()
+	l, err := f.locker.Acquire(context.Background(), sku)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return func() { _ = l.Release(context.Background()) }
+}
+
+type result struct {
+	o        *inventory.Order
+	replayed bool
+	err      error
+}
+
+// queue starts Place for each request, one after the other, waiting until
+// each is queued behind a held lease, so that they arrive in this order; it
+// returns their results, in the same order, once all have answered.
+func (f *fixture) queue(svc *inventory.Service, key string, reqs ...inventory.PlaceRequest) func() []result {
+	f.t.Helper()
+	out := make([]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		before := inventory.Queued(svc, key)
+		wg.Go(func() {
+			o, replayed, err := svc.Place(context.Background(), r)
+			out[i] = result{o, replayed, err}
+		})
+		waitFor(f.t, fmt.Sprintf("order %d queued", i), func() bool { return inventory.Queued(svc, key) == before+1 })
+	}
+	return func() []result {
+		wg.Wait()
+		return out
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func req(key string, lines ...inventory.LineRequest) inventory.PlaceRequest {
+	return inventory.PlaceRequest{Lines: lines, IdempotencyKey: key}
+}
+
+func line(sku string, q int64) inventory.LineRequest {
+	return inventory.LineRequest{SKU: sku, Quantity: q}
+}

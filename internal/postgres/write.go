@@ -1,0 +1,194 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// writeSQL is the whole fenced write in one statement, so in one round trip
+// and, autocommitted, one transaction without BEGIN and COMMIT: the counters
+// under `fence_token = token AND fence_holder = lease`, the optional status
+// change, every order (or the completion of its pending idempotency row) and
+// every line. Data-modifying CTEs all run to completion and share one
+// snapshot; the foreign keys of the lines are checked at the end of the
+// statement, when their orders exist.
+//
+// The counters move only if the status change (when there is one) matched:
+// counters computed for an order another holder already moved could break a
+// CHECK and misname the refusal. The final SELECT is the guard: if the fenced
+// UPDATE matched fewer rows than it was given (a newer lease claimed one),
+// or the status change or an order upsert matched nothing, it divides by
+// zero, which aborts the statement and with it everything the CTEs did. The
+// divisor depends on the CTEs' results, so the planner cannot fold it into
+// an error at plan time.
+const writeSQL = `WITH t AS (
+	UPDATE orders SET status = ?::text WHERE id = ?::uuid AND status = ?::text
+	RETURNING 1
+), c AS (
+	UPDATE skus AS s SET available = v.available, reserved = v.reserved, sold = v.sold,
+		received = v.received, updated_at = now()
+	FROM unnest(?::text[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::bigint[], ?::uuid[])
+		AS v(sku, available, reserved, sold, received, token, holder)
+	WHERE s.sku = v.sku /*fence*/ AND (SELECT count(*) FROM t) = ?::bigint
+	RETURNING 1
+), o AS (
+	INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at, created_at)
+	SELECT * FROM unnest(?::uuid[], ?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[])
+	ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, expires_at = EXCLUDED.expires_at
+		WHERE orders.status = 'pending'
+	RETURNING 1
+), l AS (
+	INSERT INTO order_lines (order_id, sku, quantity, fence_token, position)
+	SELECT * FROM unnest(?::uuid[], ?::text[], ?::bigint[], ?::bigint[], ?::int[])
+)
+SELECT 1 / ((SELECT count(*) FROM c) = ?::bigint AND (SELECT count(*) FROM t) = ?::bigint
+	AND (SELECT count(*) FROM o) = ?::bigint)::int`
+
+// fenceCond is what turns the counters UPDATE into a fenced one.
+const fenceCond = `AND s.fence_token = v.token AND s.fence_holder = v.holder`
+
+// writeStatements returns the write statement with `?` placeholders (for
+// gorm) and numbered ones (for pgx), fenced or not.
+func writeStatements(fencing bool) (gormSQL, pgxSQL string) {
+	cond := ""
+	if fencing {
+		cond = fenceCond
+	}
+	q := strings.Replace(writeSQL, "/*fence*/", cond, 1)
+	return q, numbered(q)
+}
+
+// writeArgs is a Write flattened into the statement's column arrays.
+type writeArgs struct {
+	skus                               []string
+	avail, resv, sold, recv, tokens    []int64
+	holders                            []uuid.UUID
+	toStatus, fromStatus               *string
+	transitionID                       *uuid.UUID
+	orderIDs                           []uuid.UUID
+	keys                               []*string // NULL for an order without an idempotency key
+	hashes, statuses                   []string
+	expires, created                   []time.Time
+	lineOrders                         []uuid.UUID
+	lineSKUs                           []string
+	lineQty, lineTokens                []int64
+	linePos                            []int32
+	wantSKUs, wantTransition, wantOrds int64
+}
+
+func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArgs {
+	n := len(w.SKUs)
+	a := writeArgs{skus: make([]string, n), avail: make([]int64, n), resv: make([]int64, n), sold: make([]int64, n),
+		recv: make([]int64, n), tokens: make([]int64, n), holders: make([]uuid.UUID, n), wantSKUs: int64(n)}
+	for i, k := range w.SKUs {
+		f := fences[k.SKU]
+		a.skus[i], a.avail[i], a.resv[i], a.sold[i], a.recv[i] = k.SKU, k.Available, k.Reserved, k.Sold, k.Received
+		a.tokens[i], a.holders[i] = int64(f.Token), f.Holder
+	}
+	if t := w.Transition; t != nil {
+		to, from, id := string(t.To), string(t.From), t.ID
+		a.toStatus, a.fromStatus, a.transitionID, a.wantTransition = &to, &from, &id, 1
+	}
+	orders := w.AllOrders()
+	a.wantOrds = int64(len(orders))
+	for _, o := range orders {
+		var key *string
+		if o.IdempotencyKey != "" {
+			key = &o.IdempotencyKey
+		}
+		a.orderIDs = append(a.orderIDs, o.ID)
+		a.keys = append(a.keys, key)
+		a.hashes = append(a.hashes, o.RequestHash)
+		a.statuses = append(a.statuses, string(o.Status))
+		a.expires = append(a.expires, o.ExpiresAt)
+		a.created = append(a.created, o.CreatedAt)
+		for i, l := range o.Lines {
+			a.lineOrders = append(a.lineOrders, o.ID)
+			a.lineSKUs = append(a.lineSKUs, l.SKU)
+			a.lineQty = append(a.lineQty, l.Quantity)
+			a.lineTokens = append(a.lineTokens, int64(l.FenceToken))
+			a.linePos = append(a.linePos, int32(i))
+		}
+	}
+	return a
+}
+
+// pgx returns the arguments as pgx encodes them: Go slices become binary
+// arrays, nil pointers NULLs.
+func (a *writeArgs) pgx() []any {
+	return []any{a.toStatus, a.transitionID, a.fromStatus,
+		a.skus, a.avail, a.resv, a.sold, a.recv, a.tokens, a.holders, a.wantTransition,
+		a.orderIDs, a.keys, a.hashes, a.statuses, a.expires, a.created,
+		a.lineOrders, a.lineSKUs, a.lineQty, a.lineTokens, a.linePos,
+		a.wantSKUs, a.wantTransition, a.wantOrds}
+}
+
+// Write implements inventory.Store: one statement (writeSQL), one round
+// trip. Any shortfall aborts it as a whole; the error then says why.
+func (s *Store) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
+	byKey := make(map[string]inventory.Fence, len(fences))
+	for _, f := range fences {
+		byKey[f.SKU] = f
+	}
+	a := newWriteArgs(byKey, w)
+	err := s.withPgx(ctx, func(c *pgx.Conn) error {
+		_, err := c.Exec(ctx, s.writePgx, a.pgx()...)
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	if isGuard(err) {
+		return s.whyRefused(ctx, &a, w)
+	}
+	return translate("write", err)
+}
+
+// isGuard reports whether err is writeSQL's guard, the one division in it.
+func isGuard(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == "22012" // division_by_zero
+}
+
+// whyRefused finds, after the fact, which condition stopped a write: a fence
+// that no longer stands, an order no longer in the status the transition
+// expects, or a pending order that is gone. Only the refusal path pays for it.
+func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write) error {
+	if s.fencing && len(a.skus) > 0 {
+		var stale []string
+		err := s.db.WithContext(ctx).Raw(`SELECT v.sku FROM unnest(?::text[], ?::bigint[], ?::uuid[]) AS v(sku, token, holder)
+			LEFT JOIN skus s ON s.sku = v.sku AND s.fence_token = v.token AND s.fence_holder = v.holder
+			WHERE s.sku IS NULL`, textArray(a.skus), int64Array(a.tokens), uuidArray(a.holders)).Scan(&stale).Error
+		if err != nil {
+			return translate("write", err)
+		}
+		if len(stale) > 0 {
+			return &inventory.SKUError{SKU: stale[0], Err: inventory.ErrStaleFence}
+		}
+	}
+	if t := w.Transition; t != nil {
+		o, err := s.Order(ctx, t.ID)
+		if err != nil {
+			return err
+		}
+		if o.Status != t.From {
+			return fmt.Errorf("postgres: order %s is %s: %w", t.ID, o.Status, inventory.ErrInvalidTransition)
+		}
+	}
+	if a.wantOrds > 0 {
+		return fmt.Errorf("postgres: an order of the write is no longer pending: %w", inventory.ErrIdempotencyInFlight)
+	}
+	// Nothing refuses the write any more, yet it was refused: only a status
+	// that changed and changed back could do that. Treat it as the fence:
+	// nothing was written, and a retry is judged afresh.
+	return fmt.Errorf("postgres: write refused: %w", inventory.ErrStaleFence)
+}
