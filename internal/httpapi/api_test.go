@@ -291,6 +291,13 @@ func TestIdempotency(t *testing.T) {
 		t.Fatalf("replay = %d %s", again.status, again.raw)
 	}
 	expect(t, e.order(`{"lines":[{"sku":"a","quantity":4}]}`, "Idempotency-Key", "k-1"), 422, "idempotency_key_reused")
+	// The replay is the first answer, even after the order moved on.
+	if c := e.do("POST", "/v1/orders/"+first.body["order_id"].(string)+"/confirm", ""); c.status != 200 {
+		t.Fatalf("confirm = %d %s", c.status, c.raw)
+	}
+	if r := e.order(body, "Idempotency-Key", "k-1"); r.status != 201 || r.body["status"] != "reserved" || r.raw != first.raw {
+		t.Fatalf("replay after confirm = %d %s, want the first answer %s", r.status, r.raw, first.raw)
+	}
 
 	// A key whose first request is still running (paused in its critical
 	// section) is in flight.
@@ -331,7 +338,7 @@ func TestIdempotency(t *testing.T) {
 	if created.Load() != 1 {
 		t.Fatalf("%d orders created for one key (replayed %d, in flight %d)", created.Load(), replayed.Load(), inFlight.Load())
 	}
-	if a := e.audit("a"); a.Held != 3+3+1000+7 || !a.Consistent {
+	if a := e.audit("a"); a.Held != 3+1000+7 || a.Sold != 3 || !a.Consistent {
 		t.Fatalf("audit = %+v", a)
 	}
 }

@@ -43,6 +43,8 @@ var errorTable = []struct {
 	{lock.ErrUnavailable, http.StatusServiceUnavailable, "lock_unavailable"},
 	{lock.ErrNotAcquired, http.StatusServiceUnavailable, "lock_unavailable"},
 	{lock.ErrLeaseLost, http.StatusServiceUnavailable, "lock_unavailable"},
+	// Writers the lock failed to serialise deadlocked: as retryable as a busy lock.
+	{inventory.ErrConflict, http.StatusServiceUnavailable, "lock_unavailable"},
 	{errServiceUnhealthy, http.StatusServiceUnavailable, "not_ready"},
 	{errClientGone, 499, "client_closed_request"},
 	{context.Canceled, 499, "client_closed_request"},

@@ -30,6 +30,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("redlock: %w", lock.ErrUnavailable), 503, "lock_unavailable", ""},
 		{fmt.Errorf("%w: waited", lock.ErrNotAcquired), 503, "lock_unavailable", ""},
 		{fmt.Errorf("%w: ttl", lock.ErrLeaseLost), 503, "lock_unavailable", ""},
+		{fmt.Errorf("pg: %w", inventory.ErrConflict), 503, "lock_unavailable", ""},
 		{fmt.Errorf("boom"), http.StatusInternalServerError, "internal", ""},
 	}
 	for _, c := range cases {

@@ -15,6 +15,9 @@ var (
 	ErrInvalidTransition   = errors.New("invalid order transition")
 	ErrIdempotencyInFlight = errors.New("idempotency key in flight")
 	ErrIdempotencyReused   = errors.New("idempotency key reused with a different request")
+	// ErrConflict is a write that collided with a concurrent writer the lock
+	// should have kept out (a deadlock between unlocked writers); retryable.
+	ErrConflict = errors.New("concurrent write conflict")
 )
 
 // StockError is an insufficient-stock failure on one SKU.

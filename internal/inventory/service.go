@@ -76,7 +76,8 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 		return nil, false, err
 	}
 	o = &Order{ID: uuid.New(), Status: StatusReserved, IdempotencyKey: req.IdempotencyKey, RequestHash: req.Hash(),
-		Lines: make([]Line, len(req.Lines)), CreatedAt: s.now()}
+		// Postgres keeps microseconds: a replay must read back what the first answer said.
+		Lines: make([]Line, len(req.Lines)), CreatedAt: s.now().Truncate(time.Microsecond)}
 	for i, l := range req.Lines {
 		o.Lines[i] = Line{SKU: l.SKU, Quantity: l.Quantity}
 	}
@@ -93,7 +94,11 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 			case prev.Status == StatusPending:
 				return nil, false, ErrIdempotencyInFlight
 			}
-			return prev, true, nil
+			// Replay the first answer, a 201 with the order reserved, even if
+			// the order has moved on since; GET shows where it stands now.
+			first := *prev
+			first.Status = StatusReserved
+			return &first, true, nil
 		}
 	}
 	if s.coalesce != nil && pauseOf(ctx) == 0 {

@@ -18,6 +18,8 @@ func translate(op string, err error) error {
 			return fmt.Errorf("postgres: %s: %w: %s", op, inventory.ErrUnknownSKU, pg.Detail)
 		case "23514": // check_violation: a counter would go below zero
 			return fmt.Errorf("postgres: %s: %w: %s", op, inventory.ErrInsufficientStock, pg.ConstraintName)
+		case "40P01", "40001": // deadlock_detected, serialization_failure: only unlocked writers (none, local) collide
+			return fmt.Errorf("postgres: %s: %w: %s", op, inventory.ErrConflict, pg.Message)
 		}
 	}
 	return fmt.Errorf("postgres: %s: %w", op, err)

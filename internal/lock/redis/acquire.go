@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
 )
 
@@ -28,7 +29,9 @@ var errHeld = fmt.Errorf("held by another lease: %w", lock.ErrNotAcquired)
 // unreachable on maxUnavailable attempts in a row) or ctx.Err().
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	if key == "" {
-		return nil, fmt.Errorf("redis: acquire: %w", lock.ErrInvalidKey)
+		err := fmt.Errorf("redis: acquire: %w", lock.ErrInvalidKey)
+		l.m.Failed(lockmetrics.Reason(err))
+		return nil, err
 	}
 	o := lock.Apply(l.cfg.ttl, opts)
 	if o.TTL < time.Millisecond {
@@ -44,7 +47,24 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 	return lease, nil
 }
 
+// acquire waits for this Locker's turn on key, then polls Redis. The turn is
+// given up on failure, or by the lease's release or loss.
 func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
+	turn, err := l.queue.Wait(ctx, key, o.TryOnce)
+	if errors.Is(err, keyqueue.ErrBusy) {
+		return nil, fmt.Errorf("redis: acquire %q: %w: %w", key, lock.ErrNotAcquired, err)
+	}
+	if err != nil {
+		return nil, ctxError(key, err, nil)
+	}
+	lease, err := l.poll(ctx, key, o, turn)
+	if err != nil {
+		turn()
+	}
+	return lease, err
+}
+
+func (l *Locker) poll(ctx context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error) {
 	id := uuid.New()
 	unavailable := 0
 	var last error
@@ -53,7 +73,7 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 			return nil, ctxError(key, err, last)
 		}
 		l.m.Attempt()
-		h, token, deadline, err := l.try(ctx, key, id.String(), o.TTL)
+		h, token, deadline, err := l.try(ctx, key, id.String(), o.TTL, turn)
 		if err == nil {
 			if cerr := ctx.Err(); cerr != nil {
 				// Granted just as the caller gave up: the caller will not
@@ -66,6 +86,7 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 				Key: key, Token: token, ID: id, Deadline: deadline,
 				TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: h,
 				OnLost: func(err error) {
+					turn() // the key is free in Redis, or someone else's
 					l.m.Lost()
 					l.cfg.log.Warn("redis: lease lost", "key", key, "token", token, "err", err)
 				},
@@ -94,7 +115,7 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 // cancellation, bounded by the node timeout instead: a command abandoned in
 // flight may still run on the server, and only its reply tells whether there
 // is a key to clean up.
-func (l *Locker) try(ctx context.Context, key, id string, ttl time.Duration) (*handle, lock.Token, time.Time, error) {
+func (l *Locker) try(ctx context.Context, key, id string, ttl time.Duration, turn func()) (*handle, lock.Token, time.Time, error) {
 	start := time.Now()
 	nctx := context.WithoutCancel(ctx)
 	token, ok, err := l.node.AcquireIncr(nctx, key, id, ttl)
@@ -114,7 +135,7 @@ func (l *Locker) try(ctx context.Context, key, id string, ttl time.Duration) (*h
 		return nil, 0, time.Time{}, fmt.Errorf("%w: granted after %v, no validity left of a %v TTL",
 			lock.ErrUnavailable, time.Since(start), ttl)
 	}
-	h := &handle{l: l, key: key, id: id, ttl: ttl}
+	h := &handle{l: l, key: key, id: id, ttl: ttl, turn: turn}
 	return h, lock.Token(token), start.Add(ttl - drift(ttl)), nil
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 )
@@ -16,6 +18,8 @@ type handle struct {
 	key string
 	id  string
 	ttl time.Duration
+	// turn hands this Locker's turn on the key to its next waiter.
+	turn func()
 }
 
 // Release deletes the lock if it is still ours. The caller's cancellation is
@@ -23,15 +27,19 @@ type handle struct {
 // the server leaves the key held for a whole TTL. A lock that is no longer
 // ours (expired, taken by the next holder) is left alone and is no error.
 func (h *handle) Release(ctx context.Context) error {
+	// The next local waiter starts only once the key is gone, or its first
+	// attempt would find it still held and sleep a retry delay.
+	defer h.turn()
 	if _, err := h.l.node.Release(context.WithoutCancel(ctx), h.key, h.id); err != nil {
 		return fmt.Errorf("redis: release: %w", h.l.nodeErr(err))
 	}
 	return nil
 }
 
-// Extend resets the TTL if the lock is still ours. A lock found gone is lost
-// at once; while the server is unreachable it retries until ctx (the lease's
-// validity deadline) ends, since the lease is still valid until then.
+// Extend resets the TTL if the lock is still ours. A lock found gone (or a
+// closed Locker) is lost at once; while the server is unreachable it retries
+// until ctx (the lease's validity deadline) ends, since the lease is still
+// valid until then.
 func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	for {
 		start := time.Now()
@@ -40,7 +48,7 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 			h.l.m.Extended(true)
 			return start.Add(h.ttl - drift(h.ttl)), nil
 		}
-		if errors.Is(err, node.ErrNotHeld) {
+		if errors.Is(err, node.ErrNotHeld) || errors.Is(err, goredis.ErrClosed) {
 			h.l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redis: extend %q: %w: %w", h.key, lock.ErrLeaseLost, err)
 		}

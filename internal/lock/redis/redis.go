@@ -10,6 +10,10 @@
 // same token. The store's fence check (a lower token, or an equal token from
 // another lease id, is rejected) is what keeps the data right then; use the
 // redlock backend to survive the loss of a server.
+//
+// Goroutines of one Locker that want the same key wait in a local FIFO line
+// (package keyqueue), and only the head polls Redis: one process is one
+// contender per key.
 package redis
 
 import (
@@ -18,15 +22,17 @@ import (
 	"fmt"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 )
 
 // Locker takes leases on one Redis server. It is safe for concurrent use.
 type Locker struct {
-	node *node.Node
-	cfg  config
-	m    *lockmetrics.Metrics
+	node  *node.Node
+	cfg   config
+	m     *lockmetrics.Metrics
+	queue *keyqueue.Queue
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -42,7 +48,7 @@ func New(addr string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: metrics: %w", err)
 	}
-	return &Locker{node: node.New(addr, cfg.nodeTimeout), cfg: cfg, m: m}, nil
+	return &Locker{node: node.New(addr, cfg.nodeTimeout), cfg: cfg, m: m, queue: keyqueue.New()}, nil
 }
 
 // Name implements lock.Locker.

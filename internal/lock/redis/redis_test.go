@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/internal/lock"
@@ -24,10 +25,15 @@ func sharedAddr(tb testing.TB) string {
 	return stack.RequireRedis(tb)[0]
 }
 
+// testNodeTimeout replaces the 200 ms default in tests (a test's own option
+// still wins): with -race, on two cores, next to other packages' tests, a
+// healthy server's reply can take longer than that.
+const testNodeTimeout = time.Second
+
 // newLocker returns a Locker closed when the test ends.
 func newLocker(tb testing.TB, addr string, opts ...redis.Option) *redis.Locker {
 	tb.Helper()
-	l, err := redis.New(addr, opts...)
+	l, err := redis.New(addr, append([]redis.Option{redis.WithNodeTimeout(testNodeTimeout)}, opts...)...)
 	if err != nil {
 		tb.Fatalf("redis.New: %v", err)
 	}
@@ -95,41 +101,56 @@ func TestMutualExclusion(t *testing.T) {
 	}
 }
 
-// TestTokensIncrease10k checks 10,000 acquisitions of one key: half one
-// after another, half by 16 goroutines over 4 Lockers racing, each token
-// checked against the last one inside the critical section.
+// TestTokensIncrease10k checks 10,000 acquisitions: four keys side by side,
+// each taken 1,000 times in a row by one goroutine, then 1,500 times by four
+// goroutines over two Lockers racing for it; each token is checked against
+// the key's last one inside the critical section.
 func TestTokensIncrease10k(t *testing.T) {
 	addr := sharedAddr(t)
-	key := locktest.Key(t)
-	checkTokensIncrease(t, key, []lock.Locker{newLocker(t, addr)}, 1, 5000)
-	lockers := make([]lock.Locker, 4)
-	for i := range lockers {
-		lockers[i] = newLocker(t, addr, redis.WithRetryDelay(time.Millisecond))
+	const keys, sequential, concurrent = 4, 1000, 1500
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for range keys {
+		wg.Go(func() {
+			key := locktest.Key(t)
+			var last lock.Token // only touched under the lock
+			n := checkTokensIncrease(t, key, &last, []lock.Locker{newLocker(t, addr)}, 1, sequential)
+			lockers := []lock.Locker{
+				newLocker(t, addr, redis.WithRetryDelay(time.Millisecond)),
+				newLocker(t, addr, redis.WithRetryDelay(time.Millisecond)),
+			}
+			n += checkTokensIncrease(t, key, &last, lockers, 4, concurrent)
+			total.Add(n)
+		})
 	}
-	checkTokensIncrease(t, key, lockers, 16, 5000)
+	wg.Wait()
+	if n := total.Load(); n != keys*(sequential+concurrent) {
+		t.Fatalf("%d acquisitions checked, want %d", n, keys*(sequential+concurrent))
+	}
 }
 
-var lastToken sync.Map // key -> lock.Token, only touched under the lock
-
-func checkTokensIncrease(t *testing.T, key string, lockers []lock.Locker, goroutines, total int) {
+// checkTokensIncrease makes total acquisitions of key from goroutines spread
+// over lockers and returns how many it checked.
+func checkTokensIncrease(t *testing.T, key string, last *lock.Token, lockers []lock.Locker, goroutines, total int) int64 {
 	t.Helper()
-	var left atomic.Int64
+	var left, checked atomic.Int64
 	left.Store(int64(total))
 	var wg sync.WaitGroup
 	for g := range goroutines {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
 				lease := locktest.MustAcquire(t, lockers[g%len(lockers)], key)
-				prev, _ := lastToken.Load(key)
-				if p, _ := prev.(lock.Token); lease.Token() <= p {
-					t.Errorf("token %d after %d", lease.Token(), p)
+				if lease.Token() <= *last {
+					t.Errorf("token %d after %d", lease.Token(), *last)
 				}
-				lastToken.Store(key, lease.Token())
+				*last = lease.Token()
+				checked.Add(1)
 				locktest.MustRelease(t, lease)
 			}
 		})
 	}
 	wg.Wait()
+	return checked.Load()
 }
 
 // TestReleaseKeepsNextHoldersKey: a lease expires, another Locker takes the
@@ -236,5 +257,46 @@ func TestUnavailable(t *testing.T) {
 			t.Fatalf("no recovery 5 s after restart: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestMetrics: two Lockers on one registry count into one series.
+func TestMetrics(t *testing.T) {
+	addr := sharedAddr(t)
+	reg := prometheus.NewPedanticRegistry()
+	a := newLocker(t, addr, redis.WithRegisterer(reg))
+	b := newLocker(t, addr, redis.WithRegisterer(reg))
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, a, key)
+	if _, err := b.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce = %v", err)
+	}
+	if _, err := b.Acquire(t.Context(), ""); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Fatalf("empty key = %v", err)
+	}
+	locktest.MustRelease(t, lease)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, lp := range m.GetLabel() {
+				name += "," + lp.GetValue()
+			}
+			got[name] = m.GetCounter().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	for series, want := range map[string]float64{
+		"stockguard_lock_acquire_failures_total,redis,not_acquired": 1,
+		"stockguard_lock_acquire_failures_total,redis,invalid_key":  1,
+		"stockguard_lock_acquire_attempts_total,redis":              2,
+		"stockguard_lock_acquire_seconds,redis":                     1,
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v (all: %v)", series, got[series], want, got)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
 )
 
@@ -26,7 +27,9 @@ const maxUnavailable = 3
 // what its attempt wrote, on every node.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	if key == "" {
-		return nil, fmt.Errorf("redlock: acquire: %w", lock.ErrInvalidKey)
+		err := fmt.Errorf("redlock: acquire: %w", lock.ErrInvalidKey)
+		l.m.Failed(lockmetrics.Reason(err))
+		return nil, err
 	}
 	o := lock.Apply(l.cfg.ttl, opts)
 	if o.TTL < time.Millisecond {
@@ -42,7 +45,24 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 	return lease, nil
 }
 
+// acquire waits for this Locker's turn on key, then polls the nodes. The turn
+// is given up on failure, or by the lease's release or loss.
 func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
+	turn, err := l.queue.Wait(ctx, key, o.TryOnce)
+	if errors.Is(err, keyqueue.ErrBusy) {
+		return nil, fmt.Errorf("redlock: acquire %q: %w: %w", key, lock.ErrNotAcquired, err)
+	}
+	if err != nil {
+		return nil, ctxError(key, err, nil)
+	}
+	lease, err := l.poll(ctx, key, o, turn)
+	if err != nil {
+		turn()
+	}
+	return lease, err
+}
+
+func (l *Locker) poll(ctx context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error) {
 	unavailable := 0
 	var last error
 	for {
@@ -59,7 +79,7 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 			err = ctx.Err()
 		}
 		if err == nil {
-			return l.lease(a, out, o), nil
+			return l.lease(a, out, o, turn), nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, ctxError(key, cerr, last)
@@ -82,11 +102,12 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 	}
 }
 
-func (l *Locker) lease(a *attempt, out outcome, o lock.Options) *lock.Lease {
+func (l *Locker) lease(a *attempt, out outcome, o lock.Options, turn func()) *lock.Lease {
 	lease, _ := lock.NewLease(lock.LeaseParams{
 		Key: a.key, Token: out.token, ID: a.id, Deadline: out.deadline,
-		TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: &handle{a: a},
+		TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: &handle{a: a, turn: turn},
 		OnLost: func(err error) {
+			turn() // the key is free on the nodes, or someone else's
 			l.m.Lost()
 			l.cfg.log.Warn("redlock: lease lost", "key", a.key, "token", out.token, "err", err)
 		},

@@ -94,101 +94,124 @@ func (a *attempt) run(ctx context.Context) (outcome, error) {
 	for i := range n {
 		a.l.spawn(func() { a.node(i, replies) })
 	}
-
-	var (
-		r1Pending            = n
-		granted, answered    int
-		maxFence             uint64
-		decided              bool
-		r2OK, r2Pending, r2A int // round 2: raised, in flight, answered
-		errs                 []error
-	)
+	t := tally{reachable: make([]bool, n), r1Pending: n}
 	for {
 		var r reply
 		select {
 		case r = <-replies:
 		case <-ctx.Done():
-			return a.fail(ctx.Err())
+			return a.fail(replies, &t, ctx.Err())
 		}
-		if r.err != nil {
-			errs = append(errs, a.l.nodeErr(r.node, r.err))
-		}
-		switch r.round {
-		case 1:
-			r1Pending--
-			if r.answered {
-				answered++
-				maxFence = max(maxFence, r.fence)
-			}
-			if r.ok {
-				granted++
-				if decided {
-					r2Pending++ // the node goes on to round 2 by itself
-				}
-			}
-			if decided {
-				break
-			}
-			if granted >= q {
+		t.add(a, r)
+		if r.round == 1 && !t.decided {
+			if t.granted >= q {
 				if !a.fenced {
-					return a.succeed(0)
+					return a.succeed(replies, &t, 0)
 				}
-				a.token = maxFence + 1
+				a.token = t.maxFence + 1
 				close(a.tokenReady)
-				decided, r2Pending = true, granted
-			} else if granted+r1Pending < q {
-				return a.fail(a.quorumErr(granted, answered, errs))
+				t.decided, t.r2Pending = true, t.granted
+			} else if t.granted+t.r1Pending < q {
+				return a.fail(replies, &t, nil)
 			}
-		case 2:
-			r2Pending--
-			if r.answered {
-				r2A++
-			}
-			if r.ok {
-				if r2OK++; r2OK >= q {
-					return a.succeed(lock.Token(a.token))
-				}
-			}
+			continue
+		}
+		if t.r2OK >= q {
+			return a.succeed(replies, &t, lock.Token(a.token))
 		}
 		// A node still in round 1 may yet grant the lock and publish the token.
-		if decided && r2OK+r2Pending+r1Pending < q {
-			if r2A+r1Pending < q {
-				return a.fail(a.quorumErr(r2OK, r2A, errs))
-			}
-			return a.fail(fmt.Errorf("token %d published on %d/%d nodes: %w: %w",
-				a.token, r2OK, n, lock.ErrNotAcquired, joinNodeErrs(errs)))
+		if t.decided && t.r2OK+t.r2Pending+t.r1Pending < q {
+			return a.fail(replies, &t, nil)
 		}
 	}
 }
 
-// quorumErr explains a failed majority: lock.ErrUnavailable when fewer than a
-// majority of nodes answered at all, lock.ErrNotAcquired when they answered
-// but the key was held.
-func (a *attempt) quorumErr(ok, answered int, errs []error) error {
-	n := len(a.l.nodes)
-	if answered < a.l.quorum {
-		return fmt.Errorf("no quorum (%d/%d): %w (%d/%d answered): %w",
-			ok, n, lock.ErrUnavailable, answered, n, joinNodeErrs(errs))
+// tally is what the replies of one attempt have said so far.
+type tally struct {
+	r1Pending, granted int
+	maxFence           uint64
+	decided            bool
+	r2OK, r2Pending    int
+	reachable          []bool // answered round 1 and, if sent, round 2
+	errs               []error
+}
+
+func (t *tally) add(a *attempt, r reply) {
+	if r.err != nil {
+		t.errs = append(t.errs, a.l.nodeErr(r.node, r.err))
 	}
-	return fmt.Errorf("no quorum (%d/%d): %w: %w", ok, n, lock.ErrNotAcquired, joinNodeErrs(errs))
+	t.reachable[r.node] = r.answered
+	if r.round == 2 {
+		t.r2Pending--
+		if r.ok {
+			t.r2OK++
+		}
+		return
+	}
+	t.r1Pending--
+	if r.answered {
+		t.maxFence = max(t.maxFence, r.fence)
+	}
+	if r.ok {
+		t.granted++
+		if t.decided {
+			t.r2Pending++ // the node goes on to round 2 by itself
+		}
+	}
+}
+
+// err explains a failed attempt with every reply in: lock.ErrUnavailable when
+// fewer than a majority of nodes answered at all, lock.ErrNotAcquired when
+// they answered but the key was held (or, in round 2, a counter was ahead).
+func (t *tally) err(a *attempt) error {
+	n, q := len(a.l.nodes), a.l.quorum
+	reachable := 0
+	for _, ok := range t.reachable {
+		if ok {
+			reachable++
+		}
+	}
+	errs := joinNodeErrs(t.errs)
+	sentinel := lock.ErrNotAcquired
+	if reachable < q {
+		sentinel = fmt.Errorf("%w (%d/%d answered)", lock.ErrUnavailable, reachable, n)
+	}
+	if t.decided {
+		return fmt.Errorf("token %d published on %d/%d nodes: %w: %w", a.token, t.r2OK, n, sentinel, errs)
+	}
+	return fmt.Errorf("no quorum (%d/%d): %w: %w", t.granted, n, sentinel, errs)
 }
 
 // succeed checks the lease's validity: the majority was reached after
 // elapsed, and the first key a node set expires TTL after a.start by that
 // node's clock, which may run up to drift ahead of ours.
-func (a *attempt) succeed(token lock.Token) (outcome, error) {
+func (a *attempt) succeed(replies <-chan reply, t *tally, token lock.Token) (outcome, error) {
 	elapsed := time.Since(a.start)
 	if validity := a.ttl - elapsed - drift(a.ttl); validity <= 0 {
-		return a.fail(fmt.Errorf("%w: quorum reached after %v, no validity left of a %v TTL",
+		return a.fail(replies, t, fmt.Errorf("%w: quorum reached after %v, no validity left of a %v TTL",
 			lock.ErrUnavailable, elapsed, a.ttl))
 	}
 	return outcome{token: token, deadline: a.start.Add(a.ttl - drift(a.ttl))}, nil
 }
 
-func (a *attempt) fail(err error) (outcome, error) {
+// fail unlocks what the attempt may hold and returns cause, or (when nil)
+// the explanation the replies give. Since the unlock waits for every node's
+// replies, the explanation counts them all, not just those in when the
+// attempt gave up.
+func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, error) {
 	close(a.abort)
-	a.release(true)
-	return outcome{}, err
+	_ = a.release(true)
+	if cause != nil {
+		return outcome{}, cause
+	}
+	for {
+		select {
+		case r := <-replies:
+			t.add(a, r)
+		default:
+			return outcome{}, t.err(a)
+		}
+	}
 }
 
 // node runs this attempt's lock writes on node i, in order: round 1, then

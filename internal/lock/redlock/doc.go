@@ -44,6 +44,10 @@
 // up with the next round 2. Losing the counters on a majority at once breaks
 // the guarantee, as it breaks Redlock's mutual exclusion.
 //
+// Goroutines of one Locker that want the same key wait in a local FIFO line
+// (package keyqueue), and only the head polls the nodes: several goroutines
+// polling at once would split the nodes' votes so that none wins.
+//
 // # Early return
 //
 // Each round returns as soon as a majority has answered; the slower nodes'

@@ -11,8 +11,11 @@ import (
 )
 
 // handle is a held lock: the successful attempt, whose per-node state the
-// release needs.
-type handle struct{ a *attempt }
+// release needs, and this Locker's turn on the key.
+type handle struct {
+	a    *attempt
+	turn func()
+}
 
 // Release deletes the lock on every node that may hold it, each after that
 // node's lock writes were answered, and returns once a majority of nodes is
@@ -21,6 +24,9 @@ type handle struct{ a *attempt }
 // the node timeout: a release that never reaches the nodes leaves the key
 // held for a whole TTL, the very bug NOTES.md records for redsync.
 func (h *handle) Release(context.Context) error {
+	// The next local waiter starts only once a majority is clear, or its
+	// first attempt would find the key still held and sleep a retry delay.
+	defer h.turn()
 	if err := h.a.release(false); err != nil {
 		return fmt.Errorf("redlock: release %q: %w", h.a.key, err)
 	}
@@ -78,6 +84,10 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 			l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redlock: extend %q: held on %d/%d nodes: %w: %w",
 				a.key, n-notHeld, n, lock.ErrLeaseLost, joinNodeErrs(errs))
+		}
+		if l.isClosed() {
+			l.m.Extended(false)
+			return time.Time{}, fmt.Errorf("redlock: extend %q: locker closed: %w", a.key, lock.ErrLeaseLost)
 		}
 		if err := sleep(ctx, jitter(l.cfg.retryDelay)); err != nil {
 			l.m.Extended(false)

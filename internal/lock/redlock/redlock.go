@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 )
@@ -19,12 +21,15 @@ type Locker struct {
 	quorum int
 	cfg    config
 	m      *lockmetrics.Metrics
+	queue  *keyqueue.Queue
 
 	// Requests that outlive the call that started them (the slow nodes after
 	// an early return) are tracked so Close can wait for them.
 	mu     sync.RWMutex
 	closed bool
 	bg     sync.WaitGroup
+	work   chan func()   // unbuffered: a send succeeds only to an idle worker
+	quit   chan struct{} // closed by Close: idle workers exit
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -49,7 +54,10 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redlock: metrics: %w", err)
 	}
-	l := &Locker{quorum: len(addrs)/2 + 1, cfg: cfg, m: m}
+	l := &Locker{
+		quorum: len(addrs)/2 + 1, cfg: cfg, m: m, queue: keyqueue.New(),
+		work: make(chan func()), quit: make(chan struct{}),
+	}
 	for _, a := range addrs {
 		l.nodes = append(l.nodes, node.New(a, cfg.nodeTimeout))
 	}
@@ -106,6 +114,7 @@ func (l *Locker) Close() error {
 	l.closed = true
 	l.mu.Unlock()
 	l.bg.Wait()
+	close(l.quit)
 	var errs []error
 	for _, n := range l.nodes {
 		if err := n.Close(); err != nil {
@@ -115,9 +124,18 @@ func (l *Locker) Close() error {
 	return errors.Join(errs...)
 }
 
-// spawn runs f on its own goroutine, tracked for Close. After Close, f still
-// runs (its requests fail at once on the closed clients) but is not waited
-// for.
+func (l *Locker) isClosed() bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.closed
+}
+
+// spawn runs f on a goroutine of its own, tracked for Close. An idle worker
+// goroutine takes f when there is one: a fresh goroutine starts on a small
+// stack that go-redis grows (a copy each time) on every request, a cost as
+// large as a tenth of a whole lock cycle. After Close, f runs on a new
+// goroutine (its requests fail at once on the closed clients) and is not
+// waited for.
 func (l *Locker) spawn(f func()) {
 	l.mu.RLock()
 	if l.closed {
@@ -127,10 +145,31 @@ func (l *Locker) spawn(f func()) {
 	}
 	l.bg.Add(1)
 	l.mu.RUnlock()
-	go func() {
-		defer l.bg.Done()
+	select {
+	case l.work <- f:
+	default:
+		go l.worker(f)
+	}
+}
+
+// workerIdle is how long a worker waits for more work before it exits.
+const workerIdle = 2 * time.Second
+
+func (l *Locker) worker(f func()) {
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
 		f()
-	}()
+		l.bg.Done()
+		idle.Reset(workerIdle)
+		select {
+		case f = <-l.work:
+		case <-idle.C:
+			return
+		case <-l.quit:
+			return
+		}
+	}
 }
 
 // result is one node's answer to a fan-out.

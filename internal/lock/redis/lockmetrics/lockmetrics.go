@@ -1,12 +1,15 @@
-// Package lockmetrics holds the Prometheus collectors of a lock backend:
-// how long acquisitions take, how many attempts they need, why they fail, how
-// extensions go and how many leases are lost.
+// Package lockmetrics holds the Prometheus collectors of the Redis lock
+// backends: how long acquisitions take, how many attempts they need, why they
+// fail, how extensions go and how many leases are lost.
 //
-// The names carry a stockguard_lock_ prefix and a backend label. They differ
-// on purpose from the service's stockguard_lock_wait_seconds and
-// stockguard_leases_lost_total (internal/metrics), which measure the same
-// events from the caller's side (all SKU locks of one operation, leases found
-// lost while in use) and are registered on the same registry.
+// The collectors that every backend has (stockguard_lock_acquire_seconds,
+// stockguard_lock_acquire_failures_total, stockguard_lock_leases_lost_total)
+// carry exactly the names, help texts, buckets, labels and reason values of
+// pglock's and zookeeper's, so a registry holding several backends shares
+// one collector per name and one dashboard reads them all. They differ on
+// purpose from the service's stockguard_lock_wait_seconds and
+// stockguard_leases_lost_total (internal/metrics), which count whole
+// operations rather than single keys.
 package lockmetrics
 
 import (
@@ -19,32 +22,37 @@ import (
 	"github.com/stockguard/stockguard/internal/lock"
 )
 
-// Failure reasons, the values of the reason label.
+// Failure reasons, the values of the reason label, shared with the other
+// backends.
 const (
-	// ReasonHeld: a majority of nodes answered but the key was held.
-	ReasonHeld = "held"
-	// ReasonNoQuorum: fewer than a majority of nodes answered, or the
-	// acquisition took so long that no validity was left.
-	ReasonNoQuorum = "no_quorum"
-	// ReasonTimeout: the caller's deadline passed while waiting.
-	ReasonTimeout = "timeout"
-	// ReasonCancelled: the caller cancelled while waiting.
+	// ReasonInvalidKey: the key was empty.
+	ReasonInvalidKey = "invalid_key"
+	// ReasonNotAcquired: a majority of nodes answered but the key was held
+	// (TryOnce, or still held when the caller's context ended).
+	ReasonNotAcquired = "not_acquired"
+	// ReasonUnavailable: fewer than a majority of nodes answered (the last
+	// attempt before giving up), or no validity was left after the rounds.
+	ReasonUnavailable = "unavailable"
+	// ReasonCancelled: the caller's context ended (cancelled or past its
+	// deadline) before any attempt told more.
 	ReasonCancelled = "cancelled"
 )
 
-// Reason is the reason label for an error Acquire returned. The caller's
-// context comes first: an acquisition that timed out while the nodes were
-// down is a timeout, its error also wrapping the last attempt's.
+// Reason is the reason label for an error Acquire returned. An acquisition
+// ended by its context also wraps its last attempt's error, and that error
+// says more: the key was held, or the nodes were down.
 func Reason(err error) string {
 	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return ReasonTimeout
-	case errors.Is(err, context.Canceled):
-		return ReasonCancelled
+	case errors.Is(err, lock.ErrInvalidKey):
+		return ReasonInvalidKey
 	case errors.Is(err, lock.ErrUnavailable):
-		return ReasonNoQuorum
+		return ReasonUnavailable
+	case errors.Is(err, lock.ErrNotAcquired):
+		return ReasonNotAcquired
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return ReasonCancelled
 	default:
-		return ReasonHeld
+		return ReasonUnavailable
 	}
 }
 
@@ -64,11 +72,11 @@ type Metrics struct {
 // series of its backend label.
 func New(reg prometheus.Registerer, backend string) (*Metrics, error) {
 	acquire := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "stockguard_lock_acquire_duration_seconds",
-		Help: "Time from the start of a successful lock acquisition until the lease was granted, retries included.",
-		// 100 µs .. ~6.5 s: one local Redlock round is ~0.2 ms, a contended
+		Name: "stockguard_lock_acquire_seconds",
+		Help: "Time from Acquire to holding one key's lock, successful acquisitions only.",
+		// 100 µs .. ~13 s: one local Redlock round is ~0.2 ms, a contended
 		// wait can take seconds.
-		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 17),
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 	}, []string{"backend"})
 	attempts := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stockguard_lock_acquire_attempts_total",
@@ -76,7 +84,7 @@ func New(reg prometheus.Registerer, backend string) (*Metrics, error) {
 	}, []string{"backend"})
 	failures := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stockguard_lock_acquire_failures_total",
-		Help: "Acquisitions that returned an error, by reason: held, no_quorum, timeout, cancelled.",
+		Help: "Acquire calls that returned an error, by reason (invalid_key, not_acquired, cancelled, unavailable).",
 	}, []string{"backend", "reason"})
 	extends := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stockguard_lock_extends_total",
@@ -84,7 +92,7 @@ func New(reg prometheus.Registerer, backend string) (*Metrics, error) {
 	}, []string{"backend", "result"})
 	lost := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "stockguard_lock_leases_lost_total",
-		Help: "Leases that ended without Release: TTL passed without extension or the extension failed.",
+		Help: "Leases the backend saw end without Release (TTL passed, connection killed, locker closed).",
 	}, []string{"backend"})
 
 	if reg != nil {

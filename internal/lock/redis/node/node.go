@@ -40,9 +40,12 @@ func New(addr string, timeout time.Duration) *Node {
 		// Per-call deadlines come from the context (the node timeout, or the
 		// lease deadline for extensions).
 		ContextTimeoutEnabled: true,
-		// No CLIENT SETINFO / MAINT_NOTIFICATIONS handshakes: they cost a
-		// round trip on each new connection, which matters right after a
-		// node restarts, and a lock needs neither.
+		// RESP2, and no CLIENT SETINFO / MAINT_NOTIFICATIONS handshakes: a
+		// lock needs no push notifications, RESP3 makes every reply pass
+		// through the push-notification check, and each handshake costs a
+		// round trip on every new connection, which matters right after a
+		// node restarts.
+		Protocol:                 2,
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})

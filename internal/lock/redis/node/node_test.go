@@ -1,0 +1,123 @@
+package node_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/stack"
+)
+
+func newNode(t *testing.T) (*node.Node, string) {
+	t.Helper()
+	n := node.New(stack.RequireRedis(t)[0], time.Second)
+	t.Cleanup(func() { _ = n.Close() })
+	key := fmt.Sprintf("node-test-%016x", rand.Uint64())
+	t.Cleanup(func() { n.Client().Del(context.Background(), node.LockKey(key), node.FenceKey(key)) })
+	return n, key
+}
+
+func TestKeyNames(t *testing.T) {
+	if got := node.LockKey("sku-1"); got != "stockguard:{sku-1}:lock" {
+		t.Errorf("LockKey = %q", got)
+	}
+	if got := node.FenceKey("sku-1"); got != "stockguard:{sku-1}:fence" {
+		t.Errorf("FenceKey = %q", got)
+	}
+}
+
+func TestAcquireIncr(t *testing.T) {
+	n, key := newNode(t)
+	ctx := t.Context()
+	tok, ok, err := n.AcquireIncr(ctx, key, "a", time.Minute)
+	if err != nil || !ok || tok != 1 {
+		t.Fatalf("first AcquireIncr = %d, %v, %v; want 1, true", tok, ok, err)
+	}
+	if _, ok, err := n.AcquireIncr(ctx, key, "b", time.Minute); err != nil || ok {
+		t.Fatalf("AcquireIncr on a held key = %v, %v; want not ok", ok, err)
+	}
+	if v, _ := n.Client().Get(ctx, node.FenceKey(key)).Result(); v != "1" {
+		t.Fatalf("a refused acquisition moved the counter to %s", v)
+	}
+	if deleted, err := n.Release(ctx, key, "b"); err != nil || deleted {
+		t.Fatalf("Release by a non-holder = %v, %v", deleted, err)
+	}
+	if err := n.Extend(ctx, key, "b", time.Minute); !errors.Is(err, node.ErrNotHeld) {
+		t.Fatalf("Extend by a non-holder = %v", err)
+	}
+	if err := n.Extend(ctx, key, "a", time.Minute); err != nil {
+		t.Fatalf("Extend by the holder = %v", err)
+	}
+	if deleted, err := n.Release(ctx, key, "a"); err != nil || !deleted {
+		t.Fatalf("Release by the holder = %v, %v", deleted, err)
+	}
+	if tok, ok, _ := n.AcquireIncr(ctx, key, "b", time.Minute); !ok || tok != 2 {
+		t.Fatalf("next AcquireIncr = %d, %v; want 2", tok, ok)
+	}
+}
+
+// TestFence checks round 2's conditions: only the lock holder publishes, and
+// only a token above the counter, compared exactly even past 2^53.
+func TestFence(t *testing.T) {
+	n, key := newNode(t)
+	ctx := t.Context()
+	ok, fence, err := n.AcquireRead(ctx, key, "a", time.Minute)
+	if err != nil || !ok || fence != 0 {
+		t.Fatalf("AcquireRead on a fresh key = %v, %d, %v", ok, fence, err)
+	}
+	if err := n.Fence(ctx, key, "b", 5); !errors.Is(err, node.ErrNotHeld) {
+		t.Fatalf("Fence by a non-holder = %v", err)
+	}
+	for _, c := range []struct {
+		token uint64
+		want  error
+	}{
+		{9, nil},
+		{10, nil}, // "10" > "9": numbers, not strings
+		{10, node.ErrFenceAhead},
+		{9, node.ErrFenceAhead},
+		{1<<53 + 1, nil},
+		{1 << 53, node.ErrFenceAhead}, // equal as doubles, not as integers
+		{1<<64 - 1, nil},
+	} {
+		if err := n.Fence(ctx, key, "a", c.token); !errors.Is(err, c.want) {
+			t.Fatalf("Fence(%d) = %v, want %v", c.token, err, c.want)
+		}
+	}
+	ok, fence, err = n.AcquireRead(ctx, key, "b", time.Minute)
+	if err != nil || ok || fence != 1<<64-1 {
+		t.Fatalf("AcquireRead on a held key = %v, %d, %v; want false, %d", ok, fence, err, uint64(1<<64-1))
+	}
+	if got, _ := n.Client().Get(ctx, node.FenceKey(key)).Result(); got != strconv.FormatUint(1<<64-1, 10) {
+		t.Fatalf("counter %s", got)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	srv, err := stack.StartRedis(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	n := node.New(srv.Addr(), 100*time.Millisecond)
+	defer n.Close()
+	if err := n.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Cont()
+	start := time.Now()
+	if _, _, err := n.AcquireIncr(t.Context(), "k", "a", time.Second); err == nil {
+		t.Fatal("AcquireIncr on a paused server succeeded")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("a paused server held the call for %v with a 100 ms node timeout", d)
+	}
+}

@@ -1,0 +1,305 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redlock"
+	"github.com/stockguard/stockguard/internal/stack"
+)
+
+func TestConformance(t *testing.T) {
+	addrs := stack.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	locktest.Run(t, locktest.Config{
+		// A short TTL keeps the loss test quick: the watchdog notices the
+		// expired keys at its next extension, TTL/3 later.
+		New:         func(tb testing.TB) lock.Locker { return newLocker(tb, addrs, redlock.WithTTL(1500*time.Millisecond)) },
+		Exclusive:   true,
+		Distributed: true,
+		Expiring:    true,
+		Lose: func(t *testing.T, _ lock.Locker, lease *lock.Lease) {
+			// What a clock jump on every node would do.
+			for _, c := range raw {
+				if err := c.PExpire(t.Context(), node.LockKey(lease.Key()), time.Millisecond).Err(); err != nil {
+					t.Fatalf("pexpire: %v", err)
+				}
+			}
+		},
+	})
+}
+
+// TestMutualExclusion has 32 goroutines over 4 Lockers (4 service
+// instances) take turns on one key; a plain counter and an atomic holder
+// count catch any overlap, the race detector too.
+func TestMutualExclusion(t *testing.T) {
+	t.Parallel()
+	addrs := stack.RequireRedis(t)
+	lockers := make([]*redlock.Locker, 4)
+	for i := range lockers {
+		lockers[i] = newLocker(t, addrs, redlock.WithRetryDelay(2*time.Millisecond))
+	}
+	key := locktest.Key(t)
+	const goroutines, rounds = 32, 10
+	var holders atomic.Int32
+	counter := 0
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for range rounds {
+				lease := locktest.MustAcquire(t, lockers[g%len(lockers)], key)
+				if h := holders.Add(1); h != 1 {
+					t.Errorf("%d holders at once", h)
+				}
+				counter++
+				time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+				holders.Add(-1)
+				locktest.MustRelease(t, lease)
+			}
+		})
+	}
+	wg.Wait()
+	if counter != goroutines*rounds {
+		t.Fatalf("counter = %d, want %d", counter, goroutines*rounds)
+	}
+}
+
+// tokenChecker checks, inside the critical section, that each token is
+// larger than the one before.
+type tokenChecker struct {
+	last lock.Token // only touched while holding the lock
+	n    atomic.Int64
+}
+
+func (c *tokenChecker) check(t *testing.T, lease *lock.Lease) {
+	// Helper takes t's mutex: the race detector sees the goroutines take
+	// turns (it cannot see the Redis lock) and does not flag c.last.
+	t.Helper()
+	if lease.Token() <= c.last {
+		t.Errorf("token %d after %d", lease.Token(), c.last)
+	}
+	c.last = lease.Token()
+	c.n.Add(1)
+}
+
+// run makes total acquisitions of key from goroutines spread over lockers.
+func (c *tokenChecker) run(t *testing.T, key string, lockers []*redlock.Locker, goroutines, total int) {
+	t.Helper()
+	var left atomic.Int64
+	left.Store(int64(total))
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for left.Add(-1) >= 0 {
+				lease := locktest.MustAcquire(t, lockers[g%len(lockers)], key)
+				c.check(t, lease)
+				locktest.MustRelease(t, lease)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestTokensIncrease10k checks 10,000 acquisitions: four keys side by side
+// (so that the run fits in the package's time budget under -race), each
+// taken 1,000 times in a row by one goroutine, then 1,500 times by four
+// goroutines over two Lockers racing for it.
+func TestTokensIncrease10k(t *testing.T) {
+	t.Parallel()
+	addrs := stack.RequireRedis(t)
+	const keys, sequential, concurrent = 4, 1000, 1500
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	for range keys {
+		wg.Go(func() {
+			key := locktest.Key(t)
+			var c tokenChecker
+			c.run(t, key, []*redlock.Locker{newLocker(t, addrs)}, 1, sequential)
+			lockers := []*redlock.Locker{
+				newLocker(t, addrs, redlock.WithRetryDelay(time.Millisecond)),
+				newLocker(t, addrs, redlock.WithRetryDelay(time.Millisecond)),
+			}
+			c.run(t, key, lockers, 4, concurrent)
+			total.Add(c.n.Load())
+		})
+	}
+	wg.Wait()
+	if n := total.Load(); n != keys*(sequential+concurrent) {
+		t.Fatalf("%d acquisitions checked, want %d", n, keys*(sequential+concurrent))
+	}
+}
+
+// TestReleaseKeepsNextHoldersKey: a lease expires, another Locker takes the
+// key, and the old holder's late Release must not delete the new lock on any
+// node.
+func TestReleaseKeepsNextHoldersKey(t *testing.T) {
+	t.Parallel()
+	addrs := stack.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	a, b := newLocker(t, addrs), newLocker(t, addrs)
+	key := locktest.Key(t)
+	old := locktest.MustAcquire(t, a, key, lock.WithTTL(100*time.Millisecond), lock.WithoutWatchdog())
+	<-old.Done()
+	next := locktest.MustAcquire(t, b, key)
+	before := count(raw.lockValues(t, key), next.ID().String())
+	locktest.MustRelease(t, old)
+	vals := raw.lockValues(t, key)
+	if got := count(vals, next.ID().String()); got < before || got < b.Quorum() {
+		t.Fatalf("after the old holder's release the new holder has %d nodes (had %d): %q", got, before, vals)
+	}
+	if next.Token() <= old.Token() {
+		t.Fatalf("token %d after %d", next.Token(), old.Token())
+	}
+	locktest.MustRelease(t, next)
+	waitNoKey(t, raw, key)
+}
+
+// waitNoKey waits (briefly: the release returns after a majority, the
+// stragglers follow) until no node holds key.
+func waitNoKey(t *testing.T, raw nodes, key string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		vals := raw.lockValues(t, key)
+		if count(vals, "") == len(vals) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lock key left behind: %q", vals)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestCancelledWaiterLeavesNoKey: acquisitions that give up while the key is
+// held write nothing that stays: every node holds the holder's id or nothing,
+// right when Acquire returns.
+func TestCancelledWaiterLeavesNoKey(t *testing.T) {
+	t.Parallel()
+	addrs := stack.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	a, b := newLocker(t, addrs), newLocker(t, addrs)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, a, key)
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Duration(10+i*7)*time.Millisecond)
+		_, err := b.Acquire(ctx, key)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire past its deadline = %v", err)
+		}
+		vals := raw.lockValues(t, key)
+		if count(vals, held.ID().String())+count(vals, "") != len(vals) {
+			t.Fatalf("a waiter left a key: %q (holder %s)", vals, held.ID())
+		}
+	}
+	locktest.MustRelease(t, held)
+	waitNoKey(t, raw, key)
+}
+
+// TestWithoutFencing: the comparison mode still excludes, but issues no token.
+func TestWithoutFencing(t *testing.T) {
+	addrs := stack.RequireRedis(t)
+	l := newLocker(t, addrs, redlock.WithoutFencing())
+	if l.Fenced() {
+		t.Fatal("Fenced() = true WithoutFencing")
+	}
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, l, key)
+	if lease.Token() != 0 {
+		t.Errorf("token %d WithoutFencing", lease.Token())
+	}
+	if _, err := l.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce on a held key = %v", err)
+	}
+	locktest.MustRelease(t, lease)
+}
+
+func TestNewRejectsBadAddrs(t *testing.T) {
+	for _, addrs := range [][]string{{"a:1", "a:1"}, {"a:1", ""}} {
+		if _, err := redlock.New(addrs); err == nil {
+			t.Errorf("New(%q) accepted", addrs)
+		}
+	}
+	l, err := redlock.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.Addrs(); len(got) != 5 || l.Quorum() != 3 {
+		t.Errorf("default nodes %q, quorum %d; want the stack's five, 3", got, l.Quorum())
+	}
+}
+
+// TestMetrics checks the collectors on a registry shared by two Lockers.
+func TestMetrics(t *testing.T) {
+	t.Parallel()
+	addrs := stack.RequireRedis(t)
+	reg := prometheus.NewPedanticRegistry()
+	a := newLocker(t, addrs, redlock.WithRegisterer(reg), redlock.WithTTL(600*time.Millisecond))
+	b := newLocker(t, addrs, redlock.WithRegisterer(reg))
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, a, key, lock.WithoutWatchdog())
+	if _, err := b.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce = %v", err)
+	}
+	<-lease.Done() // lost: no watchdog
+	lease2 := locktest.MustAcquire(t, b, key, lock.WithTTL(300*time.Millisecond))
+	time.Sleep(250 * time.Millisecond) // two extensions
+	locktest.MustRelease(t, lease2)
+
+	got := gather(t, reg)
+	for series, want := range map[string]float64{
+		`stockguard_lock_acquire_failures_total{backend="redlock",reason="not_acquired"}`: 1,
+		`stockguard_lock_leases_lost_total{backend="redlock"}`:                            1,
+		`stockguard_lock_acquire_seconds{backend="redlock"}`:                              2, // sample count
+	} {
+		if got[series] != want {
+			t.Errorf("%s = %v, want %v", series, got[series], want)
+		}
+	}
+	if v := got[`stockguard_lock_acquire_attempts_total{backend="redlock"}`]; v < 3 {
+		t.Errorf("attempts = %v, want >= 3", v)
+	}
+	if v := got[`stockguard_lock_extends_total{backend="redlock",result="ok"}`]; v < 1 {
+		t.Errorf("successful extensions = %v, want >= 1", v)
+	}
+}
+
+// gather flattens reg's series to name{labels} -> value (a histogram's
+// sample count).
+func gather(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, lp := range m.GetLabel() {
+				labels = append(labels, lp.GetName()+`="`+lp.GetValue()+`"`)
+			}
+			name := mf.GetName() + "{" + strings.Join(labels, ",") + "}"
+			switch {
+			case m.GetCounter() != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.GetHistogram() != nil:
+				out[name] = float64(m.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	return out
+}
