@@ -88,8 +88,9 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(c *config) { c.reg = reg }
 }
 
-// WithLogger sets where the Locker logs retries (debug), failed clean-ups
-// and lost leases (warn). Default: nothing is logged.
+// WithLogger sets where the Locker logs retries and per-node release
+// failures (debug; with a node down every release fails there) and lost
+// leases (warn). Default: nothing is logged.
 func WithLogger(l *slog.Logger) Option {
 	return func(c *config) { c.log = l }
 }
