@@ -81,7 +81,7 @@ func (h *handle) Release(ctx context.Context) error {
 // is free at once rather than when the server's idle timer fires, and so the
 // connection returns even if the holder never calls Release.
 func (h *handle) onLost(err error) {
-	h.l.m.lost.Inc()
+	h.l.m.Lost()
 	h.l.log.Warn("lease lost", "key", h.key, "err", err)
 	h.discard()
 }

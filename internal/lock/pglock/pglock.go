@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
 )
 
 const backendName = "postgres"
@@ -105,7 +106,7 @@ type Locker struct {
 	ctl *pgxpool.Pool
 	ttl time.Duration
 	log *slog.Logger
-	m   *metrics
+	m   *lockmetrics.Metrics
 
 	// closing is cancelled by Close, ending every wait and keepalive in
 	// flight, so that Close can end their connections.
@@ -137,7 +138,7 @@ func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, erro
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
-	m, err := newMetrics(o.reg)
+	m, err := lockmetrics.New(o.reg, backendName)
 	if err != nil {
 		return nil, fmt.Errorf("pglock: metrics: %w", err)
 	}
@@ -242,10 +243,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 	start := time.Now()
 	lease, err := l.acquire(ctx, key, lock.Apply(l.ttl, opts))
 	if err != nil {
-		l.m.fail(err)
+		l.m.Failed(lockmetrics.Reason(err))
 		return nil, fmt.Errorf("pglock: acquire %q: %w", key, err)
 	}
-	l.m.acquire.Observe(time.Since(start).Seconds())
+	l.m.Acquired(time.Since(start))
 	return lease, nil
 }
 

@@ -22,8 +22,8 @@ import (
 	"fmt"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
-	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
-	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
 )
 
 // maxUnavailable is how many attempts in a row may find no majority of nodes

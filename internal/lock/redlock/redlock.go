@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
-	"github.com/stockguard/stockguard/internal/lock/redis/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 )
 

@@ -79,7 +79,7 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 		Token:  n.token,
 		ID:     n.id,
 		Handle: h,
-		OnLost: func(error) { s.l.m.lost.Inc() },
+		OnLost: func(error) { s.l.m.Lost() },
 	})
 	if !s.register(h, lose) {
 		// The session was given up between the verdict and now: the node

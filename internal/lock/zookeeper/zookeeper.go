@@ -29,6 +29,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
 )
 
 const backendName = "zookeeper"
@@ -154,10 +155,10 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 	start := time.Now()
 	lease, err := l.acquire(ctx, key, lock.Apply(0, opts))
 	if err != nil {
-		l.m.fail(err)
+		l.m.Failed(lockmetrics.Reason(err))
 		return nil, fmt.Errorf("zookeeper: acquire %q: %w", key, err)
 	}
-	l.m.acquire.Observe(time.Since(start).Seconds())
+	l.m.Acquired(time.Since(start))
 	return lease, nil
 }
 

@@ -1,15 +1,9 @@
-// Package lockmetrics holds the Prometheus collectors of the Redis lock
-// backends: how long acquisitions take, how many attempts they need, why they
-// fail, how extensions go and how many leases are lost.
-//
-// The collectors that every backend has (stockguard_lock_acquire_seconds,
-// stockguard_lock_acquire_failures_total, stockguard_lock_leases_lost_total)
-// carry exactly the names, help texts, buckets, labels and reason values of
-// pglock's and zookeeper's, so a registry holding several backends shares
-// one collector per name and one dashboard reads them all. They differ on
-// purpose from the service's stockguard_lock_wait_seconds and
-// stockguard_leases_lost_total (internal/metrics), which count whole
-// operations rather than single keys.
+// Package lockmetrics holds the Prometheus collectors every lock backend
+// shares: how long acquisitions take, how many attempts they need, why they
+// fail, how extensions go and how many leases are lost, labelled by backend,
+// so one dashboard reads them all. They differ on purpose from the service's
+// stockguard_lock_wait_seconds and stockguard_leases_lost_total
+// (internal/metrics), which count whole operations rather than single keys.
 package lockmetrics
 
 import (
@@ -97,12 +91,19 @@ func New(reg prometheus.Registerer, backend string) (*Metrics, error) {
 
 	if reg != nil {
 		var err error
-		acquire = register(reg, acquire, &err)
-		attempts = register(reg, attempts, &err)
-		failures = register(reg, failures, &err)
-		extends = register(reg, extends, &err)
-		lost = register(reg, lost, &err)
-		if err != nil {
+		if acquire, err = Register(reg, acquire); err != nil {
+			return nil, err
+		}
+		if attempts, err = Register(reg, attempts); err != nil {
+			return nil, err
+		}
+		if failures, err = Register(reg, failures); err != nil {
+			return nil, err
+		}
+		if extends, err = Register(reg, extends); err != nil {
+			return nil, err
+		}
+		if lost, err = Register(reg, lost); err != nil {
 			return nil, err
 		}
 	}
@@ -116,22 +117,20 @@ func New(reg prometheus.Registerer, backend string) (*Metrics, error) {
 	}, nil
 }
 
-// register registers c, or returns the identical collector registered
-// before; the first error is kept in *errp.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C, errp *error) C {
+// Register registers c on reg, or returns the identical collector registered
+// before, so several Lockers (a test's, or one that reconnects) can share a
+// registry. Backends use it for collectors of their own too.
+func Register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error) {
 	err := reg.Register(c)
 	if err == nil {
-		return c
+		return c, nil
 	}
 	if are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
 		if existing, ok := are.ExistingCollector.(C); ok {
-			return existing
+			return existing, nil
 		}
 	}
-	if *errp == nil {
-		*errp = err
-	}
-	return c
+	return c, err
 }
 
 // Acquired records a successful acquisition that took d.
