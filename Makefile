@@ -40,8 +40,18 @@ demo: build
 		--seed=42 --report=$(OUT)/report.html --json=$(OUT)/compare.json
 	@echo "report: $(abspath $(OUT))/report.html"
 
+# The benchmark suite, not part of make test (about 10 minutes on 2 cores):
+# the lock micro-benchmarks and the store benchmarks (medians of -count=3;
+# -p=1 so that two packages never share the cores), then `load bench`: the
+# store ceiling and every backend end to end (one hot SKU and 1,000 SKUs,
+# coalescing on and off). It writes $(OUT)/bench.json, prints the tables
+# with ratios and targets, and fails if a safe backend oversold or lost a
+# unit. BENCH_FLAGS=--quick shortens the end-to-end runs.
 bench: build
-	$(WITH_STACK) $(GO) test -run='^$$' -bench=. -benchtime=2s -count=3 ./internal/lock/...
+	@mkdir -p $(OUT)
+	$(WITH_STACK) $(GO) test -p=1 -run='^$$' -bench=. -benchtime=1s -count=3 -timeout=15m ./internal/lock/... | tee $(OUT)/bench-lock.txt
+	$(WITH_STACK) $(GO) test -p=1 -run='^$$' -bench='HotRowCeiling|CoalescedWrite' -benchtime=1s -count=3 -timeout=10m ./internal/postgres/ | tee $(OUT)/bench-store.txt
+	$(WITH_STACK) ./$(BIN) load bench --lock-bench=$(OUT)/bench-lock.txt --store-bench=$(OUT)/bench-store.txt --out=$(OUT)/bench.json $(BENCH_FLAGS)
 
 stack-up:
 	@bash $(STACK) up

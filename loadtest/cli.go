@@ -28,6 +28,12 @@ commands:
             from the client's ledger, /audit and the SKU counters
   compare   start instances of the service per lock backend, run the same
             workload on each, print a side-by-side table and write an HTML report
+  chaos     inject faults (paused holders, killed Redis and ZooKeeper nodes,
+            an expired session, a Redis failover) under load, with fencing
+            on and off, and report oversold units and stale writes rejected
+  bench     the benchmark suite: store ceiling, then every backend with
+            coalescing on and off on one hot SKU and on many, with ratios,
+            targets and peak RSS (make bench adds the Go micro-benchmarks)
 
 Run "stockguard load <command> -h" for its flags.
 `
@@ -45,6 +51,10 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return mainRun(ctx, args[1:], getenv, stdout, stderr)
 	case "compare":
 		return mainCompare(ctx, args[1:], getenv, stdout, stderr)
+	case "chaos":
+		return mainChaos(ctx, args[1:], getenv, stdout, stderr)
+	case "bench":
+		return mainBench(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil
@@ -229,8 +239,10 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	fs.StringVar(&cc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS, else the service's default)")
 	fs.StringVar(&cc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS, else the service's default)")
 	fs.StringVar(&cc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances (default $STOCKGUARD_DATABASE_URL, else the service's default)")
+	fs.BoolVar(&cc.FreshDB, "fresh-db", true, "give each backend its own scratch database on the --database-url server, dropped after its run (one deployment, one backend: token spaces differ)")
 	fs.StringVar(&cc.LogDir, "logs", "", "keep instance logs in this directory (default: a temporary one, kept only on failure)")
 	fs.StringVar(&cc.Label, "label", "", "free text shown in the report")
+	fs.Var((*serveFlagList)(&cc.ServeFlags), "serve-flag", "further flag for every instance, repeatable, e.g. --serve-flag=--coalesce=off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: stockguard load compare [--backends=none,local,...] [--instances=3] [workload flags] [--report=FILE] [--json=FILE]\n\n")
 		fs.PrintDefaults()

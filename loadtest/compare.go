@@ -1,6 +1,7 @@
 package loadtest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,9 +45,17 @@ type CompareConfig struct {
 	RedisAddrs     string
 	ZKServers      string
 	DatabaseURL    string
-	LogDir         string // empty: a temporary directory, removed unless a backend failed
-	Label          string
-	Run            Config // the workload; URLs, Backend, Fencing and AdminToken are set per backend
+	// FreshDB gives each backend a scratch database of its own, dropped after
+	// its run: tokens of different backends are not comparable, and an
+	// expired hold fenced by another backend's token could never be reaped.
+	FreshDB bool
+	LogDir  string // empty: a temporary directory, removed unless a backend failed
+	Label   string
+	Run     Config // the workload; URLs, Backend, Fencing and AdminToken are set per backend
+
+	// ServeFlags are further serve flags for every instance, such as
+	// --coalesce=off; see validateServeFlags for those compare owns.
+	ServeFlags []string
 }
 
 // CompareEntry is one backend's outcome in a comparison.
@@ -61,6 +70,11 @@ type CompareEntry struct {
 	Logs           []string `json:"logs,omitempty"`
 	Result         *Result  `json:"result,omitempty"`
 	err            error
+
+	// PeakRSSMB is the largest peak RSS (VmHWM, MiB) of the backend's
+	// instances, read as each was stopped; InstanceRSSMB is each one's.
+	PeakRSSMB     float64   `json:"peak_rss_mb"`
+	InstanceRSSMB []float64 `json:"instance_peak_rss_mb,omitempty"`
 }
 
 // CompareResult is the JSON written by `load compare --json`.
@@ -74,6 +88,7 @@ type CompareResult struct {
 	Pass        bool           `json:"pass"`
 	Failures    []string       `json:"failures"`
 	ReportPath  string         `json:"report,omitempty"`
+	ServeFlags  []string       `json:"serve_flags,omitempty"`
 }
 
 // Compare starts Instances serve processes per backend, runs the same
@@ -103,7 +118,8 @@ func Compare(ctx context.Context, cc CompareConfig, stderr io.Writer) (*CompareR
 		return nil, fmt.Errorf("compare: %w", err)
 	}
 	token := strings.ReplaceAll(uuid.NewString(), "-", "")
-	out := &CompareResult{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Run.Workload.Seed, Instances: cc.Instances}
+	out := &CompareResult{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Run.Workload.Seed, Instances: cc.Instances,
+		ServeFlags: cc.ServeFlags}
 	for _, b := range cc.Backends {
 		if ctx.Err() != nil {
 			break
@@ -150,6 +166,9 @@ func (cc CompareConfig) validate() error {
 	case cc.StartupTimeout <= 0:
 		return fmt.Errorf("startup-timeout %v: want > 0", cc.StartupTimeout)
 	}
+	if err := validateServeFlags(cc.ServeFlags); err != nil {
+		return err
+	}
 	if fi, err := os.Stat(cc.Bin); err != nil || fi.IsDir() {
 		return fmt.Errorf("bin %q: not an executable file", cc.Bin)
 	}
@@ -163,9 +182,22 @@ func (cc CompareConfig) validate() error {
 func (cc CompareConfig) runBackend(ctx context.Context, backend, token, logDir string, stderr io.Writer) CompareEntry {
 	e := CompareEntry{Backend: backend, Fencing: fencingFor(backend), Instances: cc.Instances, ExpectedUnsafe: ExpectedUnsafe(backend)}
 	fmt.Fprintf(stderr, "== %s: starting %d instances (fencing %s)\n", backend, cc.Instances, e.Fencing)
+	dbURL := cc.DatabaseURL
+	if cc.FreshDB {
+		u, drop, err := scratchDatabase(ctx, cmp.Or(cc.DatabaseURL, defaultDatabaseURL))
+		if err != nil {
+			e.err = err
+			e.Error, e.Verdict = err.Error(), "ERROR: no scratch database"
+			fmt.Fprintf(stderr, "== %s: %v\n", backend, err)
+			return e
+		}
+		defer drop()
+		dbURL = u
+	}
 	opts := ServeOptions{
 		Bin: cc.Bin, Lock: backend, Fencing: e.Fencing, LockTTL: cc.LockTTL, AdminToken: token,
-		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, DatabaseURL: cc.DatabaseURL, LogDir: logDir,
+		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, DatabaseURL: dbURL, LogDir: logDir,
+		Extra: cc.ServeFlags,
 	}
 	ins, err := StartInstances(ctx, opts, cc.Instances, cc.StartupTimeout)
 	if err != nil {
@@ -186,6 +218,10 @@ func (cc CompareConfig) runBackend(ctx context.Context, backend, token, logDir s
 	if stopErr := StopInstances(ins); stopErr != nil {
 		e.StopError = stopErr.Error()
 		fmt.Fprintf(stderr, "== %s: stopping: %v\n", backend, stopErr)
+	}
+	for _, in := range ins {
+		e.InstanceRSSMB = append(e.InstanceRSSMB, in.PeakRSSMB)
+		e.PeakRSSMB = max(e.PeakRSSMB, in.PeakRSSMB)
 	}
 	if err != nil {
 		e.err = err
@@ -217,11 +253,11 @@ func (cc CompareConfig) failures(entries []CompareEntry) []string {
 // PrintCompareTable writes the side-by-side table.
 func PrintCompareTable(w io.Writer, cr *CompareResult) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "backend\tfencing\torders/s\tp50 ms\tp99 ms\treserved\toversold\tlost\tstale fences\tlock failures\terrors\t verdict")
+	fmt.Fprintln(tw, "backend\tfencing\torders/s\tp50 ms\tp99 ms\treserved\toversold\tlost\tstale fences\tlock failures\terrors\tpeak RSS MB\t verdict")
 	for _, e := range cr.Backends {
 		r := e.Result
 		if r == nil {
-			fmt.Fprintf(tw, "%s\t%s\t–\t–\t–\t–\t–\t–\t–\t–\t–\t %s\n", e.Backend, e.Fencing, e.Verdict)
+			fmt.Fprintf(tw, "%s\t%s\t–\t–\t–\t–\t–\t–\t–\t–\t–\t–\t %s\n", e.Backend, e.Fencing, e.Verdict)
 			continue
 		}
 		v := r.Verdict
@@ -231,9 +267,9 @@ func PrintCompareTable(w io.Writer, cr *CompareResult) {
 		if r.Orders.Unsent > 0 {
 			v += fmt.Sprintf(" [timed out: %d orders unsent]", r.Orders.Unsent)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t %s\n", e.Backend, e.Fencing,
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t %s\n", e.Backend, e.Fencing,
 			r.ThroughputPerS, r.LatencyMs.P50, r.LatencyMs.P99, r.Units.Reserved, r.Units.Oversold, r.Units.Lost,
-			r.Orders.StaleFence, r.Orders.LockUnavailable, r.Orders.Errors, v)
+			r.Orders.StaleFence, r.Orders.LockUnavailable, r.Orders.Errors, e.PeakRSSMB, v)
 	}
 	_ = tw.Flush()
 }
@@ -273,6 +309,9 @@ func CompareReport(cr *CompareResult) Report {
 		{"hot-SKU skew (zipf)", fmt.Sprint(w.Zipf)},
 		{"same-key retries", fmt.Sprintf("%.1f%%", 100*w.RetryShare)},
 		{"seed", fmt.Sprint(cr.Seed)},
+	}
+	if len(cr.ServeFlags) > 0 {
+		r.Workload = append(r.Workload, Fact{"serve flags", strings.Join(cr.ServeFlags, " ")})
 	}
 	return r
 }

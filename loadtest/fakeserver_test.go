@@ -273,7 +273,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(fakeServeEnv) == "1" {
 		os.Exit(fakeServeMain(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeChaosBin() // the binary the chaos tests share (chaos_test.go)
+	os.Exit(code)
 }
 
 // fakeServeMain parses the serve flags compare passes and serves the fake:

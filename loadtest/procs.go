@@ -45,6 +45,11 @@ func (o ServeOptions) args(addr string) []string {
 type Instance struct {
 	URL     string
 	LogPath string
+
+	// PeakRSSMB is the process's peak resident set (VmHWM) in MiB, read by
+	// Stop just before SIGTERM; 0 where /proc is not available.
+	PeakRSSMB float64
+
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed when the process has been waited for
 	waitErr error
@@ -149,6 +154,9 @@ func (in *Instance) Stop() error {
 		return fmt.Errorf("instance %s had already exited: %v", in.URL, in.waitErr)
 	default:
 	}
+	// Read before SIGTERM: the high-water mark of the load, not of the drain,
+	// and while /proc/<pid> still exists.
+	in.PeakRSSMB, _ = peakRSSMB(in.cmd.Process.Pid)
 	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("stop %s: %w", in.URL, err)
 	}

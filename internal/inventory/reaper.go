@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Reap expires reserved orders whose hold has run out, under the same locks
@@ -12,34 +14,72 @@ import (
 func (s *Service) Reap(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	r := reaper{s: s, interval: interval, failing: make(map[uuid.UUID]retry)}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		s.reapOnce(ctx)
+		r.once(ctx)
 	}
 }
 
-func (s *Service) reapOnce(ctx context.Context) {
-	ids, err := s.store.ExpiredOrders(ctx, s.now(), 100)
+// maxReapBackoff bounds how long an order that keeps failing to expire waits
+// between attempts.
+const maxReapBackoff = 5 * time.Minute
+
+// reaper remembers the orders it failed to expire and backs off on each, so
+// a few that cannot be expired (a SKU fenced by another deployment's token
+// space, a backend that is down) neither flood the log every interval nor
+// keep the reaper from the orders behind them.
+type reaper struct {
+	s        *Service
+	interval time.Duration
+	failing  map[uuid.UUID]retry
+}
+
+type retry struct {
+	next time.Time
+	wait time.Duration
+}
+
+func (r *reaper) once(ctx context.Context) {
+	now := r.s.now()
+	skip := make([]uuid.UUID, 0, len(r.failing))
+	for id, f := range r.failing {
+		if now.Before(f.next) {
+			skip = append(skip, id)
+		}
+	}
+	ids, err := r.s.store.ExpiredOrders(ctx, now, 100, skip)
 	if err != nil {
 		if ctx.Err() == nil {
-			s.log.Error("reaper: list expired orders", "err", err)
+			r.s.log.Error("reaper: list expired orders", "err", err)
 		}
 		return
 	}
 	for _, id := range ids {
-		if err := s.Expire(ctx, id); err != nil && !errors.Is(err, ErrInvalidTransition) && ctx.Err() == nil {
-			s.log.Warn("reaper: expire order", "order_id", id, "err", err)
+		err := r.s.Expire(ctx, id)
+		if err == nil || errors.Is(err, ErrInvalidTransition) || ctx.Err() != nil {
+			delete(r.failing, id)
+			continue
 		}
+		f, seen := r.failing[id]
+		f.wait = min(max(2*f.wait, r.interval), maxReapBackoff)
+		f.next = now.Add(f.wait)
+		r.failing[id] = f
+		level := r.s.log.Debug
+		if !seen {
+			level = r.s.log.Warn
+		}
+		level("reaper: expire order", "order_id", id, "retry_in", f.wait, "err", err)
 	}
 	// A pending order older than any request could run is a key left by a
 	// process that died mid-request.
-	if n, err := s.store.PurgePending(ctx, s.now().Add(-10*time.Minute)); err != nil && ctx.Err() == nil {
-		s.log.Error("reaper: purge pending orders", "err", err)
+	if n, err := r.s.store.PurgePending(ctx, now.Add(-10*time.Minute)); err != nil && ctx.Err() == nil {
+		r.s.log.Error("reaper: purge pending orders", "err", err)
 	} else if n > 0 {
-		s.log.Info("reaper: purged abandoned idempotency keys", "count", n)
+		r.s.log.Info("reaper: purged abandoned idempotency keys", "count", n)
 	}
 }

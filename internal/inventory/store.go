@@ -67,8 +67,9 @@ type Store interface {
 	// ReleaseKey deletes a pending order, freeing its key for a retry.
 	ReleaseKey(ctx context.Context, id uuid.UUID) error
 
-	// ExpiredOrders lists reserved orders whose hold ended before now.
-	ExpiredOrders(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error)
+	// ExpiredOrders lists reserved orders whose hold ended before now, oldest
+	// first, leaving out those in skip.
+	ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]uuid.UUID, error)
 	// PurgePending deletes pending orders created before cutoff: keys left
 	// by a process that died mid-request.
 	PurgePending(ctx context.Context, cutoff time.Time) (int64, error)

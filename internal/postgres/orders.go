@@ -88,10 +88,10 @@ func (s *Store) ReleaseKey(ctx context.Context, id uuid.UUID) error {
 }
 
 // ExpiredOrders implements inventory.Store.
-func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int) ([]uuid.UUID, error) {
+func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]uuid.UUID, error) {
 	var ids []uuid.UUID
 	err := s.db.WithContext(ctx).Raw(`SELECT id FROM orders WHERE status = 'reserved' AND expires_at <= ?
-		ORDER BY expires_at LIMIT ?`, now, limit).Scan(&ids).Error
+		AND id <> ALL(?::uuid[]) ORDER BY expires_at LIMIT ?`, now, uuidArray(skip), limit).Scan(&ids).Error
 	if err != nil {
 		return nil, translate("list expired orders", err)
 	}

@@ -194,9 +194,12 @@ func TestTransitionIsConditional(t *testing.T) {
 	if err := reserve(ctx, s, f, 2); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10)
+	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("ExpiredOrders = %v, %v; want one", ids, err)
+	}
+	if skipped, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, ids); err != nil || len(skipped) != 0 {
+		t.Fatalf("ExpiredOrders skipping the only one = %v, %v; want none", skipped, err)
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
@@ -270,7 +273,7 @@ func TestTransitionOfMovedOrder(t *testing.T) {
 	if err := reserve(ctx, s, f, 2); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10)
+	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
 	if err != nil || len(ids) != 1 {
 		t.Fatalf("ExpiredOrders = %v, %v", ids, err)
 	}
