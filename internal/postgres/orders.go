@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -56,18 +57,25 @@ func (s *Store) orderWhere(ctx context.Context, cond string, arg any) (*inventor
 	return o, nil
 }
 
+const reserveKeySQL = `INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at, created_at)
+	VALUES ($1, $2, $3, 'pending', $4, $5) ON CONFLICT (idempotency_key) DO NOTHING`
+
 // ReserveKey implements inventory.Store. The unique index on
 // idempotency_key is what lets exactly one of several concurrent requests
 // with one key through, across every instance.
 func (s *Store) ReserveKey(ctx context.Context, o *inventory.Order) (*inventory.Order, error) {
 	for range 3 {
-		res := s.db.WithContext(ctx).Exec(`INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at, created_at)
-			VALUES (?, ?, ?, 'pending', ?, ?) ON CONFLICT (idempotency_key) DO NOTHING`,
-			o.ID, o.IdempotencyKey, o.RequestHash, o.ExpiresAt, o.CreatedAt)
-		if res.Error != nil {
-			return nil, translate("reserve idempotency key", res.Error)
+		// Every keyed order pays this statement: pgx, like the hot path (see pgx.go).
+		var inserted int64
+		err := s.withPgx(ctx, func(c *pgx.Conn) error {
+			tag, err := c.Exec(ctx, reserveKeySQL, o.ID, o.IdempotencyKey, o.RequestHash, o.ExpiresAt, o.CreatedAt)
+			inserted = tag.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return nil, translate("reserve idempotency key", err)
 		}
-		if res.RowsAffected == 1 {
+		if inserted == 1 {
 			return nil, nil
 		}
 		prev, err := s.orderWhere(ctx, "idempotency_key = ?", o.IdempotencyKey)
