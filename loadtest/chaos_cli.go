@@ -17,15 +17,15 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cc := DefaultChaosConfig()
-	var scenario, backends, fencing, reportPath, jsonPath string
+	var scenario, backends, fencing, reportPath, jsonPath, mdPath string
 	fs.StringVar(&scenario, "scenario", "", "scenario to run, or all: "+strings.Join(ChaosScenarios, ", "))
-	fs.StringVar(&backends, "backend", "", "comma-separated backends, for scenarios that take several (pause-holder: redis, redlock, zookeeper, postgres); default all")
+	fs.StringVar(&backends, "backend", "", "comma-separated backends to run; default: every backend each scenario supports (pause-holder: redis, redlock, zookeeper, postgres; the others have one each)")
 	fs.StringVar(&fencing, "fencing", "both", "fencing of the instances: on, off, or both (one run each)")
 	fs.IntVar(&cc.Instances, "instances", cc.Instances, "service instances per run (at least 3)")
 	fs.DurationVar(&cc.Duration, "duration", cc.Duration, "least time the order load runs in each run; it runs longer when the faults and --recovery need it")
 	fs.DurationVar(&cc.Warmup, "warmup", cc.Warmup, "order load before the first fault")
 	fs.DurationVar(&cc.Recovery, "recovery", cc.Recovery, "order load after the last fault event")
-	fs.DurationVar(&cc.LockTTL, "lock-ttl", cc.LockTTL, "--lock-ttl of the instances (redis-failover uses at least 3s, see CHAOS.md)")
+	fs.DurationVar(&cc.LockTTL, "lock-ttl", cc.LockTTL, "--lock-ttl of the instances (redis-failover uses at least 2s, see CHAOS.md)")
 	fs.DurationVar(&cc.LockWait, "lock-wait", cc.LockWait, "--lock-wait of the instances")
 	fs.IntVar(&cc.Concurrency, "concurrency", cc.Concurrency, "closed-loop clients, spread over the instances")
 	fs.IntVar(&cc.SKUs, "skus", cc.SKUs, "hot SKUs every order draws from")
@@ -36,6 +36,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&cc.LogDir, "logs", "", "keep instance and server logs here, a directory per run (default: a temporary one, kept only on failure)")
 	fs.StringVar(&reportPath, "report", "out/chaos.html", "write the self-contained HTML report here (empty: none)")
 	fs.StringVar(&jsonPath, "json", "out/chaos.json", "write the runs as JSON here (empty: none)")
+	fs.StringVar(&mdPath, "markdown", "", "also write the table of runs as GitHub Markdown here")
 	fs.Uint64Var(&cc.Seed, "seed", 0, "seed of the order load; 0 picks one at random")
 	fs.DurationVar(&cc.RequestTimeout, "request-timeout", cc.RequestTimeout, "bound on each HTTP request (must outlast a paused instance)")
 	fs.DurationVar(&cc.StartupTimeout, "startup-timeout", cc.StartupTimeout, "how long instances get to answer /healthz")
@@ -103,6 +104,12 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 			return fmt.Errorf("load chaos: %w", werr)
 		}
 		fmt.Fprintf(stdout, "json: %s\n", jsonPath)
+	}
+	if mdPath != "" {
+		if werr := os.WriteFile(mdPath, []byte(ChaosMarkdownTable(res)), 0o644); werr != nil {
+			return fmt.Errorf("load chaos: %w", werr)
+		}
+		fmt.Fprintf(stdout, "markdown: %s\n", mdPath)
 	}
 	if err != nil {
 		return fmt.Errorf("load chaos: %w", err)

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/stockguard/stockguard/internal/stack"
 )
 
 // Kinds of timeline events.
@@ -175,7 +173,7 @@ func (e *chaosEnv) victim() int { return len(e.ins) - 1 }
 func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) {
 	v := e.victim()
 	before := e.pausesLogged(v)
-	e.event(EventNote, "instance %d: %d orders sent with X-Chaos-Pause: %v (stall between claim and write)", v+1, len(e.load.skus), stall)
+	e.event(EventNote, "instance %d: %d-unit order on each hot SKU sent with X-Chaos-Pause: %v (stall between claim and write)", v+1, stalledQty, stall)
 	e.load.sendPaused(ctx, v, stall, func(sku string, out Outcome, took time.Duration) {
 		e.event(EventOutcome, "instance %d: stalled order on %s answered %s after %v", v+1, shortSKU(sku), describeOutcome(out), took.Round(time.Millisecond))
 	})
@@ -315,65 +313,6 @@ func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
 	e.event(EventNote, "instance %d showed no new session within 10s", v+1)
-	return nil
-}
-
-func failoverSetup(ctx context.Context, e *chaosEnv) error {
-	master, err := e.newRedis(ctx, "master")
-	if err != nil {
-		return err
-	}
-	link, err := e.newForwarder(master.Addr())
-	if err != nil {
-		return err
-	}
-	replica, err := e.newRedis(ctx, "replica", stack.RedisReplicaOf(link.Addr()))
-	if err != nil {
-		return err
-	}
-	front, err := e.newForwarder(master.Addr())
-	if err != nil {
-		return err
-	}
-	if err := waitReplicaLinked(ctx, replica.Addr(), 15*time.Second); err != nil {
-		return err
-	}
-	e.failover = &failoverRig{master: master, replica: replica, link: link, front: front}
-	e.opts.RedisAddrs = front.Addr()
-	return nil
-}
-
-func redisFailover(ctx context.Context, e *chaosEnv) error {
-	rig, v, skus := e.failover, e.victim(), e.load.skus
-	e.event(EventFault, "replication link held: the replica stops receiving the master's writes (replication lag)")
-	rig.link.Hold()
-	// A lock key the replica got before the hold would still block the key
-	// there after the promotion; once a TTL has passed it has expired, and
-	// the replica knows of no lease that is still valid, which is the race.
-	ttl := e.plan.sc.lockTTL(e.cc)
-	sleepCtx(ctx, ttl+ttl/4)
-	e.stallVictim(ctx, failoverStall)
-	onMaster, err := fenceCounters(ctx, rig.master.Addr(), skus)
-	if err != nil {
-		return err
-	}
-	from := e.event(EventFault, "SIGKILL the master (pid %d) while instance %d holds leases between claim and write; master's fence counters %s",
-		rig.master.PID(), v+1, formatCounters(skus, onMaster))
-	if err := rig.master.Kill(); err != nil {
-		return err
-	}
-	_ = rig.link.Close() // what the replica never received is gone with the master
-	if err := promote(ctx, rig.replica.Addr()); err != nil {
-		return err
-	}
-	rig.front.Switch(rig.replica.Addr())
-	onReplica, err := fenceCounters(ctx, rig.replica.Addr(), skus)
-	if err != nil {
-		return err
-	}
-	e.heal(nil, "replica promoted (REPLICAOF NO ONE), clients moved to it; it holds no lock keys and fence counters %s: tokens start again at or below the stalled holder's",
-		formatCounters(skus, onReplica))
-	e.window(from, from+failoverStall)
 	return nil
 }
 

@@ -114,7 +114,7 @@ func ChaosReport(res *ChaosResult) Report {
 	}
 	r.Sections = append(r.Sections, Section{
 		ID: "chaos", Title: "Scenarios × fencing", Table: t,
-		Intro: "Each run started its own lock servers and service instances (with --chaos), ran a steady order load on a few hot SKUs, " +
+		Intro: "Each run started its own lock servers and service instances (with --chaos), ran a steady order load on hot SKUs (one by default), " +
 			"injected the fault and healed it, then verified every SKU from the client's ledger, the audit and the counters. " +
 			"Stale writes rejected is stockguard_stale_fence_total summed over the instances; recovery is the time from the " +
 			"fault's end to the first order reserved by an affected instance.",
@@ -124,7 +124,7 @@ func ChaosReport(res *ChaosResult) Report {
 	}
 	r.Workload = []Fact{
 		{"instances per run", fmt.Sprint(res.Instances)},
-		{"lock TTL", res.LockTTL + " (zookeeper: the 4s session timeout; redis-failover: at least 3s)"},
+		{"lock TTL", res.LockTTL + " (zookeeper: the 4s session timeout; redis-failover: at least 2s)"},
 		{"seed", fmt.Sprint(res.Seed)},
 	}
 	return r
@@ -176,7 +176,7 @@ func eventColor(kind string) string {
 // shades the spans a fault was in force, and marks each event with a
 // numbered line (the numbers match the event list under the chart).
 func ChaosTimelineChart(title string, run ChaosRun) Chart {
-	const width, height, left, right, top, bottom = 760, 250, 50, 16, 26, 58
+	const width, height, left, right, top, bottom = 760, 270, 50, 16, 50, 58
 	plotW, plotH := float64(width-left-right), float64(height-top-bottom)
 	totalMs := math.Max(run.DurationS*1000, 1)
 	for _, ev := range run.Events {
@@ -225,13 +225,22 @@ func ChaosTimelineChart(title string, run ChaosRun) Chart {
 		s.f(`<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#999"/>`, x, float64(top)+plotH, x, float64(top)+plotH+4)
 		s.f(`<text x="%.1f" y="%.1f" text-anchor="middle" font-size="11" fill="#555">%gs</text>`, x, float64(top)+plotH+16, sec)
 	}
-	// Events: numbered lines, faults red, heals green, notes grey.
+	// Events: numbered lines, faults red, heals green, notes grey. Numbers
+	// of events close together are stacked rather than drawn over each other.
+	lastX, level := math.Inf(-1), 0
 	for n, ev := range run.Events {
 		x := px(ev.AtMs)
+		if x-lastX < 14 {
+			level = (level + 1) % 4
+		} else {
+			level = 0
+		}
+		lastX = x
 		c := eventColor(ev.Kind)
+		ty := top - 4 - 11*level
 		s.f(`<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="1.5" stroke-dasharray="4 3"><title>%s</title></line>`,
-			x, top-12, x, float64(top)+plotH, c, esc(fmt.Sprintf("+%.2fs %s: %s", ev.AtMs/1000, ev.Kind, ev.What)))
-		s.f(`<text x="%.1f" y="%d" text-anchor="middle" font-size="11" font-weight="600" fill="%s">%d</text>`, x, top-14, c, n+1)
+			x, ty+2, x, float64(top)+plotH, c, esc(fmt.Sprintf("+%.2fs %s: %s", ev.AtMs/1000, ev.Kind, ev.What)))
+		s.f(`<text x="%.1f" y="%d" text-anchor="middle" font-size="10" font-weight="600" fill="%s">%d</text>`, x+6, ty, c, n+1)
 	}
 	// Legend.
 	lx := float64(left)
