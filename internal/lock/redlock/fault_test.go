@@ -131,21 +131,23 @@ func TestRestartedEmptyNodeKeepsTokensIncreasing(t *testing.T) {
 			}
 		})
 	}
+	// Counts, not rates: the deadline only bounds a test that has stopped
+	// making progress, whatever else the machine is doing.
 	waitCount := func(n int64) {
-		for deadline := time.Now().Add(20 * time.Second); checker.n.Load() < n; time.Sleep(time.Millisecond) {
+		for deadline := time.Now().Add(60 * time.Second); checker.n.Load() < n; time.Sleep(time.Millisecond) {
 			if time.Now().After(deadline) {
-				t.Fatalf("only %d acquisitions in 20 s", checker.n.Load())
+				t.Fatalf("only %d of %d acquisitions after 60 s", checker.n.Load(), n)
 			}
 		}
 	}
-	waitCount(200)
+	waitCount(50)
 	for _, i := range []int{0, 1, 2, 3, 4} {
 		if err := c.srv[i].Restart(t.Context()); err != nil {
 			t.Fatal(err)
 		}
 		// Let round 2 bring the empty node's counter up before the next
 		// restart: the guarantee needs a majority that remembers.
-		waitCount(checker.n.Load() + 200)
+		waitCount(checker.n.Load() + 50)
 	}
 	stop.Store(true)
 	wg.Wait()
