@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // The TestChaos* integration tests run one scenario each with the real
@@ -72,16 +72,16 @@ func chaosTest(t *testing.T, scenario, backend, fencing string) ChaosRun {
 	}
 	switch backend {
 	case "redis", "redlock":
-		stack.RequireRedis(t) // redis-server installed and the stack up, or skip/fail as the stack says
+		stacktest.RequireRedis(t) // redis-server installed and the stack up, or skip/fail as the stack says
 	case "zookeeper":
-		stack.RequireZK(t)
+		stacktest.RequireZK(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cc := DefaultChaosConfig()
 	cc.Scenarios, cc.Backends, cc.Fencing = []string{scenario}, []string{backend}, []string{fencing}
 	cc.Bin = chaosStockguard(t)
-	cc.DatabaseURL = stack.NewDatabase(t, ctx)
+	cc.DatabaseURL = stacktest.NewDatabase(t, ctx)
 	cc.Duration, cc.Warmup, cc.Recovery = 0, 800*time.Millisecond, 1500*time.Millisecond
 	cc.Concurrency = 9
 	cc.Seed = 20260101

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // buildStockguard builds ./cmd/stockguard into a temporary directory.
@@ -36,7 +36,7 @@ func TestIntegrationCompareLocalAndPostgres(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	dsn := stack.NewDatabase(t, ctx) // fails with the stack's up command if Postgres is down
+	dsn := stacktest.NewDatabase(t, ctx) // fails with the stack's up command if Postgres is down
 	bin := buildStockguard(t)
 
 	dir := t.TempDir()

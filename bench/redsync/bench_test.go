@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // BenchmarkUncontended: one goroutine, one key, acquire then release — the
 // cost of the algorithm itself.
 func BenchmarkUncontended(b *testing.B) {
-	addrs := stack.RequireRedis(b)
+	addrs := stacktest.RequireRedis(b)
 	for _, im := range impls {
 		b.Run(im.name, func(b *testing.B) {
 			c := im.newInstance(b, addrs)
@@ -31,7 +31,7 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended16: 16 goroutines on one key, in one instance
 // (instances=1) or each in its own (instances=16).
 func BenchmarkContended16(b *testing.B) {
-	addrs := stack.RequireRedis(b)
+	addrs := stacktest.RequireRedis(b)
 	for _, im := range impls {
 		if im.uncontendedOnly {
 			continue
@@ -79,7 +79,7 @@ func itoa(n int) string {
 // One iteration is one cycle of every side.
 func BenchmarkUncontendedPaired(b *testing.B) {
 	const pairBlock = 100
-	addrs := stack.RequireRedis(b)
+	addrs := stacktest.RequireRedis(b)
 	cs := make([]client, len(impls))
 	keys := make([]string, len(impls))
 	for i, im := range impls {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 var fairFor = flag.Duration("fair.duration", 3*time.Second, "how long each fairness run contends")
@@ -19,7 +19,7 @@ var fairFor = flag.Duration("fair.duration", 3*time.Second, "how long each fairn
 // reports how many acquisitions each got: min, median and max per client,
 // for each side, with the clients in one instance and in sixteen.
 func TestFairness16(t *testing.T) {
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	var report strings.Builder
 	fmt.Fprintf(&report, "\n%-18s %9s %8s %9s %6s %6s %6s\n", "impl", "instances", "total", "per_s", "min", "median", "max")
 	for _, im := range impls {

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // The test binary doubles as the stockguard binary: started with this
@@ -170,9 +170,9 @@ func hammer(t *testing.T, ins []*instance, sku string, stock, orders, clients in
 func backendEnv(t *testing.T) []string {
 	t.Helper()
 	return []string{
-		"STOCKGUARD_DATABASE_URL=" + stack.NewDatabase(t, context.Background()),
-		"STOCKGUARD_REDIS_ADDRS=" + strings.Join(stack.RequireRedis(t), ","),
-		"STOCKGUARD_ZK_SERVERS=" + strings.Join(stack.RequireZK(t), ","),
+		"STOCKGUARD_DATABASE_URL=" + stacktest.NewDatabase(t, context.Background()),
+		"STOCKGUARD_REDIS_ADDRS=" + strings.Join(stacktest.RequireRedis(t), ","),
+		"STOCKGUARD_ZK_SERVERS=" + strings.Join(stacktest.RequireZK(t), ","),
 		"STOCKGUARD_LOG_LEVEL=warn",
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/local"
 	"github.com/stockguard/stockguard/internal/metrics"
 	"github.com/stockguard/stockguard/internal/postgres"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 const adminToken = "s3cret"
@@ -59,7 +59,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	ctx := context.Background()
-	store, err := postgres.Open(ctx, stack.NewDatabase(t, ctx))
+	store, err := postgres.Open(ctx, stacktest.NewDatabase(t, ctx))
 	if err != nil {
 		t.Fatal(err)
 	}

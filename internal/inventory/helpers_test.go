@@ -12,7 +12,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/local"
 	"github.com/stockguard/stockguard/internal/postgres"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // fencedLocker is the in-process lock with real fencing tokens, shared by
@@ -109,7 +109,7 @@ func (s *spyStore) onClaim(f func(fences []inventory.Fence)) {
 func newPGStore(t *testing.T) *postgres.Store {
 	t.Helper()
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, stack.NewDatabase(t, ctx), postgres.WithMaxConns(16))
+	st, err := postgres.Open(ctx, stacktest.NewDatabase(t, ctx), postgres.WithMaxConns(16))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/stockguard/stockguard/internal/inventory"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // Run with the local stack up:
@@ -27,7 +27,7 @@ import (
 func benchStore(b *testing.B, conns int) (*Store, inventory.Fence) {
 	b.Helper()
 	ctx := context.Background()
-	s, err := Open(ctx, stack.NewDatabase(b, ctx), WithMaxConns(conns))
+	s, err := Open(ctx, stacktest.NewDatabase(b, ctx), WithMaxConns(conns))
 	if err != nil {
 		b.Fatal(err)
 	}

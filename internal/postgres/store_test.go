@@ -11,14 +11,14 @@ import (
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/postgres"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // newStore opens a store on a fresh, migrated database of the local stack.
 func newStore(t *testing.T, opts ...postgres.Option) *postgres.Store {
 	t.Helper()
 	ctx := context.Background()
-	url := stack.NewDatabase(t, ctx)
+	url := stacktest.NewDatabase(t, ctx)
 	s, err := postgres.Open(ctx, url, opts...)
 	if err != nil {
 		t.Fatalf("open: %v", err)

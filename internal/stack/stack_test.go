@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // mustStart fails (or skips, like the Require helpers) when a private server
@@ -26,7 +27,7 @@ func mustStart(t *testing.T, err error) {
 	if err == nil {
 		return
 	}
-	if os.Getenv(stack.EnvSkipIntegration) == "1" {
+	if os.Getenv(stacktest.EnvSkipIntegration) == "1" {
 		t.Skipf("cannot start server, skipping: %v", err)
 	}
 	t.Fatal(err)
@@ -213,10 +214,10 @@ func TestZKEnsembleLeaderFailover(t *testing.T) {
 }
 
 func TestNewDatabase(t *testing.T) {
-	admin := stack.RequirePostgres(t)
+	admin := stacktest.RequirePostgres(t)
 	var name string
 	t.Run("isolated", func(t *testing.T) {
-		dsn := stack.NewDatabase(t, t.Context())
+		dsn := stacktest.NewDatabase(t, t.Context())
 		conn, err := pgx.Connect(t.Context(), dsn)
 		if err != nil {
 			t.Fatal(err)
@@ -247,13 +248,13 @@ func TestNewDatabase(t *testing.T) {
 }
 
 func TestRequireSharedStack(t *testing.T) {
-	if got := stack.RequireRedis(t); len(got) == 0 {
+	if got := stacktest.RequireRedis(t); len(got) == 0 {
 		t.Fatal("RequireRedis returned no address")
 	}
-	if got := stack.RequireZK(t); len(got) == 0 {
+	if got := stacktest.RequireZK(t); len(got) == 0 {
 		t.Fatal("RequireZK returned no address")
 	}
-	if got := stack.RequirePostgres(t); got == "" {
+	if got := stacktest.RequirePostgres(t); got == "" {
 		t.Fatal("RequirePostgres returned no URL")
 	}
 }
@@ -306,12 +307,12 @@ func TestRequireFailsOrSkipsWhenDown(t *testing.T) {
 	t.Setenv(stack.EnvDatabaseURL, "postgres://postgres@"+dead+"/x?sslmode=disable")
 
 	helpers := map[string]func(testing.TB){
-		"RequireRedis":    func(tb testing.TB) { stack.RequireRedis(tb) },
-		"RequireZK":       func(tb testing.TB) { stack.RequireZK(tb) },
-		"RequirePostgres": func(tb testing.TB) { stack.RequirePostgres(tb) },
+		"RequireRedis":    func(tb testing.TB) { stacktest.RequireRedis(tb) },
+		"RequireZK":       func(tb testing.TB) { stacktest.RequireZK(tb) },
+		"RequirePostgres": func(tb testing.TB) { stacktest.RequirePostgres(tb) },
 	}
 	for name, f := range helpers {
-		t.Setenv(stack.EnvSkipIntegration, "")
+		t.Setenv(stacktest.EnvSkipIntegration, "")
 		start := time.Now()
 		fatal, skip := (&recordingTB{TB: t}).run(f)
 		if skip != "" || !strings.Contains(fatal, stack.UpCommand) || !strings.Contains(fatal, dead) {
@@ -320,9 +321,9 @@ func TestRequireFailsOrSkipsWhenDown(t *testing.T) {
 		if d := time.Since(start); d > 5*time.Second {
 			t.Errorf("%s took %v to give up", name, d)
 		}
-		t.Setenv(stack.EnvSkipIntegration, "1")
+		t.Setenv(stacktest.EnvSkipIntegration, "1")
 		if fatal, skip := (&recordingTB{TB: t}).run(f); fatal != "" || skip == "" {
-			t.Errorf("%s with %s=1: fatal %q skip %q; want a skip", name, stack.EnvSkipIntegration, fatal, skip)
+			t.Errorf("%s with %s=1: fatal %q skip %q; want a skip", name, stacktest.EnvSkipIntegration, fatal, skip)
 		}
 	}
 }

@@ -8,13 +8,13 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // BenchmarkAcquireRelease is one holder taking and releasing a free key: the
 // backend's floor, two round trips (try-lock with nextval, unlock).
 func BenchmarkAcquireRelease(b *testing.B) {
-	l := newLocker(b, stack.NewDatabase(b, b.Context()))
+	l := newLocker(b, stacktest.NewDatabase(b, b.Context()))
 	key := locktest.Key(b)
 	ctx := context.Background()
 	for b.Loop() {
@@ -32,7 +32,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 // the hand-off rate of a hot SKU. ns/op is per acquisition.
 func BenchmarkAcquireRelease16(b *testing.B) {
 	const workers = 16
-	l := newLocker(b, stack.NewDatabase(b, b.Context()))
+	l := newLocker(b, stacktest.NewDatabase(b, b.Context()))
 	key := locktest.Key(b)
 	ctx := context.Background()
 	// Warm the pool so the timing does not count 16 connects.

@@ -16,7 +16,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // newLocker returns a Locker on the database at url, closed when the test ends.
@@ -90,7 +90,7 @@ func waitFor(tb testing.TB, what string, cond func() bool) {
 }
 
 func TestConformance(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	locktest.Run(t, locktest.Config{
 		New:         func(tb testing.TB) lock.Locker { return newLocker(tb, url) },
 		Exclusive:   true,
@@ -105,7 +105,7 @@ func TestConformance(t *testing.T) {
 // above its predecessor's.
 func TestExclusionAcrossLockers(t *testing.T) {
 	const instances, workers, rounds = 3, 16, 20
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	ls := make([]*Locker, instances)
 	for i := range ls {
 		ls[i] = newLocker(t, url)
@@ -156,7 +156,7 @@ func TestExclusionAcrossLockers(t *testing.T) {
 // returned the context's error, its session is out of the lock queue, so the
 // next acquirer gets the key at once.
 func TestCancelledWaitLeavesNoWaiter(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	a, b, c := newLocker(t, url), newLocker(t, url), newLocker(t, url)
 	probe := connect(t, url)
 	key := locktest.Key(t)
@@ -202,7 +202,7 @@ func TestCancelledWaitLeavesNoWaiter(t *testing.T) {
 // waiter: whichever wins, the waiter either holds a working lease or left
 // nothing behind.
 func TestCancelAtGrant(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	a, b, c := newLocker(t, url), newLocker(t, url), newLocker(t, url)
 	probe := connect(t, url)
 	key := locktest.Key(t)
@@ -237,7 +237,7 @@ func TestCancelAtGrant(t *testing.T) {
 // client's help: a session that holds a lock and says nothing for the TTL is
 // ended by the server, and the lock passes on.
 func TestServerEndsSilentHolder(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	l := newLocker(t, url)
 	silent := connect(t, url)
 	key := locktest.Key(t)
@@ -264,7 +264,7 @@ func TestServerEndsSilentHolder(t *testing.T) {
 // TestPooledSessionsOutliveTTL checks that released connections have their
 // idle timeout disarmed: the server must not end pooled sessions.
 func TestPooledSessionsOutliveTTL(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	l := newLocker(t, url, WithTTL(200*time.Millisecond))
 	other := newLocker(t, url)
 	key := locktest.Key(t)
@@ -294,7 +294,7 @@ func TestPooledSessionsOutliveTTL(t *testing.T) {
 }
 
 func TestCloseEndsLeasesAndWaiters(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	a, b := newLocker(t, url), newLocker(t, url)
 	key := locktest.Key(t)
 	lease := locktest.MustAcquire(t, a, key)
@@ -346,7 +346,7 @@ func TestUnreachable(t *testing.T) {
 }
 
 func TestInvalidKeys(t *testing.T) {
-	l := newLocker(t, stack.NewDatabase(t, t.Context()))
+	l := newLocker(t, stacktest.NewDatabase(t, t.Context()))
 	for _, key := range []string{"", "a\x00b", "\xff\xfe"} {
 		if _, err := l.Acquire(context.Background(), key); !errors.Is(err, lock.ErrInvalidKey) {
 			t.Errorf("Acquire(%q) = %v, want ErrInvalidKey", key, err)
@@ -355,7 +355,7 @@ func TestInvalidKeys(t *testing.T) {
 }
 
 func TestConcurrentSetup(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	var wg sync.WaitGroup
 	for range 6 {
 		wg.Go(func() {
@@ -373,7 +373,7 @@ func TestConcurrentSetup(t *testing.T) {
 }
 
 func TestMetrics(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	reg := prometheus.NewPedanticRegistry()
 	a := newLocker(t, url, WithRegisterer(reg), WithTTL(time.Second))
 	b := newLocker(t, url, WithRegisterer(reg)) // shares the collectors
@@ -427,7 +427,7 @@ func TestMetrics(t *testing.T) {
 // TestDeadPooledSessions: sessions ended behind the pool's back (a server
 // restart, an operator) cost a retry, not a failed acquisition.
 func TestDeadPooledSessions(t *testing.T) {
-	url := stack.NewDatabase(t, t.Context())
+	url := stacktest.NewDatabase(t, t.Context())
 	l := newLocker(t, url)
 	key := locktest.Key(t)
 	var leases []*lock.Lease
@@ -449,7 +449,7 @@ func TestDeadPooledSessions(t *testing.T) {
 // TestPingWithFullPool: readiness must not fail because every lock
 // connection is busy holding or waiting, the normal state of a hot SKU.
 func TestPingWithFullPool(t *testing.T) {
-	l := newLocker(t, stack.NewDatabase(t, t.Context()), WithMaxConns(1))
+	l := newLocker(t, stacktest.NewDatabase(t, t.Context()), WithMaxConns(1))
 	lease := locktest.MustAcquire(t, l, locktest.Key(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

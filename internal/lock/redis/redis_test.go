@@ -17,12 +17,13 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/redis"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // sharedAddr is the shared stack's first Redis master.
 func sharedAddr(tb testing.TB) string {
 	tb.Helper()
-	return stack.RequireRedis(tb)[0]
+	return stacktest.RequireRedis(tb)[0]
 }
 
 // testNodeTimeout replaces the 200 ms default in tests (a test's own option

@@ -11,7 +11,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
 	"github.com/stockguard/stockguard/internal/lock/redlock"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // benchModes are the two ways to run the backend: with the fencing token
@@ -38,7 +38,7 @@ func benchCycle(b *testing.B, l lock.Locker, key string) {
 
 // BenchmarkUncontended: one goroutine, one key, acquire then release.
 func BenchmarkUncontended(b *testing.B) {
-	addrs := stack.RequireRedis(b)
+	addrs := stacktest.RequireRedis(b)
 	for _, m := range benchModes {
 		b.Run(m.name, func(b *testing.B) {
 			l := newLocker(b, addrs, m.opts...)
@@ -53,7 +53,7 @@ func BenchmarkUncontended(b *testing.B) {
 // BenchmarkContended16: 16 goroutines on one key, sharing one Locker (one
 // service instance) or each with its own (sixteen instances).
 func BenchmarkContended16(b *testing.B) {
-	addrs := stack.RequireRedis(b)
+	addrs := stacktest.RequireRedis(b)
 	for _, m := range benchModes {
 		for _, lockers := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/lockers=%d", m.name, lockers), func(b *testing.B) {
@@ -78,7 +78,7 @@ func BenchmarkContended16(b *testing.B) {
 // BenchmarkKeys1000: 16 goroutines over 1000 keys, one Locker: the common
 // case of a service under load, where collisions are rare.
 func BenchmarkKeys1000(b *testing.B) {
-	addrs := stack.RequireRedis(b)
+	addrs := stacktest.RequireRedis(b)
 	for _, m := range benchModes {
 		b.Run(m.name, func(b *testing.B) {
 			l := newLocker(b, addrs, m.opts...)

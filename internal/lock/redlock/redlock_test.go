@@ -16,11 +16,11 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/locktest"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 	"github.com/stockguard/stockguard/internal/lock/redlock"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 func TestConformance(t *testing.T) {
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	raw := rawClients(t, addrs)
 	locktest.Run(t, locktest.Config{
 		// A short TTL keeps the loss test quick: the watchdog notices the
@@ -45,7 +45,7 @@ func TestConformance(t *testing.T) {
 // count catch any overlap, the race detector too.
 func TestMutualExclusion(t *testing.T) {
 	t.Parallel()
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	lockers := make([]*redlock.Locker, 4)
 	for i := range lockers {
 		lockers[i] = newLocker(t, addrs, redlock.WithRetryDelay(2*time.Millisecond))
@@ -117,7 +117,7 @@ func (c *tokenChecker) run(t *testing.T, key string, lockers []*redlock.Locker, 
 // goroutines over two Lockers racing for it.
 func TestTokensIncrease10k(t *testing.T) {
 	t.Parallel()
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	const keys, sequential, concurrent = 4, 1000, 1500
 	var total atomic.Int64
 	var wg sync.WaitGroup
@@ -145,7 +145,7 @@ func TestTokensIncrease10k(t *testing.T) {
 // node.
 func TestReleaseKeepsNextHoldersKey(t *testing.T) {
 	t.Parallel()
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	raw := rawClients(t, addrs)
 	a, b := newLocker(t, addrs), newLocker(t, addrs)
 	key := locktest.Key(t)
@@ -187,7 +187,7 @@ func waitNoKey(t *testing.T, raw nodes, key string) {
 // right when Acquire returns.
 func TestCancelledWaiterLeavesNoKey(t *testing.T) {
 	t.Parallel()
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	raw := rawClients(t, addrs)
 	a, b := newLocker(t, addrs), newLocker(t, addrs)
 	key := locktest.Key(t)
@@ -210,7 +210,7 @@ func TestCancelledWaiterLeavesNoKey(t *testing.T) {
 
 // TestWithoutFencing: the comparison mode still excludes, but issues no token.
 func TestWithoutFencing(t *testing.T) {
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	l := newLocker(t, addrs, redlock.WithoutFencing())
 	if l.Fenced() {
 		t.Fatal("Fenced() = true WithoutFencing")
@@ -245,7 +245,7 @@ func TestNewRejectsBadAddrs(t *testing.T) {
 // TestMetrics checks the collectors on a registry shared by two Lockers.
 func TestMetrics(t *testing.T) {
 	t.Parallel()
-	addrs := stack.RequireRedis(t)
+	addrs := stacktest.RequireRedis(t)
 	reg := prometheus.NewPedanticRegistry()
 	a := newLocker(t, addrs, redlock.WithRegisterer(reg), redlock.WithTTL(600*time.Millisecond))
 	b := newLocker(t, addrs, redlock.WithRegisterer(reg))

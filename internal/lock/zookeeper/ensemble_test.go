@@ -12,6 +12,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // onlyTo is a dialer that reaches a single server while pinned and any
@@ -33,8 +34,8 @@ func (o *onlyTo) dial(network, addr string, timeout time.Duration) (net.Conn, er
 // after the reconnection, exclusion holds throughout, and tokens keep
 // growing (across the new epoch, too).
 func TestNodeFailures(t *testing.T) {
-	if os.Getenv(stack.EnvSkipIntegration) == "1" {
-		t.Skipf("%s=1: no ZooKeeper ensemble of our own", stack.EnvSkipIntegration)
+	if os.Getenv(stacktest.EnvSkipIntegration) == "1" {
+		t.Skipf("%s=1: no ZooKeeper ensemble of our own", stacktest.EnvSkipIntegration)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

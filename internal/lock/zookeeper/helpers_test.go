@@ -14,7 +14,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
-	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // testRoot keeps this package's tests apart from a service sharing the stack.
@@ -243,7 +243,7 @@ func counter(tb testing.TB, reg *prometheus.Registry, name string) float64 {
 // that starts it when it is not up.
 func sharedZK(tb testing.TB) []string {
 	tb.Helper()
-	return stack.RequireZK(tb)
+	return stacktest.RequireZK(tb)
 }
 
 // key is a fresh key for one test.

@@ -11,11 +11,12 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 func newNode(t *testing.T) (*node.Node, string) {
 	t.Helper()
-	n := node.New(stack.RequireRedis(t)[0], time.Second)
+	n := node.New(stacktest.RequireRedis(t)[0], time.Second)
 	t.Cleanup(func() { _ = n.Close() })
 	key := fmt.Sprintf("node-test-%016x", rand.Uint64())
 	t.Cleanup(func() { n.Client().Del(context.Background(), node.LockKey(key), node.FenceKey(key)) })

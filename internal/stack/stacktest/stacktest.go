@@ -1,4 +1,8 @@
-package stack
+// Package stacktest gives tests the local stack's servers: it checks that
+// they answer and fails (or, on request, skips) with the command that starts
+// them, and hands each test a database of its own. It is kept apart from
+// package stack so the binaries that drive servers never link "testing".
+package stacktest
 
 import (
 	"context"
@@ -6,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/stockguard/stockguard/internal/stack"
 	"net/url"
 	"os"
 	"sync"
@@ -29,8 +34,8 @@ const requireTimeout = 2 * time.Second
 // STOCKGUARD_SKIP_INTEGRATION=1).
 func RequireRedis(tb testing.TB) []string {
 	tb.Helper()
-	addrs := RedisAddrs()
-	if err := probeAll(tb, addrs, PingRedis); err != nil {
+	addrs := stack.RedisAddrs()
+	if err := probeAll(tb, addrs, stack.PingRedis); err != nil {
 		unavailable(tb, "Redis", err)
 	}
 	return addrs
@@ -41,9 +46,9 @@ func RequireRedis(tb testing.TB) []string {
 // behaves like RequireRedis.
 func RequireZK(tb testing.TB) []string {
 	tb.Helper()
-	addrs := ZKServers()
+	addrs := stack.ZKServers()
 	if err := probeAll(tb, addrs, func(ctx context.Context, addr string) error {
-		_, err := ZKMode(ctx, addr)
+		_, err := stack.ZKMode(ctx, addr)
 		return err
 	}); err != nil {
 		unavailable(tb, "ZooKeeper", err)
@@ -55,7 +60,7 @@ func RequireZK(tb testing.TB) []string {
 // connection and returns its URL; on failure it behaves like RequireRedis.
 func RequirePostgres(tb testing.TB) string {
 	tb.Helper()
-	dsn := DatabaseURL()
+	dsn := stack.DatabaseURL()
 	if err := probeAll(tb, []string{dsn}, PingPostgres); err != nil {
 		unavailable(tb, "Postgres", err)
 	}
@@ -149,5 +154,5 @@ func unavailable(tb testing.TB, what string, err error) {
 	}
 	tb.Fatalf("stack: %s of the local stack does not answer: %v\n"+
 		"start the stack with: %s\n(or set %s=1 to skip integration tests)",
-		what, err, UpCommand, EnvSkipIntegration)
+		what, err, stack.UpCommand, EnvSkipIntegration)
 }
