@@ -169,6 +169,9 @@ ensure_packages() {
 	local pkgs=()
 	command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 	command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
+	# Not a server: the report test renders the HTML report in headless
+	# Chromium, and a fresh CI machine has none. Fonts are only recommended.
+	[[ -x /usr/bin/chromium ]] || pkgs+=(chromium fonts-liberation)
 	# libzookeeper-java holds the jars and nothing else: the zookeeper package
 	# would add init scripts we never use and the full (X11) default-jre.
 	[[ -f $JAVA_DIR/zookeeper.jar ]] || pkgs+=(libzookeeper-java)
