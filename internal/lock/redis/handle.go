@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redis/retry"
 )
 
 // handle is a held lock; the lease calls it to release and to extend.
@@ -46,13 +47,13 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 		err := h.l.node.Extend(ctx, h.key, h.id, h.ttl)
 		if err == nil {
 			h.l.m.Extended(true)
-			return start.Add(h.ttl - drift(h.ttl)), nil
+			return start.Add(h.ttl - retry.Drift(h.ttl)), nil
 		}
 		if errors.Is(err, node.ErrNotHeld) || errors.Is(err, goredis.ErrClosed) {
 			h.l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redis: extend %q: %w: %w", h.key, lock.ErrLeaseLost, err)
 		}
-		if serr := sleep(ctx, jitter(h.l.cfg.retryDelay)); serr != nil {
+		if serr := retry.Sleep(ctx, retry.Jitter(h.l.cfg.retryDelay)); serr != nil {
 			h.l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redis: extend %q: %w: %w", h.key, lock.ErrUnavailable, h.l.nodeErr(err))
 		}

@@ -25,14 +25,15 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redis/retry"
 )
 
 // Locker takes leases on one Redis server. It is safe for concurrent use.
 type Locker struct {
-	node  *node.Node
-	cfg   config
-	m     *lockmetrics.Metrics
-	queue *keyqueue.Queue
+	node *node.Node
+	cfg  config
+	m    *lockmetrics.Metrics
+	loop *retry.Loop
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -48,7 +49,8 @@ func New(addr string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: metrics: %w", err)
 	}
-	return &Locker{node: node.New(addr, cfg.nodeTimeout), cfg: cfg, m: m, queue: keyqueue.New()}, nil
+	return &Locker{node: node.New(addr, cfg.nodeTimeout), cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
+		Queue: keyqueue.New(), Metrics: m, Log: cfg.log, DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay}}, nil
 }
 
 // Name implements lock.Locker.

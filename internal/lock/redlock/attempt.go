@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redis/retry"
 )
 
 // What one node's round-1 reply told us about our lock write there.
@@ -187,11 +188,11 @@ func (t *tally) err(a *attempt) error {
 // node's clock, which may run up to drift ahead of ours.
 func (a *attempt) succeed(replies <-chan reply, t *tally, token lock.Token) (outcome, error) {
 	elapsed := time.Since(a.start)
-	if validity := a.ttl - elapsed - drift(a.ttl); validity <= 0 {
+	if validity := a.ttl - elapsed - retry.Drift(a.ttl); validity <= 0 {
 		return a.fail(replies, t, fmt.Errorf("%w: quorum reached after %v, no validity left of a %v TTL",
 			lock.ErrUnavailable, elapsed, a.ttl))
 	}
-	return outcome{token: token, deadline: a.start.Add(a.ttl - drift(a.ttl))}, nil
+	return outcome{token: token, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl))}, nil
 }
 
 // fail unlocks what the attempt may hold and returns cause, or (when nil)
@@ -288,7 +289,3 @@ func (a *attempt) release(wait bool) error {
 	}
 	return nil
 }
-
-// drift is the clock drift allowance of the Redlock paper: 1% of the TTL plus
-// 2 ms for the granularity of the nodes' expiry.
-func drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redis/retry"
 )
 
 // handle is a held lock: the successful attempt, whose per-node state the
@@ -74,9 +75,9 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 			errs = append(errs, l.nodeErr(r.node, r.err))
 		}
 		if ok >= q {
-			if time.Since(start) < a.ttl-drift(a.ttl) {
+			if time.Since(start) < a.ttl-retry.Drift(a.ttl) {
 				l.m.Extended(true)
-				return start.Add(a.ttl - drift(a.ttl)), nil
+				return start.Add(a.ttl - retry.Drift(a.ttl)), nil
 			}
 			errs = append(errs, fmt.Errorf("extended after %v, no validity left of a %v TTL", time.Since(start), a.ttl))
 		}
@@ -89,7 +90,7 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 			l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redlock: extend %q: locker closed: %w", a.key, lock.ErrLeaseLost)
 		}
-		if err := sleep(ctx, jitter(l.cfg.retryDelay)); err != nil {
+		if err := retry.Sleep(ctx, retry.Jitter(l.cfg.retryDelay)); err != nil {
 			l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redlock: extend %q: no quorum (%d/%d): %w: %w",
 				a.key, ok, n, lock.ErrUnavailable, joinNodeErrs(errs))

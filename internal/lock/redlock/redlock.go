@@ -12,6 +12,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
 	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redis/retry"
 )
 
 // Locker takes leases on a majority of N Redis masters. It is safe for
@@ -21,7 +22,7 @@ type Locker struct {
 	quorum int
 	cfg    config
 	m      *lockmetrics.Metrics
-	queue  *keyqueue.Queue
+	loop   *retry.Loop
 
 	// Requests that outlive the call that started them (the slow nodes after
 	// an early return) are tracked so Close can wait for them.
@@ -55,7 +56,9 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("redlock: metrics: %w", err)
 	}
 	l := &Locker{
-		quorum: len(addrs)/2 + 1, cfg: cfg, m: m, queue: keyqueue.New(),
+		quorum: len(addrs)/2 + 1, cfg: cfg, m: m,
+		loop: &retry.Loop{Name: "redlock", Queue: keyqueue.New(), Metrics: m, Log: cfg.log,
+			DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay},
 		work: make(chan func()), quit: make(chan struct{}),
 	}
 	for _, a := range addrs {
