@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 )
@@ -72,12 +71,8 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		}
 	}
 	bc.Backends = splitList(backends)
-	if bc.Bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("load bench: find this executable: %w", err)
-		}
-		bc.Bin = exe
+	if err := orSelf(&bc.Bin); err != nil {
+		return fmt.Errorf("load bench: %w", err)
 	}
 	if err := bc.validate(); err != nil {
 		return usageErr(fs, "%v", err)

@@ -75,12 +75,8 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	if cc.Seed == 0 {
 		cc.Seed = rand.Uint64N(1<<53-1) + 1
 	}
-	if cc.Bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("load chaos: find this executable: %w", err)
-		}
-		cc.Bin = exe
+	if err := orSelf(&cc.Bin); err != nil {
+		return fmt.Errorf("load chaos: %w", err)
 	}
 	if err := cc.validate(); err != nil {
 		return usageErr(fs, "%v", err)

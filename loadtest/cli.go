@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -259,12 +258,8 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	cc.Run = wf.cfg
 	cc.Backends = splitList(backends)
 	cc.RequireUnsafe = splitList(requireUnsafe)
-	if cc.Bin == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return fmt.Errorf("load compare: find this executable: %w", err)
-		}
-		cc.Bin = exe
+	if err := orSelf(&cc.Bin); err != nil {
+		return fmt.Errorf("load compare: %w", err)
 	}
 	if err := cc.validate(); err != nil {
 		return usageErr(fs, "%v", err)

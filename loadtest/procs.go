@@ -215,3 +215,17 @@ func tailFile(path string, n int) string {
 	}
 	return "    " + strings.Join(lines, "\n    ")
 }
+
+// orSelf fills an empty --bin with the running executable: by default the
+// load tester starts instances of the very binary it runs in.
+func orSelf(bin *string) error {
+	if *bin != "" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this executable: %w", err)
+	}
+	*bin = exe
+	return nil
+}
