@@ -181,20 +181,51 @@ func (c *coalescer) run(ctx context.Context, q *queue, h *hold, batch []*pending
 // the leases, write every placed order in one fenced transaction. Any failure
 // of the claim, the leases or the write is every order's answer, those the
 // ledger refused included: they were judged against a batch that did not
-// happen.
+// happen. The one exception is a write refused for idempotency keys that
+// other instances' orders took meanwhile: those orders are answered with
+// the refusal (their requests replay the first), and the rest are decided
+// and written again, under fences that still stand since nothing landed.
 func (c *coalescer) decideAndWrite(ctx context.Context, h *hold, decided []*pending) []verdict {
-	s := c.s
+	var done []verdict
 	all := func(err error) []verdict {
 		h.broken = true
-		vs := make([]verdict, len(decided))
-		for i, p := range decided {
-			vs[i] = verdict{p, err}
+		for _, p := range decided {
+			done = append(done, verdict{p, err})
 		}
-		return vs
+		return done
 	}
 	if err := c.claim(ctx, h); err != nil {
-		return all(s.failed(h.set, err))
+		return all(c.s.failed(h.set, err))
 	}
+	for {
+		verdicts, err := c.write(ctx, h, decided)
+		var taken *KeyTakenError
+		if errors.As(err, &taken) {
+			rest := make([]*pending, 0, len(decided))
+			for _, p := range decided {
+				if k := p.order.IdempotencyKey; k != "" && slices.Contains(taken.Keys, k) {
+					done = append(done, verdict{p, err})
+				} else {
+					rest = append(rest, p)
+				}
+			}
+			if len(rest) < len(decided) {
+				decided = rest
+				continue
+			}
+		}
+		if err != nil {
+			return all(err)
+		}
+		return append(done, verdicts...)
+	}
+}
+
+// write decides decided on a copy of h's ledger and writes the orders it
+// places; the copy becomes h's ledger once written. An error is the whole
+// batch's.
+func (c *coalescer) write(ctx context.Context, h *hold, decided []*pending) ([]verdict, error) {
+	s := c.s
 	work := h.ledger.clone()
 	verdicts := make([]verdict, len(decided))
 	var placed []*Order
@@ -206,26 +237,30 @@ func (c *coalescer) decideAndWrite(ctx context.Context, h *hold, decided []*pend
 		verdicts[i] = verdict{p, err}
 	}
 	if len(placed) == 0 {
-		return verdicts // nothing to write: the ledger refused every order
+		return verdicts, nil // nothing to write: the ledger refused every order
 	}
 	if err := h.set.Err(); err != nil {
 		// Checked as late as possible; a loss after it is the fence's job.
 		s.obs.LeaseLost()
-		return all(err)
+		return nil, err
 	}
 	skus, fences := work.write()
 	wctx, cancel := context.WithTimeout(ctx, batchStoreTimeout)
 	err := s.store.Write(wctx, fences, Write{SKUs: skus, Orders: placed})
 	cancel()
+	var taken *KeyTakenError
+	if errors.As(err, &taken) {
+		return nil, err
+	}
 	if err != nil {
-		return all(s.failed(h.set, err))
+		return nil, s.failed(h.set, err)
 	}
 	clear(work.changed)
 	h.ledger = work
 	if bo, ok := s.obs.(BatchObserver); ok {
 		bo.Batch(len(placed))
 	}
-	return verdicts
+	return verdicts, nil
 }
 
 // claim stamps h's fences on the rows the first time a batch runs under h,

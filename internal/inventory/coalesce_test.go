@@ -83,9 +83,9 @@ func TestBatchUnknownSKU(t *testing.T) {
 	}
 }
 
-// TestBatchIdempotency: keys are reserved before queueing, so duplicates of
-// a queued order are in flight, replays after it return it, a reused key is
-// refused, and an order refused inside a batch frees its key.
+// TestBatchIdempotency: duplicates of an order queued in the same instance
+// are in flight, replays after it return it, a reused key is refused, and an
+// order refused inside a batch leaves its key free.
 func TestBatchIdempotency(t *testing.T) {
 	f := newFixture(t, inventory.Coalescing{})
 	ctx := context.Background()
@@ -133,6 +133,68 @@ func TestBatchIdempotency(t *testing.T) {
 		t.Fatalf("retry of refused k-2 = %+v, %v, %v; want a new order", o, replayed, err)
 	}
 	if a := f.audit("a"); !a.Consistent || a.Held != 3+2+1+9 {
+		t.Fatalf("audit = %+v", a)
+	}
+}
+
+// TestBatchKeyTakenAcrossInstances: duplicates sent to two instances both
+// queue (neither key is written yet); the batch that writes second is
+// refused for that key alone, its other orders are written on a retry under
+// the same leases, and the duplicate answers as a replay of the first (or,
+// with another body, as a reused key). No unit is held twice.
+func TestBatchKeyTakenAcrossInstances(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	svc2 := f.service(inventory.Coalescing{})
+	f.stock("a", 20)
+	release := f.hold("a")
+	got1 := f.queue(f.svc, "a", req("k-1", line("a", 3)), req("k-r", line("a", 1)))
+	got2 := f.queue(svc2, "a", req("k-1", line("a", 3)), req("k-x", line("a", 2)), req("", line("a", 1)),
+		req("k-r", line("a", 2)))
+	release()
+	r1, r2 := got1(), got2()
+	if r1[0].err != nil || r2[0].err != nil || r1[0].o.ID != r2[0].o.ID || r1[0].replayed == r2[0].replayed {
+		t.Fatalf("k-1 on two instances = %+v / %+v; want one order, replayed once", r1[0], r2[0])
+	}
+	if r2[1].err != nil || r2[2].err != nil {
+		t.Fatalf("the rest of the refused batch: %v, %v", r2[1].err, r2[2].err)
+	}
+	// k-r: whichever batch wrote first holds it; the other body is refused.
+	placed, reused := r1[1], r2[3]
+	if placed.err != nil {
+		placed, reused = reused, placed
+	}
+	if placed.err != nil || !errors.Is(reused.err, inventory.ErrIdempotencyReused) {
+		t.Fatalf("k-r with two bodies = %v / %v; want one placed, one reused", r1[1].err, r2[3].err)
+	}
+	held := 3 + 2 + 1 + placed.o.Lines[0].Quantity
+	if a := f.audit("a"); !a.Consistent || a.Held != held {
+		t.Fatalf("audit = %+v, want %d held", a, held)
+	}
+}
+
+// TestKeyTakenUncoalesced: the same race with every order on its own.
+func TestKeyTakenUncoalesced(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{Disabled: true})
+	svc2 := f.service(inventory.Coalescing{Disabled: true})
+	f.stock("a", 20)
+	release := f.hold("a")
+	var wg sync.WaitGroup
+	var got [2]result
+	for i, svc := range []*inventory.Service{f.svc, svc2} {
+		wg.Go(func() {
+			o, replayed, err := svc.Place(context.Background(), req("k-1", line("a", 3)))
+			got[i] = result{o, replayed, err}
+		})
+	}
+	// Both wait for the lease held above (or one finds the other's order
+	// by its key first, if it is late: the answer is the same).
+	time.Sleep(50 * time.Millisecond)
+	release()
+	wg.Wait()
+	if got[0].err != nil || got[1].err != nil || got[0].o.ID != got[1].o.ID || got[0].replayed == got[1].replayed {
+		t.Fatalf("k-1 on two instances = %+v / %+v; want one order, replayed once", got[0], got[1])
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 3 {
 		t.Fatalf("audit = %+v", a)
 	}
 }

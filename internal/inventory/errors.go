@@ -45,6 +45,21 @@ func (e *SKUError) Error() string { return fmt.Sprintf("sku %q: %v", e.SKU, e.Er
 // Unwrap returns the underlying sentinel.
 func (e *SKUError) Unwrap() error { return e.Err }
 
+// KeyTakenError is a write refused because orders in it carry idempotency
+// keys that other orders hold by now: duplicates that reached a write after
+// their first request did, from another instance. Nothing was written.
+type KeyTakenError struct {
+	Keys []string
+}
+
+func (e *KeyTakenError) Error() string {
+	return fmt.Sprintf("idempotency keys %q are held by other orders", e.Keys)
+}
+
+// Is makes a KeyTakenError match ErrIdempotencyInFlight: escaping its
+// request, it means the key's first request got there first.
+func (e *KeyTakenError) Is(target error) bool { return target == ErrIdempotencyInFlight }
+
 // TransitionError is a refused status change.
 type TransitionError struct {
 	From, To Status

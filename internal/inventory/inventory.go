@@ -25,10 +25,8 @@ type SKU struct {
 // Status is an order's state.
 type Status string
 
-// Order states. Pending is internal: an order whose idempotency key is taken
-// while its first request still runs; clients never see it.
+// Order states.
 const (
-	StatusPending   Status = "pending"
 	StatusReserved  Status = "reserved"
 	StatusConfirmed Status = "confirmed"
 	StatusCancelled Status = "cancelled"

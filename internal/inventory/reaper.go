@@ -75,11 +75,4 @@ func (r *reaper) once(ctx context.Context) {
 		}
 		level("reaper: expire order", "order_id", id, "retry_in", f.wait, "err", err)
 	}
-	// A pending order older than any request could run is a key left by a
-	// process that died mid-request.
-	if n, err := r.s.store.PurgePending(ctx, now.Add(-10*time.Minute)); err != nil && ctx.Err() == nil {
-		r.s.log.Error("reaper: purge pending orders", "err", err)
-	} else if n > 0 {
-		r.s.log.Info("reaper: purged abandoned idempotency keys", "count", n)
-	}
 }

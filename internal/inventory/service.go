@@ -43,12 +43,13 @@ type Service struct {
 	now      func() time.Time
 	// coalesce is nil when coalescing is off.
 	coalesce *coalescer
+	keys     *keys
 }
 
 // New returns a Service.
 func New(c Config) *Service {
 	s := &Service{store: c.Store, locker: c.Locker, obs: c.Observer, log: c.Logger,
-		lockWait: c.LockWait, ttl: c.TTL, now: c.Now}
+		lockWait: c.LockWait, ttl: c.TTL, now: c.Now, keys: newKeys(c.Store)}
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
@@ -68,9 +69,11 @@ func New(c Config) *Service {
 }
 
 // Place reserves stock for every line of the request, or for none. With an
-// idempotency key, a repeat of a finished request returns the first order
-// (replayed = true); a repeat while the first still runs, or the same key
-// with a different request, is refused.
+// idempotency key (see keys.go), a repeat of a placed request returns the
+// first order (replayed = true); the same key with a different request is
+// refused, and so is a repeat while the first still runs in this instance.
+// A repeat sent to another instance while the first runs waits its turn and
+// then replays the first, or is placed if the first was refused.
 func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replayed bool, err error) {
 	if err := req.Validate(); err != nil {
 		return nil, false, err
@@ -83,22 +86,18 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 	}
 	o.ExpiresAt = o.CreatedAt.Add(req.Hold)
 	if o.IdempotencyKey != "" {
-		prev, err := s.store.ReserveKey(ctx, o)
+		leave, err := s.keys.enter(o.IdempotencyKey, o.RequestHash)
+		if err != nil {
+			return nil, false, err
+		}
+		defer leave()
+		prev, err := s.keys.find(ctx, o.IdempotencyKey)
 		if err != nil {
 			return nil, false, err
 		}
 		if prev != nil {
-			switch {
-			case prev.RequestHash != o.RequestHash:
-				return nil, false, ErrIdempotencyReused
-			case prev.Status == StatusPending:
-				return nil, false, ErrIdempotencyInFlight
-			}
-			// Replay the first answer, a 201 with the order reserved, even if
-			// the order has moved on since; GET shows where it stands now.
-			first := *prev
-			first.Status = StatusReserved
-			return &first, true, nil
+			first, err := replay(prev, o.RequestHash)
+			return first, err == nil, err
 		}
 	}
 	if s.coalesce != nil && pauseOf(ctx) == 0 {
@@ -115,18 +114,31 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 			return Write{Order: o, SKUs: changed}, nil
 		})
 	}
+	var taken *KeyTakenError
+	if errors.As(err, &taken) {
+		// Another instance placed an order with this key while this request
+		// waited for its turn: answer as a repeat of that one.
+		return s.replayTaken(ctx, o, err)
+	}
 	if err != nil {
-		if o.IdempotencyKey != "" {
-			// Free the key so the client's retry is judged afresh.
-			rctx, cancel := detached(ctx)
-			defer cancel()
-			if rerr := s.store.ReleaseKey(rctx, o.ID); rerr != nil {
-				s.log.Error("release idempotency key", "order_id", o.ID, "err", rerr)
-			}
-		}
 		return nil, false, err
 	}
 	return o, false, nil
+}
+
+// replayTaken answers an order refused with a *KeyTakenError (err) from the
+// order that holds its key.
+func (s *Service) replayTaken(ctx context.Context, o *Order, err error) (*Order, bool, error) {
+	found, ferr := s.store.OrdersByKey(ctx, []string{o.IdempotencyKey})
+	if ferr != nil {
+		return nil, false, ferr
+	}
+	prev := found[o.IdempotencyKey]
+	if prev == nil {
+		return nil, false, err // orders are never deleted, so this cannot happen
+	}
+	first, rerr := replay(prev, o.RequestHash)
+	return first, rerr == nil, rerr
 }
 
 // SetStock sets a SKU's available units, creating the SKU if needed.
@@ -172,14 +184,7 @@ func (s *Service) Order(ctx context.Context, id string) (*Order, error) {
 	if err != nil {
 		return nil, ErrUnknownOrder
 	}
-	o, err := s.store.Order(ctx, uid)
-	if err != nil {
-		return nil, err
-	}
-	if o.Status == StatusPending {
-		return nil, ErrUnknownOrder
-	}
-	return o, nil
+	return s.store.Order(ctx, uid)
 }
 
 // Confirm turns an order's held units into sold ones.

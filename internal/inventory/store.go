@@ -19,8 +19,7 @@ type Fence struct {
 // and the order changes that go with them, applied in one transaction.
 type Write struct {
 	SKUs []SKU
-	// Order, when set, is inserted (or, when its pending row holds an
-	// idempotency key, completed) with its lines.
+	// Order, when set, is inserted with its lines.
 	Order *Order
 	// Orders are inserted like Order, in the same transaction: the orders of
 	// a coalesced batch, all placed or none.
@@ -54,25 +53,22 @@ type Store interface {
 	// created empty when create is set), both as *SKUError.
 	Claim(ctx context.Context, fences []Fence, create bool) (map[string]SKU, error)
 	// Write applies w in one transaction that requires every fence to still
-	// stand; otherwise nothing is written and the error is ErrStaleFence.
+	// stand; otherwise nothing is written and the error is ErrStaleFence. An
+	// order whose idempotency key another order holds fails the whole write
+	// with a *KeyTakenError naming every such key.
 	Write(ctx context.Context, fences []Fence, w Write) error
 
 	SKU(ctx context.Context, sku string) (SKU, error)
 	Audit(ctx context.Context, sku string) (Audit, error)
 	Order(ctx context.Context, id uuid.UUID) (*Order, error)
 
-	// ReserveKey stores o as a pending order holding its idempotency key. If
-	// the key is taken it returns the order that holds it and stores nothing.
-	ReserveKey(ctx context.Context, o *Order) (existing *Order, err error)
-	// ReleaseKey deletes a pending order, freeing its key for a retry.
-	ReleaseKey(ctx context.Context, id uuid.UUID) error
+	// OrdersByKey returns, by key, the orders that hold any of keys, with
+	// their lines; a key no order holds is absent.
+	OrdersByKey(ctx context.Context, keys []string) (map[string]*Order, error)
 
 	// ExpiredOrders lists reserved orders whose hold ended before now, oldest
 	// first, leaving out those in skip.
 	ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]uuid.UUID, error)
-	// PurgePending deletes pending orders created before cutoff: keys left
-	// by a process that died mid-request.
-	PurgePending(ctx context.Context, cutoff time.Time) (int64, error)
 	Ping(ctx context.Context) error
 }
 

@@ -3,8 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,22 +28,21 @@ type lineRow struct {
 
 // Order implements inventory.Store.
 func (s *Store) Order(ctx context.Context, id uuid.UUID) (*inventory.Order, error) {
-	return s.orderWhere(ctx, "id = ?", id)
-}
-
-func (s *Store) orderWhere(ctx context.Context, cond string, arg any) (*inventory.Order, error) {
-	db := s.db.WithContext(ctx)
 	var rows []orderRow
-	if err := db.Raw(`SELECT id, idempotency_key, request_hash, status, expires_at, created_at
-		FROM orders WHERE `+cond, arg).Scan(&rows).Error; err != nil {
+	if err := s.db.WithContext(ctx).Raw(`SELECT id, idempotency_key, request_hash, status, expires_at, created_at
+		FROM orders WHERE id = ?`, id).Scan(&rows).Error; err != nil {
 		return nil, translate("get order", err)
 	}
 	if len(rows) == 0 {
 		return nil, inventory.ErrUnknownOrder
 	}
-	r := rows[0]
+	return s.withLines(ctx, rows[0])
+}
+
+// withLines reads the lines of the order in r.
+func (s *Store) withLines(ctx context.Context, r orderRow) (*inventory.Order, error) {
 	var lines []lineRow
-	if err := db.Raw(`SELECT sku, quantity, fence_token FROM order_lines WHERE order_id = ? ORDER BY position`, r.ID).
+	if err := s.db.WithContext(ctx).Raw(`SELECT sku, quantity, fence_token FROM order_lines WHERE order_id = ? ORDER BY position`, r.ID).
 		Scan(&lines).Error; err != nil {
 		return nil, translate("get order lines", err)
 	}
@@ -57,42 +54,40 @@ func (s *Store) orderWhere(ctx context.Context, cond string, arg any) (*inventor
 	return o, nil
 }
 
-const reserveKeySQL = `INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at, created_at)
-	VALUES ($1, $2, $3, 'pending', $4, $5) ON CONFLICT (idempotency_key) DO NOTHING`
+const ordersByKeySQL = `SELECT id, idempotency_key, request_hash, status, expires_at, created_at
+	FROM orders WHERE idempotency_key = ANY($1)`
 
-// ReserveKey implements inventory.Store. The unique index on
-// idempotency_key is what lets exactly one of several concurrent requests
-// with one key through, across every instance.
-func (s *Store) ReserveKey(ctx context.Context, o *inventory.Order) (*inventory.Order, error) {
-	for range 3 {
-		// Every keyed order pays this statement: pgx, like the hot path (see pgx.go).
-		var inserted int64
-		err := s.withPgx(ctx, func(c *pgx.Conn) error {
-			tag, err := c.Exec(ctx, reserveKeySQL, o.ID, o.IdempotencyKey, o.RequestHash, o.ExpiresAt, o.CreatedAt)
-			inserted = tag.RowsAffected()
-			return err
-		})
+// OrdersByKey implements inventory.Store. Every keyed order is looked up
+// before it queues (several at once, see inventory's keys.go), so the
+// statement runs on pgx like the hot path (see pgx.go); the lines, read only
+// for a replay, stay on gorm.
+func (s *Store) OrdersByKey(ctx context.Context, keys []string) (map[string]*inventory.Order, error) {
+	var found []orderRow
+	err := s.withPgx(ctx, func(c *pgx.Conn) error {
+		rows, err := c.Query(ctx, ordersByKeySQL, keys)
 		if err != nil {
-			return nil, translate("reserve idempotency key", err)
+			return err
 		}
-		if inserted == 1 {
-			return nil, nil
-		}
-		prev, err := s.orderWhere(ctx, "idempotency_key = ?", o.IdempotencyKey)
-		if errors.Is(err, inventory.ErrUnknownOrder) {
-			continue // its holder failed and freed it in between: try again
-		}
-		return prev, err
+		var r orderRow
+		_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.IdempotencyKey, &r.RequestHash, &r.Status, &r.ExpiresAt, &r.CreatedAt},
+			func() error {
+				found = append(found, r)
+				return nil
+			})
+		return err
+	})
+	if err != nil {
+		return nil, translate("find orders by idempotency key", err)
 	}
-	return nil, fmt.Errorf("postgres: idempotency key %q: %w", o.IdempotencyKey, inventory.ErrIdempotencyInFlight)
-}
-
-// ReleaseKey implements inventory.Store.
-func (s *Store) ReleaseKey(ctx context.Context, id uuid.UUID) error {
-	if err := s.db.WithContext(ctx).Exec(`DELETE FROM orders WHERE id = ? AND status = 'pending'`, id).Error; err != nil {
-		return translate("release idempotency key", err)
+	out := make(map[string]*inventory.Order, len(found))
+	for _, r := range found {
+		o, err := s.withLines(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		out[o.IdempotencyKey] = o
 	}
-	return nil
+	return out, nil
 }
 
 // ExpiredOrders implements inventory.Store.

@@ -236,28 +236,50 @@ func TestTransitionIsConditional(t *testing.T) {
 	}
 }
 
-func TestReserveKeyOnce(t *testing.T) {
+// TestKeyTakenByAnotherWrite: the key's record is the order the write
+// inserts. A second write with the key, as from a duplicate that raced its
+// first request from another instance, is refused as a whole with the key
+// named, lands nothing (lines included), and the rest of its orders then
+// write on the same fence.
+func TestKeyTakenByAnotherWrite(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
-	o1 := newOrder("x", 1, 0)
-	o1.IdempotencyKey = "key-1"
-	if prev, err := s.ReserveKey(ctx, o1); err != nil || prev != nil {
-		t.Fatalf("first ReserveKey = %v, %v", prev, err)
-	}
-	o2 := newOrder("x", 1, 0)
-	o2.IdempotencyKey = "key-1"
-	prev, err := s.ReserveKey(ctx, o2)
-	if err != nil || prev == nil || prev.ID != o1.ID || prev.Status != inventory.StatusPending {
-		t.Fatalf("second ReserveKey = %+v, %v; want the pending first order", prev, err)
-	}
-	if err := s.ReleaseKey(ctx, o1.ID); err != nil {
+	f := mustStock(t, s, "sku-k", 10, 1)
+	f.Token = 2
+	got, err := s.Claim(ctx, []inventory.Fence{f}, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if prev, err := s.ReserveKey(ctx, o2); err != nil || prev != nil {
-		t.Fatalf("ReserveKey after release = %v, %v", prev, err)
+	first := newOrder("sku-k", 1, 2)
+	first.IdempotencyKey = "key-1"
+	k := got["sku-k"]
+	k.Available, k.Reserved = 9, 1
+	if err := s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k}, Order: first}); err != nil {
+		t.Fatal(err)
 	}
-	if n, err := s.PurgePending(ctx, time.Now().Add(time.Minute)); err != nil || n != 1 {
-		t.Fatalf("PurgePending = %d, %v; want 1", n, err)
+	found, err := s.OrdersByKey(ctx, []string{"key-1", "key-none"})
+	if err != nil || len(found) != 1 || found["key-1"] == nil || found["key-1"].ID != first.ID ||
+		len(found["key-1"].Lines) != 1 || found["key-1"].RequestHash != first.RequestHash {
+		t.Fatalf("OrdersByKey = %+v, %v; want the first order alone", found, err)
+	}
+
+	dup, other := newOrder("sku-k", 1, 2), newOrder("sku-k", 2, 2)
+	dup.IdempotencyKey, other.IdempotencyKey = "key-1", "key-2"
+	k.Available, k.Reserved = 6, 4
+	err = s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k}, Orders: []*inventory.Order{dup, other}})
+	var taken *inventory.KeyTakenError
+	if !errors.As(err, &taken) || len(taken.Keys) != 1 || taken.Keys[0] != "key-1" {
+		t.Fatalf("write with a taken key = %v, want a KeyTakenError naming key-1", err)
+	}
+	if a := audit(t, s, "sku-k"); !a.Consistent || a.Held != 1 || a.Available != 9 {
+		t.Fatalf("audit after the refused write = %+v", a)
+	}
+	k.Available, k.Reserved = 7, 3
+	if err := s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k}, Orders: []*inventory.Order{other}}); err != nil {
+		t.Fatalf("write of the rest: %v", err)
+	}
+	if a := audit(t, s, "sku-k"); !a.Consistent || a.Held != 3 || a.Available != 7 {
+		t.Fatalf("audit = %+v", a)
 	}
 }
 
@@ -313,9 +335,6 @@ func TestWriteBatchOfOrders(t *testing.T) {
 	k := got["sku-w"]
 	o1, o2, o3 := newOrder("sku-w", 1, 2), newOrder("sku-w", 2, 2), newOrder("sku-w", 3, 2)
 	o2.IdempotencyKey = "kw"
-	if prev, err := s.ReserveKey(ctx, o2); err != nil || prev != nil {
-		t.Fatalf("ReserveKey = %v, %v", prev, err)
-	}
 	k.Available, k.Reserved = 4, 6
 	w := inventory.Write{SKUs: []inventory.SKU{k}, Orders: []*inventory.Order{o1, o2, o3}}
 	// A newer holder in between: nothing of the batch may land.

@@ -17,17 +17,20 @@ import (
 // writeSQL is the whole fenced write in one statement, so in one round trip
 // and, autocommitted, one transaction without BEGIN and COMMIT: the counters
 // under `fence_token = token AND fence_holder = lease`, the optional status
-// change, every order (or the completion of its pending idempotency row) and
-// every line. Data-modifying CTEs all run to completion and share one
+// change, every order with its idempotency key, and every line. Data-modifying CTEs all run to completion and share one
 // snapshot; the foreign keys of the lines are checked at the end of the
 // statement, when their orders exist.
 //
 // The counters move only if the status change (when there is one) matched:
 // counters computed for an order another holder already moved could break a
-// CHECK and misname the refusal. The final SELECT is the guard: if the fenced
-// UPDATE matched fewer rows than it was given (a newer lease claimed one),
-// or the status change or an order upsert matched nothing, it divides by
-// zero, which aborts the statement and with it everything the CTEs did. The
+// CHECK and misname the refusal. An order whose key another order holds is
+// skipped by ON CONFLICT, not raised as a unique violation, so the refusal
+// can name every such key (whyRefused). The final SELECT is the guard: if
+// the fenced UPDATE matched fewer rows than it was given (a newer lease
+// claimed one), or the status change matched nothing, or an order was
+// skipped, it divides by zero, which aborts the statement and with it
+// everything the CTEs did; it runs before the lines' insert, which the
+// SELECT does not read, and so before their foreign keys are checked. The
 // divisor depends on the CTEs' results, so the planner cannot fold it into
 // an error at plan time.
 const writeSQL = `WITH t AS (
@@ -43,8 +46,7 @@ const writeSQL = `WITH t AS (
 ), o AS (
 	INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at, created_at)
 	SELECT * FROM unnest(?::uuid[], ?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[])
-	ON CONFLICT (id) DO UPDATE SET status = EXCLUDED.status, expires_at = EXCLUDED.expires_at
-		WHERE orders.status = 'pending'
+	ON CONFLICT DO NOTHING
 	RETURNING 1
 ), l AS (
 	INSERT INTO order_lines (order_id, sku, quantity, fence_token, position)
@@ -161,7 +163,8 @@ func isGuard(err error) bool {
 
 // whyRefused finds, after the fact, which condition stopped a write: a fence
 // that no longer stands, an order no longer in the status the transition
-// expects, or a pending order that is gone. Only the refusal path pays for it.
+// expects, or idempotency keys other orders hold. Only the refusal path pays
+// for it.
 func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write) error {
 	if s.fencing && len(a.skus) > 0 {
 		var stale []string
@@ -184,8 +187,21 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write)
 			return fmt.Errorf("postgres: order %s is %s: %w", t.ID, o.Status, inventory.ErrInvalidTransition)
 		}
 	}
-	if a.wantOrds > 0 {
-		return fmt.Errorf("postgres: an order of the write is no longer pending: %w", inventory.ErrIdempotencyInFlight)
+	var keys []string
+	for _, k := range a.keys {
+		if k != nil {
+			keys = append(keys, *k)
+		}
+	}
+	if len(keys) > 0 {
+		var taken []string
+		if err := s.db.WithContext(ctx).Raw(`SELECT idempotency_key FROM orders WHERE idempotency_key = ANY(?::text[])`,
+			textArray(keys)).Scan(&taken).Error; err != nil {
+			return translate("write", err)
+		}
+		if len(taken) > 0 {
+			return &inventory.KeyTakenError{Keys: taken}
+		}
 	}
 	// Nothing refuses the write any more, yet it was refused: only a status
 	// that changed and changed back could do that. Treat it as the fence:
