@@ -148,11 +148,17 @@ func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
 }
 
 // Release deletes the lock on key if it holds id; deleted reports whether
-// it did.
-func (n *Node) Release(ctx context.Context, key, id string) (deleted bool, err error) {
+// it did. With announce, a deletion is published on ReleasedChannel for
+// waiters; clearing up after an attempt that never held the lock frees
+// nothing and announces nothing.
+func (n *Node) Release(ctx context.Context, key, id string, announce bool) (deleted bool, err error) {
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
-	v, err := releaseScript.Run(ctx, n.c, []string{LockKey(key)}, id).Int64()
+	channel := ""
+	if announce {
+		channel = ReleasedChannel
+	}
+	v, err := releaseScript.Run(ctx, n.c, []string{LockKey(key)}, id, channel).Int64()
 	return v == 1, err
 }
 
