@@ -19,8 +19,21 @@ var errNoRows = errors.New("no rows matched")
 
 // claimSQL stamps each lease's fence on its row unless the row carries a
 // newer one, and returns the counters it saw.
+//
+// It commits without waiting for its WAL to reach the disk
+// (synchronous_commit off for this transaction alone): the claim must be
+// visible at once, which an asynchronous commit is, but it need not be
+// durable on its own. What could depend on it durably is a write under its
+// fence, and that write's synchronous commit flushes the WAL up to itself,
+// the claim's record included. A crash that loses a claim loses no write
+// under it, so the row merely keeps the previous fence: the new holder's
+// write is refused as stale, and an older holder's write, if any, lands on
+// the counters it read, which nothing has changed since. The claim is in
+// every lease's critical path: with the flush it took 0.30-0.87 ms, without
+// it 0.22-0.27 ms (pgbench, one connection, the 2-core machine).
 const claimSQL = `UPDATE skus AS s SET fence_token = f.token, fence_holder = f.holder, updated_at = now()
-	FROM unnest(?::text[], ?::bigint[], ?::uuid[]) AS f(sku, token, holder)
+	FROM unnest(?::text[], ?::bigint[], ?::uuid[]) AS f(sku, token, holder),
+		(SELECT set_config('synchronous_commit', 'off', true)) AS async_commit
 	WHERE s.sku = f.sku AND (s.fence_token < f.token OR (s.fence_token = f.token AND s.fence_holder = f.holder))
 	RETURNING s.sku, s.available, s.reserved, s.sold, s.received, s.fence_token, s.updated_at`
 
