@@ -217,3 +217,37 @@ func TestReleaseWaitsForLateLockWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleaseRetriesAfterTimeout: a node too busy to answer a release in
+// time (here paused past the node timeout) gets it again, so its key does
+// not stay held for the rest of the TTL.
+func TestReleaseRetriesAfterTimeout(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 1)
+	raw := rawClients(t, c.addrs)
+	n := node.New(c.addrs[0], 300*time.Millisecond)
+	t.Cleanup(func() { _ = n.Close() })
+	key := locktest.Key(t)
+	if _, ok, err := n.AcquireIncr(t.Context(), key, "a", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireIncr = %v, %v", ok, err)
+	}
+	if err := c.srv[0].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		deleted, err := n.Release(t.Context(), key, "a", true)
+		if err == nil && !deleted {
+			err = errors.New("nothing deleted")
+		}
+		done <- err
+	}()
+	time.Sleep(400 * time.Millisecond) // the first try has timed out by now
+	if err := c.srv[0].Cont(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("release across a paused node: %v", err)
+	}
+	waitNoKey(t, raw, key)
+}

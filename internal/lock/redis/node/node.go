@@ -151,15 +151,49 @@ func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
 // it did. With announce, a deletion is published on ReleasedChannel for
 // waiters; clearing up after an attempt that never held the lock frees
 // nothing and announces nothing.
+//
+// A release that times out is sent again, up to releaseTries times: one that
+// never lands leaves the key held for the rest of its TTL, and every order
+// for that key waits that long, while a compare-and-delete is safe to repeat
+// (after a delete whose reply was lost, the repeat finds nothing of ours).
+// The node timeout is short, so a server busy for a moment (two saturated
+// cores) is the usual cause.
 func (n *Node) Release(ctx context.Context, key, id string, announce bool) (deleted bool, err error) {
-	ctx, cancel := n.ctx(ctx)
-	defer cancel()
 	channel := ""
 	if announce {
 		channel = ReleasedChannel
 	}
-	v, err := releaseScript.Run(ctx, n.c, []string{LockKey(key)}, id, channel).Int64()
-	return v == 1, err
+	for try := 1; ; try++ {
+		rctx, cancel := n.ctx(ctx)
+		var v int64
+		v, err = releaseScript.Run(rctx, n.c, []string{LockKey(key)}, id, channel).Int64()
+		cancel()
+		if err == nil || try == releaseTries || !retryable(ctx, err) {
+			return v == 1, err
+		}
+		select {
+		case <-ctx.Done():
+			return false, err
+		case <-time.After(releasePause):
+		}
+	}
+}
+
+// releaseTries and releasePause bound the repeats of a release that timed
+// out: a few node timeouts, far inside any lease's TTL.
+const (
+	releaseTries = 3
+	releasePause = 10 * time.Millisecond
+)
+
+// retryable reports whether a failed call may succeed if sent again: a
+// timeout or a connection error, not a closed client or a cancelled caller.
+func retryable(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
+		return false
+	}
+	var rerr goredis.Error
+	return !errors.As(err, &rerr) // a reply from Redis (an error reply) is final
 }
 
 // Extend resets the lock's TTL to ttl if it holds id; it returns ErrNotHeld
