@@ -26,7 +26,6 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 	"github.com/stockguard/stockguard/internal/lock/redis/retry"
-	"github.com/stockguard/stockguard/internal/lock/redis/wake"
 )
 
 // Locker takes leases on one Redis server. It is safe for concurrent use.
@@ -35,7 +34,6 @@ type Locker struct {
 	cfg  config
 	m    *lockmetrics.Metrics
 	loop *retry.Loop
-	wake *wake.Hub
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -51,11 +49,8 @@ func New(addr string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: metrics: %w", err)
 	}
-	n := node.New(addr, cfg.nodeTimeout)
-	hub := wake.New([]*node.Node{n})
-	return &Locker{node: n, cfg: cfg, m: m, wake: hub, loop: &retry.Loop{Name: "redis",
-		Queue: keyqueue.New(), Metrics: m, Log: cfg.log, DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay,
-		Wake: hub.Watch}}, nil
+	return &Locker{node: node.New(addr, cfg.nodeTimeout), cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
+		Queue: keyqueue.New(), Metrics: m, Log: cfg.log, DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay}}, nil
 }
 
 // Name implements lock.Locker.
@@ -78,15 +73,6 @@ func (l *Locker) Ping(ctx context.Context) error {
 
 // Close implements lock.Locker. Leases still held stop being extended and
 // are lost; their keys expire after the TTL.
-func (l *Locker) Close() error {
-	werr := l.wake.Close()
-	if err := l.node.Close(); err != nil {
-		return err
-	}
-	if werr != nil {
-		return fmt.Errorf("redis: close release subscription: %w", werr)
-	}
-	return nil
-}
+func (l *Locker) Close() error { return l.node.Close() }
 
 func (l *Locker) nodeErr(err error) error { return &lock.NodeError{Node: l.node.Addr(), Err: err} }

@@ -179,31 +179,6 @@ func TestReleaseKeepsNextHoldersKey(t *testing.T) {
 }
 
 // TestCancelledAcquireLeavesNoKey: waiters whose context ends leave the
-// TestReleaseWakesWaiter: a waiter in another Locker takes the key as soon
-// as the holder releases it, not at the end of its hour-long polling pause.
-func TestReleaseWakesWaiter(t *testing.T) {
-	t.Parallel()
-	addr := stacktest.RequireRedis(t)[0]
-	a, b := newLocker(t, addr), newLocker(t, addr, redis.WithRetryDelay(time.Hour))
-	key := locktest.Key(t)
-	held := locktest.MustAcquire(t, a, key)
-	got := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-		defer cancel()
-		l, err := b.Acquire(ctx, key)
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
-	time.Sleep(200 * time.Millisecond) // let the waiter pause (see redlock's test)
-	locktest.MustRelease(t, held)
-	if err := <-got; err != nil {
-		t.Fatalf("waiter after the release: %v", err)
-	}
-}
-
 // holder's key alone and write nothing of their own.
 func TestCancelledAcquireLeavesNoKey(t *testing.T) {
 	addr := sharedAddr(t)

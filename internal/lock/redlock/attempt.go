@@ -50,9 +50,6 @@ type attempt struct {
 	tokenReady chan struct{}
 	abort      chan struct{}
 	token      uint64
-	// won is set once the attempt holds the lock: only then does deleting
-	// its keys free the lock for others, and tell them so.
-	won bool
 }
 
 // reply is one node's answer in round 1 or 2.
@@ -195,7 +192,6 @@ func (a *attempt) succeed(replies <-chan reply, t *tally, token lock.Token) (out
 		return a.fail(replies, t, fmt.Errorf("%w: quorum reached after %v, no validity left of a %v TTL",
 			lock.ErrUnavailable, elapsed, a.ttl))
 	}
-	a.won = true
 	return outcome{token: token, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl))}, nil
 }
 
@@ -272,7 +268,7 @@ func (a *attempt) release(wait bool) error {
 		if a.write[i] == writeRefused {
 			return nil
 		}
-		_, err := a.l.nodes[i].Release(a.bg, a.key, a.id.String(), a.won)
+		_, err := a.l.nodes[i].Release(a.bg, a.key, a.id.String())
 		return err
 	})
 	cleared, pending := 0, n

@@ -13,7 +13,6 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/redis/node"
 	"github.com/stockguard/stockguard/internal/lock/redis/retry"
-	"github.com/stockguard/stockguard/internal/lock/redis/wake"
 )
 
 // Locker takes leases on a majority of N Redis masters. It is safe for
@@ -24,7 +23,6 @@ type Locker struct {
 	cfg    config
 	m      *lockmetrics.Metrics
 	loop   *retry.Loop
-	wake   *wake.Hub
 
 	// Requests that outlive the call that started them (the slow nodes after
 	// an early return) are tracked so Close can wait for them.
@@ -66,10 +64,6 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 	for _, a := range addrs {
 		l.nodes = append(l.nodes, node.New(a, cfg.nodeTimeout))
 	}
-	// Every node publishes its releases: a waiter is woken by the first
-	// node to tell, and by the others as long as any one is up.
-	l.wake = wake.New(l.nodes)
-	l.loop.Wake = l.wake.Watch
 	return l, nil
 }
 
@@ -125,9 +119,6 @@ func (l *Locker) Close() error {
 	l.bg.Wait()
 	close(l.quit)
 	var errs []error
-	if err := l.wake.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("redlock: close release subscriptions: %w", err))
-	}
 	for _, n := range l.nodes {
 		if err := n.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("redlock: close %s: %w", n.Addr(), err))

@@ -148,9 +148,7 @@ func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
 }
 
 // Release deletes the lock on key if it holds id; deleted reports whether
-// it did. With announce, a deletion is published on ReleasedChannel for
-// waiters; clearing up after an attempt that never held the lock frees
-// nothing and announces nothing.
+// it did.
 //
 // A release that times out is sent again, up to releaseTries times: one that
 // never lands leaves the key held for the rest of its TTL, and every order
@@ -158,15 +156,11 @@ func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
 // (after a delete whose reply was lost, the repeat finds nothing of ours).
 // The node timeout is short, so a server busy for a moment (two saturated
 // cores) is the usual cause.
-func (n *Node) Release(ctx context.Context, key, id string, announce bool) (deleted bool, err error) {
-	channel := ""
-	if announce {
-		channel = ReleasedChannel
-	}
+func (n *Node) Release(ctx context.Context, key, id string) (deleted bool, err error) {
 	for try := 1; ; try++ {
 		rctx, cancel := n.ctx(ctx)
 		var v int64
-		v, err = releaseScript.Run(rctx, n.c, []string{LockKey(key)}, id, channel).Int64()
+		v, err = releaseScript.Run(rctx, n.c, []string{LockKey(key)}, id).Int64()
 		cancel()
 		if err == nil || try == releaseTries || !retryable(ctx, err) {
 			return v == 1, err

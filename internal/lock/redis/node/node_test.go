@@ -45,13 +45,7 @@ func TestAcquireIncr(t *testing.T) {
 	if v, _ := n.Client().Get(ctx, node.FenceKey(key)).Result(); v != "1" {
 		t.Fatalf("a refused acquisition moved the counter to %s", v)
 	}
-	// Releases are announced for waiters: only a deletion, only when asked.
-	sub := n.Client().Subscribe(ctx, node.ReleasedChannel)
-	defer sub.Close()
-	if _, err := sub.Receive(ctx); err != nil { // the subscription's confirmation
-		t.Fatal(err)
-	}
-	if deleted, err := n.Release(ctx, key, "b", true); err != nil || deleted {
+	if deleted, err := n.Release(ctx, key, "b"); err != nil || deleted {
 		t.Fatalf("Release by a non-holder = %v, %v", deleted, err)
 	}
 	if err := n.Extend(ctx, key, "b", time.Minute); !errors.Is(err, node.ErrNotHeld) {
@@ -60,27 +54,11 @@ func TestAcquireIncr(t *testing.T) {
 	if err := n.Extend(ctx, key, "a", time.Minute); err != nil {
 		t.Fatalf("Extend by the holder = %v", err)
 	}
-	if deleted, err := n.Release(ctx, key, "a", true); err != nil || !deleted {
+	if deleted, err := n.Release(ctx, key, "a"); err != nil || !deleted {
 		t.Fatalf("Release by the holder = %v, %v", deleted, err)
 	}
-	msg, err := sub.ReceiveMessage(ctx)
-	if want := node.LockKey(key) + " a"; err != nil || msg.Payload != want {
-		t.Fatalf("release announced %+v, %v; want %q (and nothing for the refused release)", msg, err, want)
-	}
-	if _, ok, _ := n.AcquireIncr(ctx, key, "c", time.Minute); !ok {
-		t.Fatal("AcquireIncr after the release failed")
-	}
-	if deleted, err := n.Release(ctx, key, "c", false); err != nil || !deleted {
-		t.Fatalf("unannounced Release = %v, %v", deleted, err)
-	}
-	if err := n.Client().Publish(ctx, node.ReleasedChannel, "end").Err(); err != nil {
-		t.Fatal(err)
-	}
-	if msg, err := sub.ReceiveMessage(ctx); err != nil || msg.Payload != "end" {
-		t.Fatalf("after an unannounced release: %+v, %v; want only our end marker", msg, err)
-	}
-	if tok, ok, _ := n.AcquireIncr(ctx, key, "b", time.Minute); !ok || tok != 3 {
-		t.Fatalf("next AcquireIncr = %d, %v; want 3", tok, ok)
+	if tok, ok, _ := n.AcquireIncr(ctx, key, "b", time.Minute); !ok || tok != 2 {
+		t.Fatalf("next AcquireIncr = %d, %v; want 2", tok, ok)
 	}
 }
 

@@ -67,23 +67,12 @@ end
 return -1
 `)
 
-// ReleasedChannel is where the release script announces a deleted lock,
-// with the lock's Redis key as the message, so that waiters need not poll
-// (package wake).
-const ReleasedChannel = "stockguard:released"
-
-// releaseScript deletes the lock only if it still holds our lease id, so a
-// holder whose lease expired can never delete the next holder's lock; then,
-// unless ARGV[2] is empty, it publishes "<lock key> <lease id>" on ARGV[2]
-// (ReleasedChannel). KEYS: lock. ARGV: lease id, channel or "". Returns 1
-// when deleted, 0 when the lock was not ours.
+// releaseScript deletes the lock only if it still holds our lease id, so a holder
+// whose lease expired can never delete the next holder's lock. KEYS: lock.
+// ARGV: lease id. Returns 1 when deleted, 0 when the lock was not ours.
 var releaseScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  if ARGV[2] ~= '' then
-    redis.call('PUBLISH', ARGV[2], KEYS[1] .. ' ' .. ARGV[1])
-  end
-  return 1
+  return redis.call('DEL', KEYS[1])
 end
 return 0
 `)

@@ -33,9 +33,6 @@ type Loop struct {
 	Log        *slog.Logger
 	DefaultTTL time.Duration
 	RetryDelay time.Duration // mean pause; see Jitter
-	// Wake, when set, signals the loop that key was released, ending its
-	// pause early (package wake); the pause is then only a fallback.
-	Wake func(key string) (woken <-chan struct{}, stop func())
 }
 
 // Attempt makes one try at key. On success it returns the lease, built with
@@ -73,32 +70,19 @@ func (lp *Loop) acquire(ctx context.Context, key string, opts []lock.Option, try
 	if err != nil {
 		return nil, lp.ctxError(key, err, nil)
 	}
-	var woken <-chan struct{}
-	if lp.Wake != nil && !o.TryOnce {
-		// Watching before the first attempt: a release that lands between a
-		// failed attempt and the pause still ends the pause.
-		ch, stop := lp.Wake(key)
-		defer stop()
-		woken = ch
-	}
-	lease, err := lp.poll(ctx, key, o, turn, try, woken)
+	lease, err := lp.poll(ctx, key, o, turn, try)
 	if err != nil {
 		turn()
 	}
 	return lease, err
 }
 
-func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(), try Attempt, woken <-chan struct{}) (*lock.Lease, error) {
+func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(), try Attempt) (*lock.Lease, error) {
 	unavailable := 0
 	var last error
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, lp.ctxError(key, err, last)
-		}
-		// A release signalled before this attempt is one the attempt sees.
-		select {
-		case <-woken:
-		default:
 		}
 		lp.Metrics.Attempt()
 		lease, err := try(ctx, key, o, turn)
@@ -123,23 +107,10 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 			unavailable = 0
 		}
 		lp.Log.Debug(lp.Name+": acquire: retrying", "key", key, "err", err)
-		if err := pause(ctx, Jitter(lp.RetryDelay), woken); err != nil {
+		if err := Sleep(ctx, Jitter(lp.RetryDelay)); err != nil {
 			return nil, lp.ctxError(key, err, last)
 		}
 	}
-}
-
-// pause waits d, or until woken signals or ctx ends.
-func pause(ctx context.Context, d time.Duration, woken <-chan struct{}) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-	case <-woken:
-	}
-	return nil
 }
 
 // ctxError reports an acquisition ended by its context, keeping the last
