@@ -115,7 +115,7 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 		})
 	}
 	var taken *KeyTakenError
-	if errors.As(err, &taken) {
+	if errors.As(err, &taken) && o.IdempotencyKey != "" {
 		// Another instance placed an order with this key while this request
 		// waited for its turn: answer as a repeat of that one.
 		return s.replayTaken(ctx, o, err)
