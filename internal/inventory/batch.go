@@ -248,10 +248,6 @@ func (c *coalescer) write(ctx context.Context, h *hold, decided []*pending) ([]v
 	wctx, cancel := context.WithTimeout(ctx, batchStoreTimeout)
 	err := s.store.Write(wctx, fences, Write{SKUs: skus, Orders: placed})
 	cancel()
-	var taken *KeyTakenError
-	if errors.As(err, &taken) {
-		return nil, err
-	}
 	if err != nil {
 		return nil, s.failed(h.set, err)
 	}

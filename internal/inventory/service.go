@@ -91,12 +91,7 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 			return nil, false, err
 		}
 		defer leave()
-		prev, err := s.keys.find(ctx, o.IdempotencyKey)
-		if err != nil {
-			return nil, false, err
-		}
-		if prev != nil {
-			first, err := replay(prev, o.RequestHash)
+		if first, found, err := s.replayKey(ctx, o); found || err != nil {
 			return first, err == nil, err
 		}
 	}
@@ -118,7 +113,11 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 	if errors.As(err, &taken) && o.IdempotencyKey != "" {
 		// Another instance placed an order with this key while this request
 		// waited for its turn: answer as a repeat of that one.
-		return s.replayTaken(ctx, o, err)
+		first, found, ferr := s.replayKey(ctx, o)
+		if !found && ferr == nil {
+			return nil, false, err // orders are never deleted, so this cannot happen
+		}
+		return first, ferr == nil, ferr
 	}
 	if err != nil {
 		return nil, false, err
@@ -126,19 +125,15 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 	return o, false, nil
 }
 
-// replayTaken answers an order refused with a *KeyTakenError (err) from the
-// order that holds its key.
-func (s *Service) replayTaken(ctx context.Context, o *Order, err error) (*Order, bool, error) {
-	found, ferr := s.store.OrdersByKey(ctx, []string{o.IdempotencyKey})
-	if ferr != nil {
-		return nil, false, ferr
+// replayKey answers o from the order that holds its idempotency key, if one
+// does (found): that order's replay, or ErrIdempotencyReused.
+func (s *Service) replayKey(ctx context.Context, o *Order) (first *Order, found bool, err error) {
+	prev, err := s.keys.find(ctx, o.IdempotencyKey)
+	if err != nil || prev == nil {
+		return nil, false, err
 	}
-	prev := found[o.IdempotencyKey]
-	if prev == nil {
-		return nil, false, err // orders are never deleted, so this cannot happen
-	}
-	first, rerr := replay(prev, o.RequestHash)
-	return first, rerr == nil, rerr
+	first, err = replay(prev, o.RequestHash)
+	return first, true, err
 }
 
 // SetStock sets a SKU's available units, creating the SKU if needed.
