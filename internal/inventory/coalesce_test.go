@@ -137,6 +137,39 @@ func TestBatchIdempotency(t *testing.T) {
 	}
 }
 
+// TestBatchReplay: keys are not looked up before an order queues, so a
+// replay of a placed order runs in a batch. While there is stock, the write
+// refuses its key and the others are decided and written again without it
+// (the last order fits only then); once the stock is gone, the ledger
+// refuses it. Either way it answers as the first order, and no unit is held
+// twice.
+func TestBatchReplay(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	ctx := context.Background()
+	f.stock("a", 5)
+	first, _, err := f.svc.Place(ctx, req("k-1", line("a", 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := f.hold("a")
+	results := f.queue(f.svc, "a", req("", line("a", 1)), req("k-1", line("a", 2)), req("", line("a", 2)))
+	release()
+	got := results()
+	if got[0].err != nil || got[2].err != nil {
+		t.Fatalf("the replay's batch: %v, %v; want both placed", got[0].err, got[2].err)
+	}
+	if r := got[1]; r.err != nil || !r.replayed || r.o.ID != first.ID {
+		t.Fatalf("replay in a batch = %+v; want the first order, replayed", r)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 5 || a.Available != 0 {
+		t.Fatalf("audit = %+v, want 5 held, none left", a)
+	}
+	o, replayed, err := f.svc.Place(ctx, req("k-1", line("a", 2)))
+	if err != nil || !replayed || o.ID != first.ID {
+		t.Fatalf("replay when sold out = %+v, %v, %v; want the first order", o, replayed, err)
+	}
+}
+
 // TestBatchKeyTakenAcrossInstances: duplicates sent to two instances both
 // queue (neither key is written yet); the batch that writes second is
 // refused for that key alone, its other orders are written on a retry under

@@ -14,11 +14,15 @@ import (
 // two requests with one key that both reach a write, the second write is
 // refused with a *KeyTakenError and its request answered from the first.
 //
-// Around that, each instance keeps two cheap guards: the keys of the
-// requests it is running (a repeat while the first still runs here is
-// refused at once, and no batch ever holds one key twice), and a lookup of
-// finished keys before an order queues, so a replay takes no lock. Lookups
-// made while one is in flight share the next statement.
+// Around that, each instance keeps the keys of the requests it is running:
+// a repeat while the first still runs here is refused at once, and no batch
+// ever holds one key twice. Nothing is looked up before an order queues: a
+// statement per order, even shared, cost more than the batch's write did
+// (ZooKeeper's hot SKU went from 1,840 to 2,370 orders/s without it). A key
+// is looked up only for a request that did not go through, where the order
+// holding the key, if any, is the answer: a replay is refused by the write
+// (*KeyTakenError), or by the ledger once the stock has gone. Lookups made
+// while one is in flight share the next statement.
 type keys struct {
 	store Store
 

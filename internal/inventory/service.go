@@ -91,9 +91,6 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 			return nil, false, err
 		}
 		defer leave()
-		if first, found, err := s.replayKey(ctx, o); found || err != nil {
-			return first, err == nil, err
-		}
 	}
 	if s.coalesce != nil && pauseOf(ctx) == 0 {
 		err = s.coalesce.place(ctx, o)
@@ -109,15 +106,14 @@ func (s *Service) Place(ctx context.Context, req PlaceRequest) (o *Order, replay
 			return Write{Order: o, SKUs: changed}, nil
 		})
 	}
-	var taken *KeyTakenError
-	if errors.As(err, &taken) && o.IdempotencyKey != "" {
-		// Another instance placed an order with this key while this request
-		// waited for its turn: answer as a repeat of that one.
-		first, found, ferr := s.replayKey(ctx, o)
-		if !found && ferr == nil {
-			return nil, false, err // orders are never deleted, so this cannot happen
+	if err != nil && o.IdempotencyKey != "" && ctx.Err() == nil {
+		// Nothing of this request landed. Its key may be held by an earlier
+		// request (a replay, refused by the write as *KeyTakenError, or by
+		// the ledger if the stock has gone since) or by one that another
+		// instance placed while this one waited: answer as a repeat of it.
+		if first, found, ferr := s.replayKey(ctx, o); found || ferr != nil {
+			return first, ferr == nil, ferr
 		}
-		return first, ferr == nil, ferr
 	}
 	if err != nil {
 		return nil, false, err
