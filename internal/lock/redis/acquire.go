@@ -77,7 +77,7 @@ func (l *Locker) try(ctx context.Context, key, id string, ttl time.Duration, tur
 
 // cleanup deletes the key if an attempt that failed midway did set it.
 func (l *Locker) cleanup(ctx context.Context, key, id string) {
-	if _, err := l.node.Release(ctx, key, id); err != nil {
+	if _, err := l.node.Release(ctx, key, id, true); err != nil {
 		l.cfg.log.Warn("redis: clean-up after a failed attempt", "key", key, "err", err)
 	}
 }

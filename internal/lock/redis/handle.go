@@ -31,7 +31,7 @@ func (h *handle) Release(ctx context.Context) error {
 	// The next local waiter starts only once the key is gone, or its first
 	// attempt would find it still held and sleep a retry delay.
 	defer h.turn()
-	if _, err := h.l.node.Release(context.WithoutCancel(ctx), h.key, h.id); err != nil {
+	if _, err := h.l.node.Release(context.WithoutCancel(ctx), h.key, h.id, true); err != nil {
 		return fmt.Errorf("redis: release: %w", h.l.nodeErr(err))
 	}
 	return nil

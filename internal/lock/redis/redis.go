@@ -13,7 +13,11 @@
 //
 // Goroutines of one Locker that want the same key wait in a local FIFO line
 // (package keyqueue), and only the head polls Redis: one process is one
-// contender per key.
+// contender per key. Between its attempts the head blocks on the key's wake
+// list (BLPOP, for at most its pause), to which a release pushes one
+// element: Redis hands it to the client blocked longest, so a release wakes
+// one waiter across all processes, at once, instead of leaving the key free
+// until someone's pause ends.
 package redis
 
 import (
@@ -49,8 +53,10 @@ func New(addr string, opts ...Option) (*Locker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: metrics: %w", err)
 	}
-	return &Locker{node: node.New(addr, cfg.nodeTimeout), cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
-		Queue: keyqueue.New(), Metrics: m, Log: cfg.log, DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay}}, nil
+	n := node.New(addr, cfg.nodeTimeout)
+	return &Locker{node: n, cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
+		Queue: keyqueue.New(), Metrics: m, Log: cfg.log, DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay,
+		Await: n.AwaitRelease}}, nil
 }
 
 // Name implements lock.Locker.

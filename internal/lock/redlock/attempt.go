@@ -268,7 +268,7 @@ func (a *attempt) release(wait bool) error {
 		if a.write[i] == writeRefused {
 			return nil
 		}
-		_, err := a.l.nodes[i].Release(a.bg, a.key, a.id.String())
+		_, err := a.l.nodes[i].Release(a.bg, a.key, a.id.String(), i == a.l.wakeNode(a.key))
 		return err
 	})
 	cleared, pending := 0, n

@@ -236,7 +236,7 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		deleted, err := n.Release(t.Context(), key, "a")
+		deleted, err := n.Release(t.Context(), key, "a", false)
 		if err == nil && !deleted {
 			err = errors.New("nothing deleted")
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"sync"
 	"time"
@@ -64,7 +65,20 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 	for _, a := range addrs {
 		l.nodes = append(l.nodes, node.New(a, cfg.nodeTimeout))
 	}
+	l.loop.Await = func(ctx context.Context, key string, d time.Duration) error {
+		return l.nodes[l.wakeNode(key)].AwaitRelease(ctx, key, d)
+	}
 	return l, nil
+}
+
+// wakeNode is the node on which key's waiters await its release. One node
+// is enough: a wake-up only tells a waiter to try now rather than at the end
+// of its pause, and with that node down waiters fall back to their pauses.
+// Hashing spreads the waits of many keys over the nodes.
+func (l *Locker) wakeNode(key string) int {
+	h := fnv.New32a()
+	h.Write([]byte(key))
+	return int(h.Sum32() % uint32(len(l.nodes)))
 }
 
 // Name implements lock.Locker.

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -163,6 +164,30 @@ func TestReleaseKeepsNextHoldersKey(t *testing.T) {
 	}
 	locktest.MustRelease(t, next)
 	waitNoKey(t, raw, key)
+}
+
+// TestReleaseWakesOnOneNode: a release leaves its wake-up on the one node
+// the key's waiters block on, not on every node.
+func TestReleaseWakesOnOneNode(t *testing.T) {
+	t.Parallel()
+	addrs := stacktest.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	l := newLocker(t, addrs)
+	for i := range 4 {
+		key := fmt.Sprintf("%s-%d", locktest.Key(t), i)
+		locktest.MustRelease(t, locktest.MustAcquire(t, l, key))
+		waitNoKey(t, raw, key)
+		var woken []int
+		for j, c := range raw {
+			if c.LLen(t.Context(), node.WakeKey(key)).Val() > 0 {
+				woken = append(woken, j)
+			}
+			c.Del(context.Background(), node.WakeKey(key))
+		}
+		if len(woken) != 1 {
+			t.Fatalf("key %s: wake-ups on nodes %v; want exactly one", key, woken)
+		}
+	}
 }
 
 // waitNoKey waits (briefly: the release returns after a majority, the

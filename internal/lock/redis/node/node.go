@@ -20,12 +20,35 @@ type Node struct {
 	addr    string
 	timeout time.Duration
 	c       *goredis.Client
+	// waits carries the blocking pops of AwaitRelease on connections of
+	// its own, so that a lock command never queues behind one; slots caps
+	// how many block at once.
+	waits *goredis.Client
+	slots chan struct{}
 }
+
+// Bounds of AwaitRelease: the longest one pop blocks, and how many may
+// block on one node at a time (a waiter beyond that sleeps instead).
+const (
+	maxAwait  = time.Second
+	maxAwaits = 32
+	// wakeTTLms is how long a wake-up nobody took stays in the list.
+	wakeTTLms = 1000
+)
 
 // New returns a Node for addr whose every call gives up after timeout. It
 // does not connect: the first call does.
 func New(addr string, timeout time.Duration) *Node {
-	c := goredis.NewClient(&goredis.Options{
+	c := newClient(addr, timeout, timeout, 0)
+	return &Node{addr: addr, timeout: timeout, c: c, waits: newClient(addr, timeout, maxAwait+timeout, maxAwaits),
+		slots: make(chan struct{}, maxAwaits)}
+}
+
+// newClient is a go-redis client tuned for locking: no retries of its own,
+// every wait bounded by timeout (reads by readTimeout); poolSize 0 keeps
+// go-redis's default.
+func newClient(addr string, timeout, readTimeout time.Duration, poolSize int) *goredis.Client {
+	return goredis.NewClient(&goredis.Options{
 		Addr: addr,
 		// The client must never retry on its own: a retried SET NX whose
 		// first reply was lost would find our own key and report "held",
@@ -34,9 +57,10 @@ func New(addr string, timeout time.Duration) *Node {
 		MaxRetries:    -1,
 		DialerRetries: 1,
 		DialTimeout:   timeout,
-		ReadTimeout:   timeout,
+		ReadTimeout:   readTimeout,
 		WriteTimeout:  timeout,
 		PoolTimeout:   timeout,
+		PoolSize:      poolSize,
 		// Per-call deadlines come from the context (the node timeout, or the
 		// lease deadline for extensions).
 		ContextTimeoutEnabled: true,
@@ -49,7 +73,6 @@ func New(addr string, timeout time.Duration) *Node {
 		DisableIdentity:          true,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
-	return &Node{addr: addr, timeout: timeout, c: c}
 }
 
 // Addr is the server's address, as given to New.
@@ -59,7 +82,7 @@ func (n *Node) Addr() string { return n.addr }
 func (n *Node) Client() *goredis.Client { return n.c }
 
 // Close closes the node's connections.
-func (n *Node) Close() error { return n.c.Close() }
+func (n *Node) Close() error { return errors.Join(n.c.Close(), n.waits.Close()) }
 
 func (n *Node) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, n.timeout)
@@ -148,7 +171,8 @@ func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
 }
 
 // Release deletes the lock on key if it holds id; deleted reports whether
-// it did.
+// it did. With wake, a delete also wakes one waiter blocked in AwaitRelease
+// on this node.
 //
 // A release that times out is sent again, up to releaseTries times: one that
 // never lands leaves the key held for the rest of its TTL, and every order
@@ -156,11 +180,15 @@ func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
 // (after a delete whose reply was lost, the repeat finds nothing of ours).
 // The node timeout is short, so a server busy for a moment (two saturated
 // cores) is the usual cause.
-func (n *Node) Release(ctx context.Context, key, id string) (deleted bool, err error) {
+func (n *Node) Release(ctx context.Context, key, id string, wake bool) (deleted bool, err error) {
 	for try := 1; ; try++ {
 		rctx, cancel := n.ctx(ctx)
 		var v int64
-		v, err = releaseScript.Run(rctx, n.c, []string{LockKey(key)}, id).Int64()
+		if wake {
+			v, err = releaseWakeScript.Run(rctx, n.c, []string{LockKey(key), WakeKey(key)}, id, wakeTTLms).Int64()
+		} else {
+			v, err = releaseScript.Run(rctx, n.c, []string{LockKey(key)}, id).Int64()
+		}
 		cancel()
 		if err == nil || try == releaseTries || !retryable(ctx, err) {
 			return v == 1, err
@@ -171,6 +199,37 @@ func (n *Node) Release(ctx context.Context, key, id string) (deleted bool, err e
 		case <-time.After(releasePause):
 		}
 	}
+}
+
+// ErrAwaitBusy means every AwaitRelease slot of the node is taken.
+var ErrAwaitBusy = errors.New("too many waiters blocked on this node")
+
+// AwaitRelease blocks until a release of key on this node (with wake) wakes
+// this caller, for at most d (capped at maxAwait): it returns nil either
+// way, since only the next attempt tells whether the key is free. Redis
+// hands each wake-up to the client blocked longest, so a release wakes one
+// waiter, oldest first, not a herd. An error (the node unreachable, or
+// ErrAwaitBusy) means nothing was awaited, possibly for part of d.
+func (n *Node) AwaitRelease(ctx context.Context, key string, d time.Duration) error {
+	select {
+	case n.slots <- struct{}{}:
+		defer func() { <-n.slots }()
+	default:
+		return ErrAwaitBusy
+	}
+	d = min(d, maxAwait)
+	if d < time.Millisecond {
+		return nil // BLPOP's 0 would block for good
+	}
+	ctx, cancel := context.WithTimeout(ctx, d+n.timeout)
+	defer cancel()
+	// Do, not BLPop: go-redis rounds a BLPop timeout below one second up to
+	// a whole second, and Redis takes a decimal one.
+	err := n.waits.Do(ctx, "BLPOP", WakeKey(key), strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
+	if errors.Is(err, goredis.Nil) {
+		return nil // d passed without a release
+	}
+	return err
 }
 
 // releaseTries and releasePause bound the repeats of a release that timed

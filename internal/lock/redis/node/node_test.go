@@ -30,6 +30,77 @@ func TestKeyNames(t *testing.T) {
 	if got := node.FenceKey("sku-1"); got != "stockguard:{sku-1}:fence" {
 		t.Errorf("FenceKey = %q", got)
 	}
+	if got := node.WakeKey("sku-1"); got != "stockguard:{sku-1}:wake" {
+		t.Errorf("WakeKey = %q", got)
+	}
+}
+
+// TestReleaseWakes: a release wakes only when it deleted the holder's key
+// and was asked to; a wake-up nobody took is kept to one, expires, and is
+// popped by the next waiter at once.
+func TestReleaseWakes(t *testing.T) {
+	n, key := newNode(t)
+	ctx := t.Context()
+	wake := node.WakeKey(key)
+	t.Cleanup(func() { n.Client().Del(context.Background(), wake) })
+	queued := func() int64 { return n.Client().LLen(ctx, wake).Val() }
+	mustAcquire := func(id string) {
+		t.Helper()
+		if _, ok, err := n.AcquireIncr(ctx, key, id, time.Minute); err != nil || !ok {
+			t.Fatalf("AcquireIncr(%s) = %v, %v", id, ok, err)
+		}
+	}
+
+	mustAcquire("a")
+	if deleted, _ := n.Release(ctx, key, "b", true); deleted || queued() != 0 {
+		t.Fatalf("a non-holder's release: deleted %v, %d wake-ups; want none", deleted, queued())
+	}
+	if deleted, _ := n.Release(ctx, key, "a", false); !deleted || queued() != 0 {
+		t.Fatalf("a release without wake: deleted %v, %d wake-ups; want none", deleted, queued())
+	}
+	for _, id := range []string{"a", "b"} {
+		mustAcquire(id)
+		if deleted, err := n.Release(ctx, key, id, true); err != nil || !deleted {
+			t.Fatalf("Release(%s) = %v, %v", id, deleted, err)
+		}
+	}
+	if q, ttl := queued(), n.Client().PTTL(ctx, wake).Val(); q != 1 || ttl <= 0 || ttl > time.Second {
+		t.Fatalf("after two releases nobody awaited: %d wake-ups, TTL %v; want 1, at most 1s", q, ttl)
+	}
+	if err := n.AwaitRelease(ctx, key, time.Second); err != nil || queued() != 0 {
+		t.Fatalf("AwaitRelease with a wake-up waiting = %v, %d left; want it popped", err, queued())
+	}
+}
+
+// TestReleaseWakesOneWaiter: of two waiters blocked on a key, a release
+// wakes one; the other waits out its time, which no release cut short.
+func TestReleaseWakesOneWaiter(t *testing.T) {
+	n, key := newNode(t)
+	ctx := t.Context()
+	t.Cleanup(func() { n.Client().Del(context.Background(), node.WakeKey(key)) })
+	if _, ok, err := n.AcquireIncr(ctx, key, "a", time.Minute); err != nil || !ok {
+		t.Fatalf("AcquireIncr = %v, %v", ok, err)
+	}
+	const wait = time.Second
+	start := time.Now()
+	returned := make(chan time.Duration, 2)
+	for range 2 {
+		go func() {
+			if err := n.AwaitRelease(ctx, key, wait); err != nil {
+				t.Errorf("AwaitRelease = %v", err)
+			}
+			returned <- time.Since(start)
+		}()
+	}
+	time.Sleep(wait / 5) // both block (a late one would pop the wake-up at once: still one)
+	if deleted, err := n.Release(ctx, key, "a", true); err != nil || !deleted {
+		t.Fatalf("Release = %v, %v", deleted, err)
+	}
+	first, second := <-returned, <-returned
+	// Wide margins: this checks which waiter a wake-up reached, not speed.
+	if first >= wait*4/5 || second < wait*9/10 {
+		t.Fatalf("waiters returned after %v and %v of %v; want one woken early, one at its time", first, second, wait)
+	}
 }
 
 func TestAcquireIncr(t *testing.T) {
@@ -45,7 +116,7 @@ func TestAcquireIncr(t *testing.T) {
 	if v, _ := n.Client().Get(ctx, node.FenceKey(key)).Result(); v != "1" {
 		t.Fatalf("a refused acquisition moved the counter to %s", v)
 	}
-	if deleted, err := n.Release(ctx, key, "b"); err != nil || deleted {
+	if deleted, err := n.Release(ctx, key, "b", false); err != nil || deleted {
 		t.Fatalf("Release by a non-holder = %v, %v", deleted, err)
 	}
 	if err := n.Extend(ctx, key, "b", time.Minute); !errors.Is(err, node.ErrNotHeld) {
@@ -54,7 +125,7 @@ func TestAcquireIncr(t *testing.T) {
 	if err := n.Extend(ctx, key, "a", time.Minute); err != nil {
 		t.Fatalf("Extend by the holder = %v", err)
 	}
-	if deleted, err := n.Release(ctx, key, "a"); err != nil || !deleted {
+	if deleted, err := n.Release(ctx, key, "a", false); err != nil || !deleted {
 		t.Fatalf("Release by the holder = %v, %v", deleted, err)
 	}
 	if tok, ok, _ := n.AcquireIncr(ctx, key, "b", time.Minute); !ok || tok != 2 {

@@ -19,6 +19,9 @@ func LockKey(key string) string { return "stockguard:{" + key + "}:lock" }
 // hand out tokens the store has already seen.
 func FenceKey(key string) string { return "stockguard:{" + key + "}:fence" }
 
+// WakeKey names the list a release pushes to and waiters block on.
+func WakeKey(key string) string { return "stockguard:{" + key + "}:wake" }
+
 // keys returns the two keys of key in the order every script expects them.
 func keys(key string) []string { return []string{LockKey(key), FenceKey(key)} }
 
@@ -75,6 +78,22 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
+`)
+
+// releaseWakeScript is releaseScript that also wakes one waiter: after the
+// delete, it leaves one element in the key's wake list, which the waiter
+// blocked longest on it (AwaitRelease) pops. Nobody blocked: the element
+// waits for the next waiter, kept to one and expiring, so a stale wake-up
+// costs one early attempt. KEYS: lock, wake list. ARGV: lease id, the wake
+// list's TTL in ms. Returns 1 when deleted, 0 when the lock was not ours
+// (and then wakes nobody).
+var releaseWakeScript = goredis.NewScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('LPUSH', KEYS[2], '1')
+redis.call('LTRIM', KEYS[2], 0, 0)
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 1
 `)
 
 // extendScript resets the lock's TTL only if it still holds our lease id: extending

@@ -33,6 +33,12 @@ type Loop struct {
 	Log        *slog.Logger
 	DefaultTTL time.Duration
 	RetryDelay time.Duration // mean pause; see Jitter
+	// Await, when set, blocks until a release of the key wakes the caller
+	// or d passes, and returns an error if it could not wait (the rest of
+	// the pause is then slept). With it a waiter tries again as soon as the
+	// key is released, instead of at the end of a pause in which the key
+	// may have stood free for milliseconds.
+	Await func(ctx context.Context, key string, d time.Duration) error
 }
 
 // Attempt makes one try at key. On success it returns the lease, built with
@@ -107,10 +113,23 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 			unavailable = 0
 		}
 		lp.Log.Debug(lp.Name+": acquire: retrying", "key", key, "err", err)
-		if err := Sleep(ctx, Jitter(lp.RetryDelay)); err != nil {
+		if err := lp.pause(ctx, key, Jitter(lp.RetryDelay)); err != nil {
 			return nil, lp.ctxError(key, err, last)
 		}
 	}
+}
+
+// pause waits up to d before the next attempt: until the key's release
+// wakes us (Await), or d.
+func (lp *Loop) pause(ctx context.Context, key string, d time.Duration) error {
+	if lp.Await != nil {
+		start := time.Now()
+		if err := lp.Await(ctx, key, d); err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d -= time.Since(start)
+	}
+	return Sleep(ctx, d)
 }
 
 // ctxError reports an acquisition ended by its context, keeping the last

@@ -101,3 +101,47 @@ func TestJitter(t *testing.T) {
 		t.Fatal("Jitter(0) != 0")
 	}
 }
+
+// TestPauseAwaits: between attempts the loop awaits the key's release for
+// the pause it drew; an Await that could not wait leaves the rest of the
+// pause to be slept.
+func TestPauseAwaits(t *testing.T) {
+	held := fmt.Errorf("held: %w", lock.ErrNotAcquired)
+	for _, c := range []struct {
+		name string
+		err  error
+	}{{"woken", nil}, {"could not wait", errors.New("node down")}} {
+		t.Run(c.name, func(t *testing.T) {
+			lp := newLoop(t)
+			lp.RetryDelay = time.Hour // only Await can end a pause this test waits for
+			var awaited []time.Duration
+			lp.Await = func(_ context.Context, key string, d time.Duration) error {
+				if key != "k" {
+					t.Errorf("Await(%q)", key)
+				}
+				awaited = append(awaited, d)
+				return c.err
+			}
+			try, n := attempts(held, held)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			lease, err := lp.Acquire(ctx, "k", nil, try)
+			if c.err != nil {
+				// The rest of an hour's pause is slept: the deadline ends it.
+				if !errors.Is(err, context.DeadlineExceeded) || *n != 1 || len(awaited) != 1 {
+					t.Fatalf("Acquire = %v after %d tries, %d awaits; want the deadline after 1 and 1", err, *n, len(awaited))
+				}
+				return
+			}
+			if err != nil || *n != 3 || len(awaited) != 2 {
+				t.Fatalf("Acquire = %v after %d tries, %d awaits; want granted on the 3rd after 2", err, *n, len(awaited))
+			}
+			for _, d := range awaited {
+				if d < 30*time.Minute || d >= 90*time.Minute {
+					t.Fatalf("awaited %v: want the jittered pause", d)
+				}
+			}
+			_ = lease.Release(context.Background())
+		})
+	}
+}
