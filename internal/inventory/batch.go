@@ -200,7 +200,9 @@ func (c *coalescer) decideAndWrite(ctx context.Context, h *hold, decided []*pend
 	for {
 		verdicts, err := c.write(ctx, h, decided)
 		var taken *KeyTakenError
-		if errors.As(err, &taken) {
+		// Under a lost lease nothing is written again (failed has counted
+		// the loss once; a second write would count it twice).
+		if errors.As(err, &taken) && !errors.Is(err, lock.ErrLeaseLost) {
 			rest := make([]*pending, 0, len(decided))
 			for _, p := range decided {
 				if k := p.order.IdempotencyKey; k != "" && slices.Contains(taken.Keys, k) {

@@ -264,6 +264,40 @@ func TestBatchLeaseLost(t *testing.T) {
 	}
 }
 
+// TestBatchLeaseLostWithKeyTaken: a write refused for a replay's key while
+// the lease is lost is not written again without that key: every order is
+// answered for the loss (the replay still as a replay), and the loss is
+// counted once.
+func TestBatchLeaseLostWithKeyTaken(t *testing.T) {
+	f := newFixture(t, inventory.Coalescing{})
+	lost := &lossCounter{}
+	svc := inventory.New(inventory.Config{Store: f.store, Locker: f.locker, Observer: lost, LockWait: 5 * time.Second})
+	ctx := context.Background()
+	f.stock("a", 10)
+	first, _, err := svc.Place(ctx, req("k-1", line("a", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.store.onWrite(func() { f.locker.loseLease("a") })
+	release := f.hold("a")
+	results := f.queue(svc, "a", req("k-1", line("a", 1)), req("", line("a", 2)))
+	release()
+	got := results()
+	f.store.onWrite(nil)
+	if r := got[0]; r.err != nil || !r.replayed || r.o.ID != first.ID {
+		t.Fatalf("the replay = %+v; want the first order", r)
+	}
+	if !errors.Is(got[1].err, lock.ErrLeaseLost) {
+		t.Fatalf("the other order = %v, want ErrLeaseLost", got[1].err)
+	}
+	if n := lost.lost.Load(); n != 1 {
+		t.Fatalf("%d leases counted lost, want 1", n)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 1 {
+		t.Fatalf("audit = %+v, want the first order's unit alone", a)
+	}
+}
+
 // TestBatchStaleWrite: the batch's lease ends without the holder noticing
 // and a newer holder claims the row before the batch writes. The fence
 // rejects the write: every order is answered stale_fence, none is written.

@@ -62,10 +62,11 @@ func (r releaser) Release(ctx context.Context) error { return r.l.Release(ctx) }
 type spyStore struct {
 	inventory.Store
 
-	mu         sync.Mutex
-	claims     int
-	writes     []int // orders per write
-	afterClaim func(fences []inventory.Fence)
+	mu          sync.Mutex
+	claims      int
+	writes      []int // orders per write
+	afterClaim  func(fences []inventory.Fence)
+	beforeWrite func()
 }
 
 func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create bool) (map[string]inventory.SKU, error) {
@@ -81,6 +82,12 @@ func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create b
 }
 
 func (s *spyStore) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
+	s.mu.Lock()
+	hook := s.beforeWrite
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	err := s.Store.Write(ctx, fences, w)
 	if err == nil {
 		s.mu.Lock()
@@ -104,6 +111,20 @@ func (s *spyStore) onClaim(f func(fences []inventory.Fence)) {
 	defer s.mu.Unlock()
 	s.afterClaim = f
 }
+
+// onWrite runs f before every write, after the leases were last checked.
+func (s *spyStore) onWrite(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.beforeWrite = f
+}
+
+// lossCounter counts the leases a Service reports lost.
+type lossCounter struct{ lost atomic.Int32 }
+
+func (*lossCounter) LockWait(time.Duration) {}
+func (*lossCounter) StaleFence()            {}
+func (c *lossCounter) LeaseLost()           { c.lost.Add(1) }
 
 // newPGStore opens the real store on a fresh, migrated database.
 func newPGStore(t *testing.T) *postgres.Store {
