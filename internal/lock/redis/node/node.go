@@ -217,10 +217,8 @@ func (n *Node) AwaitRelease(ctx context.Context, key string, d time.Duration) er
 	default:
 		return ErrAwaitBusy
 	}
-	d = min(d, maxAwait)
-	if d < time.Millisecond {
-		return nil // BLPOP's 0 would block for good
-	}
+	// At least BLPOP's resolution: its 0 would block for good.
+	d = min(max(d, time.Millisecond), maxAwait)
 	ctx, cancel := context.WithTimeout(ctx, d+n.timeout)
 	defer cancel()
 	// Do, not BLPop: go-redis rounds a BLPop timeout below one second up to
