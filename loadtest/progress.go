@@ -56,6 +56,23 @@ func startProgress(ctx context.Context, w io.Writer, mode ProgressMode, total in
 		return func() {}
 	}
 	tty := isTerminal(w)
+	throttle := 100 * time.Millisecond
+	if !tty {
+		throttle = 2 * time.Second // a log, not a screen: few lines
+	}
+	// The bar starts with the run, so that its rate counts from there, but
+	// draws through a gate that opens when the bar should show.
+	g := &gate{w: w}
+	bar := progressbar.NewOptions64(total,
+		progressbar.OptionSetWriter(g),
+		progressbar.OptionSetDescription(desc),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionShowCount(),
+		progressbar.OptionShowIts(),
+		progressbar.OptionSetItsString("orders"),
+		progressbar.OptionThrottle(throttle),
+		progressbar.OptionSetPredictTime(true),
+	)
 	ctx, cancel := context.WithCancel(ctx)
 	finished := make(chan struct{})
 	go func() {
@@ -63,11 +80,10 @@ func startProgress(ctx context.Context, w io.Writer, mode ProgressMode, total in
 		start := time.Now()
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
-		var bar *progressbar.ProgressBar
 		for {
 			select {
 			case <-ctx.Done():
-				if bar != nil {
+				if g.open.Load() {
 					_ = bar.Set64(done.Load())
 					_ = bar.Exit()
 					fmt.Fprintln(w)
@@ -75,29 +91,27 @@ func startProgress(ctx context.Context, w io.Writer, mode ProgressMode, total in
 				return
 			case <-tick.C:
 			}
-			if bar == nil && (mode == ProgressOn || tty || time.Since(start) >= progressAfter) {
-				throttle := 100 * time.Millisecond
-				if !tty {
-					throttle = 2 * time.Second // a log, not a screen: few lines
-				}
-				bar = progressbar.NewOptions64(total,
-					progressbar.OptionSetWriter(w),
-					progressbar.OptionSetDescription(desc),
-					progressbar.OptionSetWidth(30),
-					progressbar.OptionShowCount(),
-					progressbar.OptionShowIts(),
-					progressbar.OptionSetItsString("orders"),
-					progressbar.OptionThrottle(throttle),
-					progressbar.OptionSetPredictTime(true),
-				)
+			if mode == ProgressOn || tty || time.Since(start) >= progressAfter {
+				g.open.Store(true)
 			}
-			if bar != nil {
-				_ = bar.Set64(done.Load())
-			}
+			_ = bar.Set64(done.Load())
 		}
 	}()
 	return func() {
 		cancel()
 		<-finished
 	}
+}
+
+// gate passes writes through to w once open, and drops them before.
+type gate struct {
+	w    io.Writer
+	open atomic.Bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	if !g.open.Load() {
+		return len(p), nil
+	}
+	return g.w.Write(p)
 }
