@@ -25,20 +25,7 @@ func (e *chaosEnv) fill(run *ChaosRun, v Verification, metrics map[string]float6
 	o := &run.Orders
 	o.ErrorCodes = map[string]int{}
 	for _, x := range outs {
-		o.Sent++
-		switch x.kind {
-		case KindReserved:
-			o.Reserved++
-		case KindInsufficient:
-			o.Insufficient++
-		case KindStaleFence:
-			o.StaleFence++
-		case KindLockUnavailable:
-			o.LockUnavailable++
-		default:
-			o.Errors++
-			o.ErrorCodes[x.code]++
-		}
+		o.add(x.kind, x.code)
 	}
 	run.Units = UnitCounts{
 		Stock:    int64(e.cc.Stock) * int64(len(e.load.skus)),

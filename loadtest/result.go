@@ -35,6 +35,24 @@ type OrderCounts struct {
 	Unresolved int `json:"unresolved"`
 }
 
+// add counts one order sent and its first answer.
+func (o *OrderCounts) add(kind Kind, code string) {
+	o.Sent++
+	switch kind {
+	case KindReserved:
+		o.Reserved++
+	case KindInsufficient:
+		o.Insufficient++
+	case KindStaleFence:
+		o.StaleFence++
+	case KindLockUnavailable:
+		o.LockUnavailable++
+	default:
+		o.Errors++
+		o.ErrorCodes[code]++
+	}
+}
+
 // UnitCounts is the unit arithmetic of a run.
 type UnitCounts struct {
 	Stock    int64 `json:"stock"`

@@ -314,20 +314,7 @@ func (r *run) result(started time.Time, elapsed time.Duration, timedOut bool, v 
 			o.Unsent++
 			continue
 		}
-		o.Sent++
-		switch a.first.Kind {
-		case KindReserved:
-			o.Reserved++
-		case KindInsufficient:
-			o.Insufficient++
-		case KindStaleFence:
-			o.StaleFence++
-		case KindLockUnavailable:
-			o.LockUnavailable++
-		default:
-			o.Errors++
-			o.ErrorCodes[a.first.Code]++
-		}
+		o.add(a.first.Kind, a.first.Code)
 		if a.retry != nil {
 			o.Retries++
 			switch {
