@@ -88,8 +88,8 @@ func (bc BenchConfig) validate() error {
 		return errors.New("no backends")
 	}
 	for _, b := range bc.Backends {
-		if !slices.Contains(AllBackends, b) {
-			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(AllBackends, ","))
+		if !slices.Contains(AllBackends(), b) {
+			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(AllBackends(), ","))
 		}
 	}
 	switch {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"io"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	var backends, outPath string
 	fs.StringVar(&outPath, "out", "out/bench.json", "write the suite's result as JSON here")
 	fs.BoolVar(&bc.Quick, "quick", false, fmt.Sprintf("short runs (%v each, ceiling %v) to check the suite works; figures are rough", quickRunDuration, quickCeilingDuration))
-	fs.StringVar(&backends, "backends", strings.Join(AllBackends, ","), "comma-separated lock backends")
+	fs.StringVar(&backends, "backends", strings.Join(AllBackends(), ","), "comma-separated lock backends")
 	fs.IntVar(&bc.Instances, "instances", 3, "service instances per run")
 	fs.IntVar(&bc.Clients, "clients", 64, "closed-loop clients per run")
 	fs.IntVar(&bc.SpreadSKUs, "skus", benchDefaultSpreadSKU, "SKUs of the spread workload (the hot workload has one)")
@@ -70,7 +71,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 			bc.CeilingDuration = quickCeilingDuration
 		}
 	}
-	bc.Backends = splitList(backends)
+	bc.Backends = cliflag.SplitList(backends)
 	if err := orSelf(&bc.Bin); err != nil {
 		return fmt.Errorf("load bench: %w", err)
 	}

@@ -57,7 +57,7 @@ func TestCompareServeFlags(t *testing.T) {
 
 // TestBenchConfigValidate covers the bench command's own checks.
 func TestBenchConfigValidate(t *testing.T) {
-	ok := BenchConfig{Backends: AllBackends, Instances: 3, Clients: 64, SpreadSKUs: 1000, Duration: 8e9, MaxRate: 15000,
+	ok := BenchConfig{Backends: AllBackends(), Instances: 3, Clients: 64, SpreadSKUs: 1000, Duration: 8e9, MaxRate: 15000,
 		CeilingDuration: 3e9, CeilingConns: 16, Bin: "/bin/true", StartupTimeout: 30e9}
 	if err := ok.validate(); err != nil {
 		t.Fatalf("valid config: %v", err)

@@ -10,7 +10,7 @@ import (
 // goBenchLog is real `go test -bench -count=3` output of two packages,
 // trimmed, with the oddities the parser must survive.
 const goBenchLog = `PASS
-ok  	github.com/stockguard/stockguard/internal/lock/none	0.014s
+ok  	github.com/stockguard/stockguard/internal/lock/nolock	0.014s
 goos: linux
 goarch: amd64
 pkg: github.com/stockguard/stockguard/internal/lock/pglock
@@ -21,7 +21,7 @@ BenchmarkAcquireRelease-2     	    4654	    267577 ns/op
 BenchmarkAcquireRelease16-2   	    4309	    266488 ns/op
 PASS
 ok  	github.com/stockguard/stockguard/internal/lock/pglock	12.281s
-pkg: github.com/stockguard/stockguard/internal/lock/zookeeper
+pkg: github.com/stockguard/stockguard/internal/lock/zklock
 BenchmarkContended16/fenced/lockers=16-2        	    1387	    729018 ns/op
 BenchmarkContended16/fenced/lockers=16-2        	    1605	    814946 ns/op
 BenchmarkPairedVsZKLock-2      	     256	   4411323 ns/op	   2033344 ours-p50-ns	         0.9241 ratio
@@ -32,7 +32,7 @@ BenchmarkSpread16-2            	{"level":"WARN","msg":"zk: reconnect"}
 --- FAIL: BenchmarkBroken-2
     bench_test.go:12: boom
 FAIL
-FAIL	github.com/stockguard/stockguard/internal/lock/zookeeper	20.644s
+FAIL	github.com/stockguard/stockguard/internal/lock/zklock	20.644s
 `
 
 func TestParseGoBench(t *testing.T) {
@@ -40,7 +40,7 @@ func TestParseGoBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const pg, zk = "github.com/stockguard/stockguard/internal/lock/pglock", "github.com/stockguard/stockguard/internal/lock/zookeeper"
+	const pg, zk = "github.com/stockguard/stockguard/internal/lock/pglock", "github.com/stockguard/stockguard/internal/lock/zklock"
 	want := []GoBenchmark{
 		{Package: pg, Name: "BenchmarkAcquireRelease", Procs: 2, NsPerOp: 253179, NsPerOpSamples: []float64{225500, 253179, 267577}},
 		{Package: pg, Name: "BenchmarkAcquireRelease16", Procs: 2, NsPerOp: 266488, NsPerOpSamples: []float64{266488}},
@@ -54,7 +54,7 @@ func TestParseGoBench(t *testing.T) {
 	if !reflect.DeepEqual(out.Benchmarks, want) {
 		t.Errorf("benchmarks:\n got %+v\nwant %+v", out.Benchmarks, want)
 	}
-	wantFail := []string{"--- FAIL: BenchmarkBroken-2", "FAIL github.com/stockguard/stockguard/internal/lock/zookeeper 20.644s"}
+	wantFail := []string{"--- FAIL: BenchmarkBroken-2", "FAIL github.com/stockguard/stockguard/internal/lock/zklock 20.644s"}
 	if !reflect.DeepEqual(out.Failures, wantFail) {
 		t.Errorf("failures: got %q, want %q", out.Failures, wantFail)
 	}

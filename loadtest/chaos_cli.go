@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -63,14 +64,14 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	case "all":
 		cc.Scenarios = ChaosScenarios
 	default:
-		cc.Scenarios = splitList(scenario)
+		cc.Scenarios = cliflag.SplitList(scenario)
 	}
-	cc.Backends = splitList(backends)
+	cc.Backends = cliflag.SplitList(backends)
 	switch fencing {
 	case "both":
 		cc.Fencing = []string{"on", "off"}
 	default:
-		cc.Fencing = splitList(fencing)
+		cc.Fencing = cliflag.SplitList(fencing)
 	}
 	if cc.Seed == 0 {
 		cc.Seed = rand.Uint64N(1<<53-1) + 1

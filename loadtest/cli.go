@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"io"
 	"math/rand/v2"
 	"strconv"
@@ -160,16 +161,6 @@ func usageErr(fs *flag.FlagSet, format string, args ...any) error {
 	return fmt.Errorf("%w: %s", ErrUsage, msg)
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, strings.TrimRight(p, "/"))
-		}
-	}
-	return out
-}
-
 func mainRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -198,7 +189,9 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 		return usageErr(fs, "%v", err)
 	}
 	cfg := wf.cfg
-	cfg.URLs = splitList(urls)
+	for _, u := range cliflag.SplitList(urls) {
+		cfg.URLs = append(cfg.URLs, strings.TrimRight(u, "/"))
+	}
 	cfg.ExpectedUnsafe = expectUnsafe
 	if err := cfg.Validate(); err != nil {
 		return usageErr(fs, "%v", err)
@@ -227,7 +220,7 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	wf.register(fs)
 	var cc CompareConfig
 	var backends, requireUnsafe string
-	fs.StringVar(&backends, "backends", strings.Join(AllBackends, ","), "comma-separated lock backends to compare")
+	fs.StringVar(&backends, "backends", strings.Join(AllBackends(), ","), "comma-separated lock backends to compare")
 	fs.IntVar(&cc.Instances, "instances", 3, "service instances per backend")
 	fs.StringVar(&cc.ReportPath, "report", "out/report.html", "write the self-contained HTML report here (empty: none)")
 	fs.StringVar(&cc.JSONPath, "json", "out/compare.json", "write the comparison as JSON here (empty: none)")
@@ -256,8 +249,8 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 		return usageErr(fs, "%v", err)
 	}
 	cc.Run = wf.cfg
-	cc.Backends = splitList(backends)
-	cc.RequireUnsafe = splitList(requireUnsafe)
+	cc.Backends = cliflag.SplitList(backends)
+	cc.RequireUnsafe = cliflag.SplitList(requireUnsafe)
 	if err := orSelf(&cc.Bin); err != nil {
 		return fmt.Errorf("load compare: %w", err)
 	}

@@ -13,15 +13,17 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/lock/backends"
 )
 
 // AllBackends are the lock backends compare runs by default, in report order.
-var AllBackends = []string{"none", "local", "postgres", "redis", "redlock", "zookeeper"}
+func AllBackends() []string { return backends.Names() }
 
 // ExpectedUnsafe reports whether a backend cannot keep several instances
 // from overselling (none has no lock; local locks within one process only),
 // so damage from it is the demonstration, not a failure.
-func ExpectedUnsafe(backend string) bool { return backend == "none" || backend == "local" }
+func ExpectedUnsafe(backend string) bool { return !backends.Fenced(backend) }
 
 // fencingFor is the --fencing compare passes: unfenced backends run off,
 // every lock with a token source runs on.
@@ -146,8 +148,8 @@ func (cc CompareConfig) validate() error {
 		return errors.New("no backends")
 	}
 	for _, b := range cc.Backends {
-		if !slices.Contains(AllBackends, b) {
-			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(AllBackends, ","))
+		if !slices.Contains(AllBackends(), b) {
+			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(AllBackends(), ","))
 		}
 	}
 	for _, b := range cc.RequireUnsafe {

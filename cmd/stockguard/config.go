@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock/backends"
 	"github.com/stockguard/stockguard/internal/postgres"
 )
 
@@ -32,11 +33,9 @@ type config struct {
 	coalesceCfg  inventory.Coalescing
 }
 
-var backends = []string{"none", "local", "postgres", "redis", "redlock", "zookeeper"}
-
 func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address")
-	fs.StringVar(&c.lock, "lock", "redlock", "lock backend: "+strings.Join(backends, ", "))
+	fs.StringVar(&c.lock, "lock", "redlock", "lock backend: "+strings.Join(backends.Names(), ", "))
 	fs.StringVar(&c.fencing, "fencing", "on", "fence writes with the lease token: on or off (none and local always run off)")
 	fs.DurationVar(&c.lockTTL, "lock-ttl", 10*time.Second, "lease TTL for expiring backends (redis, redlock, postgres idle timeout)")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "how long a request waits for its locks before 503 lock_unavailable")
@@ -84,12 +83,8 @@ func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) err
 }
 
 func (c *config) validate() error {
-	ok := false
-	for _, b := range backends {
-		ok = ok || b == c.lock
-	}
-	if !ok {
-		return fmt.Errorf("%w: --lock=%q: want one of %s", errUsage, c.lock, strings.Join(backends, ", "))
+	if _, err := backends.Lookup(c.lock); err != nil {
+		return fmt.Errorf("%w: --lock: %w", errUsage, err)
 	}
 	if c.fencing != "on" && c.fencing != "off" {
 		return fmt.Errorf("%w: --fencing=%q: want on or off", errUsage, c.fencing)
@@ -107,26 +102,10 @@ func (c *config) validate() error {
 	return nil
 }
 
-// fenced reports whether writes carry the fence: never for backends
-// without tokens.
-func (c *config) fenced() bool {
-	return c.fencing == "on" && c.lock != "none" && c.lock != "local"
-}
-
 func (c *config) logger(w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
 		return nil, fmt.Errorf("%w: --log-level: %w", errUsage, err)
 	}
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -40,7 +40,24 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	log = log.With("backend", c.lock)
 
-	store, err := postgres.Open(ctx, c.databaseURL, postgres.WithFencing(c.fenced()),
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	locker, err := newLocker(ctx, &c, reg, log)
+	if err != nil {
+		return err
+	}
+	defer locker.Close()
+	// Whether writes are fenced is the locker's to say: a backend without a
+	// token source cannot be fenced whatever the flag asks.
+	fenced := c.fencing == "on" && locker.Fenced()
+	switch {
+	case c.fencing == "off":
+		log.Warn("fencing is OFF (--fencing=off): writes are not checked against the lease token; a stale holder can oversell")
+	case !fenced:
+		log.Warn("fencing is OFF: this backend issues no fencing tokens, so writes run unchecked; expect oversell with several instances")
+	}
+
+	store, err := postgres.Open(ctx, c.databaseURL, postgres.WithFencing(fenced),
 		postgres.WithMaxConns(c.dbMaxConns), postgres.WithLogger(log))
 	if err != nil {
 		return err
@@ -50,20 +67,6 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	} else if len(applied) > 0 {
 		log.Info("migrations applied", "files", applied)
-	}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	locker, err := newLocker(ctx, &c, reg, log)
-	if err != nil {
-		return err
-	}
-	defer locker.Close()
-	switch {
-	case c.fencing == "off":
-		log.Warn("fencing is OFF (--fencing=off): writes are not checked against the lease token; a stale holder can oversell")
-	case !c.fenced():
-		log.Warn("fencing is OFF: this backend issues no fencing tokens, so writes run unchecked; expect oversell with several instances")
 	}
 
 	m := metrics.New(reg, c.lock)
@@ -88,7 +91,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String(), "fencing", c.fenced(), "lock_ttl", c.lockTTL, "chaos", c.chaos,
+	log.Info("serving", "addr", ln.Addr().String(), "fencing", fenced, "lock_ttl", c.lockTTL, "chaos", c.chaos,
 		"coalesce", c.coalesce)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
 

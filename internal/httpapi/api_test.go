@@ -19,7 +19,7 @@ import (
 	"github.com/stockguard/stockguard/internal/httpapi"
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
-	"github.com/stockguard/stockguard/internal/lock/local"
+	"github.com/stockguard/stockguard/internal/lock/memlock"
 	"github.com/stockguard/stockguard/internal/metrics"
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
@@ -30,7 +30,7 @@ const adminToken = "s3cret"
 // tokenLocker is the local lock with fencing tokens the test chooses, so a
 // test can play a holder whose token is older than the row's.
 type tokenLocker struct {
-	*local.Locker
+	*memlock.Locker
 	next atomic.Uint64
 }
 
@@ -67,7 +67,7 @@ func newEnv(t *testing.T) *env {
 	if _, err := postgres.Migrate(ctx, store.DB()); err != nil {
 		t.Fatal(err)
 	}
-	lk := &tokenLocker{Locker: local.New()}
+	lk := &tokenLocker{Locker: memlock.New()}
 	lk.next.Store(100)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "test")

@@ -10,7 +10,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
-	"github.com/stockguard/stockguard/internal/lock/local"
+	"github.com/stockguard/stockguard/internal/lock/memlock"
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
@@ -20,7 +20,7 @@ import (
 // test can lose any live lease on purpose, as a backend does when its TTL
 // lapses or its session expires.
 type fencedLocker struct {
-	*local.Locker
+	*memlock.Locker
 	next atomic.Uint64
 
 	mu   sync.Mutex
@@ -28,7 +28,7 @@ type fencedLocker struct {
 }
 
 func newFencedLocker() *fencedLocker {
-	return &fencedLocker{Locker: local.New(), lose: make(map[string]func(error))}
+	return &fencedLocker{Locker: memlock.New(), lose: make(map[string]func(error))}
 }
 
 func (l *fencedLocker) Fenced() bool { return true }

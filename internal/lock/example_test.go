@@ -5,13 +5,13 @@ import (
 	"fmt"
 
 	"github.com/stockguard/stockguard/internal/lock"
-	"github.com/stockguard/stockguard/internal/lock/local"
+	"github.com/stockguard/stockguard/internal/lock/memlock"
 )
 
 // Lock every SKU of an order in sorted order, do the work on a context that
 // ends if any lease is lost, and release with a context of its own.
 func ExampleAcquireAll() {
-	var locker lock.Locker = local.New()
+	var locker lock.Locker = memlock.New()
 	ctx := context.Background()
 	set, err := lock.AcquireAll(ctx, locker, []string{"sku-b", "sku-a"})
 	if err != nil {

@@ -100,12 +100,3 @@ func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int, ski
 	}
 	return ids, nil
 }
-
-// PurgePending implements inventory.Store.
-func (s *Store) PurgePending(ctx context.Context, cutoff time.Time) (int64, error) {
-	res := s.db.WithContext(ctx).Exec(`DELETE FROM orders WHERE status = 'pending' AND created_at < ?`, cutoff)
-	if res.Error != nil {
-		return 0, translate("purge pending orders", res.Error)
-	}
-	return res.RowsAffected, nil
-}

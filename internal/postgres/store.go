@@ -93,9 +93,6 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 // DB is the underlying database handle (for migrations).
 func (s *Store) DB() *sql.DB { return s.sqlDB }
 
-// Fencing reports whether writes are fenced.
-func (s *Store) Fencing() bool { return s.fencing }
-
 // Close closes the pool.
 func (s *Store) Close() error { return s.sqlDB.Close() }
 

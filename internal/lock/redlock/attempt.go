@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stockguard/stockguard/internal/lock"
-	"github.com/stockguard/stockguard/internal/lock/redis/node"
-	"github.com/stockguard/stockguard/internal/lock/redis/retry"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
 // What one node's round-1 reply told us about our lock write there.
@@ -250,7 +250,7 @@ func (a *attempt) node(i int, replies chan<- reply) {
 	err = nd.Fence(a.bg, a.key, a.id.String(), a.token)
 	replies <- reply{
 		node: i, round: 2, ok: err == nil, err: err,
-		answered: err == nil || errors.Is(err, node.ErrNotHeld) || errors.Is(err, node.ErrFenceAhead),
+		answered: err == nil || errors.Is(err, redisnode.ErrNotHeld) || errors.Is(err, redisnode.ErrFenceAhead),
 	}
 }
 

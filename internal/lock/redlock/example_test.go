@@ -13,7 +13,8 @@ import (
 // the lease's token to every write it makes under the lease; the store
 // rejects writes with a token lower than the last one it saw.
 func ExampleNew() {
-	l, err := redlock.New(nil, redlock.WithTTL(5*time.Second)) // nil: the local stack's five masters
+	masters := []string{"127.0.0.1:6391", "127.0.0.1:6392", "127.0.0.1:6393", "127.0.0.1:6394", "127.0.0.1:6395"}
+	l, err := redlock.New(masters, redlock.WithTTL(5*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
-	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
 	"github.com/stockguard/stockguard/internal/lock/redlock"
 )
 
@@ -166,7 +166,7 @@ func TestCancelInFlightLeavesNoKey(t *testing.T) {
 	// Another holder owns nodes 3 and 4; node 2 is paused. Nodes 0 and 1 grant
 	// us the lock, and the attempt waits on node 2 for its majority.
 	for _, i := range []int{3, 4} {
-		if err := raw[i].Set(t.Context(), node.LockKey(key), "other", time.Minute).Err(); err != nil {
+		if err := raw[i].Set(t.Context(), redisnode.LockKey(key), "other", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -225,7 +225,7 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 1)
 	raw := rawClients(t, c.addrs)
-	n := node.New(c.addrs[0], 300*time.Millisecond)
+	n := redisnode.New(c.addrs[0], 300*time.Millisecond)
 	t.Cleanup(func() { _ = n.Close() })
 	key := locktest.Key(t)
 	if _, ok, err := n.AcquireIncr(t.Context(), key, "a", time.Minute); err != nil || !ok {

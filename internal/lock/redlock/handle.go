@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
-	"github.com/stockguard/stockguard/internal/lock/redis/node"
-	"github.com/stockguard/stockguard/internal/lock/redis/retry"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
 // handle is a held lock: the successful attempt, whose per-node state the
@@ -69,7 +69,7 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 				ok++
 				continue
 			}
-			if errors.Is(r.err, node.ErrNotHeld) {
+			if errors.Is(r.err, redisnode.ErrNotHeld) {
 				notHeld++
 			}
 			errs = append(errs, l.nodeErr(r.node, r.err))

@@ -10,7 +10,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
 	"github.com/stockguard/stockguard/internal/lock/redlock"
 	"github.com/stockguard/stockguard/internal/stack"
 )
@@ -67,7 +67,7 @@ func (ns nodes) lockValues(tb testing.TB, key string) []string {
 	tb.Helper()
 	vals := make([]string, len(ns))
 	for i, c := range ns {
-		v, err := c.Get(context.Background(), node.LockKey(key)).Result()
+		v, err := c.Get(context.Background(), redisnode.LockKey(key)).Result()
 		switch {
 		case err == goredis.Nil:
 		case err != nil:

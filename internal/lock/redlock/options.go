@@ -17,12 +17,6 @@ const (
 	DefaultRetryDelay = 10 * time.Millisecond
 )
 
-// DefaultAddrs are the five Redis masters of the local stack
-// (scripts/stack.sh), used when New is given no addresses.
-func DefaultAddrs() []string {
-	return []string{"127.0.0.1:6391", "127.0.0.1:6392", "127.0.0.1:6393", "127.0.0.1:6394", "127.0.0.1:6395"}
-}
-
 // Option configures a Locker.
 type Option func(*config)
 

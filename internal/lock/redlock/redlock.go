@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/keyqueue"
 	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
-	"github.com/stockguard/stockguard/internal/lock/redis/keyqueue"
-	"github.com/stockguard/stockguard/internal/lock/redis/node"
-	"github.com/stockguard/stockguard/internal/lock/redis/retry"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
 // Locker takes leases on a majority of N Redis masters. It is safe for
 // concurrent use.
 type Locker struct {
-	nodes  []*node.Node
+	nodes  []*redisnode.Node
 	quorum int
 	cfg    config
 	m      *lockmetrics.Metrics
@@ -37,12 +37,12 @@ type Locker struct {
 var _ lock.Locker = (*Locker)(nil)
 
 // New returns a Locker over the Redis masters at addrs ("host:port" each,
-// no duplicates; DefaultAddrs when empty). An odd number of nodes is best:
+// at least three, no duplicates). An odd number of nodes is best:
 // a fourth node adds load without tolerating a second failure. New does not
 // connect: call Ping to check the nodes.
 func New(addrs []string, opts ...Option) (*Locker, error) {
-	if len(addrs) == 0 {
-		addrs = DefaultAddrs()
+	if len(addrs) < 3 {
+		return nil, fmt.Errorf("redlock: %d node(s) given: a quorum needs at least 3 independent masters", len(addrs))
 	}
 	seen := make(map[string]bool, len(addrs))
 	for _, a := range addrs {
@@ -63,7 +63,7 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 		work: make(chan func()), quit: make(chan struct{}),
 	}
 	for _, a := range addrs {
-		l.nodes = append(l.nodes, node.New(a, cfg.nodeTimeout))
+		l.nodes = append(l.nodes, redisnode.New(a, cfg.nodeTimeout))
 	}
 	l.loop.Await = func(ctx context.Context, key string, d time.Duration) error {
 		return l.nodes[l.wakeNode(key)].AwaitRelease(ctx, key, d)

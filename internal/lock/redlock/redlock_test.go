@@ -15,7 +15,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
-	"github.com/stockguard/stockguard/internal/lock/redis/node"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
 	"github.com/stockguard/stockguard/internal/lock/redlock"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
@@ -33,7 +33,7 @@ func TestConformance(t *testing.T) {
 		Lose: func(t *testing.T, _ lock.Locker, lease *lock.Lease) {
 			// What a clock jump on every node would do.
 			for _, c := range raw {
-				if err := c.PExpire(t.Context(), node.LockKey(lease.Key()), time.Millisecond).Err(); err != nil {
+				if err := c.PExpire(t.Context(), redisnode.LockKey(lease.Key()), time.Millisecond).Err(); err != nil {
 					t.Fatalf("pexpire: %v", err)
 				}
 			}
@@ -179,10 +179,10 @@ func TestReleaseWakesOnOneNode(t *testing.T) {
 		waitNoKey(t, raw, key)
 		var woken []int
 		for j, c := range raw {
-			if c.LLen(t.Context(), node.WakeKey(key)).Val() > 0 {
+			if c.LLen(t.Context(), redisnode.WakeKey(key)).Val() > 0 {
 				woken = append(woken, j)
 			}
-			c.Del(context.Background(), node.WakeKey(key))
+			c.Del(context.Background(), redisnode.WakeKey(key))
 		}
 		if len(woken) != 1 {
 			t.Fatalf("key %s: wake-ups on nodes %v; want exactly one", key, woken)
@@ -252,18 +252,19 @@ func TestWithoutFencing(t *testing.T) {
 }
 
 func TestNewRejectsBadAddrs(t *testing.T) {
-	for _, addrs := range [][]string{{"a:1", "a:1"}, {"a:1", ""}} {
+	for _, addrs := range [][]string{nil, {"a:1", "b:1"}, {"a:1", "a:1", "b:1"}, {"a:1", "", "b:1"}} {
 		if _, err := redlock.New(addrs); err == nil {
 			t.Errorf("New(%q) accepted", addrs)
 		}
 	}
-	l, err := redlock.New(nil)
+	five := []string{"a:1", "b:1", "c:1", "d:1", "e:1"}
+	l, err := redlock.New(five)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	if got := l.Addrs(); len(got) != 5 || l.Quorum() != 3 {
-		t.Errorf("default nodes %q, quorum %d; want the stack's five, 3", got, l.Quorum())
+		t.Errorf("nodes %q, quorum %d; want five, 3", got, l.Quorum())
 	}
 }
 

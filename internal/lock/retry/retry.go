@@ -1,0 +1,167 @@
+// Package retry is the acquisition loop both Redis backends share: validate
+// the key, wait for this Locker's turn on it (package keyqueue), then attempt
+// with jittered pauses until the key is ours, the caller gives up, or the
+// backend has been unreachable too many attempts in a row. What one attempt
+// is — one node or a Redlock quorum — stays with each backend.
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/keyqueue"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
+)
+
+// MaxUnavailable is how many attempts in a row may find the backend
+// unreachable (no server, no majority) before Acquire gives up with
+// lock.ErrUnavailable rather than waiting out the caller's deadline: a
+// request should fail fast when the backend is down, yet not on one unlucky
+// round.
+const MaxUnavailable = 3
+
+// Loop holds what the loop needs of its Locker.
+type Loop struct {
+	Name       string // "redis" or "redlock", the prefix of every error
+	Queue      *keyqueue.Queue
+	Metrics    *lockmetrics.Metrics
+	Log        *slog.Logger
+	DefaultTTL time.Duration
+	RetryDelay time.Duration // mean pause; see Jitter
+	// Await, when set, blocks until a release of the key wakes the caller
+	// or d passes, and returns an error if it could not wait (the rest of
+	// the pause is then slept). With it a waiter tries again as soon as the
+	// key is released, instead of at the end of a pause in which the key
+	// may have stood free for milliseconds.
+	Await func(ctx context.Context, key string, d time.Duration) error
+}
+
+// Attempt makes one try at key. On success it returns the lease, built with
+// turn as the release of this Locker's place in the key's line. If the key
+// was granted just as ctx ended, the attempt must give it back and fail: a
+// cancelled Acquire leaves no key behind.
+type Attempt func(ctx context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error)
+
+// Acquire implements the body of lock.Locker.Acquire. Errors wrap
+// lock.ErrInvalidKey, lock.ErrNotAcquired (held), lock.ErrUnavailable or
+// ctx.Err().
+func (lp *Loop) Acquire(ctx context.Context, key string, opts []lock.Option, try Attempt) (*lock.Lease, error) {
+	begin := time.Now()
+	lease, err := lp.acquire(ctx, key, opts, try)
+	if err != nil {
+		lp.Metrics.Failed(lockmetrics.Reason(err))
+		return nil, err
+	}
+	lp.Metrics.Acquired(time.Since(begin))
+	return lease, nil
+}
+
+func (lp *Loop) acquire(ctx context.Context, key string, opts []lock.Option, try Attempt) (*lock.Lease, error) {
+	if key == "" {
+		return nil, fmt.Errorf("%s: acquire: %w", lp.Name, lock.ErrInvalidKey)
+	}
+	o := lock.Apply(lp.DefaultTTL, opts)
+	if o.TTL < time.Millisecond {
+		return nil, fmt.Errorf("%s: acquire %q: TTL %v below Redis's 1ms resolution", lp.Name, key, o.TTL)
+	}
+	turn, err := lp.Queue.Wait(ctx, key, o.TryOnce)
+	if errors.Is(err, keyqueue.ErrBusy) {
+		return nil, fmt.Errorf("%s: acquire %q: %w: %w", lp.Name, key, lock.ErrNotAcquired, err)
+	}
+	if err != nil {
+		return nil, lp.ctxError(key, err, nil)
+	}
+	lease, err := lp.poll(ctx, key, o, turn, try)
+	if err != nil {
+		turn()
+	}
+	return lease, err
+}
+
+func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(), try Attempt) (*lock.Lease, error) {
+	unavailable := 0
+	var last error
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, lp.ctxError(key, err, last)
+		}
+		lp.Metrics.Attempt()
+		lease, err := try(ctx, key, o, turn)
+		if err == nil {
+			return lease, nil
+		}
+		if cerr := ctx.Err(); cerr != nil {
+			if !errors.Is(err, cerr) {
+				last = err
+			}
+			return nil, lp.ctxError(key, cerr, last)
+		}
+		last = err
+		if o.TryOnce {
+			return nil, fmt.Errorf("%s: acquire %q: %w", lp.Name, key, err)
+		}
+		if errors.Is(err, lock.ErrUnavailable) {
+			if unavailable++; unavailable >= MaxUnavailable {
+				return nil, fmt.Errorf("%s: acquire %q: %w", lp.Name, key, err)
+			}
+		} else {
+			unavailable = 0
+		}
+		lp.Log.Debug(lp.Name+": acquire: retrying", "key", key, "err", err)
+		if err := lp.pause(ctx, key, Jitter(lp.RetryDelay)); err != nil {
+			return nil, lp.ctxError(key, err, last)
+		}
+	}
+}
+
+// pause waits up to d before the next attempt: until the key's release
+// wakes us (Await), or d.
+func (lp *Loop) pause(ctx context.Context, key string, d time.Duration) error {
+	if lp.Await != nil {
+		start := time.Now()
+		if err := lp.Await(ctx, key, d); err == nil || ctx.Err() != nil {
+			return ctx.Err()
+		}
+		d -= time.Since(start)
+	}
+	return Sleep(ctx, d)
+}
+
+// ctxError reports an acquisition ended by its context, keeping the last
+// attempt's error (held, unavailable) for the caller's logs.
+func (lp *Loop) ctxError(key string, err, last error) error {
+	if last == nil {
+		return fmt.Errorf("%s: acquire %q: %w", lp.Name, key, err)
+	}
+	return fmt.Errorf("%s: acquire %q: %w; last attempt: %w", lp.Name, key, err, last)
+}
+
+// Drift is the clock drift allowance of the Redlock paper: 1% of the TTL
+// plus 2 ms for the granularity of the server's expiry.
+func Drift(ttl time.Duration) time.Duration { return ttl/100 + 2*time.Millisecond }
+
+// Jitter draws a pause uniformly from [d/2, 3d/2), so that waiters that
+// lost together (or split the nodes between them) do not collide again.
+func Jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d/2 + rand.N(d)
+}
+
+// Sleep waits d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,147 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/keyqueue"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
+)
+
+func newLoop(t *testing.T) *Loop {
+	m, err := lockmetrics.New(nil, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Loop{Name: "test", Queue: keyqueue.New(), Metrics: m, Log: slog.New(slog.DiscardHandler),
+		DefaultTTL: time.Second, RetryDelay: time.Millisecond}
+}
+
+// attempts answers each try with the next error, then grants.
+func attempts(errs ...error) (Attempt, *int) {
+	n := 0
+	return func(_ context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error) {
+		n++
+		if n <= len(errs) {
+			return nil, errs[n-1]
+		}
+		l, _ := lock.NewLease(lock.LeaseParams{Key: key, Handle: releaser(turn)})
+		return l, nil
+	}, &n
+}
+
+type releaser func()
+
+func (r releaser) Release(context.Context) error { r(); return nil }
+
+func TestLoop(t *testing.T) {
+	held := fmt.Errorf("held: %w", lock.ErrNotAcquired)
+	down := fmt.Errorf("down: %w", lock.ErrUnavailable)
+	cases := []struct {
+		name  string
+		errs  []error
+		opts  []lock.Option
+		want  error // nil: granted
+		tries int
+	}{
+		{"granted after two held rounds", []error{held, held}, nil, nil, 3},
+		{"try once on a held key", []error{held}, []lock.Option{lock.TryOnce()}, lock.ErrNotAcquired, 1},
+		{"unreachable gives up", []error{down, down, down, down}, nil, lock.ErrUnavailable, MaxUnavailable},
+		{"one unreachable round is retried", []error{down, held, down}, nil, nil, 4},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			try, n := attempts(c.errs...)
+			lease, err := newLoop(t).Acquire(context.Background(), "k", c.opts, try)
+			if !errors.Is(err, c.want) || (c.want == nil) != (lease != nil) || *n != c.tries {
+				t.Fatalf("Acquire = %v, %v after %d tries; want %v after %d", lease, err, *n, c.want, c.tries)
+			}
+			if lease != nil {
+				_ = lease.Release(context.Background())
+			}
+		})
+	}
+}
+
+func TestLoopHonoursContextAndKey(t *testing.T) {
+	lp := newLoop(t)
+	try, _ := attempts()
+	if _, err := lp.Acquire(context.Background(), "", nil, try); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Fatalf("empty key = %v", err)
+	}
+	held := fmt.Errorf("held: %w", lock.ErrNotAcquired)
+	forever := func(context.Context, string, lock.Options, func()) (*lock.Lease, error) { return nil, held }
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	_, err := lp.Acquire(ctx, "k", nil, forever)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("Acquire past the deadline = %v, want DeadlineExceeded with the last attempt's cause", err)
+	}
+	// The failed waiter gave its turn back: the key's line is free.
+	try, _ = attempts()
+	lease, err := lp.Acquire(context.Background(), "k", []lock.Option{lock.TryOnce()}, try)
+	if err != nil {
+		t.Fatalf("turn not given back: %v", err)
+	}
+	_ = lease.Release(context.Background())
+}
+
+func TestJitter(t *testing.T) {
+	for range 1000 {
+		if d := Jitter(10 * time.Millisecond); d < 5*time.Millisecond || d >= 15*time.Millisecond {
+			t.Fatalf("Jitter(10ms) = %v, outside [5ms, 15ms)", d)
+		}
+	}
+	if Jitter(0) != 0 {
+		t.Fatal("Jitter(0) != 0")
+	}
+}
+
+// TestPauseAwaits: between attempts the loop awaits the key's release for
+// the pause it drew; an Await that could not wait leaves the rest of the
+// pause to be slept.
+func TestPauseAwaits(t *testing.T) {
+	held := fmt.Errorf("held: %w", lock.ErrNotAcquired)
+	for _, c := range []struct {
+		name string
+		err  error
+	}{{"woken", nil}, {"could not wait", errors.New("node down")}} {
+		t.Run(c.name, func(t *testing.T) {
+			lp := newLoop(t)
+			lp.RetryDelay = time.Hour // only Await can end a pause this test waits for
+			var awaited []time.Duration
+			lp.Await = func(_ context.Context, key string, d time.Duration) error {
+				if key != "k" {
+					t.Errorf("Await(%q)", key)
+				}
+				awaited = append(awaited, d)
+				return c.err
+			}
+			try, n := attempts(held, held)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			lease, err := lp.Acquire(ctx, "k", nil, try)
+			if c.err != nil {
+				// The rest of an hour's pause is slept: the deadline ends it.
+				if !errors.Is(err, context.DeadlineExceeded) || *n != 1 || len(awaited) != 1 {
+					t.Fatalf("Acquire = %v after %d tries, %d awaits; want the deadline after 1 and 1", err, *n, len(awaited))
+				}
+				return
+			}
+			if err != nil || *n != 3 || len(awaited) != 2 {
+				t.Fatalf("Acquire = %v after %d tries, %d awaits; want granted on the 3rd after 2", err, *n, len(awaited))
+			}
+			for _, d := range awaited {
+				if d < 30*time.Minute || d >= 90*time.Minute {
+					t.Fatalf("awaited %v: want the jittered pause", d)
+				}
+			}
+			_ = lease.Release(context.Background())
+		})
+	}
+}

@@ -1,0 +1,260 @@
+package zklock
+
+import (
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+)
+
+// testRoot keeps this package's tests apart from a service sharing the stack.
+const testRoot = "/stockguard-test/locks"
+
+// mustLocker returns a Locker on servers with the test root, closed when
+// the test ends.
+func mustLocker(tb testing.TB, servers []string, opts ...Option) *Locker {
+	tb.Helper()
+	l, err := New(servers, append([]Option{WithRoot(testRoot)}, opts...)...)
+	if err != nil {
+		tb.Fatalf("New: %v", err)
+	}
+	tb.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// inspector is a plain client, separate from any Locker, for looking at
+// what the Lockers left on the servers.
+func inspector(tb testing.TB, servers []string) *zk.Conn {
+	tb.Helper()
+	c, _, err := zk.Connect(servers, 4*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	if err != nil {
+		tb.Fatalf("inspector: %v", err)
+	}
+	tb.Cleanup(c.Close)
+	return c
+}
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// children lists a key's waiter nodes; a missing parent counts as none.
+func children(tb testing.TB, c *zk.Conn, key string) []string {
+	tb.Helper()
+	syncWith(tb, c)
+	names, _, err := c.Children(testRoot + "/" + key)
+	if err == zk.ErrNoNode {
+		return nil
+	}
+	if err != nil {
+		tb.Fatalf("children of %s: %v", key, err)
+	}
+	return names
+}
+
+// exists reports whether path exists, as of the leader's latest write.
+func exists(tb testing.TB, c *zk.Conn, path string) (bool, *zk.Stat) {
+	tb.Helper()
+	syncWith(tb, c)
+	ok, st, err := c.Exists(path)
+	if err != nil {
+		tb.Fatalf("exists %s: %v", path, err)
+	}
+	return ok, st
+}
+
+// syncWith makes the inspector's server catch up with the leader: a read
+// from another client may otherwise miss a write that was already answered.
+func syncWith(tb testing.TB, c *zk.Conn) {
+	tb.Helper()
+	if _, err := c.Sync("/"); err != nil {
+		tb.Fatalf("sync: %v", err)
+	}
+}
+
+// waitFor polls cond every 10 ms until it holds or d passes.
+func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s: not within %v", what, d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// credentials records the session id and password of every handshake made
+// through its dialer: go-zookeeper keeps the password to itself, and a
+// second client needs both to take the session over.
+type credentials struct {
+	mu     sync.Mutex
+	addr   string
+	id     int64
+	passwd []byte
+}
+
+func (c *credentials) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &capturingConn{Conn: conn, c: c, addr: addr}, nil
+}
+
+func (c *credentials) get() (addr string, id int64, passwd []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.addr, c.id, c.passwd
+}
+
+type capturingConn struct {
+	net.Conn
+	c    *credentials
+	addr string
+	hs   handshakeReader
+}
+
+func (cc *capturingConn) Read(p []byte) (int, error) {
+	n, err := cc.Conn.Read(p)
+	if info, ok := cc.hs.feed(p[:n]); ok && info.SessionID != 0 {
+		cc.c.mu.Lock()
+		cc.c.addr, cc.c.id, cc.c.passwd = cc.addr, info.SessionID, info.Passwd
+		cc.c.mu.Unlock()
+	}
+	return n, err
+}
+
+// expireSession ends a session from outside, as NOTES.md describes: a
+// second connection presents the session's id and password, which moves the
+// session to it, then closes the session. The servers delete its ephemeral
+// nodes at once and its first client learns, on reconnecting, that it
+// expired.
+func expireSession(tb testing.TB, addr string, id int64, passwd []byte) {
+	tb.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		tb.Fatalf("expire: dial %s: %v", addr, err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+
+	var req bytes.Buffer
+	for _, v := range []any{int32(0), int64(0), int32(4000), id, int32(len(passwd))} {
+		_ = binary.Write(&req, binary.BigEndian, v) // protocol, last zxid, timeout, id, password
+	}
+	req.Write(passwd)
+	writeFrame(tb, conn, req.Bytes())
+	info, err := parseConnectResponse(readFrame(tb, conn))
+	if err != nil || info.SessionID != id {
+		tb.Fatalf("expire: session %#x not taken over (got %#x, %v)", id, info.SessionID, err)
+	}
+	var closeReq bytes.Buffer
+	_ = binary.Write(&closeReq, binary.BigEndian, []int32{1, -11}) // xid, opCloseSession
+	writeFrame(tb, conn, closeReq.Bytes())
+	readFrame(tb, conn) // the reply: the session is closed on the ensemble
+}
+
+func writeFrame(tb testing.TB, w io.Writer, body []byte) {
+	tb.Helper()
+	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+	if _, err := w.Write(append(frame, body...)); err != nil {
+		tb.Fatalf("expire: write: %v", err)
+	}
+}
+
+func readFrame(tb testing.TB, r io.Reader) []byte {
+	tb.Helper()
+	var size [4]byte
+	if _, err := io.ReadFull(r, size[:]); err != nil {
+		tb.Fatalf("expire: read: %v", err)
+	}
+	body := make([]byte, binary.BigEndian.Uint32(size[:]))
+	if _, err := io.ReadFull(r, body); err != nil {
+		tb.Fatalf("expire: read: %v", err)
+	}
+	return body
+}
+
+// expirer gives Lockers a capturing dialer and expires their sessions.
+type expirer struct {
+	mu    sync.Mutex
+	creds map[*Locker]*credentials
+}
+
+func newExpirer() *expirer { return &expirer{creds: make(map[*Locker]*credentials)} }
+
+func (e *expirer) locker(tb testing.TB, servers []string, opts ...Option) *Locker {
+	tb.Helper()
+	c := &credentials{}
+	l := mustLocker(tb, servers, append([]Option{WithDialer(c.dial)}, opts...)...)
+	e.mu.Lock()
+	e.creds[l] = c
+	e.mu.Unlock()
+	return l
+}
+
+// expire ends l's current session from outside.
+func (e *expirer) expire(tb testing.TB, l lock.Locker) {
+	tb.Helper()
+	e.mu.Lock()
+	c := e.creds[l.(*Locker)]
+	e.mu.Unlock()
+	if c == nil {
+		tb.Fatal("expire: locker not made by this expirer")
+	}
+	addr, id, passwd := c.get()
+	if id == 0 {
+		tb.Fatal("expire: no session captured yet")
+	}
+	expireSession(tb, addr, id, passwd)
+}
+
+// counter reads one counter or gauge from reg, summed over its labels.
+func counter(tb testing.TB, reg *prometheus.Registry, name string) float64 {
+	tb.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		tb.Fatalf("gather: %v", err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue() + float64(m.GetHistogram().GetSampleCount())
+		}
+	}
+	return sum
+}
+
+// sharedZK returns the shared stack's ensemble, failing with the command
+// that starts it when it is not up.
+func sharedZK(tb testing.TB) []string {
+	tb.Helper()
+	return stacktest.RequireZK(tb)
+}
+
+// key is a fresh key for one test.
+func key(tb testing.TB) string { return locktest.Key(tb) }
+
+func mustAcquire(tb testing.TB, l lock.Locker, key string, opts ...lock.Option) *lock.Lease {
+	tb.Helper()
+	return locktest.MustAcquire(tb, l, key, opts...)
+}
+
+func mustRelease(tb testing.TB, lease *lock.Lease) {
+	tb.Helper()
+	locktest.MustRelease(tb, lease)
+}

@@ -1,0 +1,359 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// node is one waiter's znode.
+type node struct {
+	key    string
+	parent string // <root>/<key>
+	name   string // _c_<id>-lock-<seq>
+	seq    uint64
+	id     uuid.UUID
+	token  lock.Token
+	alone  bool // nobody queued behind it when it got the lock
+	first  bool // created together with its parent: nobody can be ahead
+}
+
+func (n *node) path() string { return n.parent + "/" + n.name }
+
+// cleanupTimeout bounds how long a failed Acquire waits for its own node to
+// be deleted before it returns; the deletion goes on in the background.
+const cleanupTimeout = 2 * time.Second
+
+// acquire runs the recipe once in this session.
+func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
+	parent := s.l.cfg.root + "/" + key
+	if o.TryOnce {
+		// Read before writing: polling a held key then costs the ensemble
+		// no transaction at all. The verdict after creating still decides.
+		var children []string
+		err := s.run(ctx, func() (err error) {
+			children, _, err = s.conn.Children(parent)
+			return err
+		})
+		if err == nil {
+			for _, c := range children {
+				if _, ok := parseSeq(c); ok {
+					return nil, lock.ErrNotAcquired
+				}
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		// ErrNoNode: nobody there. Any other failure: the create below
+		// has its own recovery, and the listing after it the last word.
+	}
+
+	n, err := s.create(ctx, key, parent)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.wait(ctx, n, o.TryOnce); err != nil {
+		if !errors.Is(err, errSessionGone) {
+			// Never granted: delete our node and, if we were the last one,
+			// the key's parent. The caller's ctx may be over; use our own.
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+			defer cancel()
+			if rerr := s.remove(cctx, n, !o.TryOnce); rerr != nil {
+				s.l.log.Warn("zookeeper: abandoned waiter not deleted yet", "node", n.path(), "err", rerr)
+			}
+		}
+		return nil, err
+	}
+
+	h := &handle{s: s, n: n}
+	lease, lose := lock.NewLease(lock.LeaseParams{
+		Key:    key,
+		Token:  n.token,
+		ID:     n.id,
+		Handle: h,
+		OnLost: func(error) { s.l.m.Lost() },
+	})
+	if !s.register(h, lose) {
+		// The session was given up between the verdict and now: the node
+		// is gone with it, and a lease handed out now would be born lost.
+		return nil, errSessionGone
+	}
+	return lease, nil
+}
+
+// create makes our waiter node and learns its czxid, the fencing token.
+//
+// The token: zxids number every transaction of the ensemble in one global
+// order (epoch in the high 32 bits, counter in the low), so the czxid of a
+// later holder's node is larger than any earlier holder's, of this key or
+// any other. Removing and recreating the key's parent restarts the
+// sequence numbers, never the zxids. go-zookeeper's Create returns only the
+// path, so the same transaction also sets the parent's (empty) data: every
+// op of a multi shares its zxid, and SetData's Stat.Mzxid returns it, which
+// saves a round trip per acquisition.
+//
+// The parent is created, when we expect it absent, in the same transaction
+// as the waiter: no window in which another client's release removes it
+// between the two. ErrNodeExists or ErrNoNode says we guessed wrong; we try
+// the other way.
+func (s *session) create(ctx context.Context, key, parent string) (*node, error) {
+	if ctx.Done() == nil {
+		return s.createNode(key, parent)
+	}
+	type result struct {
+		n   *node
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		n, err := s.createNode(key, parent)
+		done <- result{n, err}
+	}()
+	select {
+	case r := <-done:
+		return r.n, r.err
+	case <-ctx.Done():
+	case <-s.dead:
+		return nil, errSessionGone
+	}
+	// The create may still succeed after we stopped waiting; delete the
+	// node then, so the queue holds no waiter that nobody will ever serve.
+	go func() {
+		if r := <-done; r.n != nil {
+			_ = s.remove(context.Background(), r.n, true)
+		}
+	}()
+	return nil, ctx.Err()
+}
+
+// maxCreateTries bounds the retries of one create; each retry is the server
+// telling us something changed (parent appeared, vanished, response lost).
+const maxCreateTries = 10
+
+func (s *session) createNode(key, parent string) (*node, error) {
+	id := uuid.New()
+	prefix := parent + "/" + nodePrefix(id)
+	var err error
+	for range maxCreateTries {
+		if s.isGone() {
+			return nil, errSessionGone
+		}
+		withParent := !s.l.parents.isPresent(key)
+		ops := make([]any, 0, 3)
+		if withParent {
+			ops = append(ops, &zk.CreateRequest{Path: parent, Acl: s.l.acl})
+		}
+		ops = append(ops,
+			&zk.CreateRequest{Path: prefix, Acl: s.l.acl, Flags: zk.FlagEphemeralSequential},
+			&zk.SetDataRequest{Path: parent, Version: -1})
+		var res []zk.MultiResponse
+		res, err = s.conn.Multi(ops...)
+		switch {
+		case err == nil:
+			s.l.parents.set(key, true)
+			created, set := res[len(res)-2], res[len(res)-1]
+			n, err := newNode(key, parent, created.String, id, set.Stat.Mzxid)
+			if n != nil {
+				n.first = withParent
+			}
+			return n, err
+		case lostResponse(err):
+			n, rerr := s.recoverCreate(key, parent, id)
+			if n != nil || rerr != nil {
+				return n, rerr
+			}
+			time.Sleep(retryPause) // not created: a new try, not a hot loop
+		case withParent && len(res) > 0 && errors.Is(res[0].Error, zk.ErrNodeExists):
+			s.l.parents.set(key, true)
+		case withParent && len(res) > 0 && errors.Is(res[0].Error, zk.ErrNoNode):
+			if err = s.ensureRoot(); err != nil {
+				return nil, s.classify(err)
+			}
+		case !withParent && errors.Is(err, zk.ErrNoNode):
+			s.l.parents.set(key, false)
+		default:
+			return nil, s.classify(err)
+		}
+	}
+	return nil, fmt.Errorf("create under %s: gave up after %d tries: %w", parent, maxCreateTries, err)
+}
+
+// recoverCreate looks for the node of a create whose response was lost,
+// by the uuid in its name. It returns (nil, nil) when the create did not
+// happen.
+//
+// The listing follows a sync: after a reconnection we may be on another
+// server, one that has not applied the create yet. Once the session has
+// moved, the leader refuses anything the old server still forwards, so
+// after the sync the create either shows or never will.
+func (s *session) recoverCreate(key, parent string, id uuid.UUID) (*node, error) {
+	mark := nodePrefix(id)
+	for ; ; time.Sleep(retryPause) { // a retry waits for the reconnection
+		if s.isGone() {
+			return nil, errSessionGone
+		}
+		_, err := s.conn.Sync(parent)
+		if lostResponse(err) {
+			continue
+		}
+		children, _, err := s.conn.Children(parent)
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return nil, nil
+		case lostResponse(err):
+			continue
+		case err != nil:
+			return nil, s.classify(err)
+		}
+		name := ""
+		for _, c := range children {
+			if strings.HasPrefix(c, mark) {
+				name = c
+			}
+		}
+		if name == "" {
+			return nil, nil
+		}
+		ok, st, err := s.conn.Exists(parent + "/" + name)
+		switch {
+		case lostResponse(err):
+			continue
+		case err != nil:
+			return nil, s.classify(err)
+		case !ok:
+			return nil, errSessionGone // created, then deleted with a session
+		}
+		s.l.parents.set(key, true)
+		s.l.log.Info("zookeeper: create response lost, node found by its uuid", "node", parent+"/"+name)
+		return newNode(key, parent, parent+"/"+name, id, st.Czxid)
+	}
+}
+
+func newNode(key, parent, path string, id uuid.UUID, zxid int64) (*node, error) {
+	name := path[strings.LastIndexByte(path, '/')+1:]
+	seq, ok := parseSeq(name)
+	if !ok || zxid <= 0 {
+		return nil, fmt.Errorf("unexpected node %q (zxid %d)", path, zxid)
+	}
+	return &node{key: key, parent: parent, name: name, seq: seq, id: id, token: lock.Token(zxid)}, nil
+}
+
+// ensureRoot creates the root path, tolerating a concurrent creator.
+func (s *session) ensureRoot() error {
+	path := ""
+	for _, part := range strings.Split(s.l.cfg.root[1:], "/") {
+		path += "/" + part
+		if _, err := s.conn.Create(path, nil, 0, s.l.acl); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+			return fmt.Errorf("create %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// wait returns once n is the lowest waiter of its key.
+//
+// A node created in the same transaction as its parent is lowest at once:
+// every other child of that parent comes from a later transaction and gets
+// a higher sequence. So the uncontended path needs no listing, one round
+// trip fewer than zk.Lock.
+//
+// Otherwise each pass lists the key's children and watches only the closest
+// node ahead, so a release wakes exactly the waiter behind it. A read on our
+// own server sees every node with a lower sequence: those were created by
+// earlier transactions, and the server had applied ours, hence them, before
+// it answered us.
+func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
+	if n.first {
+		s.l.m.queueDepth.Observe(0)
+		n.alone = true // at release, the parent goes too unless someone queued since
+		return nil
+	}
+	first := true
+	for {
+		var children []string
+		err := s.run(ctx, func() (err error) {
+			children, _, err = s.conn.Children(n.parent)
+			return err
+		})
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			return errSessionGone // our node and its parent are gone
+		case s.retryRead(ctx, err):
+			continue
+		case err != nil:
+			return s.classify(err)
+		}
+		pos := locate(children, n.name, n.seq)
+		if !pos.found {
+			// Only a lost session deletes our node (or an operator).
+			return errSessionGone
+		}
+		if first {
+			s.l.m.queueDepth.Observe(float64(pos.ahead))
+			first = false
+		}
+		if pos.ahead == 0 {
+			n.alone = pos.behind == 0
+			return nil
+		}
+		if tryOnce {
+			return lock.ErrNotAcquired
+		}
+		var watch <-chan zk.Event
+		err = s.run(ctx, func() (err error) {
+			_, _, watch, err = s.conn.GetW(n.parent + "/" + pos.pred)
+			return err
+		})
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			continue // gone between the listing and the watch
+		case s.retryRead(ctx, err):
+			continue
+		case err != nil:
+			return s.classify(err)
+		}
+		s.l.m.waiting.Inc()
+		select {
+		case ev := <-watch:
+			s.l.m.waiting.Dec()
+			if ev.Type != zk.EventNotWatching { // not the session ending
+				s.l.m.wakeups.Inc()
+			}
+		case <-ctx.Done():
+			s.l.m.waiting.Dec()
+			return ctx.Err()
+		case <-s.dead:
+			s.l.m.waiting.Dec()
+			return errSessionGone
+		}
+	}
+}
+
+// retryPause spaces retries of requests cut off by a disconnect; they wait
+// in the client for the reconnection anyway.
+const retryPause = 10 * time.Millisecond
+
+// retryRead reports whether a read cut off by a disconnect is worth
+// repeating, after a pause: the session, and our node in it, usually
+// survive the reconnection to another server.
+func (s *session) retryRead(ctx context.Context, err error) bool {
+	if !lostResponse(err) || s.isGone() {
+		return false
+	}
+	select {
+	case <-time.After(retryPause):
+		return true
+	case <-ctx.Done():
+		return false
+	case <-s.dead:
+		return false
+	}
+}

@@ -1,0 +1,290 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// errSessionGone means the session an attempt ran in was given up; its
+// nodes died (or will die) with it, and the attempt starts over in the next.
+var errSessionGone = errors.New("session gone")
+
+// session is one ZooKeeper session and the leases held in it. go-zookeeper
+// would quietly open a new session after an expiry on the same *zk.Conn; we
+// never let it: a dead session's Conn is closed and a new session gets a new
+// Conn, so no reply from a later session is ever mistaken for one of the
+// session a waiter's node belongs to.
+type session struct {
+	l    *Locker
+	conn *zk.Conn // set once, under l.mu, before any caller sees the session
+	born time.Time
+
+	lastRead atomic.Int64 // since born, in ns: when the server was last heard from
+	timeout  atomic.Int64 // negotiated session timeout, ns
+	id       atomic.Int64 // session id from the last handshake
+
+	// creds is the last handshake in full: SessionCredentials needs the
+	// password, which go-zookeeper keeps to itself.
+	creds atomic.Pointer[connectInfo]
+
+	dead chan struct{} // closed when the session is given up
+
+	// Guarded by l.mu.
+	sid       int64 // the session id we hold nodes in; 0 before the first handshake
+	connected bool
+	suspends  uint64      // bumped on every disconnect, so a stale timer knows it is stale
+	timer     *time.Timer // gives the session up if it stays disconnected
+	gone      bool
+	leases    map[*handle]func(error)
+}
+
+// newSessionLocked connects a new session; l.mu is held. zk.Connect only
+// starts the client's goroutines, and their event callbacks wait for l.mu, so
+// s.conn is set before any callback reads the session.
+func (l *Locker) newSessionLocked() (*session, error) {
+	s := &session{
+		l:      l,
+		born:   time.Now(),
+		dead:   make(chan struct{}),
+		leases: make(map[*handle]func(error)),
+	}
+	s.timeout.Store(int64(l.cfg.sessionTimeout))
+	conn, _, err := zk.Connect(l.servers, l.cfg.sessionTimeout,
+		zk.WithDialer(s.dial),
+		zk.WithEventCallback(s.onEvent),
+		zk.WithLogger(zkLogger{l.log}),
+		zk.WithLogInfo(false))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: connect: %w", err)
+	}
+	s.conn = conn
+	return s, nil
+}
+
+func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := s.l.cfg.dialer(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &trackedConn{Conn: c, s: s}, nil
+}
+
+func (s *session) heard() { s.lastRead.Store(int64(time.Since(s.born))) }
+
+func (s *session) handshook(info connectInfo) {
+	s.creds.Store(&info)
+	s.id.Store(info.SessionID)
+	if info.Timeout > 0 {
+		s.timeout.Store(int64(info.Timeout))
+	}
+}
+
+// onEvent runs on go-zookeeper's goroutines and must not block for long.
+func (s *session) onEvent(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateHasSession:
+		s.l.resumed(s)
+	case zk.StateDisconnected:
+		s.l.suspended(s)
+	case zk.StateExpired:
+		s.l.giveUp(s, lostExpired, errors.New("session expired"))
+	}
+}
+
+func (l *Locker) resumed(s *session) {
+	l.mu.Lock()
+	if s.gone {
+		l.mu.Unlock()
+		return
+	}
+	id := s.id.Load()
+	if s.sid != 0 && id != s.sid {
+		// A handshake that silently gave us another session: ours expired.
+		l.mu.Unlock()
+		l.giveUp(s, lostExpired, fmt.Errorf("session %#x replaced by %#x", s.sid, id))
+		return
+	}
+	wasSuspended := s.sid != 0 && !s.connected
+	s.sid, s.connected = id, true
+	if s.timer != nil {
+		s.timer.Stop()
+		s.timer = nil
+	}
+	l.mu.Unlock()
+	if wasSuspended {
+		l.log.Info("zookeeper: session resumed", "session", fmt.Sprintf("%#x", id))
+	}
+}
+
+// suspended starts the clock on a disconnected session (Curator's
+// SUSPENDED). It is given up (LOST) at the earliest moment the server could
+// have expired it: go-zookeeper pings every third of the timeout, so the
+// server heard from us at most one ping interval before our last read, and
+// expires the session a timeout after that, at lastRead + 2/3 timeout.
+// Curator waits a whole timeout from the disconnect instead, which can be
+// after the real expiry; giving up early costs a re-queue, giving up late
+// lets two holders overlap.
+func (l *Locker) suspended(s *session) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if s.gone || !s.connected {
+		return
+	}
+	s.connected = false
+	s.suspends++
+	gen := s.suspends
+	timeout := time.Duration(s.timeout.Load())
+	lastRead := s.born.Add(time.Duration(s.lastRead.Load()))
+	lostAt := lastRead.Add(timeout * 2 / 3)
+	s.timer = time.AfterFunc(max(time.Until(lostAt), 0), func() {
+		l.mu.Lock()
+		stale := s.gone || s.connected || s.suspends != gen
+		l.mu.Unlock()
+		if !stale {
+			l.giveUp(s, lostTimeout, fmt.Errorf("no word from the ensemble for %v of a %v session timeout",
+				time.Since(lastRead).Round(time.Millisecond), timeout))
+		}
+	})
+	l.log.Warn("zookeeper: session suspended", "session", fmt.Sprintf("%#x", s.sid),
+		"lost_in", time.Until(lostAt).Round(time.Millisecond))
+}
+
+// giveUp ends a session for good: every lease in it is lost, waiters in it
+// start over, and the Locker moves to a new session. The old Conn is closed
+// in the background; if it can still reach a server, closing it deletes the
+// session's nodes at once, otherwise the server expires them. An empty
+// reason means the Locker is closing: no new session, nothing counted as
+// lost but the leases, and Close closes the Conn itself.
+func (l *Locker) giveUp(s *session, reason string, cause error) {
+	l.mu.Lock()
+	if s.gone {
+		l.mu.Unlock()
+		return
+	}
+	s.gone = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	close(s.dead)
+	sid := s.sid
+	leases := s.leases
+	s.leases = nil
+	if l.cur == s {
+		l.cur = nil
+		if !l.closed {
+			// Connect only starts goroutines; if it fails (no server name
+			// resolves), the next caller of session() tries again.
+			l.cur, _ = l.newSessionLocked()
+		}
+	}
+	if reason != "" {
+		l.bg.Add(1) // under l.mu, so it happens before Close waits
+		go func() {
+			defer l.bg.Done()
+			s.conn.Close()
+		}()
+	}
+	l.mu.Unlock()
+
+	if reason != "" {
+		l.m.sessionsLost.WithLabelValues(reason).Inc()
+		l.log.Warn("zookeeper: session lost", "session", fmt.Sprintf("%#x", sid),
+			"reason", reason, "cause", cause, "leases", len(leases))
+	}
+	for h, lose := range leases {
+		lose(fmt.Errorf("zookeeper: %q: %w: %w", h.n.key, lock.ErrLeaseLost, cause))
+	}
+}
+
+func (s *session) isGone() bool {
+	select {
+	case <-s.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *session) isConnected() bool {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return s.connected && !s.gone
+}
+
+// register records a lease so that losing the session loses it; false when
+// the session is already gone (its nodes with it).
+func (s *session) register(h *handle, lose func(error)) bool {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if s.gone {
+		return false
+	}
+	s.leases[h] = lose
+	return true
+}
+
+// unregister forgets a released lease; false when the session already lost it.
+func (s *session) unregister(h *handle) bool {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if s.gone {
+		return false
+	}
+	delete(s.leases, h)
+	return true
+}
+
+// run calls op, which talks to the ensemble, without letting it outlast ctx
+// or the session: go-zookeeper takes no context, and a request made while
+// disconnected waits for a server. An abandoned op finishes on its own
+// goroutine; callers must not read what it writes after run returns early.
+func (s *session) run(ctx context.Context, op func() error) error {
+	if ctx.Done() == nil {
+		return op()
+	}
+	done := make(chan error, 1)
+	go func() { done <- op() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.dead:
+		return errSessionGone
+	}
+}
+
+// classify turns a client error into errSessionGone when the session is,
+// or is about to be, given up.
+func (s *session) classify(err error) error {
+	if errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) || s.isGone() {
+		return errSessionGone
+	}
+	return err
+}
+
+// lostResponse reports errors after which a write may or may not have been
+// applied: the connection died with the request in flight.
+func lostResponse(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+}
+
+// zkLogger sends go-zookeeper's messages to slog at debug level: the
+// Locker logs what matters (suspended, resumed, lost) itself.
+type zkLogger struct{ l *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	z.l.Debug("zookeeper client: " + fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,273 @@
+package zklock
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/stack"
+)
+
+// TestExpiryLosesLease expires a holder's session from outside and checks
+// that the lease says so at once, that the key is free, and that the
+// Locker's next acquisition, in a new session, gets a larger token.
+func TestExpiryLosesLease(t *testing.T) {
+	servers := sharedZK(t)
+	reg := prometheus.NewRegistry()
+	e := newExpirer()
+	l := e.locker(t, servers, WithRegisterer(reg))
+	other := mustLocker(t, servers)
+	k := key(t)
+	lease := mustAcquire(t, l, k)
+
+	e.expire(t, l)
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed 5 s after the session was expired")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() = %v, want ErrLeaseLost", lease.Err())
+	}
+	if got := counter(t, reg, "stockguard_zk_sessions_lost_total"); got != 1 {
+		t.Errorf("sessions lost = %v, want 1", got)
+	}
+	if got := counter(t, reg, "stockguard_lock_leases_lost_total"); got != 1 {
+		t.Errorf("leases lost = %v, want 1", got)
+	}
+	// The servers deleted the node with the session: the key is free. (A
+	// blocking acquire: TryOnce on another server could still see the node
+	// for the moment that server lags the leader.)
+	taken := mustAcquire(t, other, k)
+	if taken.Token() <= lease.Token() {
+		t.Fatalf("token after expiry %d <= expired holder's %d", taken.Token(), lease.Token())
+	}
+	mustRelease(t, taken)
+	mustRelease(t, lease) // nothing to delete, must not fail
+
+	again := mustAcquire(t, l, k)
+	if again.Token() <= taken.Token() {
+		t.Fatalf("token in the new session %d <= %d", again.Token(), taken.Token())
+	}
+	if err := l.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping in the new session: %v", err)
+	}
+	mustRelease(t, again)
+}
+
+// partition is a dialer that can cut every connection it made and refuse
+// new ones, as a network partition between one client and the ensemble.
+type partition struct {
+	mu    sync.Mutex
+	down  bool
+	conns []net.Conn
+}
+
+func (p *partition) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return nil, fmt.Errorf("dial %s: partitioned", addr)
+	}
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err == nil {
+		p.conns = append(p.conns, c)
+	}
+	return c, err
+}
+
+func (p *partition) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+func (p *partition) heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
+// TestPartitionLosesLease cuts a holder off the ensemble: Ping fails at
+// once (suspended), and the lease is lost no later than the session could
+// have expired on the servers, before another client can take the key.
+func TestPartitionLosesLease(t *testing.T) {
+	servers := sharedZK(t)
+	const timeout = 1500 * time.Millisecond
+	p := &partition{}
+	l := mustLocker(t, servers, WithDialer(p.dial), WithSessionTimeout(timeout))
+	other := mustLocker(t, servers)
+	k := key(t)
+	lease := mustAcquire(t, l, k)
+	if err := l.Ping(context.Background()); err != nil {
+		t.Fatalf("Ping before the cut: %v", err)
+	}
+
+	p.cut()
+	cutAt := time.Now()
+	waitFor(t, time.Second, "Ping failing while cut off", func() bool {
+		return errors.Is(l.Ping(context.Background()), lock.ErrUnavailable)
+	})
+	// Meanwhile the servers still honour the session: the key stays held.
+	if _, err := other.Acquire(context.Background(), k, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("key taken while its holder's session lives: %v", err)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(timeout):
+		t.Fatal("lease not lost within the session timeout of the cut")
+	}
+	lostAfter := time.Since(cutAt)
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() = %v, want ErrLeaseLost", lease.Err())
+	}
+	// The other client gets the key only once the servers expire the
+	// session, after the holder already knew.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	next, err := other.Acquire(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	takenAfter := time.Since(cutAt)
+	t.Logf("lease lost %v after the cut, key taken by another client after %v", lostAfter, takenAfter)
+	if takenAfter < lostAfter {
+		t.Fatalf("key taken (%v) before the holder knew it lost it (%v)", takenAfter, lostAfter)
+	}
+
+	p.heal()
+	mustRelease(t, next)
+	again := mustAcquire(t, l, k)
+	if again.Token() <= next.Token() {
+		t.Fatalf("token after the partition %d <= %d", again.Token(), next.Token())
+	}
+	mustRelease(t, again)
+}
+
+// TestBlipKeepsLease cuts the connection briefly: the session survives the
+// reconnection, and so does the lease.
+func TestBlipKeepsLease(t *testing.T) {
+	servers := sharedZK(t)
+	p := &partition{}
+	l := mustLocker(t, servers, WithDialer(p.dial))
+	other := mustLocker(t, servers)
+	k := key(t)
+	lease := mustAcquire(t, l, k)
+	p.cut()
+	time.Sleep(100 * time.Millisecond)
+	p.heal()
+	waitFor(t, 3*time.Second, "reconnected", func() bool { return l.Ping(context.Background()) == nil })
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease lost over a short disconnect: %v", err)
+	}
+	if _, err := other.Acquire(context.Background(), k, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("key free while its holder's session lives: %v", err)
+	}
+	mustRelease(t, lease)
+	mustRelease(t, mustAcquire(t, other, k))
+}
+
+// TestPingUnavailable points a Locker at a port where nothing listens.
+func TestPingUnavailable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	l := mustLocker(t, []string{addr})
+	if err := l.Ping(context.Background()); !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("Ping with no server = %v, want ErrUnavailable", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err = l.Acquire(ctx, "sku-1")
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("Acquire with no server = %v, want DeadlineExceeded and ErrUnavailable", err)
+	}
+}
+
+// holderEnv tells the test binary, run again as a child by
+// TestProcessDeath, to take a lock, say so, and wait to be killed.
+const holderEnv = "STOCKGUARD_ZK_TEST_HOLDER"
+
+func TestMain(m *testing.M) {
+	if k := os.Getenv(holderEnv); k != "" {
+		os.Exit(holdUntilKilled(k))
+	}
+	os.Exit(m.Run())
+}
+
+func holdUntilKilled(k string) int {
+	l, err := New(stack.ZKServers(), WithRoot(testRoot), WithSessionTimeout(time.Second))
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(ctx, k)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	fmt.Printf("held %d\n", lease.Token())
+	time.Sleep(time.Minute)
+	return 1
+}
+
+// TestProcessDeath kills a process holding a lock: its node goes with its
+// session, and another client takes the key with a larger token.
+func TestProcessDeath(t *testing.T) {
+	servers := sharedZK(t)
+	insp := inspector(t, servers)
+	k := key(t)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), holderEnv+"="+k)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "held ") {
+		t.Fatalf("child: %q, %v", line, err)
+	}
+	var childToken lock.Token
+	if _, err := fmt.Sscanf(line, "held %d", &childToken); err != nil {
+		t.Fatalf("child said %q: %v", line, err)
+	}
+	if names := children(t, insp, k); len(names) != 1 {
+		t.Fatalf("children while the child holds: %v", names)
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitFor(t, 5*time.Second, "dead holder's node gone", func() bool { return len(children(t, insp, k)) == 0 })
+	l := mustLocker(t, servers)
+	lease := mustAcquire(t, l, k)
+	if lease.Token() <= childToken {
+		t.Fatalf("token %d after the dead holder's %d", lease.Token(), childToken)
+	}
+	mustRelease(t, lease)
+}

@@ -1,0 +1,235 @@
+// Package zklock is the ZooKeeper lock backend: the classic recipe of
+// ephemeral sequential nodes, written on go-zookeeper's primitives.
+//
+// A key's waiters queue as children of <root>/<key>; the lowest sequence
+// holds the lock and every other waiter watches only the node just ahead of
+// it, so a release wakes one waiter, not all. Nodes are ephemeral: they live
+// as long as the Locker's session, and so do the leases. The fencing token
+// is the zxid of the transaction that created the holder's node.
+//
+// A disconnected session suspends its leases: Ping fails, Acquire waits. If
+// it does not reconnect before the servers could have expired it, the
+// Locker gives it up and its leases are lost; a session the servers report
+// expired loses them at once. Either way the Locker goes on in a new
+// session. A lease has no deadline of its own: Done is its only end.
+//
+// zk.Lock, the client's own recipe, has no token, no context, no signal when
+// the session is lost, leaves every key's parent behind and orders waiters by
+// a signed 32-bit sequence that wraps; this package has none of those flaws.
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
+)
+
+const backendName = "zookeeper"
+
+var errClosed = errors.New("locker closed")
+
+// Locker takes locks in one ZooKeeper ensemble through one session, shared
+// by every lease it grants (one Locker per service instance). When that
+// session is lost, every lease in it is lost and the Locker opens a new one.
+type Locker struct {
+	servers []string
+	cfg     config
+	m       *metrics
+	log     *slog.Logger
+	acl     []zk.ACL
+	parents parentHints
+
+	mu     sync.Mutex
+	cur    *session // nil only after Close, or if a reconnect failed to start
+	closed bool
+	bg     sync.WaitGroup // closing of given-up sessions' connections
+}
+
+var _ lock.Locker = (*Locker)(nil)
+
+// New returns a Locker for the ensemble at servers ("host:port"). It starts
+// connecting and returns at once; Acquire waits for the session, and Ping
+// tells whether there is one.
+func New(servers []string, opts ...Option) (*Locker, error) {
+	if len(servers) == 0 {
+		return nil, errors.New("zookeeper: no servers")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.reg)
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: metrics: %w", err)
+	}
+	l := &Locker{
+		servers: append([]string(nil), servers...),
+		cfg:     cfg,
+		m:       m,
+		log:     cfg.log,
+		acl:     zk.WorldACL(zk.PermAll),
+		parents: parentHints{present: make(map[string]struct{})},
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cur, err = l.newSessionLocked(); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// Name implements lock.Locker.
+func (l *Locker) Name() string { return backendName }
+
+// Fenced implements lock.Locker: tokens are czxids.
+func (l *Locker) Fenced() bool { return true }
+
+// session returns the current session, starting one if the last attempt to
+// replace a lost session failed.
+func (l *Locker) session() (*session, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("%w: %w", errClosed, lock.ErrUnavailable)
+	}
+	if l.cur == nil {
+		s, err := l.newSessionLocked()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", err, lock.ErrUnavailable)
+		}
+		l.cur = s
+	}
+	return l.cur, nil
+}
+
+// Ping implements lock.Locker: it fails unless the session is connected and
+// the server it is connected to answers a read.
+func (l *Locker) Ping(ctx context.Context) error {
+	s, err := l.session()
+	if err != nil {
+		return fmt.Errorf("zookeeper: ping: %w", err)
+	}
+	if !s.isConnected() {
+		return fmt.Errorf("zookeeper: ping: session not connected (%v): %w", s.conn.State(), lock.ErrUnavailable)
+	}
+	err = s.run(ctx, func() error {
+		_, _, err := s.conn.Exists("/")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("zookeeper: ping: %w: %w", lock.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close implements lock.Locker. It closes the session, which makes the
+// servers delete its nodes at once; every lease still held is lost.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	s := l.cur
+	l.mu.Unlock()
+	if s != nil {
+		l.giveUp(s, "", errClosed)
+		s.conn.Close()
+	}
+	l.bg.Wait()
+	return nil
+}
+
+// Acquire implements lock.Locker. Options other than TryOnce do not apply:
+// a lease has no TTL, it lasts as long as the session.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	start := time.Now()
+	lease, err := l.acquire(ctx, key, lock.Apply(0, opts))
+	if err != nil {
+		l.m.Failed(lockmetrics.Reason(err))
+		return nil, fmt.Errorf("zookeeper: acquire %q: %w", key, err)
+	}
+	l.m.Acquired(time.Since(start))
+	return lease, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
+	if err := checkName(key); err != nil {
+		return nil, fmt.Errorf("%w: %w", lock.ErrInvalidKey, err)
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		s, err := l.session()
+		if err != nil {
+			return nil, err
+		}
+		lease, err := s.acquire(ctx, key, o)
+		switch {
+		case err == nil:
+			return lease, nil
+		case errors.Is(err, errSessionGone):
+			continue // the node died with the session: queue again in the next one
+		case errors.Is(err, lock.ErrNotAcquired):
+			return nil, err
+		case ctx.Err() != nil:
+			// However the attempt ended, it ended because ctx did.
+			if !errors.Is(err, ctx.Err()) {
+				err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+			}
+			if !s.isConnected() {
+				// The reason it took that long is the ensemble, which
+				// callers (and Ping) report as unavailable.
+				err = fmt.Errorf("%w (session not connected: %w)", err, lock.ErrUnavailable)
+			}
+			return nil, err
+		default:
+			// Whatever else the ensemble answered, callers can only retry later.
+			return nil, fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
+		}
+	}
+}
+
+// parentHints remembers which keys' parents we last saw present. A parent
+// is removed when its last waiter leaves, so for a key used by one
+// caller at a time it is usually absent, and creating parent and waiter in
+// one transaction saves a round trip; for a busy key it is present, and
+// trying to create it would fail and cost one. A wrong guess is corrected
+// by the server's answer, so the hint only ever costs time.
+type parentHints struct {
+	mu      sync.Mutex
+	present map[string]struct{}
+}
+
+// maxHints bounds the memory kept for keys that are never used again.
+const maxHints = 4096
+
+func (p *parentHints) isPresent(key string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, ok := p.present[key]
+	return ok
+}
+
+func (p *parentHints) set(key string, present bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !present {
+		delete(p.present, key)
+		return
+	}
+	if len(p.present) >= maxHints {
+		clear(p.present)
+	}
+	p.present[key] = struct{}{}
+}
