@@ -25,6 +25,13 @@ type Locker interface {
 	// first attempt fails. A cancelled Acquire returns an error wrapping
 	// ctx.Err() and leaves nothing behind: no waiter node, no lock key.
 	Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
+	// AcquireBatch tries once for every key, in one round per lock server
+	// per phase, and returns a lease per key obtained and the keys held
+	// elsewhere (a caller may wait for those in each key's own line, with
+	// Acquire). It never waits for a held key. An error means the backend
+	// failed (unreachable, no quorum, ctx done); nothing is then held, and
+	// no lock, waiter node or key is left behind. Duplicate keys count once.
+	AcquireBatch(ctx context.Context, keys []string, opts ...Option) (Batch, error)
 	// Name is the backend name used in flags, logs and metrics.
 	Name() string
 	// Fenced reports whether the backend issues meaningful tokens.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 )
 
 // Set is the leases of one multi-key operation, in key order.
@@ -23,12 +22,9 @@ func AcquireAll(ctx context.Context, l Locker, keys []string, opts ...Option) (S
 	for _, k := range sorted {
 		lease, err := l.Acquire(ctx, k, opts...)
 		if err != nil {
-			// A fresh context: the caller's may be the reason we failed, and
-			// a release that never reaches the backend would leave the keys we
-			// hold blocked for a whole TTL.
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-			defer cancel()
-			return nil, errors.Join(err, set.Release(rctx))
+			// A release that never reaches the backend would leave the keys
+			// we hold blocked for a whole TTL.
+			return nil, errors.Join(err, set.releaseDetached(ctx))
 		}
 		set = append(set, lease)
 	}

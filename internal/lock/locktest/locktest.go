@@ -45,6 +45,12 @@ func Run(t *testing.T, c Config) {
 	t.Run("InvalidKey", func(t *testing.T) { testInvalidKey(t, c) })
 	t.Run("IndependentKeys", func(t *testing.T) { testIndependentKeys(t, c) })
 	t.Run("AcquireAllSorted", func(t *testing.T) { testAcquireAll(t, c) })
+	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
+	t.Run("BatchCancelledLeavesNothing", func(t *testing.T) { testBatchCancelled(t, c) })
+	if c.Exclusive {
+		t.Run("BatchReportsHeld", func(t *testing.T) { testBatchHeld(t, c) })
+		t.Run("BatchExclusion", func(t *testing.T) { testBatchExclusion(t, c) })
+	}
 	if c.Exclusive {
 		t.Run("MutualExclusion", func(t *testing.T) { testExclusion(t, c, false) })
 		t.Run("TryOnceHeld", func(t *testing.T) { testTryOnce(t, c) })
@@ -58,6 +64,7 @@ func Run(t *testing.T, c Config) {
 	_ = probe.Close()
 	if fenced {
 		t.Run("TokensIncrease", func(t *testing.T) { testTokensIncrease(t, c) })
+		t.Run("BatchTokensIncrease", func(t *testing.T) { testBatchTokens(t, c) })
 	}
 	if c.Expiring {
 		t.Run("ExpiryWithoutWatchdog", func(t *testing.T) { testExpiry(t, c) })

@@ -98,3 +98,8 @@ func (h *handle) Release(context.Context) error {
 	h.l.unref(h.key)
 	return nil
 }
+
+// AcquireBatch implements lock.Locker.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}

@@ -42,3 +42,8 @@ func (Locker) Acquire(ctx context.Context, key string, _ ...lock.Option) (*lock.
 type noop struct{}
 
 func (noop) Release(context.Context) error { return nil }
+
+// AcquireBatch implements lock.Locker: every key is obtained.
+func (l Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}

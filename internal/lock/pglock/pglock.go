@@ -461,3 +461,8 @@ func idleTimeout(ttl time.Duration) string {
 	ms = min(max(ms, 1), 1<<31-1) // the setting is an int of milliseconds
 	return strconv.FormatInt(int64(ms), 10) + "ms"
 }
+
+// AcquireBatch implements lock.Locker.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}

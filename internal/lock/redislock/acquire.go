@@ -81,3 +81,8 @@ func (l *Locker) cleanup(ctx context.Context, key, id string) {
 		l.cfg.log.Warn("redis: clean-up after a failed attempt", "key", key, "err", err)
 	}
 }
+
+// AcquireBatch implements lock.Locker.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}

@@ -45,3 +45,8 @@ func (l *Locker) lease(a *attempt, out outcome, o lock.Options, turn func()) *lo
 	})
 	return lease
 }
+
+// AcquireBatch implements lock.Locker.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}

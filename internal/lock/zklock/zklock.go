@@ -233,3 +233,8 @@ func (p *parentHints) set(key string, present bool) {
 	}
 	p.present[key] = struct{}{}
 }
+
+// AcquireBatch implements lock.Locker.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}

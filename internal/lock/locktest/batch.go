@@ -1,0 +1,196 @@
+package locktest
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// MustBatch runs AcquireBatch within 10 s or fails the test.
+func MustBatch(tb testing.TB, l lock.Locker, keys []string, opts ...lock.Option) lock.Batch {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, err := l.AcquireBatch(ctx, keys, opts...)
+	if err != nil {
+		tb.Fatalf("%s: batch %q: %v", l.Name(), keys, err)
+	}
+	return b
+}
+
+func mustReleaseSet(tb testing.TB, s lock.Set) {
+	tb.Helper()
+	for _, l := range s {
+		MustRelease(tb, l)
+	}
+}
+
+func keysOf(s lock.Set) []string {
+	out := make([]string, len(s))
+	for i, l := range s {
+		out[i] = l.Key()
+	}
+	return out
+}
+
+// testBatch: every free key is obtained once, in key order, each lease as if
+// acquired alone; released, each key is free again.
+func testBatch(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	base := Key(t)
+	b := MustBatch(t, l, []string{base + "-c", base + "-a", base + "-b", base + "-a"})
+	if want := []string{base + "-a", base + "-b", base + "-c"}; !slices.Equal(keysOf(b.Leases), want) || len(b.Held) != 0 {
+		t.Fatalf("batch got %q, held %q; want %q and nothing held", keysOf(b.Leases), b.Held, want)
+	}
+	ids := map[string]bool{}
+	for _, lease := range b.Leases {
+		if lease.Err() != nil || closed(lease.Done()) {
+			t.Errorf("%s: fresh lease already ended: %v", lease.Key(), lease.Err())
+		}
+		if c.Exclusive && l.Fenced() && lease.Token() == 0 {
+			t.Errorf("%s: fenced backend returned token 0", lease.Key())
+		}
+		if ids[lease.ID().String()] {
+			t.Errorf("%s: lease id %s shared with another key", lease.Key(), lease.ID())
+		}
+		ids[lease.ID().String()] = true
+	}
+	mustReleaseSet(t, b.Leases)
+	for _, k := range keysOf(b.Leases) {
+		MustRelease(t, MustAcquire(t, l, k, lock.TryOnce()))
+	}
+	if _, err := l.AcquireBatch(context.Background(), []string{base, ""}); !errors.Is(err, lock.ErrInvalidKey) {
+		t.Errorf("batch with an empty key = %v, want ErrInvalidKey", err)
+	}
+	empty := MustBatch(t, l, nil)
+	if len(empty.Leases)+len(empty.Held) != 0 {
+		t.Errorf("empty batch returned %v", empty)
+	}
+}
+
+// testBatchHeld: a key someone else holds is reported, never obtained; the
+// batch does not wait for it, and the rest are obtained.
+func testBatchHeld(t *testing.T, c Config) {
+	holder, l := newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		l = holder // local excludes only within one Locker
+	}
+	base := Key(t)
+	held := MustAcquire(t, holder, base+"-b")
+	start := time.Now()
+	b := MustBatch(t, l, []string{base + "-a", base + "-b", base + "-c"})
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("batch took %v: it waited for the held key", d)
+	}
+	if !slices.Equal(b.Held, []string{base + "-b"}) || !slices.Equal(keysOf(b.Leases), []string{base + "-a", base + "-c"}) {
+		t.Fatalf("batch got %q, held %q; want a and c, b held", keysOf(b.Leases), b.Held)
+	}
+	mustReleaseSet(t, b.Leases)
+	MustRelease(t, held)
+	again := MustBatch(t, l, []string{base + "-b"})
+	if len(again.Leases) != 1 || len(again.Held) != 0 {
+		t.Fatalf("after release: got %q, held %q", keysOf(again.Leases), again.Held)
+	}
+	if l.Fenced() && again.Leases[0].Token() <= held.Token() {
+		t.Errorf("token %d after the holder's %d", again.Leases[0].Token(), held.Token())
+	}
+	mustReleaseSet(t, again.Leases)
+}
+
+// testBatchTokens: tokens of a key increase across single and batch
+// acquisitions, whichever form took it last.
+func testBatchTokens(t *testing.T, c Config) {
+	l := newLocker(t, c)
+	key := Key(t)
+	var last lock.Token
+	for i := range 12 {
+		var lease *lock.Lease
+		if i%2 == 0 {
+			b := MustBatch(t, l, []string{key, key + "-other"})
+			if len(b.Leases) != 2 {
+				t.Fatalf("round %d: batch got %q, held %q", i, keysOf(b.Leases), b.Held)
+			}
+			lease = b.Leases[0]
+			MustRelease(t, b.Leases[1])
+		} else {
+			lease = MustAcquire(t, l, key)
+		}
+		if lease.Token() <= last {
+			t.Fatalf("round %d: token %d after %d", i, lease.Token(), last)
+		}
+		last = lease.Token()
+		MustRelease(t, lease)
+	}
+}
+
+// testBatchCancelled: a batch on a done context fails with its error and
+// leaves every key free for another Locker at once.
+func testBatchCancelled(t *testing.T, c Config) {
+	l, other := newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		other = l
+	}
+	base := Key(t)
+	keys := []string{base + "-a", base + "-b", base + "-c"}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if b, err := l.AcquireBatch(ctx, keys); !errors.Is(err, context.Canceled) || len(b.Leases) != 0 {
+		t.Fatalf("batch on a cancelled context = %v, %d leases; want context.Canceled and none", err, len(b.Leases))
+	}
+	for _, k := range keys {
+		MustRelease(t, MustAcquire(t, other, k, lock.TryOnce()))
+	}
+}
+
+// testBatchExclusion: Lockers (as separate instances) take overlapping
+// batches at random; no key is ever held twice at once, and on fenced
+// backends every key's tokens increase in the order it was held.
+func testBatchExclusion(t *testing.T, c Config) {
+	const workers, rounds = 6, 12
+	base := Key(t)
+	keys := []string{base + "-0", base + "-1", base + "-2", base + "-3"}
+	var mu sync.Mutex
+	inUse := map[string]bool{}
+	lastTok := map[string]lock.Token{}
+	shared := newLocker(t, c)
+	var wg sync.WaitGroup
+	for w := range workers {
+		l := shared
+		if c.Distributed {
+			l = newLocker(t, c)
+		}
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for range rounds {
+				pick := slices.DeleteFunc(slices.Clone(keys), func(string) bool { return r.IntN(2) == 0 })
+				b := MustBatch(t, l, pick)
+				mu.Lock()
+				for _, lease := range b.Leases {
+					if inUse[lease.Key()] {
+						t.Errorf("%s held twice at once", lease.Key())
+					}
+					inUse[lease.Key()] = true
+					if l.Fenced() && lease.Token() <= lastTok[lease.Key()] {
+						t.Errorf("%s: token %d after %d", lease.Key(), lease.Token(), lastTok[lease.Key()])
+					}
+					lastTok[lease.Key()] = lease.Token()
+				}
+				mu.Unlock()
+				time.Sleep(time.Millisecond)
+				mu.Lock()
+				for _, lease := range b.Leases {
+					inUse[lease.Key()] = false
+				}
+				mu.Unlock()
+				mustReleaseSet(t, b.Leases)
+			}
+		})
+	}
+	wg.Wait()
+}
