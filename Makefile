@@ -11,7 +11,7 @@ STACK := scripts/stack.sh
 # into the same line that uses them.
 WITH_STACK = eval "$$(bash $(STACK) up)" &&
 
-.PHONY: all build lint test unit demo bench stack-up stack-down stack-status clean
+.PHONY: all build lint model tools test unit demo bench stack-up stack-down stack-status clean
 
 all: build
 
@@ -24,8 +24,19 @@ lint:
 	 if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	$(GO) vet ./...
 
-# Unit, integration (real Redis, ZooKeeper, PostgreSQL) and the load smoke.
-test: lint
+# The model checker's tools: spin and a C compiler, from Debian's packages.
+tools:
+	@command -v spin >/dev/null && command -v gcc >/dev/null || \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends spin gcc libc6-dev; }
+
+# The Promela models (models/): claim-read-write and the Redlock token,
+# checked exhaustively; each weakened variant must yield a counterexample.
+model: tools
+	$(GO) test -count=1 -v ./models/ | grep -E '^(ok|FAIL|---|\s+---)'
+
+# Unit, integration (real Redis, ZooKeeper, PostgreSQL), the models and
+# the load smoke.
+test: lint tools
 	$(WITH_STACK) $(GO) test -race -count=1 -timeout 14m ./...
 
 # Only the tests that need no server.
