@@ -10,11 +10,22 @@ import (
 // Set is the leases of one multi-key operation, in key order.
 type Set []*Lease
 
+// MultiAcquirer is implemented by backends that take a multi-key
+// operation's locks more cheaply together than one by one (pglock: on one
+// connection). Its AcquireAll has the contract of the function AcquireAll,
+// which calls it.
+type MultiAcquirer interface {
+	AcquireAll(ctx context.Context, keys []string, opts ...Option) (Set, error)
+}
+
 // AcquireAll locks every key in sorted order, so two operations over
 // overlapping keys can never wait on each other in a cycle. On any failure it
 // releases what it already holds and returns the error. Duplicate keys are
 // locked once.
 func AcquireAll(ctx context.Context, l Locker, keys []string, opts ...Option) (Set, error) {
+	if m, ok := l.(MultiAcquirer); ok {
+		return m.AcquireAll(ctx, keys, opts...)
+	}
 	sorted := slices.Clone(keys)
 	slices.Sort(sorted)
 	sorted = slices.Compact(sorted)

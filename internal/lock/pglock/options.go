@@ -10,11 +10,13 @@ import (
 const (
 	defaultTTL      = 10 * time.Second
 	defaultMaxConns = 64
+	defaultHoldWait = time.Second
 )
 
 type options struct {
 	ttl      time.Duration
 	maxConns int32
+	holdWait time.Duration
 	reg      prometheus.Registerer
 	log      *slog.Logger
 }
@@ -27,13 +29,21 @@ type Option func(*options)
 // lock. Default: 10s.
 func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 
-// WithMaxConns bounds the Locker's pool of lock connections. Every lease and
-// every waiting Acquire holds one connection for as long as it lasts, so this
-// is also the most keys one instance can hold or wait for at once; Acquire
-// beyond it waits for a connection (within its context). Pool settings in the
+// WithMaxConns bounds the Locker's pool of lock connections. Every
+// acquisition holds one connection for as long as it waits or any of its
+// leases lasts — a lone Acquire for its one key, a batch or a multi-key
+// AcquireAll for all its keys — so this is also the most acquisitions one
+// instance can hold or wait for at once; one beyond it waits for a
+// connection (within its context). Pool settings in the
 // database URL (pool_max_conns) do not apply: the URL is shared with the store.
 // Default: 64.
 func WithMaxConns(n int) Option { return func(o *options) { o.maxConns = int32(n) } }
+
+// WithHoldWait bounds how long a multi-key AcquireAll may hold some of its
+// keys while it waits for the rest: past it, the acquisition gives up every
+// lock it took (the keys' other waiters go first) and queues again, until
+// its context ends. Default: 1s.
+func WithHoldWait(d time.Duration) Option { return func(o *options) { o.holdWait = d } }
 
 // WithRegisterer registers the Locker's metrics on reg. Lockers sharing a
 // registry share the collectors. Default: nil, metrics are not exported.

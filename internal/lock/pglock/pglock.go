@@ -1,6 +1,16 @@
-// Package pglock is the postgres lock backend: a session-level
-// pg_advisory_lock held on a dedicated pooled connection, with the fencing
+// Package pglock is the postgres lock backend: session-level
+// pg_advisory_locks held on a dedicated pooled connection, with the fencing
 // token drawn from a Postgres sequence after the lock is granted.
+//
+// One acquisition uses one connection however many keys it takes: a lone
+// Acquire, a batch (AcquireBatch: every key tried in one statement) and a
+// multi-key operation (AcquireAll: every key locked in one statement, in key
+// order) each hold their locks on a connection of their own, so an order of
+// a hundred lines needs one connection, not a hundred. Each lease still
+// releases its own key; the connection returns to the pool with the last.
+// A multi-key AcquireAll that holds some keys while it waits for the rest
+// gives them all up after WithHoldWait (default 1s) and queues again, so it
+// never keeps other orders off its keys for longer than that at a time.
 //
 // A lease lives exactly as long as its database session. Each lease sets its
 // session's idle_session_timeout to the lease TTL, so a holder that stops
@@ -14,7 +24,7 @@
 // advisory lock per key in the database of the URL. Tokens are values of the
 // sequence stockguard_lock_fence in that database, which New creates.
 // pg_stat_activity names lock sessions stockguard-lock, and a session holding
-// or waiting for a lease stockguard-lease:<lease id>.
+// or waiting for leases stockguard-lease:<id of its first lease>.
 //
 // Needs PostgreSQL 14 or later (idle_session_timeout) and a direct or
 // session-pooled connection: session advisory locks mean nothing behind a
@@ -67,14 +77,31 @@ const (
 	lockSQL = `SELECT set_config('application_name', $2, false), set_config('idle_session_timeout', $3, false),
 	pg_advisory_lock(hashtextextended('stockguard:' || $1, 0))`
 	nextvalSQL = `SELECT nextval('stockguard_lock_fence')`
-	// unlockSQL also disarms the idle timeout, or the server would end the
-	// pooled session after one TTL of idleness between leases.
-	unlockSQL = `SELECT pg_advisory_unlock(hashtextextended('stockguard:' || $1, 0)),
+	// unlockSQL, for a session's last lease, also disarms the idle timeout,
+	// or the server would end the pooled session after one TTL of idleness
+	// between leases. unlockKeySQL is any other lease's.
+	unlockKeySQL = `SELECT pg_advisory_unlock(hashtextextended('stockguard:' || $1, 0))`
+	unlockSQL    = `SELECT pg_advisory_unlock(hashtextextended('stockguard:' || $1, 0)),
 	set_config('application_name', $2, false), set_config('idle_session_timeout', '0', false)`
 	resetSQL = `SELECT set_config('application_name', $1, false), set_config('idle_session_timeout', '0', false)`
 	// keepaliveSQL: any statement restarts the server's idle timer, and a
 	// session that answers still holds its session-level locks.
 	keepaliveSQL = `SELECT 1`
+
+	// The statements of a multi-key session. Rows of unnest come in array
+	// order, so lockAllSQL waits for the keys in key order, holding those
+	// before: two acquisitions over overlapping keys cannot wait on each
+	// other in a cycle. Tokens are drawn after the last lock is granted.
+	// tryAllSQL draws each obtained key's token right after its lock.
+	settingsSQL   = `SELECT set_config('application_name', $1, false), set_config('idle_session_timeout', $2, false)`
+	lockAllSQL    = `SELECT pg_advisory_lock(hashtextextended('stockguard:' || k, 0)) FROM unnest($1::text[]) AS k`
+	nextvalAllSQL = `SELECT array_agg(nextval('stockguard_lock_fence')) FROM generate_series(1, $1::int)`
+	tryAllSQL     = `SELECT array_agg(CASE WHEN pg_try_advisory_lock(hashtextextended('stockguard:' || k, 0))
+	THEN nextval('stockguard_lock_fence') END ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`
+	// unlockAllSQL frees what an all-or-nothing try obtained when it did
+	// not obtain everything; the session is the acquisition's own, so all
+	// of its locks are ours.
+	unlockAllSQL = `SELECT pg_advisory_unlock_all(), set_config('application_name', $1, false), set_config('idle_session_timeout', '0', false)`
 )
 
 const (
@@ -100,13 +127,14 @@ var errClosed = fmt.Errorf("%w: locker closed", lock.ErrUnavailable)
 
 // Locker is the postgres lock backend. It is safe for concurrent use.
 type Locker struct {
-	pool *pgxpool.Pool // lock connections: one per lease or waiting Acquire
+	pool *pgxpool.Pool // lock connections: one per acquisition, held or waiting
 	// ctl serves Ping and setup. It is separate so that a pool full of
 	// waiters, normal under contention, does not fail readiness probes.
-	ctl *pgxpool.Pool
-	ttl time.Duration
-	log *slog.Logger
-	m   *lockmetrics.Metrics
+	ctl      *pgxpool.Pool
+	ttl      time.Duration
+	holdWait time.Duration
+	log      *slog.Logger
+	m        *lockmetrics.Metrics
 
 	// closing is cancelled by Close, ending every wait and keepalive in
 	// flight, so that Close can end their connections.
@@ -115,7 +143,7 @@ type Locker struct {
 
 	mu     sync.Mutex
 	closed bool
-	live   map[*handle]struct{}
+	live   map[*session]struct{}
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -125,12 +153,15 @@ var _ lock.Locker = (*Locker)(nil)
 // stockguard_lock_fence if it does not exist. An unreachable server is an
 // error wrapping lock.ErrUnavailable.
 func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, error) {
-	o := options{ttl: defaultTTL, maxConns: defaultMaxConns}
+	o := options{ttl: defaultTTL, maxConns: defaultMaxConns, holdWait: defaultHoldWait}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.ttl <= 0 {
 		return nil, fmt.Errorf("pglock: TTL %v is not positive", o.ttl)
+	}
+	if o.holdWait <= 0 {
+		return nil, fmt.Errorf("pglock: hold wait %v is not positive", o.holdWait)
 	}
 	if o.maxConns < 1 {
 		return nil, fmt.Errorf("pglock: max connections %d is below 1", o.maxConns)
@@ -184,10 +215,10 @@ func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, erro
 	}
 	closing, shutdown := context.WithCancel(context.Background())
 	return &Locker{
-		pool: pool, ctl: ctl, ttl: o.ttl,
+		pool: pool, ctl: ctl, ttl: o.ttl, holdWait: o.holdWait,
 		log: o.log.With("backend", backendName), m: m,
 		closing: closing, shutdown: shutdown,
-		live: make(map[*handle]struct{}),
+		live: make(map[*session]struct{}),
 	}, nil
 }
 
@@ -226,9 +257,8 @@ func (l *Locker) Close() error {
 	l.mu.Unlock()
 
 	l.shutdown()
-	for _, h := range live {
-		h.lose(fmt.Errorf("pglock: %q: locker closed: %w", h.key, lock.ErrLeaseLost))
-		h.discard() // when the lease had been lost or released already
+	for _, s := range live {
+		s.end(fmt.Errorf("locker closed: %w", lock.ErrLeaseLost))
 	}
 	// Returns once every connection is back: the waits and keepalives that
 	// shutdown interrupted give theirs back promptly.
@@ -307,7 +337,11 @@ func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*l
 			return nil, l.failure(parent, err)
 		}
 	}
-	return l.newLease(c, key, id, lock.Token(token), validUntil(sent, o.TTL), o)
+	set, err := l.grant(c, []string{key}, []uuid.UUID{id}, []int64{token}, sent, o)
+	if err != nil {
+		return nil, err
+	}
+	return set[0], nil
 }
 
 // maxDeadConns bounds the dead pooled connections one acquisition throws away.
@@ -321,29 +355,6 @@ func (l *Locker) try(ctx context.Context, c *pgxpool.Conn, key string, id uuid.U
 		return 0, false, err
 	}
 	return *t, true, nil
-}
-
-func (l *Locker) newLease(c *pgxpool.Conn, key string, id uuid.UUID, token lock.Token, deadline time.Time, o lock.Options) (*lock.Lease, error) {
-	h := &handle{l: l, conn: c, key: key, ttl: o.TTL}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		destroy(c)
-		return nil, errClosed
-	}
-	lease, lose := lock.NewLease(lock.LeaseParams{
-		Key:      key,
-		Token:    token,
-		ID:       id,
-		Deadline: deadline,
-		TTL:      o.TTL,
-		Watchdog: !o.NoWatchdog,
-		Handle:   h,
-		OnLost:   h.onLost,
-	})
-	h.lose = lose
-	l.live[h] = struct{}{}
-	return lease, nil
 }
 
 // wait is a blocking acquisition: it labels the session, arms the idle
@@ -360,6 +371,20 @@ func (l *Locker) newLease(c *pgxpool.Conn, key string, id uuid.UUID, token lock.
 // left the queue before Acquire returns; only a server that does not answer
 // gets its socket closed.
 func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string, id uuid.UUID, ttl time.Duration) (int64, error) {
+	var token int64
+	b := &pgx.Batch{}
+	b.Queue(lockSQL, key, leaseAppName(id), idleTimeout(ttl))
+	b.Queue(nextvalSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&token) })
+	if err := l.send(ctx, c, b, key); err != nil {
+		return 0, err
+	}
+	return token, nil
+}
+
+// send runs a pipeline that may wait in the server's lock queue, and when
+// ctx ends first cancels it as wait describes: it returns only once the
+// backend has left the queue (or its socket is closed).
+func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what string) error {
 	qctx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	defer abort()
 	pg := c.Conn().PgConn()
@@ -382,24 +407,20 @@ func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string, id uuid.
 			case <-finished:
 				return
 			case <-giveUp.C:
-				l.log.Warn("lock wait not cancelled by the server; closing its connection", "key", key)
+				l.log.Warn("lock wait not cancelled by the server; closing its connection", "key", what)
 				abort()
 				return
 			case <-time.After(cancelRetry):
 			}
 		}
 	}()
-	var token int64
-	b := &pgx.Batch{}
-	b.Queue(lockSQL, key, leaseAppName(id), idleTimeout(ttl))
-	b.Queue(nextvalSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&token) })
 	err := c.SendBatch(qctx, b).Close()
 	close(finished)
 	<-watcher
 	if err == nil && ctx.Err() != nil {
-		return 0, ctx.Err() // granted as the caller gave up
+		return ctx.Err() // granted as the caller gave up
 	}
-	return token, err
+	return err
 }
 
 // recycle hands a connection that holds no lock back to the pool, with the
@@ -437,9 +458,9 @@ func (l *Locker) bind(ctx context.Context) (context.Context, context.CancelFunc)
 	}
 }
 
-func (l *Locker) forget(h *handle) {
+func (l *Locker) forget(s *session) {
 	l.mu.Lock()
-	delete(l.live, h)
+	delete(l.live, s)
 	l.mu.Unlock()
 }
 
@@ -460,9 +481,4 @@ func idleTimeout(ttl time.Duration) string {
 	ms := (ttl + time.Millisecond - 1) / time.Millisecond
 	ms = min(max(ms, 1), 1<<31-1) // the setting is an int of milliseconds
 	return strconv.FormatInt(int64(ms), 10) + "ms"
-}
-
-// AcquireBatch implements lock.Locker.
-func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
-	return lock.EachOnce(ctx, l, keys, opts...)
 }

@@ -30,9 +30,10 @@ func (o *onlyTo) dial(network, addr string, timeout time.Duration) (net.Conn, er
 }
 
 // TestNodeFailures runs a private three-node ensemble and kills, first, the
-// follower a holder is connected to, then the leader. Locks keep working
-// after the reconnection, exclusion holds throughout, and tokens keep
-// growing (across the new epoch, too).
+// follower a holder is connected to (its lease is lost at the disconnect,
+// its session survives), then the leader. Locks keep working after the
+// reconnection, exclusion holds throughout, and tokens keep growing (across
+// the new epoch, too).
 func TestNodeFailures(t *testing.T) {
 	if os.Getenv(stacktest.EnvSkipIntegration) == "1" {
 		t.Skipf("%s=1: no ZooKeeper ensemble of our own", stacktest.EnvSkipIntegration)
@@ -75,17 +76,26 @@ func TestNodeFailures(t *testing.T) {
 		if err := e.Node(follower).Kill(); err != nil {
 			t.Fatal(err)
 		}
+		defer func() {
+			if err := e.Node(follower).Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		// The disconnect loses the lease at once: the holder cannot know it
+		// still holds.
+		select {
+		case <-held.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("lease not lost when its follower died")
+		}
+		if !errors.Is(held.Err(), lock.ErrLeaseLost) {
+			t.Fatalf("lease Err = %v, want ErrLeaseLost", held.Err())
+		}
 		d.release()
 		waitFor(t, 5*time.Second, "holder reconnected", func() bool { return a.Ping(ctx) == nil })
-		// The session moved to a live node within its timeout: still held.
-		if err := held.Err(); err != nil {
-			t.Fatalf("lease lost when its follower died: %v", err)
-		}
-		if _, err := b.Acquire(ctx, k, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("key taken while held: %v", err)
-		}
-		// The waiter kept its place in the queue across the reconnection.
-		mustRelease(t, held)
+		// The session moved to a live node within its timeout: it deletes
+		// the lost lease's node, and the waiter, which kept its place in
+		// the queue across its own reconnection, gets the key.
 		next := <-waited
 		if next == nil {
 			t.FailNow()
@@ -93,12 +103,13 @@ func TestNodeFailures(t *testing.T) {
 		if next.Token() <= held.Token() {
 			t.Fatalf("token %d after %d", next.Token(), held.Token())
 		}
+		if _, err := b.Acquire(ctx, k, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("key taken while held: %v", err)
+		}
+		mustRelease(t, held)
 		mustRelease(t, next)
 		mustRelease(t, mustAcquire(t, b, k))
 		mustRelease(t, mustAcquire(t, a, k+"-new"))
-		if err := e.Node(follower).Restart(ctx); err != nil {
-			t.Fatal(err)
-		}
 	})
 
 	t.Run("Leader", func(t *testing.T) {
@@ -117,6 +128,11 @@ func TestNodeFailures(t *testing.T) {
 		if err := e.Node(leader).Kill(); err != nil {
 			t.Fatal(err)
 		}
+		defer func() {
+			if err := e.Node(leader).Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}()
 		// New acquisitions work once a new leader is elected.
 		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
 		defer acancel()
@@ -148,8 +164,5 @@ func TestNodeFailures(t *testing.T) {
 			t.Fatalf("token %d after %d", next.Token(), held.Token())
 		}
 		mustRelease(t, next)
-		if err := e.Node(leader).Restart(ctx); err != nil {
-			t.Fatal(err)
-		}
 	})
 }

@@ -63,30 +63,54 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 	if err := s.wait(ctx, n, o.TryOnce); err != nil {
 		if !errors.Is(err, errSessionGone) {
 			// Never granted: delete our node and, if we were the last one,
-			// the key's parent. The caller's ctx may be over; use our own.
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-			defer cancel()
-			if rerr := s.remove(cctx, n, !o.TryOnce); rerr != nil {
-				s.l.log.Warn("zookeeper: abandoned waiter not deleted yet", "node", n.path(), "err", rerr)
-			}
+			// the key's parent.
+			s.abandon(ctx, n)
 		}
 		return nil, err
 	}
-
-	h := &handle{s: s, n: n}
-	lease, lose := lock.NewLease(lock.LeaseParams{
-		Key:    key,
-		Token:  n.token,
-		ID:     n.id,
-		Handle: h,
-		OnLost: func(error) { s.l.m.Lost() },
-	})
-	if !s.register(h, lose) {
-		// The session was given up between the verdict and now: the node
-		// is gone with it, and a lease handed out now would be born lost.
-		return nil, errSessionGone
+	leases, err := s.grant([]*node{n})
+	if err != nil {
+		return nil, err
 	}
-	return lease, nil
+	return leases[0], nil
+}
+
+// grant turns granted nodes into leases, registered all at once. If the
+// session was disconnected or given up since the verdict, no lease is
+// handed out (it would be born lost): the nodes are deleted, or are gone
+// with the session, and the attempt starts over.
+func (s *session) grant(nodes []*node) (lock.Set, error) {
+	leases := make(lock.Set, len(nodes))
+	hs := make([]*handle, len(nodes))
+	loses := make([]func(error), len(nodes))
+	for i, n := range nodes {
+		hs[i] = &handle{s: s, n: n}
+		leases[i], loses[i] = lock.NewLease(lock.LeaseParams{
+			Key:    n.key,
+			Token:  n.token,
+			ID:     n.id,
+			Handle: hs[i],
+			OnLost: func(error) { s.l.m.Lost() },
+		})
+	}
+	if err := s.register(hs, loses); err != nil {
+		if errors.Is(err, errDisconnected) {
+			s.abandon(context.Background(), nodes...)
+		}
+		return nil, err
+	}
+	return leases, nil
+}
+
+// abandon deletes nodes that were never handed out as leases, within
+// cleanupTimeout; the deletion goes on in the background after that. The
+// caller's ctx may be over (often the reason): abandon uses its own.
+func (s *session) abandon(ctx context.Context, nodes ...*node) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := s.removeAll(cctx, nodes); err != nil {
+		s.l.log.Warn("zookeeper: abandoned nodes not deleted yet", "nodes", len(nodes), "err", err)
+	}
 }
 
 // create makes our waiter node and learns its czxid, the fencing token.
@@ -128,7 +152,7 @@ func (s *session) create(ctx context.Context, key, parent string) (*node, error)
 	// node then, so the queue holds no waiter that nobody will ever serve.
 	go func() {
 		if r := <-done; r.n != nil {
-			_ = s.remove(context.Background(), r.n, true)
+			_ = s.remove(context.Background(), r.n)
 		}
 	}()
 	return nil, ctx.Err()

@@ -128,18 +128,25 @@ func (l *Locker) resumed(s *session) {
 	}
 }
 
-// suspended starts the clock on a disconnected session (Curator's
-// SUSPENDED). It is given up (LOST) at the earliest moment the server could
+// suspended handles a disconnect (Curator's SUSPENDED). Every lease in
+// the session is lost at once: a holder that cannot reach the ensemble
+// cannot know it still holds, and its writes are refused by the fence
+// anyway once someone else does. The session itself is kept: its waiters
+// stay queued, and if it reconnects in time the lost leases' nodes are
+// deleted then (in the background), so the keys pass to the next waiter
+// without waiting for an expiry.
+//
+// The session is given up (LOST) at the earliest moment the server could
 // have expired it: go-zookeeper pings every third of the timeout, so the
 // server heard from us at most one ping interval before our last read, and
 // expires the session a timeout after that, at lastRead + 2/3 timeout.
 // Curator waits a whole timeout from the disconnect instead, which can be
 // after the real expiry; giving up early costs a re-queue, giving up late
-// lets two holders overlap.
+// would let waiters believe in nodes that are gone.
 func (l *Locker) suspended(s *session) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if s.gone || !s.connected {
+		l.mu.Unlock()
 		return
 	}
 	s.connected = false
@@ -157,8 +164,23 @@ func (l *Locker) suspended(s *session) {
 				time.Since(lastRead).Round(time.Millisecond), timeout))
 		}
 	})
+	leases := s.leases
+	s.leases = make(map[*handle]func(error))
+	l.bg.Add(len(leases)) // under l.mu, so it happens before Close waits
+	l.mu.Unlock()
+
 	l.log.Warn("zookeeper: session suspended", "session", fmt.Sprintf("%#x", s.sid),
-		"lost_in", time.Until(lostAt).Round(time.Millisecond))
+		"lost_in", time.Until(lostAt).Round(time.Millisecond), "leases_lost", len(leases))
+	for h, lose := range leases {
+		lose(fmt.Errorf("zookeeper: %q: %w: session disconnected", h.n.key, lock.ErrLeaseLost))
+		go func() {
+			defer l.bg.Done()
+			// Waits in the client for the reconnection; gives up with the session.
+			if err := s.deleteUntilGone(h.n); err != nil {
+				l.log.Warn("zookeeper: node of a lease lost to a disconnect not deleted", "node", h.n.path(), "err", err)
+			}
+		}()
+	}
 }
 
 // giveUp ends a session for good: every lease in it is lost, waiters in it
@@ -223,27 +245,39 @@ func (s *session) isConnected() bool {
 	return s.connected && !s.gone
 }
 
-// register records a lease so that losing the session loses it; false when
-// the session is already gone (its nodes with it).
-func (s *session) register(h *handle, lose func(error)) bool {
+// errDisconnected means the session lost its connection between the
+// verdict that granted a lock and the lease: a lease handed out now would be
+// born lost. The attempt deletes its nodes and starts over.
+var errDisconnected = errors.New("session disconnected as the lock was granted")
+
+// register records the leases of one attempt, all or none, so that a
+// disconnect or the loss of the session loses them. It fails with
+// errSessionGone when the session is gone (its nodes with it) and with
+// errDisconnected while it is disconnected.
+func (s *session) register(hs []*handle, loses []func(error)) error {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	if s.gone {
-		return false
+	switch {
+	case s.gone:
+		return errSessionGone
+	case !s.connected:
+		return errDisconnected
 	}
-	s.leases[h] = lose
-	return true
+	for i, h := range hs {
+		s.leases[h] = loses[i]
+	}
+	return nil
 }
 
-// unregister forgets a released lease; false when the session already lost it.
+// unregister forgets a released lease. False when there is nothing left to
+// delete: the session is gone, or a disconnect lost the lease and its node
+// is being deleted already.
 func (s *session) unregister(h *handle) bool {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
-	if s.gone {
-		return false
-	}
+	_, ok := s.leases[h]
 	delete(s.leases, h)
-	return true
+	return ok && !s.gone
 }
 
 // run calls op, which talks to the ensemble, without letting it outlast ctx

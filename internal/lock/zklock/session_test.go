@@ -40,9 +40,11 @@ func TestExpiryLosesLease(t *testing.T) {
 	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
 		t.Fatalf("Err() = %v, want ErrLeaseLost", lease.Err())
 	}
-	if got := counter(t, reg, "stockguard_zk_sessions_lost_total"); got != 1 {
-		t.Errorf("sessions lost = %v, want 1", got)
-	}
+	// The lease goes at the disconnect; the session when the reconnection
+	// learns it expired.
+	waitFor(t, 5*time.Second, "session given up", func() bool {
+		return counter(t, reg, "stockguard_zk_sessions_lost_total") == 1
+	})
 	if got := counter(t, reg, "stockguard_lock_leases_lost_total"); got != 1 {
 		t.Errorf("leases lost = %v, want 1", got)
 	}
@@ -103,9 +105,10 @@ func (p *partition) heal() {
 	p.down = false
 }
 
-// TestPartitionLosesLease cuts a holder off the ensemble: Ping fails at
-// once (suspended), and the lease is lost no later than the session could
-// have expired on the servers, before another client can take the key.
+// TestPartitionLosesLease cuts a holder off the ensemble for good: Ping
+// fails and the lease is lost at once (suspended), long before another
+// client can take the key, which happens only once the servers expire the
+// session.
 func TestPartitionLosesLease(t *testing.T) {
 	servers := sharedZK(t)
 	const timeout = 1500 * time.Millisecond
@@ -129,8 +132,8 @@ func TestPartitionLosesLease(t *testing.T) {
 	}
 	select {
 	case <-lease.Done():
-	case <-time.After(timeout):
-		t.Fatal("lease not lost within the session timeout of the cut")
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("lease not lost at the cut")
 	}
 	lostAfter := time.Since(cutAt)
 	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
@@ -159,27 +162,80 @@ func TestPartitionLosesLease(t *testing.T) {
 	mustRelease(t, again)
 }
 
-// TestBlipKeepsLease cuts the connection briefly: the session survives the
-// reconnection, and so does the lease.
-func TestBlipKeepsLease(t *testing.T) {
+// TestDisconnectLosesLease cuts the connection briefly: the lease is lost
+// at once (the holder cannot know it still holds), the session survives the
+// reconnection, the lost lease's node is deleted then, so the key passes to
+// another client without waiting for an expiry, and the Locker goes on in
+// the same session.
+func TestDisconnectLosesLease(t *testing.T) {
 	servers := sharedZK(t)
+	insp := inspector(t, servers)
+	reg := prometheus.NewRegistry()
 	p := &partition{}
-	l := mustLocker(t, servers, WithDialer(p.dial))
+	l := mustLocker(t, servers, WithDialer(p.dial), WithRegisterer(reg))
 	other := mustLocker(t, servers)
 	k := key(t)
 	lease := mustAcquire(t, l, k)
+	waiterKey := k + "-w"
+	held := mustAcquire(t, other, waiterKey)
+	waited := make(chan *lock.Lease, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w, err := l.Acquire(ctx, waiterKey)
+		if err != nil {
+			t.Errorf("waiter across the disconnect: %v", err)
+		}
+		waited <- w
+	}()
+	waitFor(t, 5*time.Second, "waiter queued", func() bool { return len(children(t, insp, waiterKey)) == 2 })
+	sid := sessionID(l)
+
 	p.cut()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-lease.Done():
+	case <-time.After(500 * time.Millisecond):
+		t.Fatal("lease not lost at the disconnect")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() = %v, want ErrLeaseLost", lease.Err())
+	}
 	p.heal()
 	waitFor(t, 3*time.Second, "reconnected", func() bool { return l.Ping(context.Background()) == nil })
-	if err := lease.Err(); err != nil {
-		t.Fatalf("lease lost over a short disconnect: %v", err)
+	if got := sessionID(l); got != sid {
+		t.Fatalf("session %#x replaced by %#x over a short disconnect", sid, got)
 	}
-	if _, err := other.Acquire(context.Background(), k, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("key free while its holder's session lives: %v", err)
+	if got := counter(t, reg, "stockguard_zk_sessions_lost_total"); got != 0 {
+		t.Errorf("sessions lost = %v, want 0", got)
 	}
-	mustRelease(t, lease)
-	mustRelease(t, mustAcquire(t, other, k))
+	if got := counter(t, reg, "stockguard_lock_leases_lost_total"); got != 1 {
+		t.Errorf("leases lost = %v, want 1", got)
+	}
+	waitFor(t, 3*time.Second, "lost lease's node deleted", func() bool { return len(children(t, insp, k)) == 0 })
+	taken := mustAcquire(t, other, k, lock.TryOnce())
+	if taken.Token() <= lease.Token() {
+		t.Fatalf("token %d after the lost lease's %d", taken.Token(), lease.Token())
+	}
+	mustRelease(t, lease) // nothing left to delete, must not fail
+	mustRelease(t, taken)
+
+	// The waiter stayed queued in the surviving session and gets its key.
+	mustRelease(t, held)
+	w := <-waited
+	if w == nil {
+		return
+	}
+	if w.Token() <= held.Token() {
+		t.Fatalf("waiter's token %d after the holder's %d", w.Token(), held.Token())
+	}
+	mustRelease(t, w)
+}
+
+// sessionID is the id of l's current session.
+func sessionID(l *Locker) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur.conn.SessionID()
 }
 
 // TestPingUnavailable points a Locker at a port where nothing listens.

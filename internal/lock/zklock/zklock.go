@@ -7,11 +7,17 @@
 // as long as the Locker's session, and so do the leases. The fencing token
 // is the zxid of the transaction that created the holder's node.
 //
-// A disconnected session suspends its leases: Ping fails, Acquire waits. If
-// it does not reconnect before the servers could have expired it, the
-// Locker gives it up and its leases are lost; a session the servers report
-// expired loses them at once. Either way the Locker goes on in a new
-// session. A lease has no deadline of its own: Done is its only end.
+// A disconnect loses every lease of the session at once (Curator's
+// SUSPENDED, read conservatively: a holder that cannot reach the ensemble
+// cannot know it still holds); Ping fails and Acquire waits. If the session
+// reconnects, the lost leases' nodes are deleted and its waiters go on; if
+// it does not before the servers could have expired it, or the servers
+// report it expired, the Locker gives it up and goes on in a new session.
+// A lease has no deadline of its own: Done is its only end.
+//
+// A key's parent is removed by whoever leaves it last (a holder, a waiter
+// giving up, a cancelled acquisition). AcquireBatch creates a batch's nodes
+// in one multi and reads their queues in one pipelined round.
 //
 // zk.Lock, the client's own recipe, has no token, no context, no signal when
 // the session is lost, leaves every key's parent behind and orders waiters by
@@ -166,22 +172,34 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 	if err := checkName(key); err != nil {
 		return nil, fmt.Errorf("%w: %w", lock.ErrInvalidKey, err)
 	}
+	var lease *lock.Lease
+	err := l.inSession(ctx, func(s *session) (err error) {
+		lease, err = s.acquire(ctx, key, o)
+		return err
+	})
+	return lease, err
+}
+
+// inSession runs attempt in the current session until it succeeds, fails
+// for good, or ctx ends; an attempt whose session went (or disconnected as
+// it was granted) starts over in the next.
+func (l *Locker) inSession(ctx context.Context, attempt func(*session) error) error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return err
 		}
 		s, err := l.session()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		lease, err := s.acquire(ctx, key, o)
+		err = attempt(s)
 		switch {
 		case err == nil:
-			return lease, nil
-		case errors.Is(err, errSessionGone):
-			continue // the node died with the session: queue again in the next one
+			return nil
+		case errors.Is(err, errSessionGone), errors.Is(err, errDisconnected):
+			continue // the nodes died with the session, or were deleted: queue again
 		case errors.Is(err, lock.ErrNotAcquired):
-			return nil, err
+			return err
 		case ctx.Err() != nil:
 			// However the attempt ended, it ended because ctx did.
 			if !errors.Is(err, ctx.Err()) {
@@ -192,10 +210,10 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 				// callers (and Ping) report as unavailable.
 				err = fmt.Errorf("%w (session not connected: %w)", err, lock.ErrUnavailable)
 			}
-			return nil, err
+			return err
 		default:
 			// Whatever else the ensemble answered, callers can only retry later.
-			return nil, fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
 		}
 	}
 }
@@ -232,9 +250,4 @@ func (p *parentHints) set(key string, present bool) {
 		clear(p.present)
 	}
 	p.present[key] = struct{}{}
-}
-
-// AcquireBatch implements lock.Locker.
-func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
-	return lock.EachOnce(ctx, l, keys, opts...)
 }

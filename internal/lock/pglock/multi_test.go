@@ -1,0 +1,218 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+)
+
+// leaseSessions counts the sessions of this database that hold or wait for
+// leases, and the advisory locks they hold.
+func leaseSessions(tb testing.TB, c *pgx.Conn) (sessions, locks int) {
+	tb.Helper()
+	err := c.QueryRow(context.Background(), `SELECT count(DISTINCT a.pid), count(l.pid)
+		FROM pg_stat_activity a LEFT JOIN pg_locks l ON l.pid = a.pid AND l.locktype = 'advisory' AND l.granted
+		WHERE a.datname = current_database() AND a.application_name LIKE 'stockguard-lease:%'`).Scan(&sessions, &locks)
+	if err != nil {
+		tb.Fatalf("count lease sessions: %v", err)
+	}
+	return sessions, locks
+}
+
+func manyKeys(t *testing.T, n int) []string {
+	base := locktest.Key(t)
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%03d", base, i)
+	}
+	return keys
+}
+
+// TestManyKeysOneConnection holds 100 keys at once — a multi-key operation
+// and a batch, each of 100 — with a pool of 4 connections, and checks that
+// each takes one connection, that a one-key acquisition meanwhile is not
+// starved, and that per-key releases free their keys one by one.
+func TestManyKeysOneConnection(t *testing.T) {
+	const pool, n = 4, 100
+	url := stacktest.NewDatabase(t, t.Context())
+	l := newLocker(t, url, WithMaxConns(pool))
+	other := newLocker(t, url)
+	probe := connect(t, url)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	orderKeys := manyKeys(t, n)
+	order, err := lock.AcquireAll(ctx, l, orderKeys)
+	if err != nil {
+		t.Fatalf("AcquireAll of %d keys with a pool of %d: %v", n, pool, err)
+	}
+	batch := locktest.MustBatch(t, l, manyKeys(t, n))
+	if len(batch.Leases) != n || len(batch.Held) != 0 {
+		t.Fatalf("batch of %d: %d leases, %d held", n, len(batch.Leases), len(batch.Held))
+	}
+	if s, k := leaseSessions(t, probe); s != 2 || k != 2*n {
+		t.Fatalf("%d sessions holding %d locks, want 2 holding %d", s, k, 2*n)
+	}
+	if got := l.pool.Stat().AcquiredConns(); got != 2 {
+		t.Fatalf("%d pooled connections in use, want 2", got)
+	}
+
+	// Not starved: a one-key acquisition of another key answers at once.
+	start := time.Now()
+	lone := locktest.MustAcquire(t, l, locktest.Key(t))
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("one-key acquisition beside 200 held keys took %v", d)
+	}
+	locktest.MustRelease(t, lone)
+
+	// Every key is held, each with its own token; the order's keys are
+	// locked for another instance, and free again one lease at a time.
+	seen := map[lock.Token]bool{}
+	for _, lease := range append(append(lock.Set{}, order...), batch.Leases...) {
+		if lease.Token() == 0 || seen[lease.Token()] {
+			t.Fatalf("%s: token %d zero or shared", lease.Key(), lease.Token())
+		}
+		seen[lease.Token()] = true
+	}
+	if _, err := other.Acquire(ctx, orderKeys[50], lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce on a held key = %v", err)
+	}
+	locktest.MustRelease(t, order[50])
+	taken := locktest.MustAcquire(t, other, orderKeys[50], lock.TryOnce())
+	if taken.Token() <= order[50].Token() {
+		t.Fatalf("token %d after %d", taken.Token(), order[50].Token())
+	}
+	locktest.MustRelease(t, taken)
+	if err := order[51].Err(); err != nil {
+		t.Fatalf("a neighbour's release ended another lease: %v", err)
+	}
+	if err := order.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := batch.Leases.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.pool.Stat().AcquiredConns(); got != 0 {
+		t.Fatalf("%d pooled connections still in use after every release", got)
+	}
+	if s, _ := leaseSessions(t, probe); s != 0 {
+		t.Fatalf("%d sessions still carry a lease's name", s)
+	}
+	// The connections went back clean: the keys are free, the pool works.
+	set, err := lock.AcquireAll(ctx, other, orderKeys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := set.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHoldWaitBound: a multi-key acquisition that holds a key while it waits
+// for another gives it up within the bound, so a waiter for that key is not
+// kept out for the other holder's whole hold; it gets both keys once they
+// are free.
+func TestHoldWaitBound(t *testing.T) {
+	const holdWait = 200 * time.Millisecond
+	url := stacktest.NewDatabase(t, t.Context())
+	a, b, c := newLocker(t, url), newLocker(t, url, WithHoldWait(holdWait)), newLocker(t, url)
+	base := locktest.Key(t)
+	first, second := base+"-1", base+"-2"
+	held := locktest.MustAcquire(t, a, second)
+
+	type result struct {
+		set lock.Set
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		set, err := lock.AcquireAll(ctx, b, []string{second, first})
+		res <- result{set, err}
+	}()
+	// b takes first at once and waits for second; c must get first within
+	// the bound (plus a queueing margin), not when a lets go of second.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*holdWait)
+	defer cancel()
+	start := time.Now()
+	lease, err := c.Acquire(ctx, first)
+	if err != nil {
+		t.Fatalf("waiter for a key held by a multi-key wait: %v after %v", err, time.Since(start))
+	}
+	t.Logf("first key passed on after %v", time.Since(start))
+	locktest.MustRelease(t, lease)
+	locktest.MustRelease(t, held)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("AcquireAll once the keys are free: %v", r.err)
+	}
+	if len(r.set) != 2 || r.set[0].Key() != first || r.set[1].Key() != second {
+		t.Fatalf("got %v", r.set)
+	}
+	if r.set.Lease(first).Token() <= lease.Token() || r.set.Lease(second).Token() <= held.Token() {
+		t.Fatalf("tokens %d, %d after %d, %d", r.set[0].Token(), r.set[1].Token(), lease.Token(), held.Token())
+	}
+	if err := r.set.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSessionLossLosesEveryLease ends the session a batch holds its keys
+// on: every lease on it is lost at once, and every key is free.
+func TestSessionLossLosesEveryLease(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	l, other := newLocker(t, url), newLocker(t, url)
+	keys := manyKeys(t, 3)
+	b := locktest.MustBatch(t, l, keys)
+	if len(b.Leases) != len(keys) {
+		t.Fatalf("batch got %d leases", len(b.Leases))
+	}
+	terminate(t, url, b.Leases[0]) // the session is named for its first lease
+	for _, lease := range b.Leases {
+		select {
+		case <-lease.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: not lost 5 s after its session ended", lease.Key())
+		}
+		if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+			t.Fatalf("%s: Err = %v, want ErrLeaseLost", lease.Key(), lease.Err())
+		}
+	}
+	for _, k := range keys {
+		locktest.MustRelease(t, locktest.MustAcquire(t, other, k, lock.TryOnce()))
+	}
+	if err := b.Leases.Release(context.Background()); err != nil {
+		t.Fatalf("release of lost leases: %v", err)
+	}
+}
+
+// TestMultiTryOnce: all or nothing, and nothing left held when not all.
+func TestMultiTryOnce(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	l, other := newLocker(t, url), newLocker(t, url)
+	keys := manyKeys(t, 3)
+	held := locktest.MustAcquire(t, other, keys[2])
+	if _, err := lock.AcquireAll(context.Background(), l, keys, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("AcquireAll TryOnce with a held key = %v", err)
+	}
+	for _, k := range keys[:2] {
+		locktest.MustRelease(t, locktest.MustAcquire(t, other, k, lock.TryOnce()))
+	}
+	locktest.MustRelease(t, held)
+	set, err := lock.AcquireAll(context.Background(), l, keys, lock.TryOnce())
+	if err != nil || len(set) != len(keys) {
+		t.Fatalf("AcquireAll TryOnce on free keys = %v, %v", set, err)
+	}
+	if err := set.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

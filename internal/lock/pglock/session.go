@@ -1,0 +1,183 @@
+package pglock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// session is one dedicated lock connection and the leases whose locks it
+// holds: one for a lone Acquire, every key of a batch or of a multi-key
+// AcquireAll. Each lease releases its own key; the connection goes back to
+// the pool with the last. The session lives and dies as one: when it ends
+// (a failed keepalive or unlock, a lost lease, Close), every lease on it is
+// lost, since the server freed all its locks at once.
+type session struct {
+	l   *Locker
+	ttl time.Duration
+
+	mu     sync.Mutex // serialises every use of conn
+	conn   *pgxpool.Conn
+	leases map[*handle]struct{}
+	alive  time.Time // when the last statement that restarted the idle timer was sent
+}
+
+// handle is one lease's hold: its key's lock on its session.
+type handle struct {
+	s    *session
+	key  string
+	lose func(error) // set before the handle is shared
+}
+
+var _ lock.Extender = (*handle)(nil)
+
+// grant wraps the locks just taken on c (one per key, tokens in key order)
+// in a session and its leases. sent is when the statements that took them
+// were sent: the server's idle timer started no earlier.
+func (l *Locker) grant(c *pgxpool.Conn, keys []string, ids []uuid.UUID, tokens []int64, sent time.Time, o lock.Options) (lock.Set, error) {
+	s := &session{l: l, ttl: o.TTL, conn: c, alive: sent, leases: make(map[*handle]struct{}, len(keys))}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		destroy(c)
+		return nil, errClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	set := make(lock.Set, len(keys))
+	for i, key := range keys {
+		h := &handle{s: s, key: key}
+		lease, lose := lock.NewLease(lock.LeaseParams{
+			Key:      key,
+			Token:    lock.Token(tokens[i]),
+			ID:       ids[i],
+			Deadline: validUntil(sent, o.TTL),
+			TTL:      o.TTL,
+			Watchdog: !o.NoWatchdog,
+			Handle:   h,
+			OnLost:   h.onLost,
+		})
+		h.lose = lose
+		s.leases[h] = struct{}{}
+		set[i] = lease
+	}
+	l.live[s] = struct{}{}
+	return set, nil
+}
+
+// Extend restarts the server's idle timer, which keeps every lock of the
+// session. Leases of one batch extend at about the same moment: a keepalive
+// sent less than TTL/refreshAfter ago serves them all. The new deadline is
+// counted from before the statement was sent, so it comes before the moment
+// the server would end the session.
+func (h *handle) Extend(ctx context.Context) (time.Time, error) {
+	s := h.s
+	ctx, stop := s.l.bind(ctx)
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conn == nil {
+		return time.Time{}, fmt.Errorf("pglock: %w: connection already closed", lock.ErrLeaseLost)
+	}
+	if time.Since(s.alive) < s.ttl/refreshAfter {
+		return validUntil(s.alive, s.ttl), nil
+	}
+	sent := time.Now()
+	if _, err := s.conn.Exec(ctx, keepaliveSQL); err != nil {
+		// Whatever the cause, the session can no longer be shown alive before
+		// the deadline; the lease ends and onLost ends the session.
+		return time.Time{}, fmt.Errorf("pglock: %w: keepalive: %w", lock.ErrLeaseLost, err)
+	}
+	s.alive = sent
+	return validUntil(sent, s.ttl), nil
+}
+
+// Release unlocks the lease's key; the last lease of the session also
+// undoes the lease settings and hands the connection back to the pool.
+// When anything is off, the session is ended instead, which frees its locks
+// too (and loses the other leases on it).
+func (h *handle) Release(ctx context.Context) error {
+	s := h.s
+	s.mu.Lock()
+	if _, ok := s.leases[h]; !ok || s.conn == nil {
+		s.mu.Unlock()
+		return nil // lost, and its session already ended
+	}
+	delete(s.leases, h)
+	c, last := s.conn, len(s.leases) == 0
+	var unlocked bool
+	var err error
+	if last {
+		err = c.QueryRow(ctx, unlockSQL, h.key, poolAppName).Scan(&unlocked, nil, nil)
+	} else {
+		err = c.QueryRow(ctx, unlockKeySQL, h.key).Scan(&unlocked)
+	}
+	if err == nil && unlocked {
+		if last {
+			s.conn = nil
+		}
+		s.mu.Unlock()
+		if last {
+			s.l.forget(s)
+			c.Release()
+		}
+		return nil
+	}
+	s.mu.Unlock()
+	if err == nil {
+		// Cannot happen while the session lives; do not reuse a session in a
+		// state we do not understand.
+		err = errors.New("the session no longer held the lock")
+	}
+	s.end(fmt.Errorf("%w: unlock of %q on the same session failed: %w", lock.ErrLeaseLost, h.key, err))
+	if ctx.Err() != nil {
+		// The caller would not wait for the unlock; ending the session
+		// frees the lock all the same.
+		return nil
+	}
+	return fmt.Errorf("pglock: %w: unlock: %w", lock.ErrLeaseLost, err)
+}
+
+// onLost is the lease's OnLost: count, log, and end the session so its
+// locks are free at once rather than when the server's idle timer fires,
+// and so the connection returns even if the holder never calls Release.
+func (h *handle) onLost(err error) {
+	h.s.l.m.Lost()
+	h.s.l.log.Warn("lease lost", "key", h.key, "err", err)
+	h.s.end(err)
+}
+
+// end closes the session's connection, if it still has one, and loses
+// every lease still on it with cause (which wraps lock.ErrLeaseLost).
+func (s *session) end(cause error) {
+	s.mu.Lock()
+	c := s.conn
+	s.conn = nil
+	leases := s.leases
+	s.leases = nil
+	s.mu.Unlock()
+	if c != nil {
+		destroy(c)
+	}
+	s.l.forget(s)
+	for h := range leases {
+		h.lose(fmt.Errorf("pglock: %q: session ended: %w", h.key, cause))
+	}
+}
+
+// destroy takes a connection out of the pool and closes it. Ending the
+// session is the one sure way to drop whatever lock it holds or is about to
+// be granted.
+func destroy(c *pgxpool.Conn) {
+	conn := c.Hijack()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.Close(ctx)
+}

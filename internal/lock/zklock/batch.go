@@ -1,0 +1,372 @@
+package zklock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
+)
+
+// AcquireBatch implements lock.Locker in three rounds, whatever the number
+// of keys: one multi creates every key's node (and the parents we expect
+// absent), one pipelined round of children reads finds where each node
+// stands, and one multi deletes the nodes of the keys held elsewhere. A
+// key whose node is lowest is obtained with the lease it would have had
+// alone (token: its node's czxid); nodes created with their parent are
+// lowest at once and need no read. Options other than TryOnce do not apply,
+// as for Acquire; a batch never waits.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	start := time.Now()
+	sorted, err := lock.BatchKeys(keys)
+	if err != nil {
+		return lock.Batch{}, fmt.Errorf("zookeeper: batch: %w", err)
+	}
+	for _, k := range sorted {
+		if err := checkName(k); err != nil {
+			return lock.Batch{}, fmt.Errorf("zookeeper: batch: %q: %w: %w", k, lock.ErrInvalidKey, err)
+		}
+	}
+	if len(sorted) == 0 {
+		return lock.Batch{}, nil
+	}
+	var b lock.Batch
+	err = l.inSession(ctx, func(s *session) (err error) {
+		b, err = s.acquireBatch(ctx, sorted)
+		return err
+	})
+	if err != nil {
+		l.m.Failed(lockmetrics.Reason(err))
+		return lock.Batch{}, fmt.Errorf("zookeeper: batch of %d keys: %w", len(sorted), err)
+	}
+	for range b.Leases {
+		l.m.Acquired(time.Since(start))
+	}
+	for range b.Held {
+		l.m.Failed(lockmetrics.ReasonNotAcquired)
+	}
+	return b, nil
+}
+
+// acquireBatch runs the batch once in this session; keys are sorted and
+// valid. On any error it leaves none of its nodes behind.
+func (s *session) acquireBatch(ctx context.Context, keys []string) (lock.Batch, error) {
+	nodes, err := s.createAll(ctx, keys)
+	if err != nil {
+		return lock.Batch{}, err
+	}
+	positions, err := s.locateAll(ctx, nodes)
+	if err != nil {
+		if !errors.Is(err, errSessionGone) {
+			s.abandon(ctx, nodes...)
+		}
+		return lock.Batch{}, err
+	}
+	var won, held []*node
+	var b lock.Batch
+	for i, n := range nodes {
+		s.l.m.queueDepth.Observe(float64(positions[i].ahead))
+		if positions[i].ahead == 0 {
+			n.alone = n.first || positions[i].behind == 0
+			won = append(won, n)
+		} else {
+			held = append(held, n)
+			b.Held = append(b.Held, n.key)
+		}
+	}
+	// Queued behind a holder, a node would be granted the key later with
+	// nobody to take it: it goes before the batch returns.
+	s.abandon(ctx, held...)
+	if len(won) == 0 {
+		return b, nil
+	}
+	if b.Leases, err = s.grant(won); err != nil {
+		return lock.Batch{}, err
+	}
+	return b, nil
+}
+
+// createAll creates the batch's nodes in one transaction, without
+// outliving ctx or the session (as create does for one node).
+func (s *session) createAll(ctx context.Context, keys []string) ([]*node, error) {
+	type result struct {
+		nodes []*node
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nodes, err := s.createNodes(keys)
+		done <- result{nodes, err}
+	}()
+	select {
+	case r := <-done:
+		return r.nodes, r.err
+	case <-ctx.Done():
+	case <-s.dead:
+		return nil, errSessionGone
+	}
+	go func() {
+		if r := <-done; len(r.nodes) > 0 {
+			_ = s.removeAll(context.Background(), r.nodes)
+		}
+	}()
+	return nil, ctx.Err()
+}
+
+// createNodes is createNode for many keys in one multi: the parents we
+// expect absent are created in the same transaction, and one SetData on a
+// parent returns the transaction's zxid, every node's czxid. A wrong guess
+// about a parent fails the whole multi; the failing op tells which key, and
+// the next try first ensures every parent still expected absent (one
+// pipelined round of creates), then creates the nodes alone. A parent
+// deleted in between (its last node left) fails the multi again and is
+// created again: each try is the server telling us something changed.
+func (s *session) createNodes(keys []string) ([]*node, error) {
+	ids := make([]uuid.UUID, len(keys))
+	for i := range ids {
+		ids[i] = uuid.New()
+	}
+	ensureFirst := false
+	var err error
+	for range maxCreateTries {
+		if s.isGone() {
+			return nil, errSessionGone
+		}
+		if ensureFirst {
+			if err = s.ensureParents(keys); err != nil {
+				return nil, s.classify(err)
+			}
+		}
+		ops := make([]any, 0, 2*len(keys)+1)
+		opKey := make([]int, 0, 2*len(keys)) // which key each op is for
+		isParent := make([]bool, 0, 2*len(keys))
+		withParent := make([]bool, len(keys))
+		for i, k := range keys {
+			parent := s.l.cfg.root + "/" + k
+			if !ensureFirst && !s.l.parents.isPresent(k) {
+				withParent[i] = true
+				ops = append(ops, &zk.CreateRequest{Path: parent, Acl: s.l.acl})
+				opKey, isParent = append(opKey, i), append(isParent, true)
+			}
+			ops = append(ops, &zk.CreateRequest{Path: parent + "/" + nodePrefix(ids[i]), Acl: s.l.acl, Flags: zk.FlagEphemeralSequential})
+			opKey, isParent = append(opKey, i), append(isParent, false)
+		}
+		ops = append(ops, &zk.SetDataRequest{Path: s.l.cfg.root + "/" + keys[0], Version: -1})
+
+		var res []zk.MultiResponse
+		res, err = s.conn.Multi(ops...)
+		if err == nil {
+			zxid := res[len(res)-1].Stat.Mzxid
+			nodes := make([]*node, 0, len(keys))
+			for j, r := range res[:len(res)-1] {
+				if isParent[j] {
+					continue
+				}
+				i := opKey[j]
+				s.l.parents.set(keys[i], true)
+				n, err := newNode(keys[i], s.l.cfg.root+"/"+keys[i], r.String, ids[i], zxid)
+				if err != nil {
+					return nil, errors.Join(err, s.removeAll(context.Background(), nodes))
+				}
+				n.first = withParent[i]
+				nodes = append(nodes, n)
+			}
+			return nodes, nil
+		}
+		if lostResponse(err) {
+			nodes, rerr := s.recoverCreates(keys, ids)
+			if nodes != nil || rerr != nil {
+				return nodes, rerr
+			}
+			time.Sleep(retryPause)
+			continue
+		}
+		j := failedOp(res)
+		if j < 0 || j >= len(opKey) {
+			return nil, s.classify(err)
+		}
+		k := keys[opKey[j]]
+		switch {
+		case isParent[j] && errors.Is(res[j].Error, zk.ErrNodeExists):
+			s.l.parents.set(k, true)
+		case isParent[j] && errors.Is(res[j].Error, zk.ErrNoNode):
+			if err = s.ensureRoot(); err != nil {
+				return nil, s.classify(err)
+			}
+		case !isParent[j] && errors.Is(res[j].Error, zk.ErrNoNode):
+			s.l.parents.set(k, false)
+		default:
+			return nil, s.classify(err)
+		}
+		ensureFirst = true
+	}
+	return nil, fmt.Errorf("create %d nodes: gave up after %d tries: %w", len(keys), maxCreateTries, err)
+}
+
+// failedOp is the index of the op that failed a multi, or -1. The server
+// answers ok for the ops before it and a runtime inconsistency for those
+// after.
+func failedOp(res []zk.MultiResponse) int {
+	for j, r := range res {
+		if errors.Is(r.Error, zk.ErrNodeExists) || errors.Is(r.Error, zk.ErrNoNode) {
+			return j
+		}
+	}
+	return -1
+}
+
+// ensureParents creates, in one pipelined round, the parent of every key
+// we do not know to be present, tolerating those that are.
+func (s *session) ensureParents(keys []string) error {
+	var missing []string
+	for _, k := range keys {
+		if !s.l.parents.isPresent(k) {
+			missing = append(missing, k)
+		}
+	}
+	return each(missing, func(k string) error {
+		_, err := s.conn.Create(s.l.cfg.root+"/"+k, nil, 0, s.l.acl)
+		switch {
+		case err == nil, errors.Is(err, zk.ErrNodeExists):
+			s.l.parents.set(k, true)
+			return nil
+		case errors.Is(err, zk.ErrNoNode):
+			return s.ensureRoot()
+		}
+		return err
+	})
+}
+
+// recoverCreates is recoverCreate for a multi whose reply was lost. The
+// multi was applied whole or not at all: if the first key's node is not
+// there, none is; if it is, every other is found the same way.
+func (s *session) recoverCreates(keys []string, ids []uuid.UUID) ([]*node, error) {
+	var nodes []*node
+	for i, k := range keys {
+		n, err := s.recoverCreate(k, s.l.cfg.root+"/"+k, ids[i])
+		if err == nil && n == nil && i > 0 {
+			err = fmt.Errorf("node of %q missing from a multi that created %q's: %w", k, keys[0], errSessionGone)
+		}
+		if err != nil || n == nil {
+			if len(nodes) > 0 {
+				s.abandon(context.Background(), nodes...)
+			}
+			return nil, err
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, nil
+}
+
+// locateAll reads every node's queue in one pipelined round: go-zookeeper
+// sends concurrent requests down the session's one connection back to back.
+func (s *session) locateAll(ctx context.Context, nodes []*node) ([]position, error) {
+	positions := make([]position, len(nodes))
+	idx := make([]int, 0, len(nodes))
+	for i, n := range nodes {
+		if n.first {
+			positions[i] = position{found: true} // nobody can be ahead
+			continue
+		}
+		idx = append(idx, i)
+	}
+	err := each(idx, func(i int) error {
+		n := nodes[i]
+		for {
+			var children []string
+			err := s.run(ctx, func() (err error) {
+				children, _, err = s.conn.Children(n.parent)
+				return err
+			})
+			switch {
+			case errors.Is(err, zk.ErrNoNode):
+				return errSessionGone
+			case s.retryRead(ctx, err):
+				continue
+			case err != nil:
+				return s.classify(err)
+			}
+			positions[i] = locate(children, n.name, n.seq)
+			if !positions[i].found {
+				return errSessionGone
+			}
+			return nil
+		}
+	})
+	if err != nil {
+		if errors.Is(err, errSessionGone) {
+			return nil, errSessionGone
+		}
+		return nil, err
+	}
+	return positions, nil
+}
+
+// removeAll deletes nodes as remove does one: in one multi, then each
+// key's parent if the node was its last.
+func (s *session) removeAll(ctx context.Context, nodes []*node) error {
+	switch len(nodes) {
+	case 0:
+		return nil
+	case 1:
+		return s.remove(ctx, nodes[0])
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- s.untilGone(fmt.Sprintf("%d nodes", len(nodes)), func() error { return s.deleteAllOnce(nodes) })
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("zookeeper: delete %d nodes: still trying in the background: %w", len(nodes), ctx.Err())
+	}
+}
+
+func (s *session) deleteAllOnce(nodes []*node) error {
+	ops := make([]any, len(nodes))
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		ops[i] = &zk.DeleteRequest{Path: n.path(), Version: -1}
+		names[i] = n.path()
+	}
+	_, err := s.conn.Multi(ops...)
+	switch {
+	case err == nil:
+	case errors.Is(err, zk.ErrNoNode):
+		// Some went already (a retry after a lost reply): the rest one by one.
+		if err := each(nodes, func(n *node) error {
+			if err := s.conn.Delete(n.path(), -1); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return err
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("multi delete of %s: %w", strings.Join(names, ", "), err)
+	}
+	return each(nodes, func(n *node) error { return s.pruneParent(n.key, n.parent) })
+}
+
+// each runs f on every item concurrently and joins the errors: requests
+// made at once go to the server back to back, one round trip for all.
+func each[T any](items []T, f func(T) error) error {
+	if len(items) == 1 {
+		return f(items[0])
+	}
+	errs := make([]error, len(items))
+	var wg sync.WaitGroup
+	for i, it := range items {
+		wg.Go(func() { errs[i] = f(it) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
