@@ -319,4 +319,3 @@ func forget(stmts, portals map[string]string, kind byte, name string) {
 		delete(portals, name)
 	}
 }
-
