@@ -134,7 +134,8 @@ func mustTimeOut(t *testing.T, err error, what string) {
 	if err == nil {
 		t.Fatalf("%s: reached across the partition", what)
 	}
-	if !errors.Is(err, context.DeadlineExceeded) && !os.IsTimeout(err) {
+	var ne net.Error
+	if !errors.Is(err, context.DeadlineExceeded) && !(errors.As(err, &ne) && ne.Timeout()) {
 		t.Fatalf("%s: want a timeout (dropped packets), got %v", what, err)
 	}
 }
