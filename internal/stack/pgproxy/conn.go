@@ -1,0 +1,321 @@
+package pgproxy
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net"
+	"sync"
+	"time"
+)
+
+// conn is one proxied client connection and its upstream connection. The
+// frontend goroutine owns stmts, portals and txn; mu guards the rest.
+type conn struct {
+	proxy  *Proxy
+	id     uint64
+	client net.Conn
+
+	stmts   map[string]string // prepared statement name → text
+	portals map[string]string // portal name → statement text
+	txn     []string          // statements of the open transaction
+
+	mu         sync.Mutex
+	server     net.Conn
+	closed     bool
+	syncPoints int // start-up, Query, FunctionCall and Sync messages forwarded: each gets one ReadyForQuery
+	readyCount int // ReadyForQuery messages seen from the server
+	// dropAfter is -1, or the number of ReadyForQuery messages to forward
+	// before the dropped commit's answer starts: from there on nothing
+	// reaches the client.
+	dropAfter int
+	drop      *Drop
+	dropOnce  sync.Once
+}
+
+// maxStatements bounds the prepared statements and portals remembered per
+// connection (pgx caches 512 statements by default); beyond it, new names
+// are not remembered and their Execute is not recognised as a COMMIT.
+const maxStatements = 4096
+
+func (c *conn) serve() {
+	defer c.closeBoth()
+	server, err := net.DialTimeout("tcp", c.proxy.upstream, c.proxy.cfg.dialTimeout)
+	if err != nil {
+		return // the client sees its connection closed, as with a dead server
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		_ = server.Close()
+		return
+	}
+	c.server = server
+	c.mu.Unlock()
+
+	c.stmts = make(map[string]string)
+	c.portals = make(map[string]string)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer c.closeBoth()
+		c.backend(bufio.NewReader(server), c.client)
+	}()
+	c.frontend(bufio.NewReader(c.client), server)
+	c.closeBoth()
+	<-done
+}
+
+func (c *conn) closeBoth() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	_ = c.client.Close()
+	if c.server != nil {
+		_ = c.server.Close()
+	}
+}
+
+// frontend forwards the client's messages to the server until either side
+// closes or a dropped commit has been sent.
+func (c *conn) frontend(r *bufio.Reader, server net.Conn) {
+	w := bufio.NewWriter(server)
+	if !c.startup(r, w) {
+		return
+	}
+	stopAtSync := false
+	for {
+		h, err := readHeader(r)
+		if err != nil {
+			return
+		}
+		var payload []byte
+		inspect := h.n <= maxParsed && bytes.IndexByte([]byte("QPBECS"), h.typ) >= 0
+		if inspect {
+			payload = make([]byte, h.n)
+			if _, err := io.ReadFull(r, payload); err != nil {
+				return
+			}
+		}
+		stopNow := false
+		switch h.typ {
+		case 'Q':
+			if s, ok := cstrings(payload, 1); ok {
+				stopNow = c.statement(s[0])
+			}
+		case 'P':
+			if s, ok := cstrings(payload, 2); ok {
+				remember(c.stmts, s[0], s[1])
+			}
+		case 'B':
+			if s, ok := cstrings(payload, 2); ok {
+				remember(c.portals, s[0], c.stmts[s[1]])
+			}
+		case 'E':
+			if s, ok := cstrings(payload, 1); ok && c.statement(c.portals[s[0]]) {
+				// The server answers an Execute after the Sync that ends its
+				// group; the Sync still has to reach it.
+				stopAtSync = true
+			}
+		case 'C':
+			if len(payload) > 1 {
+				if s, ok := cstrings(payload[1:], 1); ok {
+					forget(c.stmts, c.portals, payload[0], s[0])
+				}
+			}
+		}
+		if _, err := w.Write(h.bytes()); err != nil {
+			return
+		}
+		if inspect {
+			_, err = w.Write(payload)
+		} else {
+			_, err = io.CopyN(w, r, int64(h.n))
+		}
+		if err != nil {
+			return
+		}
+		if h.typ == 'Q' || h.typ == 'S' || h.typ == 'F' {
+			c.mu.Lock()
+			c.syncPoints++
+			c.mu.Unlock()
+		}
+		if r.Buffered() == 0 || stopNow || (stopAtSync && h.typ == 'S') {
+			if err := w.Flush(); err != nil {
+				return
+			}
+		}
+		if stopNow || (stopAtSync && h.typ == 'S') || h.typ == 'X' {
+			// Nothing more goes upstream on this connection: wait for the
+			// backend side to finish the drop and close both.
+			_, _ = io.Copy(io.Discard, r)
+			return
+		}
+	}
+}
+
+// startup handles the untyped start-up messages: encryption requests get a
+// "no" from the proxy, a cancel request or a start-up message goes
+// upstream. It reports whether typed messages follow.
+func (c *conn) startup(r *bufio.Reader, w *bufio.Writer) bool {
+	for {
+		msg, code, err := readStartup(r)
+		if err != nil {
+			return false
+		}
+		if code == sslRequestCode || code == gssEncRequestCode {
+			if _, err := c.client.Write([]byte{'N'}); err != nil {
+				return false
+			}
+			continue
+		}
+		if _, err := w.Write(msg); err != nil {
+			return false
+		}
+		if err := w.Flush(); err != nil {
+			return false
+		}
+		if code == cancelRequestCode {
+			_, _ = io.Copy(io.Discard, r)
+			return false
+		}
+		// The server ends the start-up (authentication, parameters) with a
+		// ReadyForQuery of its own.
+		c.mu.Lock()
+		c.syncPoints++
+		c.mu.Unlock()
+		return true
+	}
+}
+
+// statement tracks one statement about to be forwarded and, if it is a
+// COMMIT the proxy is armed for, starts dropping: it reports whether the
+// commit's answer will be dropped.
+func (c *conn) statement(sql string) bool {
+	if sql == "" {
+		return false
+	}
+	if !isCommit(sql) {
+		if endsOrStartsTxn(sql) {
+			c.txn = c.txn[:0]
+		} else if len(c.txn) < maxTxnStatements {
+			c.txn = append(c.txn, sql)
+		}
+		return false
+	}
+	commit := Commit{Conn: c.id, Statements: append([]string(nil), c.txn...)}
+	c.txn = c.txn[:0]
+	if !c.proxy.shouldDrop(commit) {
+		return false
+	}
+	c.mu.Lock()
+	// Set before the COMMIT goes upstream, so the server's answer cannot
+	// overtake the decision.
+	c.dropAfter = c.syncPoints
+	c.drop = &Drop{Commit: commit}
+	c.mu.Unlock()
+	time.AfterFunc(c.proxy.cfg.ackTimeout, func() { c.finishDrop("") })
+	return true
+}
+
+// finishDrop records the dropped commit with the server's answer and closes
+// both connections; the first call wins.
+func (c *conn) finishDrop(answer string) {
+	c.dropOnce.Do(func() {
+		c.mu.Lock()
+		d := *c.drop
+		c.mu.Unlock()
+		d.Answer = answer
+		c.closeBoth()
+		d.At = time.Now()
+		c.proxy.recordDrop(d)
+	})
+}
+
+// backend forwards the server's messages to the client, except the answer
+// of a dropped commit, which it reads to learn the outcome and discards.
+func (c *conn) backend(r *bufio.Reader, client net.Conn) {
+	w := bufio.NewWriter(client)
+	answer := ""
+	for {
+		h, err := readHeader(r)
+		if err != nil {
+			return
+		}
+		c.mu.Lock()
+		suppress := c.dropAfter >= 0 && c.readyCount >= c.dropAfter
+		if h.typ == 'Z' {
+			c.readyCount++
+		}
+		c.mu.Unlock()
+		if !suppress {
+			if _, err := w.Write(h.bytes()); err != nil {
+				return
+			}
+			if _, err := io.CopyN(w, r, int64(h.n)); err != nil {
+				return
+			}
+			if r.Buffered() == 0 {
+				if err := w.Flush(); err != nil {
+					return
+				}
+			}
+			continue
+		}
+		if h.n > maxParsed {
+			if _, err := io.CopyN(io.Discard, r, int64(h.n)); err != nil {
+				return
+			}
+			continue
+		}
+		payload := make([]byte, h.n)
+		if _, err := io.ReadFull(r, payload); err != nil {
+			return
+		}
+		switch h.typ {
+		case 'C':
+			if s, ok := cstrings(payload, 1); ok {
+				answer = s[0]
+			}
+		case 'E':
+			answer = "error: " + errorMessage(payload)
+		case 'Z':
+			// Flush what was forwarded before the drop started, then cut.
+			_ = w.Flush()
+			c.finishDrop(answer)
+			return
+		}
+	}
+}
+
+// errorMessage extracts the message field ('M') of an ErrorResponse.
+func errorMessage(payload []byte) string {
+	for len(payload) > 1 && payload[0] != 0 {
+		field := payload[0]
+		end := bytes.IndexByte(payload[1:], 0)
+		if end < 0 {
+			break
+		}
+		if field == 'M' {
+			return string(payload[1 : 1+end])
+		}
+		payload = payload[2+end:]
+	}
+	return "unreadable error response"
+}
+
+func remember(m map[string]string, name, text string) {
+	if _, ok := m[name]; ok || len(m) < maxStatements {
+		m[name] = text
+	}
+}
+
+// forget drops a closed statement ('S') or portal ('P').
+func forget(stmts, portals map[string]string, kind byte, name string) {
+	switch kind {
+	case 'S':
+		delete(stmts, name)
+	case 'P':
+		delete(portals, name)
+	}
+}

@@ -1,0 +1,288 @@
+package history_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/history"
+)
+
+// t0 is the hand-built histories' time origin; times are milliseconds
+// after it.
+var t0 = time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+
+func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+
+func lines(sku string, q int64) []history.Line { return []history.Line{{SKU: sku, Quantity: q}} }
+
+func place(client int, key string, l []history.Line, from, to int, out history.Outcome) history.Op {
+	if out.Result == history.OK && out.Lines == nil {
+		out.Lines = l
+	}
+	return history.Op{Client: client, Kind: history.Place, Key: key, Lines: l, Invoke: at(from), Complete: at(to), Outcome: out}
+}
+
+func act(client int, kind history.Kind, order string, from, to int, out history.Outcome) history.Op {
+	return history.Op{Client: client, Kind: kind, OrderID: order, Invoke: at(from), Complete: at(to), Outcome: out}
+}
+
+func ok(id string) history.Outcome { return history.Outcome{Result: history.OK, OrderID: id} }
+
+var (
+	done    = history.Outcome{Result: history.OK}
+	unknown = history.Outcome{Result: history.Unknown}
+)
+
+func order(id, key, status string, l []history.Line) history.FinalOrder {
+	return history.FinalOrder{ID: id, Key: key, Status: status, Lines: l, ExpiresAt: at(900_000)}
+}
+
+func check(t *testing.T, ops []history.Op, final history.Final, stock map[string]int64) history.Report {
+	t.Helper()
+	r, err := history.Check(ops, final, stock, history.WithTimeout(5*time.Second))
+	if err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	if len(r.Undecided) > 0 {
+		t.Fatalf("undecided: %v", r.Undecided)
+	}
+	return r
+}
+
+// mustFind fails unless the report has a violation of rule on sku whose
+// message contains every fragment.
+func mustFind(t *testing.T, r history.Report, sku string, rule history.Rule, fragments ...string) {
+	t.Helper()
+	for _, v := range r.Violations {
+		if v.SKU != sku || v.Rule != rule {
+			continue
+		}
+		all := true
+		for _, f := range fragments {
+			all = all && strings.Contains(v.Message, f)
+		}
+		if all {
+			return
+		}
+	}
+	t.Fatalf("no %s violation on %s mentioning %q in:\n%s", rule, sku, fragments, r)
+}
+
+// TestCorrectConcurrentHistoryPasses: overlapping places on two SKUs, a
+// multi-line order, a refusal for stock, confirm, cancel, an expiry the
+// reaper did, and two unknown outcomes (one happened, one did not).
+func TestCorrectConcurrentHistoryPasses(t *testing.T) {
+	ab := []history.Line{{SKU: "a", Quantity: 1}, {SKU: "b", Quantity: 2}}
+	ops := []history.Op{
+		place(0, "k1", lines("a", 2), 0, 30, ok("o1")),
+		place(1, "k2", ab, 10, 40, ok("o2")),
+		// Concurrent with both: only 1 "a" is left whichever went first.
+		place(2, "k3", lines("a", 2), 20, 50, history.Outcome{Result: history.Failed, Code: history.CodeInsufficientStock, SKU: "a"}),
+		act(0, history.Confirm, "o1", 60, 70, done),
+		act(1, history.Cancel, "o2", 60, 80, done),
+		// Cancelling a cancelled order answers 200.
+		act(1, history.Cancel, "o2", 90, 95, done),
+		// Confirming a cancelled one is refused.
+		act(2, history.Confirm, "o2", 100, 110, history.Outcome{Result: history.Failed, Code: history.CodeInvalidTransition}),
+		// Timed out, yet placed: the final read has its order.
+		place(3, "k4", lines("b", 1), 120, 0, unknown),
+		// Timed out and never placed.
+		place(4, "k5", lines("b", 1), 130, 0, unknown),
+		// Placed, then expired by the reaper (only the final read says so).
+		place(5, "k6", lines("b", 3), 140, 150, ok("o6")),
+	}
+	final := history.Final{
+		At: at(1_000_000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusConfirmed, lines("a", 2)),
+			order("o2", "k2", history.StatusCancelled, ab),
+			order("o4", "k4", history.StatusReserved, lines("b", 1)),
+			order("o6", "k6", history.StatusExpired, lines("b", 3)),
+		},
+		SKUs: []history.FinalSKU{
+			{SKU: "a", Available: 1, Held: 0, Sold: 2},
+			{SKU: "b", Available: 9, Held: 1, Sold: 0},
+		},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 3, "b": 10})
+	if !r.OK() {
+		t.Fatalf("correct history rejected:\n%s", r)
+	}
+}
+
+func TestOversellReported(t *testing.T) {
+	// Two acknowledged orders for the last unit: both clients read 1, both
+	// wrote 0 (the lost update that lets an oversell through).
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 20, ok("o1")),
+		place(1, "k2", lines("a", 1), 5, 25, ok("o2")),
+	}
+	final := history.Final{
+		At: at(1000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusReserved, lines("a", 1)),
+			order("o2", "k2", history.StatusReserved, lines("a", 1)),
+		},
+		SKUs: []history.FinalSKU{{SKU: "a", Available: 0, Held: 1, Sold: 0}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 1})
+	mustFind(t, r, "a", history.RuleUnits, "oversold: 2 units", "stock 1", "o1", "o2")
+	mustFind(t, r, "a", history.RuleLinearizable, "needs 1 available and 0 are")
+	t.Log(r)
+}
+
+func TestLostUpdateReported(t *testing.T) {
+	// An acknowledged cancel whose unit never came back to available.
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 10, ok("o1")),
+		act(0, history.Cancel, "o1", 20, 30, done),
+	}
+	final := history.Final{
+		At:     at(1000),
+		Orders: []history.FinalOrder{order("o1", "k1", history.StatusCancelled, lines("a", 1))},
+		SKUs:   []history.FinalSKU{{SKU: "a", Available: 1, Held: 0, Sold: 0}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 2})
+	mustFind(t, r, "a", history.RuleLinearizable,
+		"final read (available 1, held 0, sold 0", "does not match the model (available 2, held 0, sold 0",
+		"cancel o1")
+	if len(r.Violations) != 1 {
+		t.Errorf("want only the linearizability violation:\n%s", r)
+	}
+	t.Log(r)
+}
+
+func TestDoubledOrderReported(t *testing.T) {
+	// The client's retry with the same key was placed a second time.
+	ops := []history.Op{place(0, "k1", lines("a", 1), 0, 50, ok("o1"))}
+	final := history.Final{
+		At: at(1000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusReserved, lines("a", 1)),
+			order("o9", "k1", history.StatusReserved, lines("a", 1)),
+		},
+		SKUs: []history.FinalSKU{{SKU: "a", Available: 3, Held: 2, Sold: 0}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 5})
+	mustFind(t, r, "a", history.RuleOrders, "one placement made 2 orders", `key "k1"`, "o1, o9")
+	mustFind(t, r, "a", history.RuleLinearizable, "final read (available 3, held 2")
+	t.Log(r)
+}
+
+func TestMissingAndPhantomOrders(t *testing.T) {
+	ops := []history.Op{place(0, "k1", lines("a", 1), 0, 50, ok("o1"))}
+	final := history.Final{
+		At:     at(1000),
+		Orders: []history.FinalOrder{order("o7", "k7", history.StatusReserved, lines("a", 1))},
+		SKUs:   []history.FinalSKU{{SKU: "a", Available: 4, Held: 1, Sold: 0}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 5})
+	mustFind(t, r, "a", history.RuleOrders, "acknowledged order o1 is missing")
+	mustFind(t, r, "a", history.RuleOrders, "order o7", "placed by no recorded operation")
+}
+
+func TestTransitionsReported(t *testing.T) {
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 10, ok("o1")),
+		act(0, history.Confirm, "o1", 20, 30, done),
+		act(1, history.Cancel, "o1", 25, 35, done),
+		act(2, history.Confirm, "nobody", 40, 50, done),
+	}
+	final := history.Final{
+		At:     at(1000),
+		Orders: []history.FinalOrder{order("o1", "k1", history.StatusConfirmed, lines("a", 1))},
+		SKUs:   []history.FinalSKU{{SKU: "a", Available: 0, Held: 0, Sold: 1}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 1})
+	mustFind(t, r, "a", history.RuleTransitions, "order o1 went two ways", "confirm", "cancel")
+	mustFind(t, r, "?", history.RuleTransitions, "order nobody was never placed")
+	mustFind(t, r, "a", history.RuleLinearizable, "cancel o1")
+}
+
+// TestUnknownMayOrMayNotHappen: the same unknown placement passes whether
+// the final read shows its order or not, but not when the counters moved
+// while no order exists.
+func TestUnknownMayOrMayNotHappen(t *testing.T) {
+	ops := []history.Op{place(0, "k1", lines("a", 1), 0, 0, unknown)}
+	stock := map[string]int64{"a": 1}
+	happened := history.Final{
+		At:     at(1000),
+		Orders: []history.FinalOrder{order("o1", "k1", history.StatusReserved, lines("a", 1))},
+		SKUs:   []history.FinalSKU{{SKU: "a", Available: 0, Held: 1}},
+	}
+	if r := check(t, ops, happened, stock); !r.OK() {
+		t.Fatalf("unknown that happened:\n%s", r)
+	}
+	notHappened := history.Final{At: at(1000), SKUs: []history.FinalSKU{{SKU: "a", Available: 1}}}
+	if r := check(t, ops, notHappened, stock); !r.OK() {
+		t.Fatalf("unknown that did not happen:\n%s", r)
+	}
+	// Counters that moved with no order to show for it.
+	ghost := history.Final{At: at(1000), SKUs: []history.FinalSKU{{SKU: "a", Available: 0, Held: 1}}}
+	r := check(t, ops, ghost, stock)
+	mustFind(t, r, "a", history.RuleLinearizable, "does not match")
+}
+
+func TestInvalidHistory(t *testing.T) {
+	stock := map[string]int64{"a": 1}
+	final := history.Final{At: at(1000)}
+	for name, ops := range map[string][]history.Op{
+		"completes before invoked": {place(0, "k", lines("a", 1), 50, 10, ok("o"))},
+		"completes after read":     {place(0, "k", lines("a", 1), 50, 2000, ok("o"))},
+		"SKU without stock":        {place(0, "k", lines("zz", 1), 0, 10, ok("o"))},
+		"zero quantity":            {place(0, "k", lines("a", 0), 0, 10, ok("o"))},
+		"duplicate key":            {place(0, "k", lines("a", 1), 0, 10, ok("o")), place(1, "k", lines("a", 1), 0, 10, ok("p"))},
+	} {
+		if _, err := history.Check(ops, final, stock); !errors.Is(err, history.ErrInvalidHistory) {
+			t.Errorf("%s: err = %v, want ErrInvalidHistory", name, err)
+		}
+	}
+}
+
+func TestVisualizationWritten(t *testing.T) {
+	dir := t.TempDir()
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 20, ok("o1")),
+		place(1, "k2", lines("a", 1), 5, 25, ok("o2")),
+	}
+	final := history.Final{At: at(1000), SKUs: []history.FinalSKU{{SKU: "a", Held: 2}}}
+	if _, err := history.Check(ops, final, map[string]int64{"a": 1}, history.WithVisualization(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "a.html")); err != nil || fi.Size() == 0 {
+		t.Fatalf("visualization: %v", err)
+	}
+}
+
+// TestRecorder: concurrent clients record through one History; an
+// operation never completed stays unknown.
+func TestRecorder(t *testing.T) {
+	var h history.History
+	var wg sync.WaitGroup
+	for c := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := h.Invoke(history.Op{Client: c, Kind: history.Place, Key: string(rune('a' + c)), Lines: lines("a", 1)})
+			if c%2 == 0 {
+				h.Complete(id, history.Outcome{Result: history.OK, OrderID: "o"})
+			}
+		}()
+	}
+	wg.Wait()
+	ops := h.Ops()
+	if len(ops) != 8 {
+		t.Fatalf("%d ops, want 8", len(ops))
+	}
+	for _, op := range ops {
+		wantDone := op.Client%2 == 0
+		if (op.Outcome.Result == history.OK) != wantDone || op.Complete.IsZero() == wantDone || op.Invoke.IsZero() {
+			t.Errorf("client %d: %+v", op.Client, op)
+		}
+	}
+}

@@ -1,0 +1,207 @@
+package history
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// add records a violation on every SKU of lines (the first SKU alone would
+// hide it from a per-SKU reader of the report).
+func (r *Report) add(rule Rule, lines []Line, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	skus := skusOf(lines)
+	if len(skus) == 0 {
+		skus = []string{"?"}
+	}
+	for _, sku := range skus {
+		r.Violations = append(r.Violations, Violation{SKU: sku, Rule: rule, Message: msg})
+	}
+}
+
+// checkOrders: every acknowledged order exists exactly once with its lines,
+// one key never made two orders, and every order was placed by someone.
+func (x *index) checkOrders(r *Report) {
+	for i, op := range x.ops {
+		if op.Kind != Place || op.Outcome.Result != OK {
+			continue
+		}
+		id := op.Outcome.OrderID
+		switch f := x.finalByID[id]; len(f) {
+		case 0:
+			r.add(RuleOrders, x.linesOf(i), "acknowledged order %s is missing from the final read (%s)", id, x.describeOperation(i))
+		case 1:
+			got := x.final.Orders[f[0]].Lines
+			if !sameLines(got, x.linesOf(i)) {
+				r.add(RuleOrders, append(slices.Clone(got), x.linesOf(i)...),
+					"acknowledged order %s has lines %s in the final read, acknowledged with %s (%s)",
+					id, formatLines(got), formatLines(x.linesOf(i)), x.describeOperation(i))
+			}
+		default:
+			r.add(RuleOrders, x.linesOf(i), "acknowledged order %s appears %d times in the final read (%s)", id, len(f), x.describeOperation(i))
+		}
+	}
+	keys := make([]string, 0, len(x.finalByKey))
+	for k := range x.finalByKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		f := x.finalByKey[k]
+		if len(f) < 2 {
+			continue
+		}
+		var ids []string
+		var lines []Line
+		for _, j := range f {
+			ids = append(ids, x.final.Orders[j].ID)
+			lines = append(lines, x.final.Orders[j].Lines...)
+		}
+		who := "no recorded operation"
+		if p, ok := x.placeByKey[k]; ok {
+			who = x.describeOperation(p)
+		}
+		r.add(RuleOrders, lines, "one placement made %d orders: key %q has orders %s in the final read (%s)",
+			len(f), k, strings.Join(ids, ", "), who)
+	}
+	for _, o := range x.final.Orders {
+		if _, ok := x.placeOf[o.ID]; ok {
+			continue
+		}
+		if _, ok := x.placeByKey[o.Key]; ok && o.Key != "" {
+			continue // a doubled key, reported above
+		}
+		r.add(RuleOrders, o.Lines, "order %s (key %q, %s %s) in the final read was placed by no recorded operation",
+			o.ID, o.Key, o.Status, formatLines(o.Lines))
+	}
+}
+
+// returned reports whether the order's units went back to stock: an
+// acknowledged cancel, or a final status of cancelled or expired.
+func (x *index) returned(id string) bool {
+	if o, ok := x.finalOrder(id); ok && (o.Status == StatusCancelled || o.Status == StatusExpired) {
+		return true
+	}
+	for _, op := range x.ops {
+		if op.Kind == Cancel && op.OrderID == id && op.Outcome.Result == OK {
+			return true
+		}
+	}
+	return false
+}
+
+// checkUnits: the units of acknowledged orders that did not go back to
+// stock never exceed the SKU's stock.
+func (x *index) checkUnits(r *Report) {
+	for _, sku := range x.skus {
+		var units int64
+		var orders []string
+		for i, op := range x.ops {
+			if op.Kind != Place || op.Outcome.Result != OK || x.returned(op.Outcome.OrderID) {
+				continue
+			}
+			if q := quantity(x.linesOf(i), sku); q > 0 {
+				units += q
+				orders = append(orders, fmt.Sprintf("%s ×%d (client %d, %s–%s)",
+					op.Outcome.OrderID, q, op.Client, x.rel(op.Invoke), x.rel(op.Complete)))
+			}
+		}
+		if units > x.stock[sku] {
+			r.Violations = append(r.Violations, Violation{SKU: sku, Rule: RuleUnits, Message: fmt.Sprintf(
+				"oversold: %d units acknowledged and never returned, stock %d: %s",
+				units, x.stock[sku], strings.Join(orders, "; "))})
+		}
+	}
+}
+
+// checkTransitions: confirm and cancel act on orders someone placed, an
+// order is never both confirmed and cancelled, and the final status agrees
+// with the acknowledged transitions.
+func (x *index) checkTransitions(r *Report) {
+	type acts struct{ confirmed, cancelled, expired, mayConfirm, mayCancel []int }
+	byOrder := map[string]*acts{}
+	var ids []string
+	for i, op := range x.ops {
+		if op.Kind == Place {
+			continue
+		}
+		a := byOrder[op.OrderID]
+		if a == nil {
+			a = &acts{}
+			byOrder[op.OrderID] = a
+			ids = append(ids, op.OrderID)
+		}
+		ok, maybe := op.Outcome.Result == OK, op.Outcome.Result == Unknown
+		switch {
+		case op.Kind == Confirm && ok:
+			a.confirmed = append(a.confirmed, i)
+		case op.Kind == Confirm && maybe:
+			a.mayConfirm = append(a.mayConfirm, i)
+		case op.Kind == Cancel && ok:
+			a.cancelled = append(a.cancelled, i)
+		case op.Kind == Cancel && maybe:
+			a.mayCancel = append(a.mayCancel, i)
+		case op.Kind == Expire && ok:
+			a.expired = append(a.expired, i)
+		}
+	}
+	for _, o := range x.final.Orders {
+		if byOrder[o.ID] == nil {
+			byOrder[o.ID] = &acts{}
+			ids = append(ids, o.ID)
+		}
+	}
+	for _, id := range ids {
+		a := byOrder[id]
+		final, inFinal := x.finalOrder(id)
+		var lines []Line
+		if p, ok := x.placeOf[id]; ok {
+			lines = x.linesOf(p)
+		} else if inFinal {
+			lines = final.Lines
+		}
+		acked := len(a.confirmed) + len(a.cancelled) + len(a.expired)
+		if _, placed := x.placeOf[id]; !placed && !inFinal && acked > 0 {
+			first := slices.Concat(a.confirmed, a.cancelled, a.expired)[0]
+			r.add(RuleTransitions, lines, "order %s was never placed, yet %s", id, x.describeOperation(first))
+			continue
+		}
+		kinds := 0
+		for _, l := range [][]int{a.confirmed, a.cancelled, a.expired} {
+			if len(l) > 0 {
+				kinds++
+			}
+		}
+		if kinds > 1 {
+			var what []string
+			for _, i := range slices.Concat(a.confirmed, a.cancelled, a.expired) {
+				what = append(what, x.describeOperation(i))
+			}
+			r.add(RuleTransitions, lines, "order %s went two ways: %s", id, strings.Join(what, "; "))
+			continue
+		}
+		if !inFinal {
+			continue // a missing order is reported by checkOrders
+		}
+		want := ""
+		switch {
+		case len(a.confirmed) > 0:
+			want = StatusConfirmed
+		case len(a.cancelled) > 0:
+			want = StatusCancelled
+		case len(a.expired) > 0:
+			want = StatusExpired
+		}
+		switch {
+		case want != "" && final.Status != want:
+			r.add(RuleTransitions, lines, "order %s was acknowledged %s but the final read says %s", id, want, final.Status)
+		case want == "" && final.Status == StatusConfirmed && len(a.mayConfirm) == 0:
+			r.add(RuleTransitions, lines, "order %s is confirmed, but nobody asked to confirm it", id)
+		case want == "" && final.Status == StatusCancelled && len(a.mayCancel) == 0:
+			r.add(RuleTransitions, lines, "order %s is cancelled, but nobody asked to cancel it", id)
+		case final.Status == StatusExpired && final.ExpiresAt.After(x.final.At):
+			r.add(RuleTransitions, lines, "order %s expired before its hold ran out (expires_at %s, read at %s)",
+				id, final.ExpiresAt.Format("15:04:05.000"), x.final.At.Format("15:04:05.000"))
+		}
+	}
+}
