@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Local stack for stockguard: five independent Redis masters, a three-node
-# ZooKeeper ensemble and a PostgreSQL cluster, all on 127.0.0.1, all started
-# by hand from Debian's packages (never through systemd or service scripts).
+# ZooKeeper ensemble, a three-member etcd cluster and a PostgreSQL cluster, all
+# on 127.0.0.1, all started by hand from Debian's packages (never through
+# systemd or service scripts).
 #
 #   eval "$(scripts/stack.sh up)"   start what is not running, print env lines
 #   scripts/stack.sh status         one line per server; non-zero if any is down
@@ -17,6 +18,8 @@ REDIS_PORTS=${STOCKGUARD_STACK_REDIS_PORTS:-6391,6392,6393,6394,6395}
 ZK_PORTS=${STOCKGUARD_STACK_ZK_PORTS:-2181,2182,2183}
 ZK_QUORUM_PORTS=${STOCKGUARD_STACK_ZK_QUORUM_PORTS:-2881,2882,2883}
 ZK_ELECTION_PORTS=${STOCKGUARD_STACK_ZK_ELECTION_PORTS:-3881,3882,3883}
+ETCD_PORTS=${STOCKGUARD_STACK_ETCD_PORTS:-2379,2479,2579}
+ETCD_PEER_PORTS=${STOCKGUARD_STACK_ETCD_PEER_PORTS:-2380,2480,2580}
 PG_PORT=${STOCKGUARD_STACK_PG_PORT:-5433}
 PG_DB=stockguard
 WAIT_SECS=30
@@ -48,9 +51,12 @@ split_ports REDIS_PORT_LIST "$REDIS_PORTS"
 split_ports ZK_PORT_LIST "$ZK_PORTS"
 split_ports ZK_QUORUM_LIST "$ZK_QUORUM_PORTS"
 split_ports ZK_ELECTION_LIST "$ZK_ELECTION_PORTS"
+split_ports ETCD_PORT_LIST "$ETCD_PORTS"
+split_ports ETCD_PEER_LIST "$ETCD_PEER_PORTS"
 [[ $PG_PORT =~ ^[0-9]+$ ]] || die "bad postgres port '$PG_PORT'"
 ((${#ZK_PORT_LIST[@]} == ${#ZK_QUORUM_LIST[@]} && ${#ZK_PORT_LIST[@]} == ${#ZK_ELECTION_LIST[@]})) ||
 	die "ZooKeeper client, quorum and election port lists differ in length"
+((${#ETCD_PORT_LIST[@]} == ${#ETCD_PEER_LIST[@]})) || die "etcd client and peer port lists differ in length"
 
 join_addrs() { # port... -> 127.0.0.1:p1,127.0.0.1:p2
 	local IFS=,
@@ -111,6 +117,36 @@ zk_mode() { # port -> leader|follower|standalone (only once a quorum exists)
 	out=$(sed -n 's/^Mode: //p' <<<"$out")
 	[[ $out == leader || $out == follower || $out == standalone ]] || return 1
 	echo "$out"
+}
+
+# etcd_http port method path [body] -> the response body on stdout. etcd's
+# gRPC gateway answers JSON over plain HTTP/1.1 on the client port.
+etcd_http() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		local body=${4:-}
+		printf '%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s' \
+			"$2" "$3" "${#body}" "$body" >&3
+		local line status=""
+		IFS= read -r -t 1 status <&3 || exit 1
+		[[ $status == "HTTP/1.1 200"* ]] || exit 1
+		while IFS= read -r -t 1 line <&3 && [[ $line != $'\r' ]]; do :; done
+		line=""
+		IFS= read -r -t 1 line <&3 || true
+		printf '%s\n' "$line"
+	) 2>/dev/null
+}
+
+# etcd_role port -> leader|follower, only while the member serves (its
+# /health says true, which needs a leader) and the cluster has a leader.
+etcd_role() {
+	local out me leader
+	[[ $(etcd_http "$1" GET /health) == *'"health":"true"'* ]] || return 1
+	out=$(etcd_http "$1" POST /v3/maintenance/status '{}') || return 1
+	me=$(sed -n 's/.*"member_id":"\([0-9]*\)".*/\1/p' <<<"$out")
+	leader=$(sed -n 's/.*"leader":"\([0-9]*\)".*/\1/p' <<<"$out")
+	[[ -n $me && -n $leader && $leader != 0 ]] || return 1
+	if [[ $me == "$leader" ]]; then echo leader; else echo follower; fi
 }
 
 pg_ready() {
@@ -177,14 +213,15 @@ ensure_packages() {
 	[[ -f $JAVA_DIR/zookeeper.jar ]] || pkgs+=(libzookeeper-java)
 	[[ -f $JAVA_DIR/slf4j-log4j12.jar ]] || pkgs+=(libslf4j-java)
 	[[ -f $JAVA_DIR/log4j-1.2.jar ]] || pkgs+=(liblog4j1.2-java)
+	command -v etcd >/dev/null 2>&1 || pkgs+=(etcd-server)
 	local need_pg=0
 	find_pg_bin >/dev/null || need_pg=1
 	((${#pkgs[@]} || need_pg)) || return 0
 
 	((EUID == 0)) || die "missing packages (${pkgs[*]} $( ((need_pg)) && echo postgresql)); run this once as root to install them"
 	export DEBIAN_FRONTEND=noninteractive
-	# Without a policy-rc.d the packages' postinst would start redis-server and
-	# postgresql through their service scripts; the stack starts its own.
+	# Without a policy-rc.d the packages' postinst would start redis-server,
+	# etcd and postgresql through their service scripts; the stack starts its own.
 	if [[ ! -e /usr/sbin/policy-rc.d ]]; then
 		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
 		chmod 755 /usr/sbin/policy-rc.d
@@ -206,6 +243,7 @@ ensure_packages() {
 	command -v redis-server >/dev/null 2>&1 || die "redis-server still missing after install"
 	command -v java >/dev/null 2>&1 || die "java still missing after install"
 	[[ -f $JAVA_DIR/zookeeper.jar ]] || die "$JAVA_DIR/zookeeper.jar still missing after install"
+	command -v etcd >/dev/null 2>&1 || die "etcd still missing after install"
 	find_pg_bin >/dev/null || die "PostgreSQL binaries still missing under /usr/lib/postgresql/*/bin"
 }
 
@@ -338,6 +376,73 @@ wait_zk() {
 	die "zookeeper ensemble did not elect a leader within ${WAIT_SECS}s"
 }
 
+# --- etcd --------------------------------------------------------------------
+
+etcd_dir() { echo "$STACK_DIR/etcd/$1"; }
+etcd_pid() { alive_pid "$(etcd_dir "$1")/etcd.pid" etcd "--data-dir $(etcd_dir "$1")/data "; }
+
+etcd_initial_cluster() {
+	local i out=()
+	for ((i = 1; i <= ${#ETCD_PORT_LIST[@]}; i++)); do
+		out+=("etcd$i=http://127.0.0.1:${ETCD_PEER_LIST[i - 1]}")
+	done
+	local IFS=,
+	echo "${out[*]}"
+}
+
+start_etcd() { # id (1-based)
+	local id=$1 d pid client peer
+	d=$(etcd_dir "$id")
+	client=http://127.0.0.1:${ETCD_PORT_LIST[id - 1]}
+	peer=http://127.0.0.1:${ETCD_PEER_LIST[id - 1]}
+	mkdir -p "$d"
+	if pid=$(etcd_pid "$id"); then
+		log "etcd 127.0.0.1:${ETCD_PORT_LIST[id - 1]} already running (pid $pid)"
+		return 0
+	fi
+	rm -f "$d/etcd.pid"
+	log "starting etcd 127.0.0.1:${ETCD_PORT_LIST[id - 1]} (member etcd$id)"
+	# Loopback heartbeats every 50 ms and elections after 500 ms, like the
+	# ensemble's 200 ms tick: a killed leader is replaced in about a second.
+	# The --initial-* flags only matter on the first start; afterwards the
+	# member reads the cluster from its data dir. Compaction keeps the
+	# revisions that load tests create from filling the backend.
+	setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' etcd "$d/etcd.pid" \
+		etcd --name "etcd$id" --data-dir "$d/data" \
+		--listen-client-urls "$client" --advertise-client-urls "$client" \
+		--listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
+		--initial-cluster "$(etcd_initial_cluster)" --initial-cluster-token stockguard \
+		--initial-cluster-state new \
+		--heartbeat-interval 50 --election-timeout 500 \
+		--auto-compaction-mode periodic --auto-compaction-retention 5m \
+		--logger zap --log-outputs stderr \
+		</dev/null >>"$d/etcd.log" 2>&1 9>&- &
+}
+
+wait_etcd() {
+	local i id n=${#ETCD_PORT_LIST[@]} ready leaders role
+	for ((i = 0; i < WAIT_SECS * 10; i++)); do
+		ready=0 leaders=0
+		for ((id = 1; id <= n; id++)); do
+			if ! etcd_pid "$id" >/dev/null; then
+				if ((i >= 20)); then
+					tail_log "$(etcd_dir "$id")/etcd.log"
+					die "etcd member $id (port ${ETCD_PORT_LIST[id - 1]}) exited; is one of its ports used by another process?"
+				fi
+				continue
+			fi
+			if role=$(etcd_role "${ETCD_PORT_LIST[id - 1]}"); then
+				ready=$((ready + 1))
+				[[ $role == leader ]] && leaders=$((leaders + 1))
+			fi
+		done
+		((ready == n && leaders == 1)) && return 0
+		sleep 0.1
+	done
+	for ((id = 1; id <= n; id++)); do tail_log "$(etcd_dir "$id")/etcd.log"; done
+	die "etcd cluster did not answer with a leader within ${WAIT_SECS}s"
+}
+
 # --- postgres ----------------------------------------------------------------
 
 pg_pid() { alive_pid "$PG_DATA/postmaster.pid" postgres "$PG_DATA"; }
@@ -430,15 +535,18 @@ cmd_up() {
 	# Start everything first and wait afterwards: the servers boot in parallel.
 	for port in "${REDIS_PORT_LIST[@]}"; do start_redis "$port"; done
 	for ((id = 1; id <= ${#ZK_PORT_LIST[@]}; id++)); do start_zk "$id"; done
+	for ((id = 1; id <= ${#ETCD_PORT_LIST[@]}; id++)); do start_etcd "$id"; done
 	start_pg
 
 	for port in "${REDIS_PORT_LIST[@]}"; do wait_redis "$port"; done
 	wait_zk
+	wait_etcd
 	wait_pg
 	log "all servers answer"
 
 	echo "export STOCKGUARD_REDIS_ADDRS=$(join_addrs "${REDIS_PORT_LIST[@]}")"
 	echo "export STOCKGUARD_ZK_SERVERS=$(join_addrs "${ZK_PORT_LIST[@]}")"
+	echo "export STOCKGUARD_ETCD_ENDPOINTS=$(join_addrs "${ETCD_PORT_LIST[@]}")"
 	echo "export STOCKGUARD_DATABASE_URL=postgres://postgres@127.0.0.1:$PG_PORT/$PG_DB?sslmode=disable"
 }
 
@@ -459,6 +567,15 @@ cmd_status() {
 			echo "zookeeper 127.0.0.1:$port up (pid $pid, $mode)"
 		else
 			echo "zookeeper 127.0.0.1:$port DOWN"
+			down=1
+		fi
+	done
+	for ((id = 1; id <= ${#ETCD_PORT_LIST[@]}; id++)); do
+		port=${ETCD_PORT_LIST[id - 1]}
+		if pid=$(etcd_pid "$id") && mode=$(etcd_role "$port"); then
+			echo "etcd      127.0.0.1:$port up (pid $pid, $mode)"
+		else
+			echo "etcd      127.0.0.1:$port DOWN"
 			down=1
 		fi
 	done
@@ -493,6 +610,11 @@ cmd_down() {
 			kill -TERM "$pid" && pids+=("$pid") && names+=("zookeeper :${ZK_PORT_LIST[id - 1]}")
 		fi
 	done
+	for ((id = 1; id <= ${#ETCD_PORT_LIST[@]}; id++)); do
+		if pid=$(etcd_pid "$id"); then
+			kill -TERM "$pid" && pids+=("$pid") && names+=("etcd :${ETCD_PORT_LIST[id - 1]}")
+		fi
+	done
 	if pid=$(pg_pid); then
 		# SIGINT is postgres' "fast" shutdown; SIGTERM ("smart") would wait for
 		# every client to disconnect.
@@ -514,6 +636,7 @@ cmd_down() {
 	done
 	for port in "${REDIS_PORT_LIST[@]}"; do rm -f "$(redis_dir "$port")/redis.pid"; done
 	for ((id = 1; id <= ${#ZK_PORT_LIST[@]}; id++)); do rm -f "$(zk_dir "$id")/zk.pid"; done
+	for ((id = 1; id <= ${#ETCD_PORT_LIST[@]}; id++)); do rm -f "$(etcd_dir "$id")/etcd.pid"; done
 	((${#pids[@]})) || log "no running server found"
 
 	if ((purge)); then

@@ -19,7 +19,7 @@ func newLocker(ctx context.Context, c *config, reg prometheus.Registerer, log *s
 	if err == nil {
 		var l lock.Locker
 		l, err = b.New(ctx, backends.Params{RedisAddrs: cliflag.SplitList(c.redisAddrs), ZKServers: cliflag.SplitList(c.zkServers),
-			DatabaseURL: c.databaseURL, TTL: c.lockTTL, Registerer: reg, Logger: log})
+			EtcdEndpoints: cliflag.SplitList(c.etcdEndpoints), DatabaseURL: c.databaseURL, TTL: c.lockTTL, Registerer: reg, Logger: log})
 		if err == nil {
 			return l, nil
 		}

@@ -16,32 +16,36 @@ import (
 
 // config is every serve/migrate setting.
 type config struct {
-	addr         string
-	lock         string
-	fencing      string
-	lockTTL      time.Duration
-	lockWait     time.Duration
-	redisAddrs   string
-	zkServers    string
-	databaseURL  string
-	adminToken   string
-	chaos        bool
-	logLevel     string
-	reapInterval time.Duration
-	dbMaxConns   int
-	coalesce     string
-	coalesceCfg  inventory.Coalescing
+	addr          string
+	lock          string
+	fencing       string
+	lockTTL       time.Duration
+	lockWait      time.Duration
+	redisAddrs    string
+	zkServers     string
+	etcdEndpoints string
+	databaseURL   string
+	adminToken    string
+	chaos         bool
+	logLevel      string
+	reapInterval  time.Duration
+	dbMaxConns    int
+	coalesce      string
+	coalesceCfg   inventory.Coalescing
 }
 
 func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&c.lock, "lock", "redlock", "lock backend: "+strings.Join(backends.Names(), ", "))
 	fs.StringVar(&c.fencing, "fencing", "on", "fence writes with the lease token: on or off (none and local always run off)")
-	fs.DurationVar(&c.lockTTL, "lock-ttl", 10*time.Second, "lease TTL for expiring backends (redis, redlock, postgres idle timeout)")
+	fs.DurationVar(&c.lockTTL, "lock-ttl", 10*time.Second,
+		"lease TTL for expiring backends (redis, redlock, postgres idle timeout, etcd session lease in whole seconds)")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "how long a request waits for its locks before 503 lock_unavailable")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395",
 		"comma-separated Redis masters (redis uses the first)")
 	fs.StringVar(&c.zkServers, "zk-servers", "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183", "comma-separated ZooKeeper servers")
+	fs.StringVar(&c.etcdEndpoints, "etcd-endpoints", "127.0.0.1:2379,127.0.0.1:2479,127.0.0.1:2579",
+		"comma-separated etcd members' client addresses")
 	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable", "PostgreSQL URL")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token required for PUT /v1/skus (empty: no check)")
 	fs.BoolVar(&c.chaos, "chaos", false, "honour the X-Chaos-Pause test header")

@@ -173,6 +173,7 @@ func backendEnv(t *testing.T) []string {
 		"STOCKGUARD_DATABASE_URL=" + stacktest.NewDatabase(t, context.Background()),
 		"STOCKGUARD_REDIS_ADDRS=" + strings.Join(stacktest.RequireRedis(t), ","),
 		"STOCKGUARD_ZK_SERVERS=" + strings.Join(stacktest.RequireZK(t), ","),
+		"STOCKGUARD_ETCD_ENDPOINTS=" + strings.Join(stacktest.RequireEtcd(t), ","),
 		"STOCKGUARD_LOG_LEVEL=warn",
 	}
 }
@@ -182,7 +183,7 @@ func backendEnv(t *testing.T) []string {
 // in-process lock does not.
 func TestThreeProcessHammer(t *testing.T) {
 	const stock, orders, clients = 150, 300, 24
-	for _, backend := range []string{"local", "postgres", "redis", "redlock", "zookeeper"} {
+	for _, backend := range []string{"local", "postgres", "redis", "redlock", "zookeeper", "etcd"} {
 		t.Run(backend, func(t *testing.T) {
 			t.Parallel()
 			env := backendEnv(t)

@@ -5,20 +5,22 @@ import (
 	"strings"
 )
 
-// Environment variables read by RedisAddrs, ZKServers and DatabaseURL;
-// `eval "$(scripts/stack.sh up)"` sets all three.
+// Environment variables read by RedisAddrs, ZKServers, EtcdEndpoints and
+// DatabaseURL; `eval "$(scripts/stack.sh up)"` sets all four.
 const (
-	EnvRedisAddrs  = "STOCKGUARD_REDIS_ADDRS"
-	EnvZKServers   = "STOCKGUARD_ZK_SERVERS"
-	EnvDatabaseURL = "STOCKGUARD_DATABASE_URL"
+	EnvRedisAddrs    = "STOCKGUARD_REDIS_ADDRS"
+	EnvZKServers     = "STOCKGUARD_ZK_SERVERS"
+	EnvEtcdEndpoints = "STOCKGUARD_ETCD_ENDPOINTS"
+	EnvDatabaseURL   = "STOCKGUARD_DATABASE_URL"
 )
 
 // Defaults match what scripts/stack.sh starts when none of its port
 // variables is overridden, so tests work without the eval.
 const (
-	DefaultRedisAddrs  = "127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395"
-	DefaultZKServers   = "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183"
-	DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable"
+	DefaultRedisAddrs    = "127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395"
+	DefaultZKServers     = "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183"
+	DefaultEtcdEndpoints = "127.0.0.1:2379,127.0.0.1:2479,127.0.0.1:2579"
+	DefaultDatabaseURL   = "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable"
 )
 
 // UpCommand is the command that starts the shared stack and exports its
@@ -35,6 +37,12 @@ func RedisAddrs() []string {
 // STOCKGUARD_ZK_SERVERS or DefaultZKServers.
 func ZKServers() []string {
 	return SplitList(envOr(EnvZKServers, DefaultZKServers))
+}
+
+// EtcdEndpoints returns the shared stack's etcd members' client addresses
+// (host:port), from STOCKGUARD_ETCD_ENDPOINTS or DefaultEtcdEndpoints.
+func EtcdEndpoints() []string {
+	return SplitList(envOr(EnvEtcdEndpoints, DefaultEtcdEndpoints))
 }
 
 // DatabaseURL returns the shared stack's Postgres URL, from

@@ -213,6 +213,79 @@ func TestZKEnsembleLeaderFailover(t *testing.T) {
 	}
 }
 
+func TestEtcdClusterLeaderFailover(t *testing.T) {
+	ctx := t.Context()
+	c, err := stack.StartEtcdCluster(ctx, t.TempDir(), 3)
+	mustStart(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+
+	if got := c.Endpoints(); len(got) != 3 {
+		t.Fatalf("Endpoints() = %v, want 3", got)
+	}
+	leader, err := c.Leader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		role, err := c.Member(i).Role(ctx)
+		want := stack.EtcdFollower
+		if i == leader {
+			want = stack.EtcdLeader
+		}
+		if err != nil || role != want {
+			t.Fatalf("member %d role %q, %v; want %q", i, role, err, want)
+		}
+	}
+
+	// A frozen follower answers nothing; the others keep their leader.
+	follower := c.Member((leader + 1) % 3)
+	if err := follower.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	_, err = follower.Role(pctx)
+	cancel()
+	if err == nil {
+		t.Fatal("a SIGSTOPped member answered its status")
+	}
+	if got, err := c.Leader(ctx); err != nil || got != leader {
+		t.Fatalf("leader with a frozen follower %d, %v; want %d", got, err, leader)
+	}
+	if err := follower.Cont(); err != nil {
+		t.Fatal(err)
+	}
+
+	old := c.Member(leader)
+	oldPID := old.PID()
+	if err := old.Kill(); err != nil {
+		t.Fatalf("Kill leader: %v", err)
+	}
+	if err := syscall.Kill(oldPID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("leader pid %d still exists after Kill (kill -0: %v)", oldPID, err)
+	}
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	next, err := c.WaitLeader(wctx)
+	if err != nil {
+		t.Fatalf("no new leader after killing member %d: %v", leader, err)
+	}
+	if next == leader {
+		t.Fatalf("killed member %d still reported as leader", leader)
+	}
+	t.Logf("member %d leads %v after member %d was killed", next, time.Since(start).Round(time.Millisecond), leader)
+
+	if err := old.Restart(ctx); err != nil {
+		t.Fatalf("Restart old leader: %v", err)
+	}
+	if old.PID() == oldPID {
+		t.Fatal("Restart kept the old pid")
+	}
+	if role, err := old.Role(ctx); err != nil || role != stack.EtcdFollower {
+		t.Fatalf("restarted member role %q, %v; want follower", role, err)
+	}
+}
+
 func TestNewDatabase(t *testing.T) {
 	admin := stacktest.RequirePostgres(t)
 	var name string
@@ -253,6 +326,9 @@ func TestRequireSharedStack(t *testing.T) {
 	}
 	if got := stacktest.RequireZK(t); len(got) == 0 {
 		t.Fatal("RequireZK returned no address")
+	}
+	if got := stacktest.RequireEtcd(t); len(got) == 0 {
+		t.Fatal("RequireEtcd returned no address")
 	}
 	if got := stacktest.RequirePostgres(t); got == "" {
 		t.Fatal("RequirePostgres returned no URL")
@@ -304,11 +380,13 @@ func TestRequireFailsOrSkipsWhenDown(t *testing.T) {
 	_ = ln.Close()
 	t.Setenv(stack.EnvRedisAddrs, dead)
 	t.Setenv(stack.EnvZKServers, dead)
+	t.Setenv(stack.EnvEtcdEndpoints, dead)
 	t.Setenv(stack.EnvDatabaseURL, "postgres://postgres@"+dead+"/x?sslmode=disable")
 
 	helpers := map[string]func(testing.TB){
 		"RequireRedis":    func(tb testing.TB) { stacktest.RequireRedis(tb) },
 		"RequireZK":       func(tb testing.TB) { stacktest.RequireZK(tb) },
+		"RequireEtcd":     func(tb testing.TB) { stacktest.RequireEtcd(tb) },
 		"RequirePostgres": func(tb testing.TB) { stacktest.RequirePostgres(tb) },
 	}
 	for name, f := range helpers {
@@ -331,12 +409,16 @@ func TestRequireFailsOrSkipsWhenDown(t *testing.T) {
 func TestEnvDefaultsAndOverrides(t *testing.T) {
 	t.Setenv(stack.EnvRedisAddrs, "")
 	t.Setenv(stack.EnvZKServers, " ")
+	t.Setenv(stack.EnvEtcdEndpoints, "")
 	t.Setenv(stack.EnvDatabaseURL, "")
 	if got := stack.RedisAddrs(); len(got) != 5 || got[0] != "127.0.0.1:6391" {
 		t.Errorf("default RedisAddrs() = %v", got)
 	}
 	if got := stack.ZKServers(); len(got) != 3 || got[2] != "127.0.0.1:2183" {
 		t.Errorf("default ZKServers() = %v", got)
+	}
+	if got := stack.EtcdEndpoints(); len(got) != 3 || got[0] != "127.0.0.1:2379" {
+		t.Errorf("default EtcdEndpoints() = %v", got)
 	}
 	if got := stack.DatabaseURL(); got != stack.DefaultDatabaseURL {
 		t.Errorf("default DatabaseURL() = %q", got)

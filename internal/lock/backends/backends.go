@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/etcdlock"
 	"github.com/stockguard/stockguard/internal/lock/memlock"
 	"github.com/stockguard/stockguard/internal/lock/nolock"
 	"github.com/stockguard/stockguard/internal/lock/pglock"
@@ -30,10 +31,12 @@ var ErrConfig = errors.New("backends: bad configuration")
 
 // Params is what a constructor may need; each backend reads its own fields.
 type Params struct {
-	RedisAddrs  []string
-	ZKServers   []string
-	DatabaseURL string
-	// TTL is the lease TTL of expiring backends (and pglock's idle bound).
+	RedisAddrs    []string
+	ZKServers     []string
+	EtcdEndpoints []string
+	DatabaseURL   string
+	// TTL is the lease TTL of expiring backends (and pglock's idle bound,
+	// and etcd's session lease).
 	TTL        time.Duration
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -79,6 +82,16 @@ func All() []Backend {
 				return nil, fmt.Errorf("%w: --lock=zookeeper needs --zk-servers", ErrConfig)
 			}
 			return zklock.New(p.ZKServers, zklock.WithRegisterer(p.Registerer), zklock.WithLogger(p.Logger))
+		}},
+		{Name: "etcd", Fenced: true, Distributed: true, New: func(_ context.Context, p Params) (lock.Locker, error) {
+			if len(p.EtcdEndpoints) == 0 {
+				return nil, fmt.Errorf("%w: --lock=etcd needs --etcd-endpoints", ErrConfig)
+			}
+			opts := []etcdlock.Option{etcdlock.WithRegisterer(p.Registerer), etcdlock.WithLogger(p.Logger)}
+			if p.TTL > 0 {
+				opts = append(opts, etcdlock.WithSessionTTL(p.TTL))
+			}
+			return etcdlock.New(p.EtcdEndpoints, opts...)
 		}},
 	}
 }

@@ -47,7 +47,7 @@ func TestInProcessRowsAgree(t *testing.T) {
 }
 
 func TestMissingAddresses(t *testing.T) {
-	for _, name := range []string{"redis", "redlock", "zookeeper"} {
+	for _, name := range []string{"redis", "redlock", "zookeeper", "etcd"} {
 		b, _ := backends.Lookup(name)
 		if _, err := b.New(context.Background(), backends.Params{}); !errors.Is(err, backends.ErrConfig) {
 			t.Errorf("%s without addresses: %v, want ErrConfig", name, err)

@@ -56,6 +56,21 @@ func RequireZK(tb testing.TB) []string {
 	return addrs
 }
 
+// RequireEtcd checks that every etcd member of the shared stack is healthy
+// and knows a leader, and returns their client addresses; on failure it
+// behaves like RequireRedis.
+func RequireEtcd(tb testing.TB) []string {
+	tb.Helper()
+	addrs := stack.EtcdEndpoints()
+	if err := probeAll(tb, addrs, func(ctx context.Context, addr string) error {
+		_, err := stack.EtcdRole(ctx, addr)
+		return err
+	}); err != nil {
+		unavailable(tb, "etcd", err)
+	}
+	return addrs
+}
+
 // RequirePostgres checks that the shared stack's Postgres accepts a
 // connection and returns its URL; on failure it behaves like RequireRedis.
 func RequirePostgres(tb testing.TB) string {

@@ -1,0 +1,264 @@
+// Package etcdlock is the etcd lock backend: the recipe of etcd's
+// concurrency.Mutex, written on the raw client so that one session can hold
+// many keys at once and a batch of keys costs one transaction.
+//
+// A key's waiters are keys under Root/<key>/, each bound to the Locker's
+// session lease. The waiter whose key has the lowest create revision holds
+// the lock; every other waiter watches only the key just ahead of it (the
+// highest create revision below its own), so a release wakes one waiter, not
+// all. The fencing token is the holder key's create revision: the cluster's
+// revision counts every write in one total order, so a later holder of any
+// key has a larger token than every earlier one, across leader elections.
+//
+// Every lease a Locker grants lives in its one session (a lease with a
+// keepalive, concurrency.Session). When that session ends — its lease expired
+// because no keepalive reached a quorum within the TTL, or it was revoked —
+// its keys vanish with it, every lease on it is lost at once (Done closes,
+// Err wraps lock.ErrLeaseLost), waiters in it queue again, and the Locker
+// opens a new session for what comes next. A lease has no deadline of its
+// own: Done is its only end.
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/lockmetrics"
+)
+
+const backendName = "etcd"
+
+var errClosed = errors.New("locker closed")
+
+// maxSessionRetries bounds how often one acquisition starts over because the
+// session it ran in ended; each retry runs in a freshly granted session, so
+// more than a couple means the cluster keeps expiring leases.
+const maxSessionRetries = 3
+
+// Locker takes locks in one etcd cluster through one session, shared by
+// every lease it grants (one Locker per service instance).
+type Locker struct {
+	cli *clientv3.Client
+	cfg config
+	m   *metrics
+	log *slog.Logger
+
+	// life is the sessions' keepalive context: it ends only with Close, never
+	// with a caller's context.
+	life     context.Context
+	stopLife context.CancelFunc
+	opening  chan struct{} // a one-slot semaphore: one session grant at a time
+
+	mu     sync.Mutex
+	cur    *session // nil until the first session, and after a session ended
+	closed bool
+	bg     sync.WaitGroup // clean-ups and revocations still running
+	// drained is set once Close waits for bg: no new clean-up starts, the
+	// revoked session took every key along.
+	drained bool
+}
+
+var _ lock.Locker = (*Locker)(nil)
+
+// New returns a Locker for the cluster at endpoints ("host:port"). It starts
+// connecting and returns at once; the session is opened by the first
+// Acquire, AcquireBatch or Ping, which fail with lock.ErrUnavailable while
+// no quorum answers.
+func New(endpoints []string, opts ...Option) (*Locker, error) {
+	if len(endpoints) == 0 {
+		return nil, errors.New("etcd: no endpoints")
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.reg)
+	if err != nil {
+		return nil, fmt.Errorf("etcd: metrics: %w", err)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   append([]string(nil), endpoints...),
+		DialTimeout: cfg.dialTimeout,
+		// Find a dead or frozen member within seconds, so requests and the
+		// keepalive move to another one while the session can still live.
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd: connect %s: %w: %w", strings.Join(endpoints, ","), lock.ErrUnavailable, err)
+	}
+	life, stop := context.WithCancel(context.Background())
+	return &Locker{cli: cli, cfg: cfg, m: m, log: cfg.log, life: life, stopLife: stop,
+		opening: make(chan struct{}, 1)}, nil
+}
+
+// Name implements lock.Locker.
+func (l *Locker) Name() string { return backendName }
+
+// Fenced implements lock.Locker: tokens are create revisions.
+func (l *Locker) Fenced() bool { return true }
+
+// Ping implements lock.Locker: it fails unless the Locker has a live session
+// (opening one if needed) and a linearizable read, which needs the leader
+// and a quorum, answers within 2 s.
+func (l *Locker) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, pingTimeout)
+	defer cancel()
+	if _, err := l.session(ctx); err != nil {
+		return fmt.Errorf("etcd: ping: %w", err)
+	}
+	if _, err := l.cli.Get(ctx, Root, clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("etcd: ping: %w: %w", lock.ErrUnavailable, err)
+	}
+	return nil
+}
+
+// Close implements lock.Locker. It revokes the session's lease, which
+// deletes every key the Locker holds or waits with; every lease still held
+// is lost.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	s := l.cur
+	l.mu.Unlock()
+	if s != nil {
+		l.giveUp(s, errClosed)
+	}
+	l.mu.Lock()
+	l.drained = true
+	l.mu.Unlock()
+	l.bg.Wait()
+	l.stopLife()
+	return l.cli.Close()
+}
+
+// Acquire implements lock.Locker. Options other than TryOnce do not apply: a
+// lease has no TTL of its own, it lasts as long as the session.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	start := time.Now()
+	lease, err := l.acquire(ctx, key, lock.Apply(0, opts))
+	if err != nil {
+		l.m.Failed(lockmetrics.Reason(err))
+		return nil, fmt.Errorf("etcd: acquire %q: %w", key, err)
+	}
+	l.m.Acquired(time.Since(start))
+	return lease, nil
+}
+
+func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	var err error
+	for range maxSessionRetries {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var s *session
+		if s, err = l.session(ctx); err != nil {
+			return nil, err
+		}
+		l.m.Attempt()
+		var lease *lock.Lease
+		lease, err = s.acquire(ctx, key, o)
+		switch {
+		case err == nil:
+			return lease, nil
+		case errors.Is(err, errSessionGone):
+			continue // our key died with the session: queue again in the next one
+		}
+		return nil, l.explain(ctx, err)
+	}
+	return nil, fmt.Errorf("%w: %d sessions ended during one acquisition: %w", lock.ErrUnavailable, maxSessionRetries, err)
+}
+
+// explain turns an attempt's error into what callers can act on: the key is
+// held, the caller's context ended, or the cluster cannot grant locks now.
+func (l *Locker) explain(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, lock.ErrNotAcquired), errors.Is(err, lock.ErrUnavailable):
+		return err
+	case ctx.Err() != nil:
+		if !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w (%w)", ctx.Err(), err)
+		}
+		return err
+	default:
+		return fmt.Errorf("%w: %w", lock.ErrUnavailable, err)
+	}
+}
+
+// AcquireBatch implements lock.Locker: one transaction for the whole batch
+// (per 64 keys, within etcd's default --max-txn-ops), see session.batch.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	start := time.Now()
+	sorted, err := lock.BatchKeys(keys)
+	if err == nil {
+		for _, k := range sorted {
+			if err = checkKey(k); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		return lock.Batch{}, fmt.Errorf("etcd: batch: %w", err)
+	}
+	if len(sorted) == 0 {
+		return lock.Batch{}, nil
+	}
+	for range maxSessionRetries {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		var s *session
+		if s, err = l.session(ctx); err != nil {
+			break
+		}
+		l.m.Attempt()
+		var b lock.Batch
+		b, err = s.batch(ctx, sorted)
+		if err == nil {
+			d := time.Since(start)
+			for range b.Leases {
+				l.m.Acquired(d)
+			}
+			return b, nil
+		}
+		if !errors.Is(err, errSessionGone) {
+			err = l.explain(ctx, err)
+			break
+		}
+	}
+	if errors.Is(err, errSessionGone) {
+		err = fmt.Errorf("%w: %d sessions ended during one batch: %w", lock.ErrUnavailable, maxSessionRetries, err)
+	}
+	l.m.Failed(lockmetrics.Reason(err))
+	return lock.Batch{}, fmt.Errorf("etcd: batch of %d keys: %w", len(sorted), err)
+}
+
+// checkKey rejects keys that would not name one prefix of their own: with a
+// slash, key "a" would count the waiters of "a/b" as its own.
+func checkKey(key string) error {
+	if key == "" || strings.ContainsRune(key, '/') {
+		return fmt.Errorf("%w: %q (empty or contains '/')", lock.ErrInvalidKey, key)
+	}
+	return nil
+}
+
+// prefix is the directory of key's waiters; the trailing slash keeps key
+// "a" from matching the waiters of "ab".
+func prefix(key string) string { return Root + "/" + key + "/" }

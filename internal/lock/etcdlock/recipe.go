@@ -1,0 +1,229 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// waiter is one acquisition's key in its key's queue.
+type waiter struct {
+	key  string // the lock key (a SKU)
+	path string // Root/<key>/<lease hex>-<lease uuid>
+	id   uuid.UUID
+	rev  int64 // create revision of path: place in line, and the token once held
+}
+
+// newWaiter names a waiter key after the session lease (so an operator sees
+// whose it is) and the lease's uuid (so two acquisitions in one session never
+// share a key, which concurrency.Mutex's lease-only name would make them do).
+func (s *session) newWaiter(key string) *waiter {
+	id := uuid.New()
+	return &waiter{key: key, path: fmt.Sprintf("%s%x-%s", prefix(key), s.id, id), id: id}
+}
+
+// cleanupTimeout bounds how long a failed Acquire waits for its own key to
+// be deleted before it returns; the deletion goes on in the background.
+const cleanupTimeout = 2 * time.Second
+
+// acquire runs the recipe once in this session.
+func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
+	w := s.newWaiter(key)
+	if o.TryOnce {
+		ok, err := s.tryFirst(ctx, w)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, lock.ErrNotAcquired
+		}
+		s.l.m.queueDepth.Observe(0)
+		return s.grant(w)
+	}
+	first, err := s.enqueue(ctx, w)
+	if err == nil && !first {
+		err = s.wait(ctx, w)
+	}
+	if err != nil {
+		s.abandon(ctx, w)
+		return nil, err
+	}
+	return s.grant(w)
+}
+
+// tryFirst creates w's key only if the key has no waiter at all, in one
+// transaction: the range compare over the prefix is the recipe's verdict
+// ("lowest create revision") taken before writing, so a try on a held key
+// writes nothing and leaves nothing to delete.
+func (s *session) tryFirst(ctx context.Context, w *waiter) (bool, error) {
+	resp, err := s.l.cli.Txn(ctx).
+		If(freeCmp(w.key)).
+		Then(clientv3.OpPut(w.path, "", clientv3.WithLease(s.id))).
+		Commit()
+	if err != nil {
+		s.abandon(ctx, w) // the put may have been applied with its answer lost
+		return false, s.classify(err)
+	}
+	if !resp.Succeeded {
+		return false, nil
+	}
+	w.rev = resp.Header.Revision
+	return true, nil
+}
+
+// freeCmp holds when no key exists under key's prefix (a range compare: every
+// key in the range must have create revision 0, and an empty range does).
+func freeCmp(key string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(prefix(key)), "=", 0).WithPrefix()
+}
+
+// enqueue creates w's key and, in the same transaction, reads the key's
+// oldest waiter: when that is w, the lock is ours in one round trip.
+func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
+	resp, err := s.l.cli.Txn(ctx).Then(
+		clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)),
+		clientv3.OpGet(prefix(w.key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
+	).Commit()
+	if err != nil {
+		return false, s.classify(err)
+	}
+	w.rev = resp.Header.Revision
+	owner := resp.Responses[1].GetResponseRange().Kvs
+	first := len(owner) == 0 || owner[0].CreateRevision == w.rev
+	if first {
+		s.l.m.queueDepth.Observe(0)
+	}
+	return first, nil
+}
+
+// wait returns once w is the oldest waiter of its key. Each pass reads w's
+// own key (gone: the session ended) and its predecessor, the waiter with the
+// highest create revision below w's, in one read-only transaction, then
+// watches only that predecessor's key for its deletion, from the revision
+// just after the read, so no deletion in between is missed. A key with a
+// lower create revision can only disappear, never appear, so when there is
+// no predecessor left w is first.
+func (s *session) wait(ctx context.Context, w *waiter) error {
+	predOpts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1), clientv3.WithKeysOnly())
+	for first := true; ; first = false {
+		resp, err := s.l.cli.Txn(ctx).Then(
+			clientv3.OpGet(w.path, clientv3.WithKeysOnly()),
+			clientv3.OpGet(prefix(w.key), predOpts...),
+		).Commit()
+		if err != nil {
+			return s.classify(err)
+		}
+		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+			return errSessionGone // only the session's end (or an operator) deletes our key
+		}
+		ahead := resp.Responses[1].GetResponseRange()
+		if first {
+			s.l.m.queueDepth.Observe(float64(ahead.Count))
+		}
+		if len(ahead.Kvs) == 0 {
+			return nil
+		}
+		if err := s.watchDelete(ctx, string(ahead.Kvs[0].Key), resp.Header.Revision+1); err != nil {
+			return err
+		}
+	}
+}
+
+// watchDelete returns when key is deleted at or after rev, or when the
+// watch ends for another reason (then the caller reads again). The watch
+// requires a leader, so a member cut off from the quorum cancels it instead
+// of keeping us waiting on a deletion it will never hear of.
+func (s *session) watchDelete(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := s.l.cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
+	s.l.m.waiting.Inc()
+	defer s.l.m.waiting.Dec()
+	for {
+		select {
+		case wr, ok := <-wch:
+			if !ok || wr.Canceled {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return nil // compacted, leader lost, stream broken: read again
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					s.l.m.wakeups.Inc()
+					return nil
+				}
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.dead:
+			return errSessionGone
+		}
+	}
+}
+
+// abandon deletes the key of an acquisition that failed or was cancelled, so
+// no waiter stands in line that nobody serves. The caller's context may be
+// the reason it failed: the delete runs on its own, and goes on in the
+// background if it does not finish in time. A session that ended took the
+// key along already.
+func (s *session) abandon(ctx context.Context, w *waiter) {
+	if s.isGone() {
+		return
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	if err := s.deleteOwn(cctx, w); err == nil {
+		return
+	}
+	s.l.background(func() { s.deleteUntilGone(w) })
+}
+
+// deleteRetry spaces the retries of a clean-up delete.
+const deleteRetry = 200 * time.Millisecond
+
+// deleteUntilGone retries deleting w's key until it succeeds or the session
+// ends (its lease then deletes the key).
+func (s *session) deleteUntilGone(w *waiter) {
+	for {
+		ctx, cancel := context.WithTimeout(s.l.life, cleanupTimeout)
+		err := s.deleteOwn(ctx, w)
+		cancel()
+		if err == nil {
+			return
+		}
+		s.l.log.Warn("etcd: waiter key not deleted yet", "key", w.path, "err", err)
+		select {
+		case <-s.dead:
+			return
+		case <-s.l.life.Done():
+			return
+		case <-time.After(deleteRetry):
+		}
+	}
+}
+
+// grant wraps w, now the oldest waiter of its key, in a Lease whose token is
+// w's create revision.
+func (s *session) grant(w *waiter) (*lock.Lease, error) {
+	h := &handle{s: s, w: w}
+	lease, lose := lock.NewLease(lock.LeaseParams{
+		Key:    w.key,
+		Token:  lock.Token(w.rev),
+		ID:     w.id,
+		Handle: h,
+		OnLost: func(error) { s.l.m.Lost() },
+	})
+	if !s.register(h, lose) {
+		// The session ended between the verdict and now: the key went with
+		// it, and a lease handed out now would be born lost.
+		return nil, errSessionGone
+	}
+	return lease, nil
+}

@@ -1,0 +1,203 @@
+package etcdlock
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
+)
+
+// N waiters queue behind a holder; each release wakes exactly one of them
+// (the one whose predecessor was deleted), never the whole queue.
+func TestReleaseWakesOnlyTheSuccessor(t *testing.T) {
+	const n = 5
+	l := mustLocker(t, WithRegisterer(prometheus.NewRegistry()))
+	key := locktest.Key(t)
+	holder := locktest.MustAcquire(t, l, key)
+
+	got := make(chan *lock.Lease, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			lease, err := l.Acquire(ctx, key)
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				return
+			}
+			got <- lease
+		})
+	}
+	if !eventually(10*time.Second, func() bool { return testutil.ToFloat64(l.m.waiting) == n }) {
+		t.Fatalf("%v waiters watching, want %d", testutil.ToFloat64(l.m.waiting), n)
+	}
+	next := holder
+	for i := range n {
+		before := testutil.ToFloat64(l.m.wakeups)
+		locktest.MustRelease(t, next)
+		select {
+		case next = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("release %d woke no waiter", i)
+		}
+		// Give any other watcher time to fire if the release had woken it.
+		time.Sleep(100 * time.Millisecond)
+		if woke := testutil.ToFloat64(l.m.wakeups) - before; woke != 1 {
+			t.Fatalf("release %d woke %v waiters, want 1", i, woke)
+		}
+		if w := testutil.ToFloat64(l.m.waiting); w != float64(n-1-i) {
+			t.Fatalf("after release %d: %v still watching, want %d", i, w, n-1-i)
+		}
+		select {
+		case extra := <-got:
+			t.Fatalf("two waiters hold %s at once (tokens %d and %d)", key, next.Token(), extra.Token())
+		default:
+		}
+	}
+	locktest.MustRelease(t, next)
+	wg.Wait()
+}
+
+// A release deletes its key only while the key's create revision is the
+// lease's token: a key re-created at the same name after the session ended
+// is someone else's, and survives the stale holder's release.
+func TestReleaseComparesCreateRevision(t *testing.T) {
+	insp := inspector(t)
+	l := mustLocker(t)
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, l, key)
+	name := waiters(t, insp, key)
+	if len(name) != 1 {
+		t.Fatalf("waiter keys %q, want the holder's only", name)
+	}
+	h := &handle{s: l.cur, w: &waiter{key: key, path: name[0], rev: int64(lease.Token())}}
+
+	// The same name, written again by someone else after a delete: a new
+	// create revision.
+	ctx := context.Background()
+	if _, err := insp.Delete(ctx, name[0]); err != nil {
+		t.Fatal(err)
+	}
+	put, err := insp.Put(ctx, name[0], "someone else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put.Header.Revision <= int64(lease.Token()) {
+		t.Fatalf("re-created key's revision %d not above the token %d", put.Header.Revision, lease.Token())
+	}
+	if err := l.cur.deleteOwn(ctx, h.w); err != nil {
+		t.Fatalf("stale release: %v", err)
+	}
+	if got := waiters(t, insp, key); len(got) != 1 {
+		t.Fatalf("the stale holder's release deleted the newer key: left %q", got)
+	}
+	if _, err := insp.Delete(ctx, name[0]); err != nil {
+		t.Fatal(err)
+	}
+	locktest.MustRelease(t, lease)
+}
+
+// Cancelled and timed-out waiters delete their own keys, so after the holder
+// releases nothing is left under the key's prefix.
+func TestCancelledWaitersLeaveNoKey(t *testing.T) {
+	insp := inspector(t)
+	l, other := mustLocker(t), mustLocker(t)
+	key := locktest.Key(t)
+	holder := locktest.MustAcquire(t, l, key)
+
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() {
+			locker := l
+			if i%2 == 1 {
+				locker = other
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(100+50*i)*time.Millisecond)
+			defer cancel()
+			if _, err := locker.Acquire(ctx, key); !errors.Is(err, context.DeadlineExceeded) {
+				t.Errorf("waiter %d: %v, want DeadlineExceeded", i, err)
+			}
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := other.Acquire(ctx, key)
+		done <- err
+	}()
+	if !eventually(5*time.Second, func() bool { return len(waiters(t, insp, key)) >= 2 }) {
+		t.Fatal("the cancelled waiter never queued")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v, want context.Canceled", err)
+	}
+	wg.Wait()
+	if got := waiters(t, insp, key); len(got) != 1 {
+		t.Fatalf("keys under the prefix after the waiters gave up: %q, want the holder's only", got)
+	}
+	locktest.MustRelease(t, holder)
+	if got := waiters(t, insp, key); len(got) != 0 {
+		t.Fatalf("keys left after the release: %q", got)
+	}
+}
+
+// A batch writes nothing for a held key: the holder's key stays the only one
+// under that prefix, and the free keys' tokens are the batch transaction's
+// revision.
+func TestBatchWritesNothingForHeldKeys(t *testing.T) {
+	insp := inspector(t)
+	holder, l := mustLocker(t), mustLocker(t)
+	base := locktest.Key(t)
+	held := locktest.MustAcquire(t, holder, base+"-b")
+	b := locktest.MustBatch(t, l, []string{base + "-a", base + "-b", base + "-c"})
+	if len(b.Held) != 1 || len(b.Leases) != 2 {
+		t.Fatalf("batch got %d leases, held %q", len(b.Leases), b.Held)
+	}
+	if got := waiters(t, insp, base+"-b"); len(got) != 1 {
+		t.Fatalf("keys under the held key's prefix: %q, want the holder's only", got)
+	}
+	if b.Leases[0].Token() != b.Leases[1].Token() || b.Leases[0].Token() <= held.Token() {
+		t.Fatalf("tokens %d, %d: want one transaction's revision, above the holder's %d",
+			b.Leases[0].Token(), b.Leases[1].Token(), held.Token())
+	}
+	ctx := context.Background()
+	resp, err := insp.Get(ctx, prefix(base+"-a"), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].CreateRevision != int64(b.Leases[0].Token()) ||
+		resp.Kvs[0].Lease != int64(sessionLease(l)) {
+		t.Fatalf("batch key of -a: %v, %v; want one key at the token's revision on the session lease", resp, err)
+	}
+	for _, lease := range b.Leases {
+		locktest.MustRelease(t, lease)
+	}
+	locktest.MustRelease(t, held)
+}
+
+// More keys than one transaction may carry take several, still one lease per key.
+func TestBatchLargerThanOneTransaction(t *testing.T) {
+	l := mustLocker(t)
+	base := locktest.Key(t)
+	keys := make([]string, 2*maxTxnOps+10)
+	for i := range keys {
+		keys[i] = base + "-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+	}
+	b := locktest.MustBatch(t, l, keys)
+	if len(b.Leases) != len(keys) || len(b.Held) != 0 {
+		t.Fatalf("batch of %d got %d leases, held %d", len(keys), len(b.Leases), len(b.Held))
+	}
+	if b.Leases[0].Token() == b.Leases[len(keys)-1].Token() {
+		t.Fatal("one token for all: the batch did not take several transactions")
+	}
+	if err := b.Leases.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

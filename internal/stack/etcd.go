@@ -1,0 +1,324 @@
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// etcd roles reported by EtcdRole once a member serves requests.
+const (
+	EtcdLeader   = "leader"
+	EtcdFollower = "follower"
+)
+
+// ErrEtcdNoLeader means the member answered but knows no leader (an election
+// is running, or it has no quorum), so it cannot serve a linearizable request.
+var ErrEtcdNoLeader = errors.New("no leader")
+
+// etcdHTTP is a client for etcd's HTTP endpoints (/health and the gRPC
+// gateway). Keep-alives are off: a probe must not reuse a connection to a
+// member that has since been frozen or killed.
+var etcdHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// EtcdRole asks the etcd member at addr (host:port of its client URL)
+// whether it leads or follows. It fails, wrapping ErrEtcdNoLeader, while the
+// member is unhealthy or knows no leader. It speaks plain HTTP to /health and
+// the gateway's /v3/maintenance/status, so probing needs no etcd client.
+func EtcdRole(ctx context.Context, addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var health struct {
+		Health string `json:"health"`
+	}
+	if err := etcdCall(ctx, addr, http.MethodGet, "/health", &health); err != nil {
+		return "", err
+	}
+	if health.Health != "true" {
+		return "", fmt.Errorf("etcd %s: unhealthy: %w", addr, ErrEtcdNoLeader)
+	}
+	// uint64s travel as JSON strings through the gateway.
+	var status struct {
+		Header struct {
+			MemberID string `json:"member_id"`
+		} `json:"header"`
+		Leader string `json:"leader"`
+	}
+	if err := etcdCall(ctx, addr, http.MethodPost, "/v3/maintenance/status", &status); err != nil {
+		return "", err
+	}
+	switch {
+	case status.Leader == "" || status.Leader == "0":
+		return "", fmt.Errorf("etcd %s: %w", addr, ErrEtcdNoLeader)
+	case status.Leader == status.Header.MemberID:
+		return EtcdLeader, nil
+	default:
+		return EtcdFollower, nil
+	}
+}
+
+func etcdCall(ctx context.Context, addr, method, path string, out any) error {
+	var body io.Reader
+	if method == http.MethodPost {
+		body = strings.NewReader("{}")
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, body)
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", addr, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := etcdHTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("etcd %s: %w", addr, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		return fmt.Errorf("etcd %s: read %s: %w", addr, path, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		// /health answers 503 without a leader.
+		return fmt.Errorf("etcd %s: %s answered %s %s: %w", addr, path, resp.Status, strings.TrimSpace(string(data)), ErrEtcdNoLeader)
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("etcd %s: decode %s: %w", addr, path, err)
+	}
+	return nil
+}
+
+// EtcdCluster is an etcd cluster of child processes owned by the caller,
+// loopback only, killed when the test binary dies.
+type EtcdCluster struct {
+	members []*EtcdMember
+}
+
+// EtcdMember is one member of an EtcdCluster. Its methods are safe for
+// concurrent use.
+type EtcdMember struct {
+	bin        string
+	dir        string
+	name       string
+	clientPort int
+	args       []string
+
+	mu   sync.Mutex
+	proc *process
+}
+
+// StartEtcdCluster starts n etcd members (n = 1 is a single-member cluster)
+// with their data and logs under dir, and returns once every member reports
+// a leader. ctx bounds only the start-up (at most 30 s). The settings match
+// scripts/stack.sh: heartbeats every 50 ms, elections after 500 ms.
+func StartEtcdCluster(ctx context.Context, dir string, n int) (*EtcdCluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("stack: an etcd cluster needs at least one member, got %d", n)
+	}
+	bin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, fmt.Errorf("stack: etcd not found (%w); run scripts/stack.sh up to install it", err)
+	}
+	ports, err := freePorts(2 * n) // client and peer port per member
+	if err != nil {
+		return nil, err
+	}
+	peers := make([]string, n)
+	for i := range n {
+		peers[i] = fmt.Sprintf("etcd%d=http://127.0.0.1:%d", i+1, ports[2*i+1])
+	}
+	c := &EtcdCluster{}
+	for i := range n {
+		m := &EtcdMember{bin: bin, dir: filepath.Join(dir, "etcd"+strconv.Itoa(i+1)), name: "etcd" + strconv.Itoa(i+1), clientPort: ports[2*i]}
+		if err := os.MkdirAll(m.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("stack: etcd dir: %w", err)
+		}
+		client := "http://" + m.Addr()
+		peer := fmt.Sprintf("http://127.0.0.1:%d", ports[2*i+1])
+		m.args = []string{
+			"--name", m.name, "--data-dir", filepath.Join(m.dir, "data"),
+			"--listen-client-urls", client, "--advertise-client-urls", client,
+			"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+			// Ignored once the data dir exists, so Restart rejoins the cluster.
+			"--initial-cluster", strings.Join(peers, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", "stockguard-test",
+			"--heartbeat-interval", "50", "--election-timeout", "500",
+			"--logger", "zap", "--log-outputs", "stderr",
+		}
+		c.members = append(c.members, m)
+	}
+	// Boot every member before waiting: none has a leader until a quorum runs.
+	for _, m := range c.members {
+		p, err := startProcess(m.bin, m.args, m.logPath())
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		m.proc = p
+	}
+	for _, m := range c.members {
+		if err := m.proc.waitReady(ctx, m.what(), m.serving); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Endpoints returns the members' client addresses (127.0.0.1:port) in
+// member order, as an etcd client takes them.
+func (c *EtcdCluster) Endpoints() []string {
+	out := make([]string, len(c.members))
+	for i, m := range c.members {
+		out[i] = m.Addr()
+	}
+	return out
+}
+
+// Member returns the i-th member (0-based, the order of Endpoints); it
+// panics if i is out of range.
+func (c *EtcdCluster) Member(i int) *EtcdMember {
+	return c.members[i]
+}
+
+// Leader asks every member once and returns the index of the one that
+// leads. It fails if none does right now, e.g. during an election; use
+// WaitLeader to wait for one.
+func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
+	var errs []error
+	for i, m := range c.members {
+		role, err := m.Role(ctx)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if role == EtcdLeader {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("stack: no etcd member reports leader: %w", errors.Join(errs...))
+}
+
+// WaitLeader polls Leader until a member leads or ctx ends, e.g. to time an
+// election after the old leader was killed.
+func (c *EtcdCluster) WaitLeader(ctx context.Context) (int, error) {
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		i, err := c.Leader(ctx)
+		if err == nil {
+			return i, nil
+		}
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("%w (%w)", err, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Close kills every member; it is safe to call more than once.
+func (c *EtcdCluster) Close() error {
+	var errs []error
+	for _, m := range c.members {
+		errs = append(errs, m.Kill())
+	}
+	return errors.Join(errs...)
+}
+
+// Addr returns the member's client address, 127.0.0.1:port.
+func (m *EtcdMember) Addr() string {
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(m.clientPort))
+}
+
+// PID returns the process ID of the member's current process, or 0 if none
+// was started.
+func (m *EtcdMember) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil {
+		return 0
+	}
+	return m.proc.pid()
+}
+
+// Role returns the member's current role (leader or follower); see EtcdRole.
+func (m *EtcdMember) Role(ctx context.Context) (string, error) {
+	return EtcdRole(ctx, m.Addr())
+}
+
+// Kill SIGKILLs the member and returns once it is gone; the others go on
+// serving while they keep a quorum, electing a new leader if it led. Killing
+// a dead member is not an error.
+func (m *EtcdMember) Kill() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil {
+		return nil
+	}
+	return m.proc.kill()
+}
+
+// Stop freezes the member with SIGSTOP: its connections stay open and
+// requests queue unanswered, like a long pause or a hung host, until Cont.
+// The others stop hearing its heartbeats and, if it led, elect a new leader.
+func (m *EtcdMember) Stop() error {
+	return m.signal(syscall.SIGSTOP)
+}
+
+// Cont resumes a member frozen by Stop.
+func (m *EtcdMember) Cont() error {
+	return m.signal(syscall.SIGCONT)
+}
+
+func (m *EtcdMember) signal(sig syscall.Signal) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil {
+		return errors.New("stack: " + m.what() + " was never started")
+	}
+	return m.proc.signal(sig)
+}
+
+// Restart kills the member if it still runs, starts it again on the same
+// ports and data directory (etcd keeps its data and membership across
+// restarts), and returns once it serves with a leader, which needs a quorum
+// of running members.
+func (m *EtcdMember) Restart(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil {
+		if err := m.proc.kill(); err != nil {
+			return err
+		}
+	}
+	p, err := startProcess(m.bin, m.args, m.logPath())
+	if err != nil {
+		return err
+	}
+	m.proc = p
+	if err := p.waitReady(ctx, m.what(), m.serving); err != nil {
+		_ = p.kill()
+		return err
+	}
+	return nil
+}
+
+func (m *EtcdMember) logPath() string { return filepath.Join(m.dir, "etcd.log") }
+
+func (m *EtcdMember) what() string { return fmt.Sprintf("etcd member %s (%s)", m.name, m.Addr()) }
+
+func (m *EtcdMember) serving(ctx context.Context) error {
+	_, err := m.Role(ctx)
+	return err
+}
