@@ -23,6 +23,8 @@ import (
 type fencedLocker struct {
 	*memlock.Locker
 	next atomic.Uint64
+	// unwatched counts the leases taken without a watchdog.
+	unwatched atomic.Int32
 
 	mu   sync.Mutex
 	lose map[string]func(error)
@@ -38,6 +40,9 @@ func (l *fencedLocker) Acquire(ctx context.Context, key string, opts ...lock.Opt
 	inner, err := l.Locker.Acquire(ctx, key, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if lock.Apply(0, opts).NoWatchdog {
+		l.unwatched.Add(1)
 	}
 	lease, lose := lock.NewLease(lock.LeaseParams{Key: key, Token: lock.Token(l.next.Add(1)), Handle: releaser{inner}})
 	l.mu.Lock()
@@ -200,19 +205,35 @@ type result struct {
 // returns their results, in the same order, once all have answered.
 func (f *fixture) queue(svc *reservation.Service, key string, reqs ...inventory.PlaceRequest) func() []result {
 	f.t.Helper()
+	ctxs := make([]context.Context, len(reqs))
+	for i := range ctxs {
+		ctxs[i] = context.Background()
+	}
+	results := f.queueCtx(svc, key, ctxs, reqs)
+	return func() []result {
+		out, _ := results()
+		return out
+	}
+}
+
+// queueCtx is queue with a context for each request; it also returns when
+// each was answered.
+func (f *fixture) queueCtx(svc *reservation.Service, key string, ctxs []context.Context, reqs []inventory.PlaceRequest) func() ([]result, []time.Time) {
+	f.t.Helper()
 	out := make([]result, len(reqs))
+	at := make([]time.Time, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
 		before := reservation.Queued(svc, key)
 		wg.Go(func() {
-			o, replayed, err := svc.Place(context.Background(), r)
-			out[i] = result{o, replayed, err}
+			o, replayed, err := svc.Place(ctxs[i], r)
+			out[i], at[i] = result{o, replayed, err}, time.Now()
 		})
 		waitFor(f.t, fmt.Sprintf("order %d queued", i), func() bool { return reservation.Queued(svc, key) == before+1 })
 	}
-	return func() []result {
+	return func() ([]result, []time.Time) {
 		wg.Wait()
-		return out
+		return out, at
 	}
 }
 
