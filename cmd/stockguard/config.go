@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock/backends"
 	"github.com/stockguard/stockguard/internal/postgres"
+	"github.com/stockguard/stockguard/internal/reservation"
 )
 
 // config is every serve/migrate setting.
@@ -31,7 +31,7 @@ type config struct {
 	reapInterval  time.Duration
 	dbMaxConns    int
 	coalesce      string
-	coalesceCfg   inventory.Coalescing
+	coalesceCfg   reservation.Coalescing
 }
 
 func (c *config) register(fs *flag.FlagSet) {
@@ -53,10 +53,10 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.reapInterval, "reap-interval", time.Second, "how often expired holds are returned to stock")
 	fs.IntVar(&c.dbMaxConns, "db-max-conns", postgres.DefaultMaxConns, "database connection pool size per instance")
 	fs.StringVar(&c.coalesce, "coalesce", "on", "batch concurrent orders per SKU under one lease and one transaction: on or off")
-	fs.IntVar(&c.coalesceCfg.MaxBatch, "coalesce-max-batch", inventory.DefaultMaxBatch, "most orders in one coalesced batch")
-	fs.IntVar(&c.coalesceCfg.MaxBatches, "coalesce-max-batches", inventory.DefaultMaxBatches,
+	fs.IntVar(&c.coalesceCfg.MaxBatch, "coalesce-max-batch", reservation.DefaultMaxBatch, "most orders in one coalesced batch")
+	fs.IntVar(&c.coalesceCfg.MaxBatches, "coalesce-max-batches", reservation.DefaultMaxBatches,
 		"most batches run under one lock acquisition before other instances get their turn")
-	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", inventory.DefaultMaxHold,
+	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", reservation.DefaultMaxHold,
 		"longest a batch leader keeps its leases for further batches")
 }
 

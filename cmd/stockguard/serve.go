@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/stockguard/stockguard/internal/httpapi"
-	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/metrics"
 	"github.com/stockguard/stockguard/internal/postgres"
+	"github.com/stockguard/stockguard/internal/reservation"
 )
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -70,7 +70,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	m := metrics.New(reg, c.lock)
-	svc := inventory.New(inventory.Config{Store: store, Locker: locker, Observer: m, Logger: log,
+	svc := reservation.New(reservation.Config{Store: store, Locker: locker, Observer: m, Logger: log,
 		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg})
 	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg, Logger: log,
 		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: httpapi.ZKSessionOf(locker)})

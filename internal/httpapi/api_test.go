@@ -22,6 +22,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/memlock"
 	"github.com/stockguard/stockguard/internal/metrics"
 	"github.com/stockguard/stockguard/internal/postgres"
+	"github.com/stockguard/stockguard/internal/reservation"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
@@ -52,7 +53,7 @@ func (r releaser) Release(ctx context.Context) error { return r.l.Release(ctx) }
 type env struct {
 	t      *testing.T
 	url    string
-	svc    *inventory.Service
+	svc    *reservation.Service
 	locker *tokenLocker
 }
 
@@ -71,7 +72,7 @@ func newEnv(t *testing.T) *env {
 	lk.next.Store(100)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "test")
-	svc := inventory.New(inventory.Config{Store: store, Locker: lk, Observer: m, LockWait: 300 * time.Millisecond})
+	svc := reservation.New(reservation.Config{Store: store, Locker: lk, Observer: m, LockWait: 300 * time.Millisecond})
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg,
 		AdminToken: adminToken, Chaos: true}))
 	t.Cleanup(srv.Close)

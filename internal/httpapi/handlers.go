@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/reservation"
 )
 
 func (s *server) healthz(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
@@ -184,5 +185,5 @@ func (s *server) chaos(c *gin.Context) (context.Context, error) {
 	if err != nil || d < 0 || d > maxChaosPause {
 		return nil, errors.Join(fmt.Errorf("%w: X-Chaos-Pause must be a duration in 0..%s", inventory.ErrInvalid, maxChaosPause), err)
 	}
-	return inventory.WithPause(ctx, d), nil
+	return reservation.WithPause(ctx, d), nil
 }

@@ -1,7 +1,8 @@
-// Package inventory is Stockguard's domain: SKUs, orders and the rules that
-// move stock between available, reserved (held) and sold. The Service runs
-// every stock change as claim → decide → fenced write under the SKU's
-// distributed lock; the Store it is given enforces the fence.
+// Package inventory is Stockguard's domain: SKUs, orders, the rules that
+// move stock between available, reserved (held) and sold (Ledger), request
+// validation, and the Store that persists it all behind fenced writes. It
+// knows nothing of locks: the request path (internal/reservation) takes the
+// leases and hands their fences to the Store.
 package inventory
 
 import (

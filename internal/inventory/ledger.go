@@ -6,40 +6,41 @@ import (
 	"slices"
 )
 
-// ledger is the stock of the SKUs under a set of leases: what the claim
+// Ledger is the stock of the SKUs under a set of leases: what the claim
 // returned, moved by every decision since. While the leases hold, it is
 // exactly what the rows say, since only a holder of those leases writes them
-// and every write it makes is fenced.
-type ledger struct {
+// and every write it makes is fenced. Its methods are the stock rules; each
+// moves the ledger all the way or not at all.
+type Ledger struct {
 	skus   map[string]SKU
 	fences map[string]Fence
 	// unknown holds the claim's error for each SKU that does not exist.
 	unknown map[string]error
-	// changed is the set of SKUs moved since the last write.
+	// changed is the set of SKUs moved since the last Written.
 	changed map[string]bool
 }
 
-func newLedger(skus map[string]SKU, fences map[string]Fence, unknown map[string]error) *ledger {
-	return &ledger{skus: skus, fences: fences, unknown: unknown, changed: make(map[string]bool)}
+// NewLedger starts a ledger from what a claim returned: the counters of the
+// SKUs it claimed, the fence of every lease held, and the error of each SKU
+// that does not exist (an operation naming one fails with it).
+func NewLedger(skus map[string]SKU, fences map[string]Fence, unknown map[string]error) *Ledger {
+	return &Ledger{skus: skus, fences: fences, unknown: unknown, changed: make(map[string]bool)}
 }
 
-// clone is a copy to decide a batch on: if its write fails, the ledger it
-// came from is unchanged (and no longer trusted; see hold.broken).
-func (l *ledger) clone() *ledger {
-	return &ledger{skus: maps.Clone(l.skus), fences: l.fences, unknown: l.unknown, changed: make(map[string]bool)}
+// Clone is a copy to decide a batch on: if its write fails, the ledger it
+// came from is unchanged (and, since whether the write landed is not known,
+// no longer to be trusted).
+func (l *Ledger) Clone() *Ledger {
+	return &Ledger{skus: maps.Clone(l.skus), fences: l.fences, unknown: l.unknown, changed: make(map[string]bool)}
 }
 
-// reserve moves o's lines from available to reserved, all of them or none,
+// Reserve moves o's lines from available to reserved, all of them or none,
 // and stamps each line with the token of the lease it is written under.
-func (l *ledger) reserve(o *Order) error {
+func (l *Ledger) Reserve(o *Order) error {
 	for _, ln := range o.Lines {
-		if err, ok := l.unknown[ln.SKU]; ok {
+		k, err := l.sku(ln.SKU)
+		if err != nil {
 			return err
-		}
-		k, ok := l.skus[ln.SKU]
-		if !ok {
-			// A batch only holds orders whose SKUs its leases cover.
-			return fmt.Errorf("inventory: sku %q is not under the batch's leases", ln.SKU)
 		}
 		if k.Available < ln.Quantity {
 			return &StockError{SKU: ln.SKU, Requested: ln.Quantity, Available: k.Available}
@@ -50,16 +51,52 @@ func (l *ledger) reserve(o *Order) error {
 		k := l.skus[ln.SKU]
 		k.Available -= ln.Quantity
 		k.Reserved += ln.Quantity
-		l.skus[ln.SKU] = k
+		l.move(ln.SKU, k)
 		ln.FenceToken = l.fences[ln.SKU].Token
-		l.changed[ln.SKU] = true
 	}
 	return nil
 }
 
-// write returns the counters moved since the last write, in SKU order, and
-// the fences they are written under.
-func (l *ledger) write() ([]SKU, []Fence) {
+// SetAvailable sets a SKU's available units. Received moves by the same
+// amount, so received = available + held + sold still holds. The SKU counts
+// as changed even when the level is the same: writing it proves the lease
+// still stands.
+func (l *Ledger) SetAvailable(name string, available int64) (SKU, error) {
+	k, err := l.sku(name)
+	if err != nil {
+		return SKU{}, err
+	}
+	k.Received += available - k.Available
+	k.Available = available
+	k.FenceToken = l.fences[name].Token
+	l.move(name, k)
+	return k, nil
+}
+
+// Settle ends the hold of a reserved order: confirmed, its units are sold;
+// cancelled or expired, they return to available. All lines or none.
+func (l *Ledger) Settle(o *Order, to Status) error {
+	for _, ln := range o.Lines {
+		if _, err := l.sku(ln.SKU); err != nil {
+			return err
+		}
+	}
+	for _, ln := range o.Lines {
+		k := l.skus[ln.SKU]
+		k.Reserved -= ln.Quantity
+		if to == StatusConfirmed {
+			k.Sold += ln.Quantity
+		} else {
+			k.Available += ln.Quantity
+		}
+		l.move(ln.SKU, k)
+	}
+	return nil
+}
+
+// Changes returns the counters moved since the last Written, in SKU order,
+// and the fences they are written under.
+func (l *Ledger) Changes() ([]SKU, []Fence) {
 	names := slices.Sorted(maps.Keys(l.changed))
 	skus := make([]SKU, len(names))
 	fences := make([]Fence, len(names))
@@ -67,4 +104,25 @@ func (l *ledger) write() ([]SKU, []Fence) {
 		skus[i], fences[i] = l.skus[n], l.fences[n]
 	}
 	return skus, fences
+}
+
+// Written marks the changes as written: the rows now say what the ledger does.
+func (l *Ledger) Written() { clear(l.changed) }
+
+// sku returns the counters of a SKU under the leases, or why there are none.
+func (l *Ledger) sku(name string) (SKU, error) {
+	if err, ok := l.unknown[name]; ok {
+		return SKU{}, err
+	}
+	k, ok := l.skus[name]
+	if !ok {
+		// An operation only runs under leases that cover its SKUs.
+		return SKU{}, fmt.Errorf("inventory: sku %q is not under the leases", name)
+	}
+	return k, nil
+}
+
+func (l *Ledger) move(name string, k SKU) {
+	l.skus[name] = k
+	l.changed[name] = true
 }

@@ -2,15 +2,19 @@ package inventory
 
 import (
 	"errors"
-	"slices"
 	"testing"
 )
 
-func TestLedgerReserveAllOrNothing(t *testing.T) {
-	l := newLedger(map[string]SKU{"a": {SKU: "a", Available: 5}, "b": {SKU: "b", Available: 1}},
-		map[string]Fence{"a": {SKU: "a", Token: 7}, "b": {SKU: "b", Token: 9}},
+func testLedger() *Ledger {
+	return NewLedger(map[string]SKU{"a": {SKU: "a", Available: 5, Received: 5}, "b": {SKU: "b", Available: 1, Received: 1}},
+		map[string]Fence{"a": {SKU: "a", Token: 7}, "b": {SKU: "b", Token: 9}, "x": {SKU: "x", Token: 11}},
 		map[string]error{"x": &SKUError{SKU: "x", Err: ErrUnknownSKU}})
-	order := func(lines ...Line) *Order { return &Order{Lines: lines} }
+}
+
+func order(lines ...Line) *Order { return &Order{Lines: lines} }
+
+func TestLedgerReserveAllOrNothing(t *testing.T) {
+	l := testLedger()
 	cases := []struct {
 		name           string
 		o              *Order
@@ -24,9 +28,9 @@ func TestLedgerReserveAllOrNothing(t *testing.T) {
 		{"sold out", order(Line{SKU: "a", Quantity: 1}), ErrInsufficientStock, 0, 0},
 	}
 	for _, c := range cases {
-		err := l.reserve(c.o)
+		err := l.Reserve(c.o)
 		if !errors.Is(err, c.err) || (c.err == nil) != (err == nil) {
-			t.Fatalf("%s: reserve = %v, want %v", c.name, err, c.err)
+			t.Fatalf("%s: Reserve = %v, want %v", c.name, err, c.err)
 		}
 		if l.skus["a"].Available != c.availA || l.skus["b"].Available != c.availB {
 			t.Fatalf("%s: available a=%d b=%d, want %d %d", c.name, l.skus["a"].Available, l.skus["b"].Available, c.availA, c.availB)
@@ -40,30 +44,85 @@ func TestLedgerReserveAllOrNothing(t *testing.T) {
 		}
 	}
 	var se *StockError
-	if err := l.reserve(order(Line{SKU: "b", Quantity: 4})); !errors.As(err, &se) || se.SKU != "b" || se.Available != 0 {
+	if err := l.Reserve(order(Line{SKU: "b", Quantity: 4})); !errors.As(err, &se) || se.SKU != "b" || se.Available != 0 {
 		t.Fatalf("stock error = %v", err)
 	}
-	skus, fences := l.write()
+	skus, fences := l.Changes()
 	if len(skus) != 2 || skus[0].SKU != "a" || skus[0].Reserved != 5 || skus[1].Reserved != 1 || fences[1].Token != 9 {
-		t.Fatalf("write = %+v %+v", skus, fences)
+		t.Fatalf("Changes = %+v %+v", skus, fences)
 	}
-	c := l.clone()
+	c := l.Clone()
 	c.skus["a"] = SKU{SKU: "a", Available: 99}
 	if l.skus["a"].Available != 0 || len(c.changed) != 0 {
 		t.Fatal("clone shares counters with its ledger")
 	}
+	l.Written()
+	if skus, _ := l.Changes(); len(skus) != 0 {
+		t.Fatalf("Changes after Written = %+v, want none", skus)
+	}
 }
 
-func TestMergeSorted(t *testing.T) {
-	cases := []struct{ a, b, want []string }{
-		{nil, nil, []string{}},
-		{[]string{"a"}, nil, []string{"a"}},
-		{[]string{"a", "c"}, []string{"b", "c", "d"}, []string{"a", "b", "c", "d"}},
-		{[]string{"b"}, []string{"a"}, []string{"a", "b"}},
+// TestLedgerSetAvailable: received follows available up and down, so the
+// identity received = available + held + sold survives any stock level.
+func TestLedgerSetAvailable(t *testing.T) {
+	l := testLedger()
+	if err := l.Reserve(order(Line{SKU: "a", Quantity: 2})); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int64{10, 0, 3, 3} {
+		k, err := l.SetAvailable("a", n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if k.Available != n || k.Reserved != 2 || k.Received != n+2 || k.FenceToken != 7 {
+			t.Fatalf("set %d: %+v, want available %d, reserved 2, received %d, token 7", n, k, n, n+2)
+		}
+	}
+	if skus, _ := l.Changes(); len(skus) != 1 || skus[0].Available != 3 {
+		t.Fatalf("Changes = %+v, want a alone at 3 (an unchanged level is written too)", skus)
+	}
+	if _, err := l.SetAvailable("x", 1); !errors.Is(err, ErrUnknownSKU) {
+		t.Fatalf("SetAvailable on an unknown SKU = %v, want ErrUnknownSKU", err)
+	}
+	if _, err := l.SetAvailable("c", 1); err == nil {
+		t.Fatal("SetAvailable on a SKU under no lease succeeded")
+	}
+}
+
+// TestLedgerSettle: a confirmed hold becomes sold, a cancelled or expired
+// one returns to available; received never moves.
+func TestLedgerSettle(t *testing.T) {
+	cases := []struct {
+		to              Status
+		available, sold int64
+	}{
+		{StatusConfirmed, 2, 3},
+		{StatusCancelled, 5, 0},
+		{StatusExpired, 5, 0},
 	}
 	for _, c := range cases {
-		if got := mergeSorted(c.a, c.b); !slices.Equal(got, c.want) {
-			t.Errorf("mergeSorted(%v, %v) = %v, want %v", c.a, c.b, got, c.want)
+		l := testLedger()
+		o := order(Line{SKU: "a", Quantity: 3}, Line{SKU: "b", Quantity: 1})
+		if err := l.Reserve(o); err != nil {
+			t.Fatal(err)
 		}
+		if err := l.Settle(o, c.to); err != nil {
+			t.Fatalf("%s: %v", c.to, err)
+		}
+		a := l.skus["a"]
+		if a.Available != c.available || a.Reserved != 0 || a.Sold != c.sold || a.Received != 5 {
+			t.Fatalf("%s: a = %+v, want available %d, sold %d, received 5", c.to, a, c.available, c.sold)
+		}
+		if b := l.skus["b"]; b.Reserved != 0 || b.Available+b.Sold != 1 {
+			t.Fatalf("%s: b = %+v", c.to, b)
+		}
+	}
+	l := testLedger()
+	before := l.skus["a"]
+	if err := l.Settle(order(Line{SKU: "a", Quantity: 1}, Line{SKU: "x", Quantity: 1}), StatusCancelled); !errors.Is(err, ErrUnknownSKU) {
+		t.Fatalf("Settle with an unknown line = %v, want ErrUnknownSKU", err)
+	}
+	if l.skus["a"] != before || len(l.changed) != 0 {
+		t.Fatal("a refused Settle moved the ledger")
 	}
 }

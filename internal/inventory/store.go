@@ -15,27 +15,16 @@ type Fence struct {
 	Holder uuid.UUID
 }
 
-// Write is what the service decided under the locks: the SKUs' new counters
-// and the order changes that go with them, applied in one transaction.
+// Write is what was decided under the leases: the SKUs' new counters and the
+// order changes that go with them, applied in one transaction.
 type Write struct {
 	SKUs []SKU
-	// Order, when set, is inserted with its lines.
-	Order *Order
-	// Orders are inserted like Order, in the same transaction: the orders of
-	// a coalesced batch, all placed or none.
+	// Orders are inserted with their lines, all of them or none.
 	Orders []*Order
 	// Transition, when set, moves an existing order From → To; it is applied
 	// first and the whole write fails with ErrInvalidTransition if the order
 	// is no longer in From.
 	Transition *Transition
-}
-
-// AllOrders returns Order followed by Orders.
-func (w Write) AllOrders() []*Order {
-	if w.Order == nil {
-		return w.Orders
-	}
-	return append([]*Order{w.Order}, w.Orders...)
 }
 
 // Transition is a status change of an existing order.
@@ -71,16 +60,3 @@ type Store interface {
 	ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]uuid.UUID, error)
 	Ping(ctx context.Context) error
 }
-
-// Observer receives the service's events worth counting.
-type Observer interface {
-	LockWait(d time.Duration)
-	StaleFence()
-	LeaseLost()
-}
-
-type nopObserver struct{}
-
-func (nopObserver) LockWait(time.Duration) {}
-func (nopObserver) StaleFence()            {}
-func (nopObserver) LeaseLost()             {}

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics implements inventory.Observer and records HTTP and order outcomes.
+// Metrics implements reservation.Observer and records HTTP and order outcomes.
 type Metrics struct {
 	backend     string
 	requests    *prometheus.CounterVec
@@ -58,13 +58,13 @@ func (m *Metrics) HTTP(method, route string, status int, d time.Duration) {
 // Order records the outcome of one order placement.
 func (m *Metrics) Order(code string) { m.orders.WithLabelValues(code).Inc() }
 
-// LockWait implements inventory.Observer.
+// LockWait implements reservation.Observer.
 func (m *Metrics) LockWait(d time.Duration) {
 	m.lockWait.WithLabelValues(m.backend).Observe(d.Seconds())
 }
 
-// StaleFence implements inventory.Observer.
+// StaleFence implements reservation.Observer.
 func (m *Metrics) StaleFence() { m.staleFences.Inc() }
 
-// LeaseLost implements inventory.Observer.
+// LeaseLost implements reservation.Observer.
 func (m *Metrics) LeaseLost() { m.leasesLost.WithLabelValues(m.backend).Inc() }

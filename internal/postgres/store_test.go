@@ -114,7 +114,7 @@ func TestStaleWriteLeavesNothingBehind(t *testing.T) {
 	kb.Available, kb.Reserved = 9, 1
 	o := newOrder("sku-a", 1, 2)
 	o.Lines = append(o.Lines, inventory.Line{SKU: "sku-b", Quantity: 1, FenceToken: 2})
-	err = s.Write(ctx, []inventory.Fence{a, b}, inventory.Write{SKUs: []inventory.SKU{ka, kb}, Order: o})
+	err = s.Write(ctx, []inventory.Fence{a, b}, inventory.Write{SKUs: []inventory.SKU{ka, kb}, Orders: []*inventory.Order{o}})
 	var ke *inventory.SKUError
 	if !errors.Is(err, inventory.ErrStaleFence) || !errors.As(err, &ke) || ke.SKU != "sku-b" {
 		t.Fatalf("write = %v, want ErrStaleFence on sku-b", err)
@@ -183,7 +183,7 @@ func TestPausedHolderBetweenClaimAndWrite(t *testing.T) {
 func decide(k inventory.SKU, qty int64, o *inventory.Order) inventory.Write {
 	k.Available -= qty
 	k.Reserved += qty
-	return inventory.Write{SKUs: []inventory.SKU{k}, Order: o}
+	return inventory.Write{SKUs: []inventory.SKU{k}, Orders: []*inventory.Order{o}}
 }
 
 func TestTransitionIsConditional(t *testing.T) {
@@ -254,7 +254,7 @@ func TestKeyTakenByAnotherWrite(t *testing.T) {
 	first.IdempotencyKey = "key-1"
 	k := got["sku-k"]
 	k.Available, k.Reserved = 9, 1
-	if err := s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k}, Order: first}); err != nil {
+	if err := s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k}, Orders: []*inventory.Order{first}}); err != nil {
 		t.Fatal(err)
 	}
 	found, err := s.OrdersByKey(ctx, []string{"key-1", "key-none"})

@@ -100,9 +100,8 @@ func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArg
 		to, from, id := string(t.To), string(t.From), t.ID
 		a.toStatus, a.fromStatus, a.transitionID, a.wantTransition = &to, &from, &id, 1
 	}
-	orders := w.AllOrders()
-	a.wantOrds = int64(len(orders))
-	for _, o := range orders {
+	a.wantOrds = int64(len(w.Orders))
+	for _, o := range w.Orders {
 		var key *string
 		if o.IdempotencyKey != "" {
 			key = &o.IdempotencyKey

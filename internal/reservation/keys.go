@@ -1,9 +1,11 @@
-package inventory
+package reservation
 
 import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/stockguard/stockguard/internal/inventory"
 )
 
 // Idempotency keys have one record: the order row that carries the key,
@@ -24,7 +26,7 @@ import (
 // (*KeyTakenError), or by the ledger once the stock has gone. Lookups made
 // while one is in flight share the next statement.
 type keys struct {
-	store Store
+	store inventory.Store
 
 	mu sync.Mutex
 	// running maps the keys of this instance's requests still in flight to
@@ -42,14 +44,14 @@ type keyLookup struct {
 }
 
 type keyAnswer struct {
-	order *Order
+	order *inventory.Order
 	err   error
 }
 
 // maxKeyLookup caps the keys of one lookup statement.
 const maxKeyLookup = 512
 
-func newKeys(store Store) *keys {
+func newKeys(store inventory.Store) *keys {
 	return &keys{store: store, running: make(map[string]string)}
 }
 
@@ -61,9 +63,9 @@ func (k *keys) enter(key, hash string) (leave func(), err error) {
 	defer k.mu.Unlock()
 	if h, ok := k.running[key]; ok {
 		if h != hash {
-			return nil, ErrIdempotencyReused
+			return nil, inventory.ErrIdempotencyReused
 		}
-		return nil, fmt.Errorf("%w: the first request with this key is still running", ErrIdempotencyInFlight)
+		return nil, fmt.Errorf("%w: the first request with this key is still running", inventory.ErrIdempotencyInFlight)
 	}
 	k.running[key] = hash
 	return func() {
@@ -77,7 +79,7 @@ func (k *keys) enter(key, hash string) (leave func(), err error) {
 // statement: the first runs at once, and those that arrive while it runs go
 // together in the next, so the statements per second stay near the
 // database's round-trip rate however many orders arrive.
-func (k *keys) find(ctx context.Context, key string) (*Order, error) {
+func (k *keys) find(ctx context.Context, key string) (*inventory.Order, error) {
 	l := &keyLookup{key: key, answer: make(chan keyAnswer, 1)}
 	k.mu.Lock()
 	k.waiting = append(k.waiting, l)
@@ -115,7 +117,7 @@ func (k *keys) look(ctx context.Context) {
 		for i, l := range batch {
 			names[i] = l.key
 		}
-		lctx, cancel := context.WithTimeout(ctx, batchStoreTimeout)
+		lctx, cancel := context.WithTimeout(ctx, storeTimeout)
 		found, err := k.store.OrdersByKey(lctx, names)
 		cancel()
 		for _, l := range batch {
@@ -127,11 +129,11 @@ func (k *keys) look(ctx context.Context) {
 // replay is the answer to a request whose key o holds: the first answer, a
 // reserved order, even if o has moved on since (GET shows where it stands
 // now); or ErrIdempotencyReused if o was placed for another request.
-func replay(o *Order, hash string) (*Order, error) {
+func replay(o *inventory.Order, hash string) (*inventory.Order, error) {
 	if o.RequestHash != hash {
-		return nil, ErrIdempotencyReused
+		return nil, inventory.ErrIdempotencyReused
 	}
 	first := *o
-	first.Status = StatusReserved
+	first.Status = inventory.StatusReserved
 	return &first, nil
 }

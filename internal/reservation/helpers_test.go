@@ -1,4 +1,4 @@
-package inventory_test
+package reservation_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/memlock"
 	"github.com/stockguard/stockguard/internal/postgres"
+	"github.com/stockguard/stockguard/internal/reservation"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
@@ -22,6 +23,8 @@ import (
 type fencedLocker struct {
 	*memlock.Locker
 	next atomic.Uint64
+	// unwatched counts the leases taken without a watchdog.
+	unwatched atomic.Int32
 
 	mu   sync.Mutex
 	lose map[string]func(error)
@@ -37,6 +40,9 @@ func (l *fencedLocker) Acquire(ctx context.Context, key string, opts ...lock.Opt
 	inner, err := l.Locker.Acquire(ctx, key, opts...)
 	if err != nil {
 		return nil, err
+	}
+	if lock.Apply(0, opts).NoWatchdog {
+		l.unwatched.Add(1)
 	}
 	lease, lose := lock.NewLease(lock.LeaseParams{Key: key, Token: lock.Token(l.next.Add(1)), Handle: releaser{inner}})
 	l.mu.Lock()
@@ -91,7 +97,7 @@ func (s *spyStore) Write(ctx context.Context, fences []inventory.Fence, w invent
 	err := s.Store.Write(ctx, fences, w)
 	if err == nil {
 		s.mu.Lock()
-		s.writes = append(s.writes, len(w.AllOrders()))
+		s.writes = append(s.writes, len(w.Orders))
 		s.mu.Unlock()
 	}
 	return err
@@ -145,10 +151,10 @@ type fixture struct {
 	t      *testing.T
 	store  *spyStore
 	locker *fencedLocker
-	svc    *inventory.Service
+	svc    *reservation.Service
 }
 
-func newFixture(t *testing.T, c inventory.Coalescing) *fixture {
+func newFixture(t *testing.T, c reservation.Coalescing) *fixture {
 	t.Helper()
 	f := &fixture{t: t, store: &spyStore{Store: newPGStore(t)}, locker: newFencedLocker()}
 	f.svc = f.service(c)
@@ -156,8 +162,8 @@ func newFixture(t *testing.T, c inventory.Coalescing) *fixture {
 }
 
 // service is one more instance over the fixture's store and lock.
-func (f *fixture) service(c inventory.Coalescing) *inventory.Service {
-	return inventory.New(inventory.Config{Store: f.store, Locker: f.locker, LockWait: 5 * time.Second, Coalescing: c})
+func (f *fixture) service(c reservation.Coalescing) *reservation.Service {
+	return reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 5 * time.Second, Coalescing: c})
 }
 
 func (f *fixture) stock(sku string, n int64) {
@@ -197,21 +203,37 @@ type result struct {
 // queue starts Place for each request, one after the other, waiting until
 // each is queued behind a held lease, so that they arrive in this order; it
 // returns their results, in the same order, once all have answered.
-func (f *fixture) queue(svc *inventory.Service, key string, reqs ...inventory.PlaceRequest) func() []result {
+func (f *fixture) queue(svc *reservation.Service, key string, reqs ...inventory.PlaceRequest) func() []result {
+	f.t.Helper()
+	ctxs := make([]context.Context, len(reqs))
+	for i := range ctxs {
+		ctxs[i] = context.Background()
+	}
+	results := f.queueCtx(svc, key, ctxs, reqs)
+	return func() []result {
+		out, _ := results()
+		return out
+	}
+}
+
+// queueCtx is queue with a context for each request; it also returns when
+// each was answered.
+func (f *fixture) queueCtx(svc *reservation.Service, key string, ctxs []context.Context, reqs []inventory.PlaceRequest) func() ([]result, []time.Time) {
 	f.t.Helper()
 	out := make([]result, len(reqs))
+	at := make([]time.Time, len(reqs))
 	var wg sync.WaitGroup
 	for i, r := range reqs {
-		before := inventory.Queued(svc, key)
+		before := reservation.Queued(svc, key)
 		wg.Go(func() {
-			o, replayed, err := svc.Place(context.Background(), r)
-			out[i] = result{o, replayed, err}
+			o, replayed, err := svc.Place(ctxs[i], r)
+			out[i], at[i] = result{o, replayed, err}, time.Now()
 		})
-		waitFor(f.t, fmt.Sprintf("order %d queued", i), func() bool { return inventory.Queued(svc, key) == before+1 })
+		waitFor(f.t, fmt.Sprintf("order %d queued", i), func() bool { return reservation.Queued(svc, key) == before+1 })
 	}
-	return func() []result {
+	return func() ([]result, []time.Time) {
 		wg.Wait()
-		return out
+		return out, at
 	}
 }
 

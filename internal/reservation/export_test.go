@@ -1,4 +1,4 @@
-package inventory
+package reservation
 
 // Queued returns how many orders wait, undecided and not yet in a batch, in
 // the queue of sku (their lowest SKU): tests wait on it to order arrivals.

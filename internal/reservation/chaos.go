@@ -1,4 +1,4 @@
-package inventory
+package reservation
 
 import (
 	"context"
@@ -8,10 +8,11 @@ import (
 type pauseKey struct{}
 
 // WithPause asks the service to stall for d inside the critical section of
-// this request: after the locks are held, the stock claimed and the lease
-// checked, just before the write — the worst moment for a GC pause. The
-// lease is taken without a watchdog, as a paused process renews nothing.
-// Only a service started with --chaos honours it.
+// the batch this request's operation runs in: after the locks are held, the
+// stock claimed and the lease checked, just before the write — the worst
+// moment for a GC pause. The batch's leases are taken without a watchdog,
+// as a paused process renews nothing, and every operation in the batch
+// waits with it, as in a real pause. Only httpapi with --chaos sets it.
 func WithPause(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, pauseKey{}, d)
 }

@@ -1,4 +1,4 @@
-package inventory_test
+package reservation_test
 
 import (
 	"context"
@@ -11,13 +11,14 @@ import (
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/reservation"
 )
 
 // TestBatchMixedFits queues six orders behind a held lease so they form one
 // batch, and checks that each is decided in arrival order, all lines or
 // none, against what the orders before it left.
 func TestBatchMixedFits(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	f.stock("a", 5)
 	f.stock("b", 2)
 	release := f.hold("a")
@@ -65,7 +66,7 @@ func TestBatchMixedFits(t *testing.T) {
 // TestBatchUnknownSKU: an order naming a SKU that does not exist fails on
 // its own; the rest of its batch is placed.
 func TestBatchUnknownSKU(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	f.stock("a", 5)
 	release := f.hold("a")
 	results := f.queue(f.svc, "a",
@@ -87,7 +88,7 @@ func TestBatchUnknownSKU(t *testing.T) {
 // are in flight, replays after it return it, a reused key is refused, and an
 // order refused inside a batch leaves its key free.
 func TestBatchIdempotency(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	ctx := context.Background()
 	f.stock("a", 10)
 	release := f.hold("a")
@@ -144,7 +145,7 @@ func TestBatchIdempotency(t *testing.T) {
 // refuses it. Either way it answers as the first order, and no unit is held
 // twice.
 func TestBatchReplay(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	ctx := context.Background()
 	f.stock("a", 5)
 	first, _, err := f.svc.Place(ctx, req("k-1", line("a", 2)))
@@ -176,8 +177,8 @@ func TestBatchReplay(t *testing.T) {
 // the same leases, and the duplicate answers as a replay of the first (or,
 // with another body, as a reused key). No unit is held twice.
 func TestBatchKeyTakenAcrossInstances(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
-	svc2 := f.service(inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
+	svc2 := f.service(reservation.Coalescing{})
 	f.stock("a", 20)
 	release := f.hold("a")
 	got1 := f.queue(f.svc, "a", req("k-1", line("a", 3)), req("k-r", line("a", 1)))
@@ -207,13 +208,13 @@ func TestBatchKeyTakenAcrossInstances(t *testing.T) {
 
 // TestKeyTakenUncoalesced: the same race with every order on its own.
 func TestKeyTakenUncoalesced(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{Disabled: true})
-	svc2 := f.service(inventory.Coalescing{Disabled: true})
+	f := newFixture(t, reservation.Coalescing{Disabled: true})
+	svc2 := f.service(reservation.Coalescing{Disabled: true})
 	f.stock("a", 20)
 	release := f.hold("a")
 	var wg sync.WaitGroup
 	var got [2]result
-	for i, svc := range []*inventory.Service{f.svc, svc2} {
+	for i, svc := range []*reservation.Service{f.svc, svc2} {
 		wg.Go(func() {
 			o, replayed, err := svc.Place(context.Background(), req("k-1", line("a", 3)))
 			got[i] = result{o, replayed, err}
@@ -236,7 +237,7 @@ func TestKeyTakenUncoalesced(t *testing.T) {
 // write: every order of the batch is answered with the loss, nothing is
 // written, and keyed orders free their keys.
 func TestBatchLeaseLost(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	ctx := context.Background()
 	f.stock("a", 10)
 	f.store.onClaim(func([]inventory.Fence) { f.locker.loseLease("a") })
@@ -269,9 +270,9 @@ func TestBatchLeaseLost(t *testing.T) {
 // answered for the loss (the replay still as a replay), and the loss is
 // counted once.
 func TestBatchLeaseLostWithKeyTaken(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	lost := &lossCounter{}
-	svc := inventory.New(inventory.Config{Store: f.store, Locker: f.locker, Observer: lost, LockWait: 5 * time.Second})
+	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, Observer: lost, LockWait: 5 * time.Second})
 	ctx := context.Background()
 	f.stock("a", 10)
 	first, _, err := svc.Place(ctx, req("k-1", line("a", 1)))
@@ -302,7 +303,7 @@ func TestBatchLeaseLostWithKeyTaken(t *testing.T) {
 // and a newer holder claims the row before the batch writes. The fence
 // rejects the write: every order is answered stale_fence, none is written.
 func TestBatchStaleWrite(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	f.stock("a", 10)
 	f.store.onClaim(func(fences []inventory.Fence) {
 		newer := inventory.Fence{SKU: "a", Token: fences[0].Token + 1000, Holder: fences[0].Holder}
@@ -327,7 +328,7 @@ func TestBatchStaleWrite(t *testing.T) {
 // TestClientLeavesQueue: an order whose client gives up while it is queued
 // is dropped undecided, and its key is free again.
 func TestClientLeavesQueue(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	f.stock("a", 10)
 	release := f.hold("a")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -336,7 +337,7 @@ func TestClientLeavesQueue(t *testing.T) {
 		_, _, err := f.svc.Place(ctx, req("gone", line("a", 4)))
 		done <- err
 	}()
-	waitFor(t, "order queued", func() bool { return inventory.Queued(f.svc, "a") == 1 })
+	waitFor(t, "order queued", func() bool { return reservation.Queued(f.svc, "a") == 1 })
 	results := f.queue(f.svc, "a", req("", line("a", 1)))
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -357,9 +358,9 @@ func TestClientLeavesQueue(t *testing.T) {
 // TestQueuedLockWait: an order queued behind a lease held elsewhere is
 // answered lock_unavailable after its lock wait, like an order alone.
 func TestQueuedLockWait(t *testing.T) {
-	f := newFixture(t, inventory.Coalescing{})
+	f := newFixture(t, reservation.Coalescing{})
 	f.stock("a", 10)
-	svc := inventory.New(inventory.Config{Store: f.store, Locker: f.locker, LockWait: 150 * time.Millisecond})
+	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 150 * time.Millisecond})
 	defer f.hold("a")()
 	start := time.Now()
 	_, _, err := svc.Place(context.Background(), req("", line("a", 1)))
@@ -373,7 +374,7 @@ func TestQueuedLockWait(t *testing.T) {
 // one unit of one hot SKU, a few give up early. Exactly the stock is
 // reserved, the audit is clean, and batches really form.
 func TestCoalescedHammer(t *testing.T) {
-	for _, c := range []inventory.Coalescing{{}, {Disabled: true}, {MaxBatch: 3, MaxBatches: 1}} {
+	for _, c := range []reservation.Coalescing{{}, {Disabled: true}, {MaxBatch: 3, MaxBatches: 1}} {
 		name := map[bool]string{false: "on", true: "off"}[c.Disabled]
 		if c.MaxBatch == 3 {
 			name = "small batches"
@@ -382,7 +383,7 @@ func TestCoalescedHammer(t *testing.T) {
 			f := newFixture(t, c)
 			const stock, orders, clients = 150, 400, 64
 			f.stock("hot", stock)
-			svcs := []*inventory.Service{f.svc, f.service(c), f.service(c)}
+			svcs := []*reservation.Service{f.svc, f.service(c), f.service(c)}
 			var next, created, short, gone atomic.Int64
 			var wg sync.WaitGroup
 			for i := range clients {
@@ -433,7 +434,9 @@ func TestHoldAcrossBatches(t *testing.T) {
 	for _, c := range []struct {
 		maxBatches, claims int
 	}{{4, 1}, {2, 2}, {1, 3}} {
-		f := newFixture(t, inventory.Coalescing{MaxBatch: 2, MaxBatches: c.maxBatches})
+		// MaxHold out of the way: on a loaded machine three writes can take
+		// longer than the default 50ms, and this test is about MaxBatches.
+		f := newFixture(t, reservation.Coalescing{MaxBatch: 2, MaxBatches: c.maxBatches, MaxHold: time.Minute})
 		f.stock("a", 100)
 		release := f.hold("a")
 		reqs := make([]inventory.PlaceRequest, 6)

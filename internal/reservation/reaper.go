@@ -1,4 +1,4 @@
-package inventory
+package reservation
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/inventory"
 )
 
 // Reap expires reserved orders whose hold has run out, under the same locks
@@ -61,7 +63,7 @@ func (r *reaper) once(ctx context.Context) {
 	}
 	for _, id := range ids {
 		err := r.s.Expire(ctx, id)
-		if err == nil || errors.Is(err, ErrInvalidTransition) || ctx.Err() != nil {
+		if err == nil || errors.Is(err, inventory.ErrInvalidTransition) || ctx.Err() != nil {
 			delete(r.failing, id)
 			continue
 		}

@@ -1,0 +1,230 @@
+package reservation
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// Coalescing tunes how concurrent orders inside one instance share leases
+// and transactions. Orders queue per SKU (a multi-line order on its lowest
+// SKU); one goroutine per busy queue, the batch leader, runs the queue
+// through the critical section (section.go): it takes the leases for the
+// orders waiting, claims the rows once, decides each order in arrival order
+// against the claimed counters, and writes them all in one fenced
+// transaction. On a hot SKU this turns one lock hand-off, one claim and one
+// write per order into one of each per batch: the lock hand-off, not
+// Postgres, is what limits a hot SKU.
+//
+// The zero value is on, with the defaults below.
+type Coalescing struct {
+	// Disabled places every order on its own, a batch of one: one
+	// acquisition, one claim and one write per order (--coalesce=off), to
+	// compare.
+	Disabled bool
+	// MaxBatch caps the orders decided and written together. Default 256.
+	MaxBatch int
+	// MaxBatches caps the batches run back to back under one acquisition,
+	// without a new claim, before the leases are released so that other
+	// instances, queued in the lock backend, get their turn. Default 4.
+	MaxBatches int
+	// MaxHold caps how long leases are kept for further batches. Default 50ms.
+	MaxHold time.Duration
+}
+
+// Coalescing defaults.
+const (
+	DefaultMaxBatch   = 256
+	DefaultMaxBatches = 4
+	DefaultMaxHold    = 50 * time.Millisecond
+)
+
+func (c Coalescing) withDefaults() Coalescing {
+	if c.MaxBatch <= 0 {
+		c.MaxBatch = DefaultMaxBatch
+	}
+	if c.MaxBatches <= 0 {
+		c.MaxBatches = DefaultMaxBatches
+	}
+	if c.MaxHold <= 0 {
+		c.MaxHold = DefaultMaxHold
+	}
+	return c
+}
+
+// maxBatchSKUs caps the SKUs one acquisition locks: every one is a lock
+// round trip before the first order of the batch can be decided. An order
+// alone may have MaxLines of them.
+const maxBatchSKUs = inventory.MaxLines
+
+// coalescer holds the per-SKU queues of one Service.
+type coalescer struct {
+	s   *Service
+	cfg Coalescing
+
+	mu sync.Mutex
+	// queues has an entry exactly while a batch leader serves it.
+	queues map[string]*queue
+}
+
+// queue is the orders waiting for one SKU, in arrival order; guarded by
+// coalescer.mu. It is the source a leader serves.
+type queue struct {
+	c     *coalescer
+	key   string
+	items []*pending
+}
+
+// place queues p and waits for its batch's answer.
+func (c *coalescer) place(ctx context.Context, p *pending) error {
+	c.enqueue(ctx, p)
+	wait := time.NewTimer(c.s.lockWait)
+	defer wait.Stop()
+	for {
+		select {
+		case err := <-p.answer:
+			return err
+		case <-ctx.Done():
+			if p.move(stateQueued, stateDropped) || p.move(stateBatched, stateDropped) {
+				return fmt.Errorf("reservation: order left its queue undecided: %w", ctx.Err())
+			}
+			// Decided already: it stands or falls with its batch, which
+			// answers within one write.
+			return <-p.answer
+		case <-wait.C:
+			if p.move(stateQueued, stateDropped) {
+				return notAcquired(c.s.lockWait, context.DeadlineExceeded)
+			}
+			// Its batch holds the leases: the answer is near.
+		}
+	}
+}
+
+// enqueue appends p to its queue, starting the queue's leader if none runs.
+// The leader works for every order in the queue, not for the request that
+// happened to start it, so it runs on a context that outlives that request.
+func (c *coalescer) enqueue(ctx context.Context, p *pending) {
+	key := p.op.skus[0]
+	c.mu.Lock()
+	q, running := c.queues[key]
+	if !running {
+		q = &queue{c: c, key: key}
+		c.queues[key] = q
+	}
+	q.items = append(q.items, p)
+	c.mu.Unlock()
+	if !running {
+		go c.s.serve(context.WithoutCancel(ctx), q)
+	}
+}
+
+// usable reports whether another batch may run under h without a new
+// acquisition. No new claim is needed: the write requires the fence this
+// hold stamped to still stand, and the ledger is exactly what was written.
+// Leases taken without a watchdog serve one batch: they may run out in the
+// next.
+func (c *coalescer) usable(h *hold) bool {
+	return h != nil && !h.broken && h.batches < c.cfg.MaxBatches && time.Since(h.acquired) < c.cfg.MaxHold &&
+		!(h.unwatched && h.batches > 0) && h.set.Err() == nil
+}
+
+// next returns the orders at the head of the queue that h covers; or, when
+// there are none, the SKUs to lock for the orders at the head (their union,
+// within the caps) and those orders; or nothing when the queue is empty,
+// which it then leaves (the next order starts a new leader).
+func (q *queue) next(h *hold) (batch []*pending, want []string, waiting []*pending) {
+	c := q.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		q.prune()
+		if len(q.items) == 0 {
+			delete(c.queues, q.key)
+			return nil, nil, nil
+		}
+		if !c.usable(h) {
+			break
+		}
+		n := 0
+		for n < len(q.items) && len(batch) < c.cfg.MaxBatch {
+			p := q.items[n]
+			if p.state.Load() == stateQueued && !h.covers(p) {
+				break
+			}
+			if p.move(stateQueued, stateBatched) {
+				batch = append(batch, p)
+			}
+			q.items[n] = nil
+			n++
+		}
+		q.items = q.items[n:]
+		if len(batch) > 0 {
+			return batch, nil, nil
+		}
+		if n == 0 {
+			break // the head needs other leases
+		}
+		// Everything taken had just been dropped: look again.
+	}
+	for _, p := range q.items {
+		if len(waiting) == c.cfg.MaxBatch {
+			break
+		}
+		if p.state.Load() != stateQueued {
+			continue
+		}
+		union := mergeSorted(want, p.op.skus)
+		if len(waiting) > 0 && len(union) > maxBatchSKUs {
+			break
+		}
+		want, waiting = union, append(waiting, p)
+	}
+	return nil, want, waiting
+}
+
+// keep reports whether h should be kept for the next batch: it is still
+// usable and the order at the head of the queue is already waiting for it.
+func (q *queue) keep(h *hold) bool {
+	c := q.c
+	if !c.usable(h) {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q.prune()
+	return len(q.items) > 0 && h.covers(q.items[0])
+}
+
+// prune forgets the orders at the head that are no longer queued.
+func (q *queue) prune() {
+	n := 0
+	for n < len(q.items) && q.items[n].state.Load() != stateQueued {
+		q.items[n] = nil
+		n++
+	}
+	q.items = q.items[n:]
+}
+
+// mergeSorted returns the sorted union of two sorted, duplicate-free lists.
+func mergeSorted(a, b []string) []string {
+	out := make([]string, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] < b[j]:
+			out = append(out, a[i])
+			i++
+		case a[i] > b[j]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i, j = i+1, j+1
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}

@@ -1,0 +1,123 @@
+package reservation
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// op is one stock change, decided inside the critical section on the
+// ledger of the leases it runs under. Every kind of change is one: placing
+// an order, setting stock, confirming, cancelling or expiring an order.
+type op struct {
+	// skus are the leases it needs, sorted.
+	skus []string
+	// create has the claim create missing SKU rows (setting stock).
+	create bool
+	// key is the idempotency key of an order to place: a write may refuse it
+	// alone (*inventory.KeyTakenError).
+	key string
+	// decide applies the change to the ledger, all of it or none, and adds
+	// to w what the store must record with the ledger's changes. An error
+	// refuses this op alone.
+	decide func(l *inventory.Ledger, w *inventory.Write) error
+}
+
+// placeOp reserves o's lines and inserts o.
+func placeOp(o *inventory.Order) *op {
+	return &op{skus: sortedSKUs(o), key: o.IdempotencyKey, decide: func(l *inventory.Ledger, w *inventory.Write) error {
+		if err := l.Reserve(o); err != nil {
+			return err
+		}
+		w.Orders = append(w.Orders, o)
+		return nil
+	}}
+}
+
+// setOp sets a SKU's available units, creating it if needed, and stores the
+// counters it decided in out.
+func setOp(name string, available int64, out *inventory.SKU) *op {
+	return &op{skus: []string{name}, create: true, decide: func(l *inventory.Ledger, _ *inventory.Write) error {
+		k, err := l.SetAvailable(name, available)
+		if err != nil {
+			return err
+		}
+		*out = k
+		return nil
+	}}
+}
+
+// errOneTransition guards the store's limit: a write changes one order's
+// status. Transitions run alone, so only a programming error trips it.
+var errOneTransition = errors.New("reservation: a write carries one order transition")
+
+// transitionOp moves a reserved order to `to` and settles its units.
+func transitionOp(o *inventory.Order, to inventory.Status) *op {
+	return &op{skus: sortedSKUs(o), decide: func(l *inventory.Ledger, w *inventory.Write) error {
+		if w.Transition != nil {
+			return errOneTransition
+		}
+		if err := l.Settle(o, to); err != nil {
+			return err
+		}
+		w.Transition = &inventory.Transition{ID: o.ID, From: inventory.StatusReserved, To: to}
+		return nil
+	}}
+}
+
+func sortedSKUs(o *inventory.Order) []string { return slices.Sorted(slices.Values(o.SKUs())) }
+
+// States of a pending op. The section moves it queued → batched (taken into
+// a batch under held leases) → decided; its own request may move it to
+// dropped first: when its client leaves (queued or batched) or its lock wait
+// runs out (queued only). Whoever moves it first decides who answers.
+const (
+	stateQueued int32 = iota
+	stateBatched
+	stateDecided
+	stateDropped
+)
+
+// pending is one op waiting for its batch and its answer.
+type pending struct {
+	op       *op
+	deadline time.Time
+	// pause is the chaos stall asked by its request (WithPause).
+	pause  time.Duration
+	state  atomic.Int32
+	answer chan error // buffered: the section sends once and never waits
+}
+
+// pending wraps o for the request whose context is ctx.
+func (s *Service) pending(ctx context.Context, o *op) *pending {
+	return &pending{op: o, deadline: time.Now().Add(s.lockWait), pause: pauseOf(ctx), answer: make(chan error, 1)}
+}
+
+func (p *pending) move(from, to int32) bool { return p.state.CompareAndSwap(from, to) }
+
+// alone runs p as a batch of one, on the request's own goroutine and
+// context: through the same critical section as a coalesced batch.
+func (s *Service) alone(ctx context.Context, p *pending) error {
+	s.serve(ctx, &single{p: p})
+	return <-p.answer
+}
+
+// single is the source of a batch of one: the leases p needs, then p.
+type single struct{ p *pending }
+
+func (o *single) next(h *hold) (batch []*pending, want []string, waiting []*pending) {
+	switch {
+	case o.p.state.Load() != stateQueued:
+		return nil, nil, nil // run, or answered by a failed acquisition
+	case h == nil:
+		return nil, o.p.op.skus, []*pending{o.p}
+	}
+	o.p.move(stateQueued, stateBatched)
+	return []*pending{o.p}, nil, nil
+}
+
+func (*single) keep(*hold) bool { return false }

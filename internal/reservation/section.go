@@ -1,0 +1,347 @@
+package reservation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// This file is the one critical section. Every stock change runs through
+// serve: acquire the leases → claim the rows with their fences → decide
+// each op on the ledger → (chaos pause) → one fenced write → release. A
+// lone op (setting stock, a transition, an order with coalescing off) is a
+// batch of one from a single source; coalesced orders come from a queue
+// (coalesce.go), whose batches may share one acquisition and one claim.
+//
+// The store calls run on the section's context: the request's for a batch
+// of one, a detached one for a queue's leader. Either way a write is not
+// bound to the lease: the lease is checked just before the write, and a
+// holder that stalls after that check (a GC pause, SIGSTOP) sends its write
+// late whatever we do. Only the fence in the store stops such a write;
+// pretending otherwise would hide the problem this service exists to
+// demonstrate.
+
+// source gathers the batches the section runs.
+type source interface {
+	// next returns the next batch, pendings covered by h's leases; or, when
+	// there are none, the keys to lock (sorted) and the pendings waiting
+	// for them; or nothing when the source is done.
+	next(h *hold) (batch []*pending, want []string, waiting []*pending)
+	// keep reports whether h should serve the next batch at once.
+	keep(h *hold) bool
+}
+
+// hold is the leases a section runs batches under, kept across batches
+// while the source asks for it.
+type hold struct {
+	set      lock.Set
+	acquired time.Time
+	batches  int
+	// unwatched is set when the leases were taken without a watchdog, for a
+	// batch with a chaos pause in it: a paused process renews nothing.
+	unwatched bool
+	// ledger is nil until the first batch has claimed the rows.
+	ledger *inventory.Ledger
+	// broken is set when the ledger may no longer match the rows: a write
+	// failed, so whether it landed is not known. The leases are then let go.
+	broken bool
+}
+
+// covers reports whether h's leases cover p: all its SKUs, and, for a
+// paused op, no watchdog.
+func (h *hold) covers(p *pending) bool {
+	if p.pause > 0 && !h.unwatched {
+		return false
+	}
+	for _, k := range p.op.skus {
+		if h.set.Lease(k) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// serve runs src's batches through the critical section until src is done.
+func (s *Service) serve(ctx context.Context, src source) {
+	var h *hold
+	for {
+		batch, want, waiting := src.next(h)
+		switch {
+		case batch != nil:
+			h = s.run(ctx, src, h, batch)
+		case want != nil:
+			s.release(ctx, h)
+			h = s.acquire(ctx, want, waiting)
+		default:
+			s.release(ctx, h)
+			return
+		}
+	}
+}
+
+// acquire locks want for the pendings waiting on it, in sorted order, for as
+// long as the last of them is willing to wait. On failure it answers them
+// (each one's own timer may have answered it first) and returns nil.
+func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending) *hold {
+	deadline, paused := waiting[0].deadline, false
+	for _, p := range waiting {
+		deadline = later(deadline, p.deadline)
+		paused = paused || p.pause > 0
+	}
+	actx, cancel := context.WithDeadline(ctx, deadline)
+	start := time.Now()
+	set, err := lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
+	cancel()
+	s.obs.LockWait(time.Since(start))
+	if err == nil {
+		return &hold{set: set, acquired: time.Now(), unwatched: paused}
+	}
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = notAcquired(s.lockWait, err)
+	}
+	for _, p := range waiting {
+		if p.move(stateQueued, stateDecided) {
+			p.answer <- err
+		}
+	}
+	return nil
+}
+
+// verdict is one op's answer, sent once the batch is settled.
+type verdict struct {
+	p   *pending
+	err error
+}
+
+// run decides and writes one batch under h and answers its ops. It returns
+// h when the source keeps the leases for its next batch, nil when they were
+// released.
+func (s *Service) run(ctx context.Context, src source, h *hold, batch []*pending) *hold {
+	h.batches++
+	var decided []*pending
+	for _, p := range batch {
+		// An op whose client left before its decision is dropped here;
+		// after it, the op stands or falls with the batch.
+		if p.move(stateBatched, stateDecided) {
+			decided = append(decided, p)
+		}
+	}
+	var verdicts []verdict
+	if len(decided) > 0 {
+		verdicts = s.decideAndWrite(ctx, h, decided)
+	}
+	// Let the leases go before answering unless they serve the next batch at
+	// once, so an instance that has answered every op holds nothing and a
+	// drained server leaves no lock behind.
+	if !src.keep(h) {
+		s.release(ctx, h)
+		h = nil
+	}
+	for _, v := range verdicts {
+		v.p.answer <- v.err
+	}
+	return h
+}
+
+// decideAndWrite claims (only under a fresh acquisition), decides each op in
+// arrival order on the ledger, checks the leases, stalls if an op asked for
+// a chaos pause, and writes every change in one fenced transaction. Any
+// failure of the claim, the leases or the write is every op's answer, those
+// the ledger refused included: they were judged against a batch that did
+// not happen. The one exception is a write refused for idempotency keys
+// that other instances' orders took meanwhile: those orders are answered
+// with the refusal (their requests replay the first), and the rest are
+// decided and written again, under fences that still stand since nothing
+// landed.
+func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pending) []verdict {
+	var done []verdict
+	all := func(err error) []verdict {
+		h.broken = true
+		for _, p := range decided {
+			done = append(done, verdict{p, err})
+		}
+		return done
+	}
+	if err := s.claim(ctx, h, decided); err != nil {
+		return all(s.failed(h.set, err))
+	}
+	stalled := false
+	for {
+		verdicts, err := s.write(ctx, h, decided, &stalled)
+		var taken *inventory.KeyTakenError
+		// Under a lost lease nothing is written again (failed has counted
+		// the loss once; a second write would count it twice).
+		if errors.As(err, &taken) && !errors.Is(err, lock.ErrLeaseLost) {
+			rest := make([]*pending, 0, len(decided))
+			for _, p := range decided {
+				if k := p.op.key; k != "" && slices.Contains(taken.Keys, k) {
+					done = append(done, verdict{p, err})
+				} else {
+					rest = append(rest, p)
+				}
+			}
+			if len(rest) < len(decided) {
+				decided = rest
+				continue
+			}
+		}
+		if err != nil {
+			return all(err)
+		}
+		return append(done, verdicts...)
+	}
+}
+
+// write decides decided on a copy of h's ledger and writes what they
+// changed; the copy becomes h's ledger once written. The first time it gets
+// that far it stalls for the batch's chaos pause, if any (stalled). An error
+// is the whole batch's.
+func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalled *bool) ([]verdict, error) {
+	work := h.ledger.Clone()
+	verdicts := make([]verdict, len(decided))
+	var w inventory.Write
+	var pause time.Duration
+	for i, p := range decided {
+		verdicts[i] = verdict{p, p.op.decide(work, &w)}
+		pause = max(pause, p.pause)
+	}
+	skus, fences := work.Changes()
+	if len(skus) == 0 && len(w.Orders) == 0 && w.Transition == nil {
+		return verdicts, nil // nothing to write: the ledger refused every op
+	}
+	w.SKUs = skus
+	if err := h.set.Err(); err != nil {
+		// Checked as late as possible; a loss after it is the fence's job.
+		s.obs.LeaseLost()
+		return nil, err
+	}
+	if pause > 0 && !*stalled {
+		*stalled = true
+		// loadtest's chaos scenarios count this line: keep its words.
+		s.log.Warn("chaos: pausing inside the critical section", "pause", pause, "skus", leaseKeys(h.set))
+		if err := sleep(ctx, pause); err != nil {
+			return nil, err
+		}
+	}
+	wctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	err := s.store.Write(wctx, fences, w)
+	cancel()
+	if err != nil {
+		return nil, s.failed(h.set, err)
+	}
+	work.Written()
+	h.ledger = work
+	return verdicts, nil
+}
+
+// claim stamps h's fences on the rows the first time a batch runs under h,
+// and fills its ledger. Unless the batch creates rows, a SKU that does not
+// exist is set aside, so only the ops that name it fail (unknown_sku); the
+// claim is retried for the rest.
+func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error {
+	if h.ledger != nil {
+		return nil
+	}
+	create := slices.ContainsFunc(decided, func(p *pending) bool { return p.op.create })
+	fences := make([]inventory.Fence, len(h.set))
+	byKey := make(map[string]inventory.Fence, len(h.set))
+	for i, l := range h.set {
+		fences[i] = inventory.Fence{SKU: l.Key(), Token: uint64(l.Token()), Holder: l.ID()}
+		byKey[l.Key()] = fences[i]
+	}
+	lctx, stop := h.set.Context(ctx)
+	defer stop()
+	unknown := make(map[string]error)
+	for len(fences) > 0 {
+		cctx, cancel := context.WithTimeout(lctx, storeTimeout)
+		skus, err := s.store.Claim(cctx, fences, create)
+		cancel()
+		var ke *inventory.SKUError
+		if errors.As(err, &ke) && errors.Is(err, inventory.ErrUnknownSKU) && !create {
+			unknown[ke.SKU] = err
+			fences = slices.DeleteFunc(fences, func(f inventory.Fence) bool { return f.SKU == ke.SKU })
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		h.ledger = inventory.NewLedger(skus, byKey, unknown)
+		return nil
+	}
+	h.ledger = inventory.NewLedger(map[string]inventory.SKU{}, byKey, unknown)
+	return nil
+}
+
+func (s *Service) release(ctx context.Context, h *hold) {
+	if h == nil {
+		return
+	}
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	if err := h.set.Release(rctx); err != nil {
+		s.log.Warn("release leases", "skus", leaseKeys(h.set), "err", err)
+	}
+}
+
+// storeTimeout bounds each store call of the section: a queue's leader has
+// no client context to govern them, and one hung connection must not hold a
+// queue (and its leases) forever. Only a broken database trips it.
+const storeTimeout = 10 * time.Second
+
+// leaseOptions are the options of every acquisition. A lease that will be
+// paused on purpose gets no watchdog: a paused process renews nothing.
+func (s *Service) leaseOptions(paused bool) []lock.Option {
+	var opts []lock.Option
+	if s.ttl > 0 {
+		opts = append(opts, lock.WithTTL(s.ttl))
+	}
+	if paused {
+		opts = append(opts, lock.WithoutWatchdog())
+	}
+	return opts
+}
+
+// notAcquired is the answer to a request that waited its whole lock wait.
+func notAcquired(wait time.Duration, err error) error {
+	return fmt.Errorf("%w: waited %s: %w", lock.ErrNotAcquired, wait, err)
+}
+
+// failed classifies a store error raised under the leases.
+func (s *Service) failed(set lock.Set, err error) error {
+	if errors.Is(err, inventory.ErrStaleFence) {
+		s.obs.StaleFence()
+		s.log.Warn("stale fence: write rejected", "err", err)
+		return err
+	}
+	if lerr := set.Err(); lerr != nil && errors.Is(lerr, lock.ErrLeaseLost) {
+		s.obs.LeaseLost()
+		return fmt.Errorf("%w (%w)", lerr, err)
+	}
+	return err
+}
+
+// detached gives clean-up work a context that outlives a cancelled request:
+// a release that never reaches the backend blocks the key for a whole TTL.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func leaseKeys(set lock.Set) []string {
+	keys := make([]string, len(set))
+	for i, l := range set {
+		keys[i] = l.Key()
+	}
+	return keys
+}

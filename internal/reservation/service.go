@@ -1,0 +1,247 @@
+// Package reservation is Stockguard's request path: it places, confirms,
+// cancels and expires orders and sets stock, each as an operation decided on
+// the inventory rules inside the one critical section (section.go) under the
+// SKUs' distributed locks. Concurrent orders share that section in batches
+// (coalesce.go); idempotency keys (keys.go) and the reaper (reaper.go) sit
+// around it.
+package reservation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// Config wires a Service.
+type Config struct {
+	Store  inventory.Store
+	Locker lock.Locker
+	// Observer counts lock waits, stale fences and lost leases; optional.
+	Observer Observer
+	Logger   *slog.Logger
+	// LockWait bounds how long a request waits for its locks before it is
+	// answered lock_unavailable. Default 5s.
+	LockWait time.Duration
+	// TTL is the lease TTL asked of expiring backends; zero leaves the
+	// backend's default.
+	TTL time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+	// Coalescing batches concurrent orders per SKU; the zero value is on.
+	Coalescing Coalescing
+}
+
+// Observer receives the service's events worth counting.
+type Observer interface {
+	LockWait(d time.Duration)
+	StaleFence()
+	LeaseLost()
+}
+
+type nopObserver struct{}
+
+func (nopObserver) LockWait(time.Duration) {}
+func (nopObserver) StaleFence()            {}
+func (nopObserver) LeaseLost()             {}
+
+// Service places, confirms, cancels and expires orders and sets stock, each
+// under the distributed locks of the SKUs it touches.
+type Service struct {
+	store    inventory.Store
+	locker   lock.Locker
+	obs      Observer
+	log      *slog.Logger
+	lockWait time.Duration
+	ttl      time.Duration
+	now      func() time.Time
+	// coalesce is nil when coalescing is off.
+	coalesce *coalescer
+	keys     *keys
+}
+
+// New returns a Service.
+func New(c Config) *Service {
+	s := &Service{store: c.Store, locker: c.Locker, obs: c.Observer, log: c.Logger,
+		lockWait: c.LockWait, ttl: c.TTL, now: c.Now, keys: newKeys(c.Store)}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.lockWait <= 0 {
+		s.lockWait = 5 * time.Second
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if !c.Coalescing.Disabled {
+		s.coalesce = &coalescer{s: s, cfg: c.Coalescing.withDefaults(), queues: make(map[string]*queue)}
+	}
+	return s
+}
+
+// Place reserves stock for every line of the request, or for none. With an
+// idempotency key (see keys.go), a repeat of a placed request returns the
+// first order (replayed = true); the same key with a different request is
+// refused, and so is a repeat while the first still runs in this instance.
+// A repeat sent to another instance while the first runs waits its turn and
+// then replays the first, or is placed if the first was refused.
+func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inventory.Order, replayed bool, err error) {
+	if err := req.Validate(); err != nil {
+		return nil, false, err
+	}
+	o = &inventory.Order{ID: uuid.New(), Status: inventory.StatusReserved, IdempotencyKey: req.IdempotencyKey,
+		RequestHash: req.Hash(), Lines: make([]inventory.Line, len(req.Lines)),
+		// Postgres keeps microseconds: a replay must read back what the first answer said.
+		CreatedAt: s.now().Truncate(time.Microsecond)}
+	for i, l := range req.Lines {
+		o.Lines[i] = inventory.Line{SKU: l.SKU, Quantity: l.Quantity}
+	}
+	o.ExpiresAt = o.CreatedAt.Add(req.Hold)
+	if o.IdempotencyKey != "" {
+		leave, err := s.keys.enter(o.IdempotencyKey, o.RequestHash)
+		if err != nil {
+			return nil, false, err
+		}
+		defer leave()
+	}
+	p := s.pending(ctx, placeOp(o))
+	if s.coalesce != nil {
+		err = s.coalesce.place(ctx, p)
+	} else {
+		err = s.alone(ctx, p)
+	}
+	if err != nil && o.IdempotencyKey != "" && ctx.Err() == nil {
+		// Nothing of this request landed. Its key may be held by an earlier
+		// request (a replay, refused by the write as *KeyTakenError, or by
+		// the ledger if the stock has gone since) or by one that another
+		// instance placed while this one waited: answer as a repeat of it.
+		if first, found, ferr := s.replayKey(ctx, o); found || ferr != nil {
+			return first, ferr == nil, ferr
+		}
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return o, false, nil
+}
+
+// replayKey answers o from the order that holds its idempotency key, if one
+// does (found): that order's replay, or ErrIdempotencyReused.
+func (s *Service) replayKey(ctx context.Context, o *inventory.Order) (first *inventory.Order, found bool, err error) {
+	prev, err := s.keys.find(ctx, o.IdempotencyKey)
+	if err != nil || prev == nil {
+		return nil, false, err
+	}
+	first, err = replay(prev, o.RequestHash)
+	return first, true, err
+}
+
+// SetStock sets a SKU's available units, creating the SKU if needed.
+// Received moves by the same amount, so received = available + held + sold.
+func (s *Service) SetStock(ctx context.Context, name string, available int64) (inventory.SKU, error) {
+	if err := inventory.ValidateSKU(name); err != nil {
+		return inventory.SKU{}, err
+	}
+	if err := inventory.ValidateStock(available); err != nil {
+		return inventory.SKU{}, err
+	}
+	var out inventory.SKU
+	err := s.alone(ctx, s.pending(ctx, setOp(name, available, &out)))
+	return out, err
+}
+
+// SKU returns a SKU's counters.
+func (s *Service) SKU(ctx context.Context, name string) (inventory.SKU, error) {
+	if err := inventory.ValidateSKU(name); err != nil {
+		return inventory.SKU{}, err
+	}
+	return s.store.SKU(ctx, name)
+}
+
+// Audit recomputes a SKU from its order lines.
+func (s *Service) Audit(ctx context.Context, name string) (inventory.Audit, error) {
+	if err := inventory.ValidateSKU(name); err != nil {
+		return inventory.Audit{}, err
+	}
+	return s.store.Audit(ctx, name)
+}
+
+// Order returns an order by id; a malformed id is simply unknown.
+func (s *Service) Order(ctx context.Context, id string) (*inventory.Order, error) {
+	uid, err := uuid.Parse(id)
+	if err != nil {
+		return nil, inventory.ErrUnknownOrder
+	}
+	return s.store.Order(ctx, uid)
+}
+
+// Confirm turns an order's held units into sold ones.
+func (s *Service) Confirm(ctx context.Context, id string) (*inventory.Order, error) {
+	return s.transition(ctx, id, inventory.StatusConfirmed)
+}
+
+// Cancel returns an order's held units to stock.
+func (s *Service) Cancel(ctx context.Context, id string) (*inventory.Order, error) {
+	return s.transition(ctx, id, inventory.StatusCancelled)
+}
+
+// Expire returns the units of an order whose hold ran out.
+func (s *Service) Expire(ctx context.Context, id uuid.UUID) error {
+	_, err := s.transition(ctx, id.String(), inventory.StatusExpired)
+	return err
+}
+
+// Ready checks the store and the lock backend.
+func (s *Service) Ready(ctx context.Context) error {
+	if err := s.store.Ping(ctx); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if err := s.locker.Ping(ctx); err != nil {
+		return fmt.Errorf("lock %s: %w", s.locker.Name(), err)
+	}
+	return nil
+}
+
+func (s *Service) transition(ctx context.Context, id string, to inventory.Status) (*inventory.Order, error) {
+	o, err := s.Order(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if o.Status == to {
+		return o, nil // confirming a confirmed order, cancelling a cancelled one
+	}
+	if o.Status != inventory.StatusReserved {
+		return nil, &inventory.TransitionError{From: o.Status, To: to}
+	}
+	if to == inventory.StatusConfirmed && !s.now().Before(o.ExpiresAt) {
+		return nil, fmt.Errorf("%w: the hold expired at %s",
+			&inventory.TransitionError{From: inventory.StatusExpired, To: to}, o.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	err = s.alone(ctx, s.pending(ctx, transitionOp(o, to)))
+	if errors.Is(err, inventory.ErrInvalidTransition) {
+		// Someone else moved the order first (another instance, the reaper):
+		// answer from where it stands now.
+		cur, gerr := s.Order(ctx, id)
+		if gerr != nil {
+			return nil, gerr
+		}
+		if cur.Status == to {
+			return cur, nil
+		}
+		return nil, &inventory.TransitionError{From: cur.Status, To: to}
+	}
+	if err != nil {
+		return nil, err
+	}
+	o.Status = to
+	return o, nil
+}
