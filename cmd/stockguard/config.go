@@ -32,6 +32,7 @@ type config struct {
 	dbMaxConns    int
 	coalesce      string
 	coalesceCfg   reservation.Coalescing
+	limits        serverLimits
 }
 
 func (c *config) register(fs *flag.FlagSet) {
@@ -58,6 +59,7 @@ func (c *config) register(fs *flag.FlagSet) {
 		"most batches run under one lock acquisition before other instances get their turn")
 	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", reservation.DefaultMaxHold,
 		"longest a batch leader keeps its leases for further batches")
+	c.limits.register(fs)
 }
 
 // parseFlags applies STOCKGUARD_<FLAG> environment values, then args, which win.
@@ -103,7 +105,7 @@ func (c *config) validate() error {
 	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
 		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)
 	}
-	return nil
+	return c.limits.validate()
 }
 
 func (c *config) logger(w io.Writer) (*slog.Logger, error) {

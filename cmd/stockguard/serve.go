@@ -6,10 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -72,15 +70,29 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	m := metrics.New(reg, c.lock)
 	svc := reservation.New(reservation.Config{Store: store, Locker: locker, Observer: m, Logger: log,
 		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg})
-	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg, Logger: log,
-		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: httpapi.ZKSessionOf(locker)})
+	reqTimeout := requestTimeout(c.lockWait, c.chaos)
+	var gatherer prometheus.Gatherer = reg
+	if c.limits.metricsAddr != "" {
+		gatherer = nil // served on its own listener below
+	}
+	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: gatherer, Logger: log,
+		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: httpapi.ZKSessionOf(locker),
+		MaxInFlight: c.limits.maxInFlight, RequestTimeout: reqTimeout})
 
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+	srv := c.limits.server(handler, reqTimeout, log)
+	servers := []*http.Server{srv}
+	if c.limits.metricsAddr != "" {
+		msrv, err := serveMetrics(c.limits.metricsAddr, reg, &c.limits, log)
+		if err != nil {
+			_ = ln.Close()
+			return err
+		}
+		servers = append(servers, msrv)
+	}
 
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
 	reaped := make(chan struct{})
@@ -103,14 +115,19 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case <-ctx.Done():
 	}
 	// Drain: in-flight requests finish and release their leases on the way
-	// out; new connections are refused.
-	log.Info("shutting down: draining in-flight requests")
+	// out; new connections are refused. What is still open when the
+	// shutdown timeout ends (a client trickling its body, a request stuck
+	// in a backend) is closed: a stop is a stop, and exits 0.
+	log.Info("shutting down: draining in-flight requests", "shutdown_timeout", c.limits.shutdownTimeout)
 	stopReaper()
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.limits.shutdownTimeout)
 	defer cancel()
-	err = srv.Shutdown(shutdownCtx)
+	var errs []error
+	for _, s := range servers {
+		errs = append(errs, shutdown(shutdownCtx, s, log))
+	}
 	<-reaped
-	if err != nil {
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
@@ -18,6 +19,7 @@ var (
 	errMediaType        = errors.New("request body must be application/json")
 	errClientGone       = errors.New("request cancelled by the client")
 	errServiceUnhealthy = errors.New("not ready")
+	errOverloaded       = errors.New("too many requests in flight on this instance")
 )
 
 // errorTable is the one place that knows HTTP statuses; first match wins,
@@ -36,13 +38,18 @@ var errorTable = []struct {
 	{inventory.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
 	{inventory.ErrStaleFence, http.StatusConflict, "stale_fence"},
 	{inventory.ErrInvalidTransition, http.StatusConflict, "invalid_transition"},
+	// A lost lease is the answer whatever else the write ran into: an order
+	// of a batch whose lease was lost while a replay's key was taken must
+	// not be told its own (absent) key is in flight.
+	{lock.ErrLeaseLost, http.StatusServiceUnavailable, "lock_unavailable"},
 	{inventory.ErrIdempotencyInFlight, http.StatusConflict, "idempotency_key_in_flight"},
 	{errBodyTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 	{inventory.ErrIdempotencyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
 	{lock.ErrUnavailable, http.StatusServiceUnavailable, "lock_unavailable"},
 	{lock.ErrNotAcquired, http.StatusServiceUnavailable, "lock_unavailable"},
-	{lock.ErrLeaseLost, http.StatusServiceUnavailable, "lock_unavailable"},
+	{inventory.ErrStoreUnavailable, http.StatusServiceUnavailable, "store_unavailable"},
+	{errOverloaded, http.StatusServiceUnavailable, "overloaded"},
 	// Writers the lock failed to serialise deadlocked: as retryable as a busy lock.
 	{inventory.ErrConflict, http.StatusServiceUnavailable, "lock_unavailable"},
 	{errServiceUnhealthy, http.StatusServiceUnavailable, "not_ready"},
@@ -50,6 +57,10 @@ var errorTable = []struct {
 	{context.Canceled, 499, "client_closed_request"},
 	{context.DeadlineExceeded, http.StatusServiceUnavailable, "timeout"},
 }
+
+// opaque errors answer with the sentinel's own message: their causes name
+// servers, users and databases, which are for the log only.
+var opaque = []error{inventory.ErrStoreUnavailable}
 
 // apiError is the body of every error answer.
 type apiError struct {
@@ -62,11 +73,14 @@ type apiError struct {
 }
 
 // classify returns the status and body for err; unknown errors are 500s
-// whose details stay in the log.
+// whose details stay in the log, like those of opaque rows.
 func classify(err error) (int, apiError) {
 	for _, e := range errorTable {
 		if errors.Is(err, e.err) {
 			body := apiError{Code: e.code, Message: err.Error()}
+			if slices.Contains(opaque, e.err) {
+				body.Message = e.err.Error()
+			}
 			var se *inventory.StockError
 			var ke *inventory.SKUError
 			switch {

@@ -1,8 +1,11 @@
 package httpapi
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -31,6 +34,17 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("%w: waited", lock.ErrNotAcquired), 503, "lock_unavailable", ""},
 		{fmt.Errorf("%w: ttl", lock.ErrLeaseLost), 503, "lock_unavailable", ""},
 		{fmt.Errorf("pg: %w", inventory.ErrConflict), 503, "lock_unavailable", ""},
+		// The lease-lost order of a batch that also met a replay's taken key.
+		{fmt.Errorf("%w (%w)", lock.ErrLeaseLost, &inventory.KeyTakenError{Keys: []string{"k"}}), 503, "lock_unavailable", ""},
+		{fmt.Errorf("postgres: claim: %w: conn closed", inventory.ErrStoreUnavailable), 503, "store_unavailable", ""},
+		{fmt.Errorf("postgres: write: %w: %w", inventory.ErrInvalid, errors.New("invalid byte sequence")), 400, "invalid_request", ""},
+		{errOverloaded, 503, "overloaded", ""},
+		{errNotFound, 404, "not_found", ""},
+		{errMethod, 405, "method_not_allowed", ""},
+		{fmt.Errorf("%w: %w", errServiceUnhealthy, errors.New("ping")), 503, "not_ready", ""},
+		{fmt.Errorf("%w: %w", errClientGone, errors.New("read body")), 499, "client_closed_request", ""},
+		{fmt.Errorf("wait: %w", context.Canceled), 499, "client_closed_request", ""},
+		{fmt.Errorf("wait: %w", context.DeadlineExceeded), 503, "timeout", ""},
 		{fmt.Errorf("boom"), http.StatusInternalServerError, "internal", ""},
 	}
 	for _, c := range cases {
@@ -41,6 +55,23 @@ func TestClassify(t *testing.T) {
 	}
 	if _, body := classify(fmt.Errorf("secret detail")); body.Message != "internal error" {
 		t.Errorf("a 500 leaks its cause: %q", body.Message)
+	}
+	if _, body := classify(fmt.Errorf("%w: user=secret", inventory.ErrStoreUnavailable)); strings.Contains(body.Message, "secret") {
+		t.Errorf("store_unavailable leaks its cause: %q", body.Message)
+	}
+}
+
+// TestErrorTableRows checks every row of the table on its own error: no
+// earlier row shadows it, and every 503 is one a client may retry.
+func TestErrorTableRows(t *testing.T) {
+	for i, row := range errorTable {
+		status, body := classify(fmt.Errorf("wrapped: %w", row.err))
+		if status != row.status || body.Code != row.code {
+			t.Errorf("row %d (%v): classify = %d %q, want %d %q", i, row.err, status, body.Code, row.status, row.code)
+		}
+		if row.status >= 500 && row.status != http.StatusServiceUnavailable {
+			t.Errorf("row %d (%v) answers %d: only unforeseen faults are 5xx other than 503", i, row.err, row.status)
+		}
 	}
 }
 

@@ -58,6 +58,10 @@ func (s *server) putSKU(c *gin.Context) {
 }
 
 func (s *server) getSKU(c *gin.Context) {
+	if err := inventory.ValidateSKU(c.Param("sku")); err != nil {
+		fail(c, err)
+		return
+	}
 	out, err := s.Service.SKU(c.Request.Context(), c.Param("sku"))
 	if err != nil {
 		fail(c, err)
@@ -67,6 +71,10 @@ func (s *server) getSKU(c *gin.Context) {
 }
 
 func (s *server) auditSKU(c *gin.Context) {
+	if err := inventory.ValidateSKU(c.Param("sku")); err != nil {
+		fail(c, err)
+		return
+	}
 	out, err := s.Service.Audit(c.Request.Context(), c.Param("sku"))
 	if err != nil {
 		fail(c, err)
@@ -112,11 +120,15 @@ func (s *server) countOrder(code string) {
 }
 
 func (s *server) place(c *gin.Context) (*inventory.Order, bool, error) {
+	key, err := idempotencyKey(c.Request.Header)
+	if err != nil {
+		return nil, false, err
+	}
 	var body orderRequest
 	if err := decodeStrict(c.Request, c.Writer, &body, orderFields); err != nil {
 		return nil, false, err
 	}
-	req := inventory.PlaceRequest{IdempotencyKey: c.GetHeader("Idempotency-Key"), Lines: make([]inventory.LineRequest, len(body.Lines))}
+	req := inventory.PlaceRequest{IdempotencyKey: key, Lines: make([]inventory.LineRequest, len(body.Lines))}
 	for i, l := range body.Lines {
 		if l.SKU == nil || l.Quantity == nil {
 			return nil, false, fmt.Errorf("%w: lines[%d] needs sku and quantity", inventory.ErrInvalid, i)
@@ -139,11 +151,33 @@ func (s *server) place(c *gin.Context) (*inventory.Order, bool, error) {
 	return s.Service.Place(ctx, req)
 }
 
+// idempotencyKey returns the request's Idempotency-Key, "" when it has
+// none. A key sent twice is refused: which of the two counts would be up to
+// every proxy on the way.
+func idempotencyKey(h http.Header) (string, error) {
+	keys := h.Values("Idempotency-Key")
+	switch len(keys) {
+	case 0:
+		return "", nil
+	case 1:
+		return keys[0], inventory.ValidateIdempotencyKey(keys[0])
+	}
+	return "", fmt.Errorf("%w: Idempotency-Key sent %d times", inventory.ErrInvalid, len(keys))
+}
+
 func (s *server) getOrder(c *gin.Context) {
+	if err := inventory.ValidateOrderID(c.Param("id")); err != nil {
+		fail(c, err)
+		return
+	}
 	s.answerOrder(c)(s.Service.Order(c.Request.Context(), c.Param("id")))
 }
 
 func (s *server) confirmOrder(c *gin.Context) {
+	if err := inventory.ValidateOrderID(c.Param("id")); err != nil {
+		fail(c, err)
+		return
+	}
 	ctx, err := s.chaos(c)
 	if err != nil {
 		fail(c, err)
@@ -153,6 +187,10 @@ func (s *server) confirmOrder(c *gin.Context) {
 }
 
 func (s *server) cancelOrder(c *gin.Context) {
+	if err := inventory.ValidateOrderID(c.Param("id")); err != nil {
+		fail(c, err)
+		return
+	}
 	ctx, err := s.chaos(c)
 	if err != nil {
 		fail(c, err)
@@ -171,7 +209,9 @@ func (s *server) answerOrder(c *gin.Context) func(*inventory.Order, error) {
 	}
 }
 
-const maxChaosPause = 5 * time.Minute
+// MaxChaosPause is the longest X-Chaos-Pause honoured; a server's write
+// deadline must leave room for it (see cmd/stockguard).
+const MaxChaosPause = 5 * time.Minute
 
 // chaos returns the request context, carrying the X-Chaos-Pause stall when
 // the service runs with --chaos; without it the header is ignored.
@@ -182,8 +222,8 @@ func (s *server) chaos(c *gin.Context) (context.Context, error) {
 		return ctx, nil
 	}
 	d, err := time.ParseDuration(h)
-	if err != nil || d < 0 || d > maxChaosPause {
-		return nil, errors.Join(fmt.Errorf("%w: X-Chaos-Pause must be a duration in 0..%s", inventory.ErrInvalid, maxChaosPause), err)
+	if err != nil || d < 0 || d > MaxChaosPause {
+		return nil, errors.Join(fmt.Errorf("%w: X-Chaos-Pause must be a duration in 0..%s", inventory.ErrInvalid, MaxChaosPause), err)
 	}
 	return reservation.WithPause(ctx, d), nil
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -10,14 +11,22 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/inventory"
 )
 
 const requestIDHeader = "X-Request-Id"
 
-// requestID tags the request and its logs; a client's own id is kept when sane.
+// maxRequestID bounds the client's own X-Request-Id, which is echoed in
+// the answer and every log line of the request.
+const maxRequestID = 128
+
+// requestID tags the request and its logs; a client's own id is kept when
+// sane: 1..maxRequestID bytes of printable ASCII, so that nothing a client
+// sends ends up raw in a header or a log.
 func (s *server) requestID(c *gin.Context) {
 	id := c.GetHeader(requestIDHeader)
-	if id == "" || len(id) > 128 {
+	if len(id) > maxRequestID || inventory.ValidateIdempotencyKey(id) != nil {
 		id = uuid.NewString()
 	}
 	c.Set(requestIDHeader, id)
@@ -51,7 +60,7 @@ func (s *server) observe(c *gin.Context) {
 	}
 	status := c.Writer.Status()
 	if s.Metrics != nil {
-		s.Metrics.HTTP(c.Request.Method, route, status, d)
+		s.Metrics.HTTP(methodLabel(c.Request.Method), route, status, d)
 	}
 	level := s.Logger.Debug
 	if status >= 500 {
@@ -59,6 +68,61 @@ func (s *server) observe(c *gin.Context) {
 	}
 	level("http", "request_id", c.GetString(requestIDHeader), "method", c.Request.Method, "path", c.Request.URL.Path,
 		"status", status, "duration", d, "errors", c.Errors.ByType(gin.ErrorTypeAny).String())
+}
+
+// methods are the label values of the method label: a client may send any
+// token as a method, and each new value would be a new series on /metrics.
+var methods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true, http.MethodPatch: true,
+	http.MethodDelete: true, http.MethodOptions: true, http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// methodLabel is the method's label value: the method itself when it is one
+// of HTTP's, else "other". Routes need no such care: c.FullPath is a route
+// pattern or "unmatched".
+func methodLabel(m string) string {
+	if methods[m] {
+		return m
+	}
+	return "other"
+}
+
+// limit answers 503 overloaded, with Retry-After, once max requests run
+// through it; max <= 0 is no limit. A request over the limit is refused at
+// once rather than queued: a queue in front of a lock wait only adds
+// latency, and the client's retry, spread by Retry-After, costs less than
+// a pile of goroutines and buffered bodies.
+func limit(max int) gin.HandlerFunc {
+	if max <= 0 {
+		return func(c *gin.Context) { c.Next() }
+	}
+	slots := make(chan struct{}, max)
+	return func(c *gin.Context) {
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+			c.Next()
+		default:
+			_ = c.Error(errOverloaded)
+			c.Abort()
+		}
+	}
+}
+
+// deadline bounds how long a request may run, so that it answers (503
+// timeout) before the server's write deadline would cut the connection
+// without an answer; d <= 0 is no bound.
+func deadline(d time.Duration) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		if d <= 0 {
+			c.Next()
+			return
+		}
+		ctx, cancel := context.WithTimeout(c.Request.Context(), d)
+		defer cancel()
+		c.Request = c.Request.WithContext(ctx)
+		c.Next()
+	}
 }
 
 // renderErrors answers, in the API's error shape, the first error a handler
@@ -74,8 +138,11 @@ func (s *server) writeError(c *gin.Context) {
 	err := c.Errors[0].Err
 	status, body := classify(err)
 	body.RequestID = c.GetString(requestIDHeader)
-	if status >= 500 && status != http.StatusServiceUnavailable {
+	switch {
+	case status >= 500 && status != http.StatusServiceUnavailable:
 		s.Logger.Error("request failed", "request_id", body.RequestID, "err", err)
+	case body.Code == "store_unavailable":
+		s.Logger.Warn("database unavailable", "request_id", body.RequestID, "err", err)
 	}
 	if status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", "1")
@@ -99,9 +166,10 @@ func (s *server) admin(c *gin.Context) {
 	c.Next()
 }
 
-// fail records err for renderErrors; a client that went away is not our error.
+// fail records err for renderErrors; a client that went away is not our
+// error (a request that ran out of its own deadline is: that is a timeout).
 func fail(c *gin.Context, err error) {
-	if c.Request.Context().Err() != nil && !errors.Is(err, errClientGone) {
+	if errors.Is(c.Request.Context().Err(), context.Canceled) && !errors.Is(err, errClientGone) {
 		err = fmt.Errorf("%w: %w", errClientGone, err)
 	}
 	_ = c.Error(err)

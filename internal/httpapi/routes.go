@@ -13,10 +13,14 @@ func (s *server) routes(r *gin.Engine) {
 
 	r.GET("/healthz", s.healthz)
 	r.GET("/readyz", s.readyz)
-	r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})))
+	if s.Gatherer != nil {
+		r.GET("/metrics", gin.WrapH(promhttp.HandlerFor(s.Gatherer, promhttp.HandlerOpts{})))
+	}
 	s.debugRoutes(r) // only with --chaos: see chaos.go
 
-	v1 := r.Group("/v1")
+	// Probes and /metrics stay outside the bound: an overloaded instance is
+	// alive, and its metrics are how an operator sees the overload.
+	v1 := r.Group("/v1", limit(s.MaxInFlight), deadline(s.RequestTimeout))
 	v1.PUT("/skus/:sku", s.admin, s.putSKU)
 	v1.GET("/skus/:sku", s.getSKU)
 	v1.GET("/skus/:sku/audit", s.auditSKU)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,8 +30,10 @@ type Inventory interface {
 
 // Config wires the handler.
 type Config struct {
-	Service  Inventory
-	Metrics  *metrics.Metrics
+	Service Inventory
+	Metrics *metrics.Metrics
+	// Gatherer, when set, is served on GET /metrics; nil leaves /metrics to
+	// a listener of its own (--metrics-addr).
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
 	// AdminToken, when set, is required as a bearer token on PUT /v1/skus.
@@ -39,6 +42,12 @@ type Config struct {
 	Chaos bool
 	// ZKSession, with Chaos, serves GET /debug/zk-session (see chaos.go).
 	ZKSession ZKSessionFunc
+	// MaxInFlight bounds the /v1 requests served at once; beyond it they
+	// answer 503 overloaded. 0 is no bound.
+	MaxInFlight int
+	// RequestTimeout bounds how long a /v1 request runs before it answers
+	// 503 timeout. 0 is no bound.
+	RequestTimeout time.Duration
 }
 
 type server struct {

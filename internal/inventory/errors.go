@@ -18,6 +18,11 @@ var (
 	// ErrConflict is a write that collided with a concurrent writer the lock
 	// should have kept out (a deadlock between unlocked writers); retryable.
 	ErrConflict = errors.New("concurrent write conflict")
+	// ErrStoreUnavailable is a database that could not answer: connection
+	// lost or refused, too many connections, a statement timeout, a server
+	// shutting down. Nothing was written that the caller must undo; a retry
+	// may succeed.
+	ErrStoreUnavailable = errors.New("store unavailable")
 )
 
 // StockError is an insufficient-stock failure on one SKU.

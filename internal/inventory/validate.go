@@ -3,6 +3,8 @@ package inventory
 import (
 	"regexp"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // Limits on what a client may ask for; checked before any lock, key or row
@@ -66,8 +68,34 @@ func (r *PlaceRequest) Validate() error {
 	if r.Hold < time.Second || r.Hold > MaxHold {
 		return invalid("hold_seconds must be in 1..%d", int(MaxHold/time.Second))
 	}
-	if len(r.IdempotencyKey) > MaxIdempotency {
-		return invalid("Idempotency-Key is longer than %d bytes", MaxIdempotency)
+	if r.IdempotencyKey != "" {
+		return ValidateIdempotencyKey(r.IdempotencyKey)
+	}
+	return nil
+}
+
+// ValidateIdempotencyKey checks a key a client sent: 1..MaxIdempotency bytes
+// of printable ASCII (space to tilde). The key is stored as text and
+// compared byte for byte with other instances' keys: a byte that is not
+// UTF-8 would fail in the database, for every order of the batch it joined,
+// and a control byte would end up in logs.
+func ValidateIdempotencyKey(key string) error {
+	if key == "" || len(key) > MaxIdempotency {
+		return invalid("Idempotency-Key must be 1..%d bytes, got %d", MaxIdempotency, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return invalid("Idempotency-Key must be printable ASCII: byte %d is 0x%02x", i, key[i])
+		}
+	}
+	return nil
+}
+
+// ValidateOrderID checks an order id from a path: a malformed one is simply
+// an order that does not exist.
+func ValidateOrderID(id string) error {
+	if _, err := uuid.Parse(id); err != nil {
+		return ErrUnknownOrder
 	}
 	return nil
 }

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/httpapi"
+)
+
+// serverLimits bound what one client can hold of an instance: how long it
+// may take to send a request, how much it may send, how many requests run
+// at once, and how long a shutdown waits for them.
+type serverLimits struct {
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	idleTimeout       time.Duration
+	shutdownTimeout   time.Duration
+	maxHeaderBytes    int
+	maxInFlight       int
+	metricsAddr       string
+}
+
+// Defaults of the limits; README's "Limits" lists them.
+const (
+	defaultReadHeaderTimeout = 5 * time.Second
+	// defaultReadTimeout covers the headers and a body of at most 64 KiB,
+	// which a legitimate client sends in milliseconds.
+	defaultReadTimeout     = 10 * time.Second
+	defaultIdleTimeout     = 2 * time.Minute
+	defaultShutdownTimeout = 10 * time.Second
+	// defaultMaxHeaderBytes is ample for the few headers the API reads
+	// (Go's server allows 4 KiB more than this before it answers 431).
+	defaultMaxHeaderBytes = 16 << 10
+	// defaultMaxInFlight keeps the buffered bodies under 64 MiB (1,024 ×
+	// 64 KiB) and is far above what two cores serve at once.
+	defaultMaxInFlight = 1024
+
+	// requestMargin is what a request may take beyond its lock wait (and,
+	// with --chaos, its pause): its batch's claim and write, and the answer.
+	requestMargin = 10 * time.Second
+	// writeGrace keeps the server's write deadline after the request's own
+	// deadline, so that a request that runs out of time still gets its
+	// 503 timeout answer instead of a cut connection.
+	writeGrace = 5 * time.Second
+)
+
+func (l *serverLimits) register(fs *flag.FlagSet) {
+	fs.DurationVar(&l.readHeaderTimeout, "read-header-timeout", defaultReadHeaderTimeout,
+		"longest a client may take to send a request's headers")
+	fs.DurationVar(&l.readTimeout, "read-timeout", defaultReadTimeout,
+		"longest a client may take to send a whole request, headers and body")
+	fs.DurationVar(&l.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection stays open")
+	fs.DurationVar(&l.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout,
+		"how long SIGTERM waits for in-flight requests before it closes the connections left")
+	fs.IntVar(&l.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "most bytes of request line and headers (beyond: 431)")
+	fs.IntVar(&l.maxInFlight, "max-in-flight", defaultMaxInFlight, "most /v1 requests served at once (beyond: 503 overloaded)")
+	fs.StringVar(&l.metricsAddr, "metrics-addr", "", "serve /metrics on this address only (empty: on --addr with the API)")
+}
+
+func (l *serverLimits) validate() error {
+	if l.readHeaderTimeout <= 0 || l.readTimeout <= 0 || l.idleTimeout <= 0 || l.shutdownTimeout <= 0 {
+		return fmt.Errorf("%w: --read-header-timeout, --read-timeout, --idle-timeout and --shutdown-timeout must be > 0", errUsage)
+	}
+	if l.maxHeaderBytes < 1024 || l.maxInFlight < 1 {
+		return fmt.Errorf("%w: --max-header-bytes must be >= 1024, --max-in-flight >= 1", errUsage)
+	}
+	return nil
+}
+
+// requestTimeout is how long a request may run: its lock wait, the longest
+// chaos pause when those are honoured, and requestMargin. A slow but
+// legitimate order — one that waits its whole lock wait, or is paused on
+// purpose — still gets its answer.
+func requestTimeout(lockWait time.Duration, chaos bool) time.Duration {
+	d := lockWait + requestMargin
+	if chaos {
+		d += httpapi.MaxChaosPause
+	}
+	return d
+}
+
+// server is the HTTP server of handler under the limits; its write deadline
+// follows the requests' own (see writeGrace).
+func (l *serverLimits) server(handler http.Handler, requestTimeout time.Duration, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: l.readHeaderTimeout,
+		ReadTimeout:       l.readTimeout,
+		WriteTimeout:      l.readTimeout + requestTimeout + writeGrace,
+		IdleTimeout:       l.idleTimeout,
+		MaxHeaderBytes:    l.maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}

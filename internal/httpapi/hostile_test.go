@@ -1,0 +1,275 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/httpapi"
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/metrics"
+)
+
+// recorder is the service behind the handler in the hostile-input tests:
+// it counts every call that gets through, and answers with place.
+type recorder struct {
+	calls atomic.Int32
+	place func(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error)
+}
+
+func (r *recorder) Place(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error) {
+	r.calls.Add(1)
+	if r.place != nil {
+		return r.place(ctx, req)
+	}
+	return &inventory.Order{ID: uuid.New(), Status: inventory.StatusReserved}, false, nil
+}
+
+func (r *recorder) SetStock(context.Context, string, int64) (inventory.SKU, error) {
+	r.calls.Add(1)
+	return inventory.SKU{}, nil
+}
+
+func (r *recorder) SKU(context.Context, string) (inventory.SKU, error) {
+	r.calls.Add(1)
+	return inventory.SKU{}, nil
+}
+
+func (r *recorder) Audit(context.Context, string) (inventory.Audit, error) {
+	r.calls.Add(1)
+	return inventory.Audit{}, nil
+}
+
+func (r *recorder) Order(context.Context, string) (*inventory.Order, error) {
+	r.calls.Add(1)
+	return &inventory.Order{}, nil
+}
+
+func (r *recorder) Confirm(context.Context, string) (*inventory.Order, error) {
+	r.calls.Add(1)
+	return &inventory.Order{}, nil
+}
+
+func (r *recorder) Cancel(context.Context, string) (*inventory.Order, error) {
+	r.calls.Add(1)
+	return &inventory.Order{}, nil
+}
+
+func (r *recorder) Ready(context.Context) error { return nil }
+
+// hostileReq is a request as a hostile client may send it, written
+// straight to the handler, so nothing a real client library would refuse
+// to send (control bytes in a header) is filtered on the way.
+type hostileReq struct {
+	method, path, body string
+	header             http.Header
+}
+
+func (q hostileReq) serve(h http.Handler) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(q.method, q.path, strings.NewReader(q.body))
+	if q.body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, vs := range q.header {
+		req.Header[k] = vs
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, req)
+	return w
+}
+
+func errorCode(t *testing.T, w *httptest.ResponseRecorder) string {
+	t.Helper()
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+		t.Fatalf("answer %d is not the API's JSON error: %q", w.Code, w.Body.String())
+	}
+	return body.Error.Code
+}
+
+const oneLine = `{"lines":[{"sku":"a","quantity":1}]}`
+
+func key(v ...string) http.Header { return http.Header{"Idempotency-Key": v} }
+
+// TestHostileInputNeverReachesTheService sends each class of input a
+// client controls and should not get past the edge: each answers its
+// status and code, and the service (so no lock and no row) is never called.
+func TestHostileInputNeverReachesTheService(t *testing.T) {
+	cases := []struct {
+		name   string
+		req    hostileReq
+		status int
+		code   string
+	}{
+		{"key not UTF-8", hostileReq{"POST", "/v1/orders", oneLine, key("k\xff\xfe")}, 400, "invalid_request"},
+		{"key with a control byte", hostileReq{"POST", "/v1/orders", oneLine, key("k\x01")}, 400, "invalid_request"},
+		{"key with a newline", hostileReq{"POST", "/v1/orders", oneLine, key("k\nX-Admin: 1")}, 400, "invalid_request"},
+		{"key with DEL", hostileReq{"POST", "/v1/orders", oneLine, key("k\x7f")}, 400, "invalid_request"},
+		{"key empty", hostileReq{"POST", "/v1/orders", oneLine, key("")}, 400, "invalid_request"},
+		{"key too long", hostileReq{"POST", "/v1/orders", oneLine, key(strings.Repeat("k", inventory.MaxIdempotency+1))}, 400, "invalid_request"},
+		{"key sent twice", hostileReq{"POST", "/v1/orders", oneLine, key("a", "b")}, 400, "invalid_request"},
+		{"body too large", hostileReq{"POST", "/v1/orders", `{"lines":[],"x":"` + strings.Repeat("x", 64<<10) + `"}`, nil}, 413, "body_too_large"},
+		{"body not JSON media type", hostileReq{"POST", "/v1/orders", oneLine, http.Header{"Content-Type": {"text/plain"}}}, 415, "unsupported_media_type"},
+		{"quantity a float", hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":1.0}]}`, nil}, 400, "invalid_request"},
+		{"quantity a string", hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":"1"}]}`, nil}, 400, "invalid_request"},
+		{"quantity huge", hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":1e300}]}`, nil}, 400, "invalid_request"},
+		{"sku a path", hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"../../zk","quantity":1}]}`, nil}, 400, "invalid_request"},
+		{"sku path with NUL", hostileReq{"GET", "/v1/skus/a%00b", "", nil}, 400, "invalid_request"},
+		{"sku path not UTF-8", hostileReq{"GET", "/v1/skus/a%FF/audit", "", nil}, 400, "invalid_request"},
+		{"sku path too long", hostileReq{"GET", "/v1/skus/" + strings.Repeat("s", 65), "", nil}, 400, "invalid_request"},
+		{"sku path with braces", hostileReq{"PUT", "/v1/skus/%7Bx%7D", `{"available":1}`, nil}, 400, "invalid_request"},
+		{"order id not a uuid", hostileReq{"GET", "/v1/orders/'%20OR%201=1", "", nil}, 404, "unknown_order"},
+		{"order id not a uuid, confirm", hostileReq{"POST", "/v1/orders/x%FF/confirm", "", nil}, 404, "unknown_order"},
+		{"order id not a uuid, cancel", hostileReq{"POST", "/v1/orders/" + strings.Repeat("9", 1000) + "/cancel", "", nil}, 404, "unknown_order"},
+		{"made-up method on a route", hostileReq{"BREW", "/v1/orders", oneLine, nil}, 405, "method_not_allowed"},
+		{"made-up method elsewhere", hostileReq{"BREW", "/coffee", "", nil}, 404, "not_found"},
+		{"DELETE a SKU", hostileReq{"DELETE", "/v1/skus/a", "", nil}, 405, "method_not_allowed"},
+	}
+	svc := &recorder{}
+	h := httpapi.New(httpapi.Config{Service: svc})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := svc.calls.Load()
+			w := c.req.serve(h)
+			if got := errorCode(t, w); w.Code != c.status || got != c.code {
+				t.Fatalf("%s %q = %d %q, want %d %q: %s", c.req.method, c.req.path, w.Code, got, c.status, c.code, w.Body)
+			}
+			if n := svc.calls.Load() - before; n != 0 {
+				t.Fatalf("%d call(s) reached the service", n)
+			}
+		})
+	}
+
+	// The edges of the key rule are accepted: printable ASCII of 1 and 255 bytes.
+	for _, k := range []string{"~", strings.Repeat(" !~", inventory.MaxIdempotency/3)} {
+		w := hostileReq{"POST", "/v1/orders", oneLine, key(k)}.serve(h)
+		if w.Code != http.StatusCreated {
+			t.Errorf("key of %d printable bytes = %d %s, want 201", len(k), w.Code, w.Body)
+		}
+	}
+}
+
+// A request id a client sends is echoed only when it is printable ASCII.
+func TestRequestIDIsSanitised(t *testing.T) {
+	h := httpapi.New(httpapi.Config{Service: &recorder{}})
+	for id, echoed := range map[string]bool{"abc-123": true, "a\x01b": false, "a\xffb": false, strings.Repeat("i", 129): false} {
+		w := hostileReq{"GET", "/healthz", "", http.Header{"X-Request-Id": {id}}}.serve(h)
+		if got := w.Header().Get("X-Request-Id"); (got == id) != echoed || got == "" {
+			t.Errorf("X-Request-Id %q answered as %q, echoed want %v", id, got, echoed)
+		}
+	}
+}
+
+// Made-up methods do not grow /metrics: every method outside HTTP's own is
+// counted under one label value.
+func TestMetricsLabelsAreBounded(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	h := httpapi.New(httpapi.Config{Service: &recorder{}, Metrics: metrics.New(reg, "test"), Gatherer: reg})
+	series := func() int {
+		w := hostileReq{"GET", "/metrics", "", nil}.serve(h)
+		return strings.Count(w.Body.String(), "\nstockguard_http_")
+	}
+	for i := range 3 { // every series that a made-up method can reach exists after the first few
+		hostileReq{fmt.Sprintf("M%d", i), "/v1/orders", "", nil}.serve(h)
+		hostileReq{fmt.Sprintf("M%d", i), "/nowhere", "", nil}.serve(h)
+	}
+	series() // the scrape itself is a series from the second one on
+	before := series()
+	for i := range 500 {
+		hostileReq{fmt.Sprintf("X%d", i), "/v1/orders", "", nil}.serve(h)
+		hostileReq{fmt.Sprintf("Y%d", i), fmt.Sprintf("/p%d", i), "", nil}.serve(h)
+	}
+	if after := series(); after != before {
+		t.Fatalf("1,000 requests with made-up methods and paths grew the HTTP series from %d to %d lines", before, after)
+	}
+	if w := (hostileReq{"GET", "/metrics", "", nil}).serve(h); !strings.Contains(w.Body.String(), `method="other",route="unmatched"`) {
+		t.Fatalf("made-up methods are not counted as other:\n%s", w.Body)
+	}
+}
+
+// Beyond MaxInFlight a request answers 503 overloaded at once, with
+// Retry-After, without reaching the service; probes still answer.
+func TestInFlightBound(t *testing.T) {
+	const max = 3
+	release := make(chan struct{})
+	var entered sync.WaitGroup
+	entered.Add(max)
+	var n atomic.Int32
+	svc := &recorder{place: func(ctx context.Context, _ inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		if n.Add(1) <= max {
+			entered.Done()
+			<-release
+		}
+		return &inventory.Order{ID: uuid.New()}, false, nil
+	}}
+	h := httpapi.New(httpapi.Config{Service: svc, MaxInFlight: max})
+	var wg sync.WaitGroup
+	for range max {
+		wg.Go(func() {
+			if w := (hostileReq{"POST", "/v1/orders", oneLine, nil}).serve(h); w.Code != http.StatusCreated {
+				t.Errorf("request within the bound = %d %s", w.Code, w.Body)
+			}
+		})
+	}
+	entered.Wait()
+	w := hostileReq{"POST", "/v1/orders", oneLine, nil}.serve(h)
+	if code := errorCode(t, w); w.Code != http.StatusServiceUnavailable || code != "overloaded" || w.Header().Get("Retry-After") == "" {
+		t.Errorf("request over the bound = %d %q, Retry-After %q", w.Code, code, w.Header().Get("Retry-After"))
+	}
+	if n := svc.calls.Load(); n != max {
+		t.Errorf("%d calls reached the service, want %d", n, max)
+	}
+	if w := (hostileReq{"GET", "/healthz", "", nil}).serve(h); w.Code != http.StatusOK {
+		t.Errorf("healthz while overloaded = %d", w.Code)
+	}
+	close(release)
+	wg.Wait()
+	if w := (hostileReq{"POST", "/v1/orders", oneLine, nil}).serve(h); w.Code != http.StatusCreated {
+		t.Errorf("request after the load went = %d %s", w.Code, w.Body)
+	}
+}
+
+// A request that runs out of RequestTimeout answers 503 timeout (not 499:
+// the client is still there) before the server's write deadline.
+func TestRequestTimeout(t *testing.T) {
+	svc := &recorder{place: func(ctx context.Context, _ inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		<-ctx.Done()
+		return nil, false, fmt.Errorf("waiting for locks: %w", ctx.Err())
+	}}
+	h := httpapi.New(httpapi.Config{Service: svc, RequestTimeout: 50 * time.Millisecond})
+	start := time.Now()
+	w := hostileReq{"POST", "/v1/orders", oneLine, nil}.serve(h)
+	if code := errorCode(t, w); w.Code != http.StatusServiceUnavailable || code != "timeout" {
+		t.Fatalf("a request past its deadline = %d %q", w.Code, code)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("answered after %s", d)
+	}
+}
+
+// A database fault answers 503 store_unavailable with Retry-After, and its
+// cause (server names, users) stays in the log.
+func TestStoreUnavailable(t *testing.T) {
+	svc := &recorder{place: func(context.Context, inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		return nil, false, fmt.Errorf("postgres: claim: %w: failed to connect to `user=secret database=prod`", inventory.ErrStoreUnavailable)
+	}}
+	w := hostileReq{"POST", "/v1/orders", oneLine, nil}.serve(httpapi.New(httpapi.Config{Service: svc}))
+	if code := errorCode(t, w); w.Code != http.StatusServiceUnavailable || code != "store_unavailable" || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("database fault = %d %q, Retry-After %q", w.Code, code, w.Header().Get("Retry-After"))
+	}
+	if strings.Contains(w.Body.String(), "secret") {
+		t.Fatalf("the answer leaks the cause: %s", w.Body)
+	}
+}
