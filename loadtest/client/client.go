@@ -1,4 +1,8 @@
-package loadtest
+// Package client is the load tester's HTTP client of the Stockguard API: it
+// creates and reads SKUs, reads their audit, places orders with an
+// idempotency key and classifies every answer into a Kind. It talks to the
+// service only over HTTP, as any client would, and imports no service code.
+package client
 
 import (
 	"bytes"
@@ -120,10 +124,10 @@ type Client struct {
 	requestTimeout time.Duration
 }
 
-// NewClient returns a client keeping up to idlePerHost idle connections per
+// New returns a client keeping up to idlePerHost idle connections per
 // instance, so that C concurrent workers never redial, and bounding each
 // request by requestTimeout.
-func NewClient(idlePerHost int, adminToken string, requestTimeout time.Duration) *Client {
+func New(idlePerHost int, adminToken string, requestTimeout time.Duration) *Client {
 	tr := &http.Transport{
 		Proxy:                 nil, // loopback targets only; never a proxy
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
@@ -138,6 +142,13 @@ func NewClient(idlePerHost int, adminToken string, requestTimeout time.Duration)
 		adminToken:     adminToken,
 		requestTimeout: requestTimeout,
 	}
+}
+
+// WrapTransport wraps the client's transport, for callers that add to every
+// request (chaos marks some with X-Chaos-Pause). Call it before the first
+// request.
+func (c *Client) WrapTransport(wrap func(http.RoundTripper) http.RoundTripper) {
+	c.http.Transport = wrap(c.http.Transport)
 }
 
 // Close drops idle connections.
@@ -229,6 +240,23 @@ func (c *Client) PlaceOrder(ctx context.Context, base, key string, body []byte) 
 		out.Kind = KindUnknown
 	}
 	return out
+}
+
+// GetJSON reads u and decodes a 200 answer into v.
+func (c *Client) GetJSON(ctx context.Context, u string, v any) error {
+	return c.getJSON(ctx, http.MethodGet, u, nil, nil, http.StatusOK, v)
+}
+
+// Metrics returns base/metrics as served, in the Prometheus text format.
+func (c *Client) Metrics(ctx context.Context, base string) ([]byte, error) {
+	status, raw, err := c.do(ctx, http.MethodGet, base+"/metrics", nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	if status != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: HTTP %d", base, status)
+	}
+	return raw, nil
 }
 
 // getJSON performs a request and decodes a want-status answer into v.

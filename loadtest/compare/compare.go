@@ -1,4 +1,10 @@
-package loadtest
+// Package compare is `stockguard load compare`: for each lock backend it
+// starts instances of the service (package procs), each backend in a
+// scratch database of its own that it creates and drops on the Postgres
+// server directly, runs the same seeded workload against them (package
+// run), stops them, and returns the side-by-side comparison, its table and
+// its HTML report. bench runs its suite through it.
+package compare
 
 import (
 	"cmp"
@@ -15,6 +21,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stockguard/stockguard/internal/lock/backends"
+	"github.com/stockguard/stockguard/loadtest/procs"
+	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/run"
 )
 
 // AllBackends are the lock backends compare runs by default, in report order.
@@ -25,17 +34,17 @@ func AllBackends() []string { return backends.Names() }
 // so damage from it is the demonstration, not a failure.
 func ExpectedUnsafe(backend string) bool { return !backends.Fenced(backend) }
 
-// fencingFor is the --fencing compare passes: unfenced backends run off,
+// FencingFor is the --fencing compare passes: unfenced backends run off,
 // every lock with a token source runs on.
-func fencingFor(backend string) string {
+func FencingFor(backend string) string {
 	if ExpectedUnsafe(backend) {
 		return "off"
 	}
 	return "on"
 }
 
-// CompareConfig is one `load compare`.
-type CompareConfig struct {
+// Config is one `load compare`.
+type Config struct {
 	Backends       []string
 	Instances      int
 	Bin            string
@@ -53,24 +62,24 @@ type CompareConfig struct {
 	FreshDB bool
 	LogDir  string // empty: a temporary directory, removed unless a backend failed
 	Label   string
-	Run     Config // the workload; URLs, Backend, Fencing and AdminToken are set per backend
+	Run     run.Config // the workload; URLs, Backend, Fencing and AdminToken are set per backend
 
 	// ServeFlags are further serve flags for every instance, such as
 	// --coalesce=off; see validateServeFlags for those compare owns.
 	ServeFlags []string
 }
 
-// CompareEntry is one backend's outcome in a comparison.
-type CompareEntry struct {
-	Backend        string   `json:"backend"`
-	Fencing        string   `json:"fencing"`
-	Instances      int      `json:"instances"`
-	ExpectedUnsafe bool     `json:"expected_unsafe"`
-	Verdict        string   `json:"verdict"`
-	Error          string   `json:"error,omitempty"`
-	StopError      string   `json:"stop_error,omitempty"`
-	Logs           []string `json:"logs,omitempty"`
-	Result         *Result  `json:"result,omitempty"`
+// Entry is one backend's outcome in a comparison.
+type Entry struct {
+	Backend        string      `json:"backend"`
+	Fencing        string      `json:"fencing"`
+	Instances      int         `json:"instances"`
+	ExpectedUnsafe bool        `json:"expected_unsafe"`
+	Verdict        string      `json:"verdict"`
+	Error          string      `json:"error,omitempty"`
+	StopError      string      `json:"stop_error,omitempty"`
+	Logs           []string    `json:"logs,omitempty"`
+	Result         *run.Result `json:"result,omitempty"`
 	err            error
 
 	// PeakRSSMB is the largest peak RSS (VmHWM, MiB) of the backend's
@@ -79,26 +88,26 @@ type CompareEntry struct {
 	InstanceRSSMB []float64 `json:"instance_peak_rss_mb,omitempty"`
 }
 
-// CompareResult is the JSON written by `load compare --json`.
-type CompareResult struct {
-	Label       string         `json:"label,omitempty"`
-	GeneratedAt time.Time      `json:"generated_at"`
-	Seed        uint64         `json:"seed"`
-	Instances   int            `json:"instances"`
-	Workload    WorkloadInfo   `json:"workload"`
-	Backends    []CompareEntry `json:"backends"`
-	Pass        bool           `json:"pass"`
-	Failures    []string       `json:"failures"`
-	ReportPath  string         `json:"report,omitempty"`
-	ServeFlags  []string       `json:"serve_flags,omitempty"`
+// Result is the JSON written by `load compare --json`.
+type Result struct {
+	Label       string           `json:"label,omitempty"`
+	GeneratedAt time.Time        `json:"generated_at"`
+	Seed        uint64           `json:"seed"`
+	Instances   int              `json:"instances"`
+	Workload    run.WorkloadInfo `json:"workload"`
+	Backends    []Entry          `json:"backends"`
+	Pass        bool             `json:"pass"`
+	Failures    []string         `json:"failures"`
+	ReportPath  string           `json:"report,omitempty"`
+	ServeFlags  []string         `json:"serve_flags,omitempty"`
 }
 
-// Compare starts Instances serve processes per backend, runs the same
+// Execute starts Instances serve processes per backend, runs the same
 // seeded workload against each, stops them, and returns the comparison.
 // Progress and instance trouble go to stderr.
 // Failures lists what makes the comparison fail: a safe backend with damage,
 // a backend that did not run, or a --require-unsafe backend without damage.
-func Compare(ctx context.Context, cc CompareConfig, stderr io.Writer) (*CompareResult, error) {
+func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) {
 	if err := cc.validate(); err != nil {
 		return nil, err
 	}
@@ -120,7 +129,7 @@ func Compare(ctx context.Context, cc CompareConfig, stderr io.Writer) (*CompareR
 		return nil, fmt.Errorf("compare: %w", err)
 	}
 	token := strings.ReplaceAll(uuid.NewString(), "-", "")
-	out := &CompareResult{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Run.Workload.Seed, Instances: cc.Instances,
+	out := &Result{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Run.Workload.Seed, Instances: cc.Instances,
 		ServeFlags: cc.ServeFlags}
 	for _, b := range cc.Backends {
 		if ctx.Err() != nil {
@@ -143,7 +152,7 @@ func Compare(ctx context.Context, cc CompareConfig, stderr io.Writer) (*CompareR
 	return out, nil
 }
 
-func (cc CompareConfig) validate() error {
+func (cc Config) validate() error {
 	if len(cc.Backends) == 0 {
 		return errors.New("no backends")
 	}
@@ -181,12 +190,12 @@ func (cc CompareConfig) validate() error {
 
 // runBackend starts the instances of one backend, runs the workload and
 // stops them; every failure is recorded in the entry, not returned.
-func (cc CompareConfig) runBackend(ctx context.Context, backend, token, logDir string, stderr io.Writer) CompareEntry {
-	e := CompareEntry{Backend: backend, Fencing: fencingFor(backend), Instances: cc.Instances, ExpectedUnsafe: ExpectedUnsafe(backend)}
+func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, stderr io.Writer) Entry {
+	e := Entry{Backend: backend, Fencing: FencingFor(backend), Instances: cc.Instances, ExpectedUnsafe: ExpectedUnsafe(backend)}
 	fmt.Fprintf(stderr, "== %s: starting %d instances (fencing %s)\n", backend, cc.Instances, e.Fencing)
 	dbURL := cc.DatabaseURL
 	if cc.FreshDB {
-		u, drop, err := scratchDatabase(ctx, cmp.Or(cc.DatabaseURL, defaultDatabaseURL))
+		u, drop, err := ScratchDatabase(ctx, cmp.Or(cc.DatabaseURL, DefaultDatabaseURL))
 		if err != nil {
 			e.err = err
 			e.Error, e.Verdict = err.Error(), "ERROR: no scratch database"
@@ -196,12 +205,12 @@ func (cc CompareConfig) runBackend(ctx context.Context, backend, token, logDir s
 		defer drop()
 		dbURL = u
 	}
-	opts := ServeOptions{
+	opts := procs.ServeOptions{
 		Bin: cc.Bin, Lock: backend, Fencing: e.Fencing, LockTTL: cc.LockTTL, AdminToken: token,
 		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, DatabaseURL: dbURL, LogDir: logDir,
 		Extra: cc.ServeFlags,
 	}
-	ins, err := StartInstances(ctx, opts, cc.Instances, cc.StartupTimeout)
+	ins, err := procs.Start(ctx, opts, cc.Instances, cc.StartupTimeout)
 	if err != nil {
 		e.err = err
 		e.Error, e.Verdict = err.Error(), "ERROR: instances did not start"
@@ -216,8 +225,8 @@ func (cc CompareConfig) runBackend(ctx context.Context, backend, token, logDir s
 	}
 	cfg.Backend, cfg.Fencing, cfg.AdminToken, cfg.ExpectedUnsafe = backend, e.Fencing, token, e.ExpectedUnsafe
 	cfg.Label = cc.Label
-	res, err := Run(ctx, cfg, stderr)
-	if stopErr := StopInstances(ins); stopErr != nil {
+	res, err := run.Execute(ctx, cfg, stderr)
+	if stopErr := procs.StopAll(ins); stopErr != nil {
 		e.StopError = stopErr.Error()
 		fmt.Fprintf(stderr, "== %s: stopping: %v\n", backend, stopErr)
 	}
@@ -237,7 +246,7 @@ func (cc CompareConfig) runBackend(ctx context.Context, backend, token, logDir s
 }
 
 // failures lists what fails the comparison.
-func (cc CompareConfig) failures(entries []CompareEntry) []string {
+func (cc Config) failures(entries []Entry) []string {
 	var fs []string
 	for _, e := range entries {
 		switch {
@@ -252,8 +261,8 @@ func (cc CompareConfig) failures(entries []CompareEntry) []string {
 	return fs
 }
 
-// PrintCompareTable writes the side-by-side table.
-func PrintCompareTable(w io.Writer, cr *CompareResult) {
+// PrintTable writes the side-by-side table.
+func PrintTable(w io.Writer, cr *Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "backend\tfencing\torders/s\tp50 ms\tp99 ms\treserved\toversold\tlost\tstale fences\tlock failures\terrors\tpeak RSS MB\t verdict")
 	for _, e := range cr.Backends {
@@ -276,9 +285,9 @@ func PrintCompareTable(w io.Writer, cr *CompareResult) {
 	_ = tw.Flush()
 }
 
-// CompareReport builds the HTML report's data from a comparison.
-func CompareReport(cr *CompareResult) Report {
-	r := Report{Title: "Stockguard: lock backends compared", Generated: cr.GeneratedAt}
+// Report builds the HTML report's data from a comparison.
+func Report(cr *Result) report.Report {
+	r := report.Report{Title: "Stockguard: lock backends compared", Generated: cr.GeneratedAt}
 	if cr.Label != "" {
 		r.Title += " — " + cr.Label
 	}
@@ -302,18 +311,18 @@ func CompareReport(cr *CompareResult) Report {
 	if w.Mode == "open" {
 		load = fmt.Sprintf("open loop, %.0f orders/s for %s (%d orders, at most %d in flight)", w.RatePerS, w.Duration, w.Orders, w.Concurrency)
 	}
-	r.Workload = []Fact{
-		{"load", load},
-		{"instances per backend", fmt.Sprint(cr.Instances)},
-		{"SKUs × stock", fmt.Sprintf("%d × %d units", w.SKUs, w.Stock)},
-		{"lines per order", w.Lines.String()},
-		{"units per line", w.Qty.String()},
-		{"hot-SKU skew (zipf)", fmt.Sprint(w.Zipf)},
-		{"same-key retries", fmt.Sprintf("%.1f%%", 100*w.RetryShare)},
-		{"seed", fmt.Sprint(cr.Seed)},
+	r.Workload = []report.Fact{
+		{Label: "load", Value: load},
+		{Label: "instances per backend", Value: fmt.Sprint(cr.Instances)},
+		{Label: "SKUs × stock", Value: fmt.Sprintf("%d × %d units", w.SKUs, w.Stock)},
+		{Label: "lines per order", Value: w.Lines.String()},
+		{Label: "units per line", Value: w.Qty.String()},
+		{Label: "hot-SKU skew (zipf)", Value: fmt.Sprint(w.Zipf)},
+		{Label: "same-key retries", Value: fmt.Sprintf("%.1f%%", 100*w.RetryShare)},
+		{Label: "seed", Value: fmt.Sprint(cr.Seed)},
 	}
 	if len(cr.ServeFlags) > 0 {
-		r.Workload = append(r.Workload, Fact{"serve flags", strings.Join(cr.ServeFlags, " ")})
+		r.Workload = append(r.Workload, report.Fact{Label: "serve flags", Value: strings.Join(cr.ServeFlags, " ")})
 	}
 	return r
 }

@@ -1,4 +1,4 @@
-package loadtest
+package compare
 
 import (
 	"context"
@@ -11,15 +11,19 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// scratchDatabase creates an empty database on the server baseURL points
+// DefaultDatabaseURL is the service's own --database-url default, used when
+// neither --database-url nor the environment names one.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable"
+
+// ScratchDatabase creates an empty database on the server baseURL points
 // at and returns its URL and a function that drops it.
 //
-// The suite runs in its own database because the shared one collects other
+// A run (a backend of compare, the bench suite) runs in its own database because the shared one collects other
 // runs' orders: holds that expired on SKUs fenced by another backend's
 // token space can never be reaped by this backend (stale fence), so every
 // instance's reaper would retry them every second, in the middle of the
 // measurement. A leftover (the suite killed) is named stockguard_scratch_*.
-func scratchDatabase(ctx context.Context, baseURL string) (string, func(), error) {
+func ScratchDatabase(ctx context.Context, baseURL string) (string, func(), error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || u.Scheme == "" {
 		return "", nil, fmt.Errorf("database url %q: want postgres://…", baseURL)

@@ -1,4 +1,10 @@
-package loadtest
+// Package fakeservice is a stand-in for Stockguard's HTTP API for the load
+// tester's own tests: an http.Handler keeping its state in memory, safe or
+// lossy (reads, pauses and writes without a lock, as the none backend does),
+// and ServeMain, which lets a test binary act as `stockguard serve` so that
+// the code starting instances runs against real child processes. Only tests
+// import it.
+package fakeservice
 
 import (
 	"context"
@@ -21,24 +27,26 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/loadtest/client"
 )
 
-// fakeService implements just enough of Stockguard's HTTP contract for the
+// Service implements just enough of Stockguard's HTTP contract for the
 // load tester's tests. lossy makes it read, pause and write without a lock,
 // which loses updates and oversells exactly as the none backend does.
-type fakeService struct {
+type Service struct {
 	token string
 	lossy bool
 
 	mu     sync.Mutex
 	skus   map[string]*fakeSKU
 	idem   map[string]*fakeIdem
-	orders map[string][]OrderLine
+	orders map[string][]client.OrderLine
 	locks  map[string]*sync.Mutex
 	fence  uint64
 
-	// failEvery makes every n-th order answer 503 lock_unavailable.
-	failEvery int
+	// FailEvery makes every n-th order answer 503 lock_unavailable.
+	FailEvery int
 	count     int
 }
 
@@ -54,12 +62,22 @@ type fakeIdem struct {
 	body   []byte
 }
 
-func newFakeService(token string, lossy bool) *fakeService {
-	return &fakeService{token: token, lossy: lossy, skus: map[string]*fakeSKU{}, idem: map[string]*fakeIdem{},
-		orders: map[string][]OrderLine{}, locks: map[string]*sync.Mutex{}}
+// New returns an empty service that wants token for PUT /v1/skus; lossy
+// makes it lose updates and oversell.
+func New(token string, lossy bool) *Service {
+	return &Service{token: token, lossy: lossy, skus: map[string]*fakeSKU{}, idem: map[string]*fakeIdem{},
+		orders: map[string][]client.OrderLine{}, locks: map[string]*sync.Mutex{}}
 }
 
-func (f *fakeService) server(t *testing.T) *httptest.Server {
+// SKUCount is the number of SKUs created so far.
+func (f *Service) SKUCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.skus)
+}
+
+// Server serves f on a loopback port until the test ends.
+func (f *Service) Server(t *testing.T) *httptest.Server {
 	t.Helper()
 	s := httptest.NewServer(f)
 	t.Cleanup(s.Close)
@@ -76,7 +94,8 @@ func writeErr(w http.ResponseWriter, status int, code string) {
 	writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": code}})
 }
 
-func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// ServeHTTP answers the API calls the load tester makes.
+func (f *Service) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.Path
 	switch {
 	case p == "/healthz" || p == "/readyz":
@@ -94,11 +113,11 @@ func (f *fakeService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (f *fakeService) skuBody(name string, s *fakeSKU) map[string]any {
+func (f *Service) skuBody(name string, s *fakeSKU) map[string]any {
 	return map[string]any{"sku": name, "available": s.available, "reserved": s.reserved, "sold": 0, "received": s.received, "fence_token": s.fence}
 }
 
-func (f *fakeService) putSKU(w http.ResponseWriter, r *http.Request, name string) {
+func (f *Service) putSKU(w http.ResponseWriter, r *http.Request, name string) {
 	if f.token != "" && r.Header.Get("Authorization") != "Bearer "+f.token {
 		writeErr(w, 401, "unauthorized")
 		return
@@ -121,7 +140,7 @@ func (f *fakeService) putSKU(w http.ResponseWriter, r *http.Request, name string
 	writeJSON(w, 200, f.skuBody(name, s))
 }
 
-func (f *fakeService) getSKU(w http.ResponseWriter, name string) {
+func (f *Service) getSKU(w http.ResponseWriter, name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.skus[name]
@@ -132,7 +151,7 @@ func (f *fakeService) getSKU(w http.ResponseWriter, name string) {
 	writeJSON(w, 200, f.skuBody(name, s))
 }
 
-func (f *fakeService) audit(w http.ResponseWriter, name string) {
+func (f *Service) audit(w http.ResponseWriter, name string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.skus[name]
@@ -154,9 +173,9 @@ func (f *fakeService) audit(w http.ResponseWriter, name string) {
 		"oversold": over, "lost_units": lost, "consistent": over == 0 && lost == 0})
 }
 
-func (f *fakeService) placeOrder(w http.ResponseWriter, r *http.Request) {
+func (f *Service) placeOrder(w http.ResponseWriter, r *http.Request) {
 	raw, _ := io.ReadAll(r.Body)
-	var req OrderRequest
+	var req client.OrderRequest
 	if err := json.Unmarshal(raw, &req); err != nil || len(req.Lines) == 0 {
 		writeErr(w, 400, "invalid_request")
 		return
@@ -182,7 +201,7 @@ func (f *fakeService) placeOrder(w http.ResponseWriter, r *http.Request) {
 		f.idem[key] = e
 	}
 	f.count++
-	fail := f.failEvery > 0 && f.count%f.failEvery == 0
+	fail := f.FailEvery > 0 && f.count%f.FailEvery == 0
 	f.mu.Unlock()
 
 	status, body := f.reserve(req, fail)
@@ -194,7 +213,7 @@ func (f *fakeService) placeOrder(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(body)
 }
 
-func (f *fakeService) reserve(req OrderRequest, fail bool) (int, []byte) {
+func (f *Service) reserve(req client.OrderRequest, fail bool) (int, []byte) {
 	errBody := func(code string) []byte {
 		b, _ := json.Marshal(map[string]any{"error": map[string]string{"code": code, "message": code}})
 		return b
@@ -257,7 +276,7 @@ func (f *fakeService) reserve(req OrderRequest, fail bool) (int, []byte) {
 }
 
 // withMu runs fn under f.mu unless the safe path already holds it.
-func (f *fakeService) withMu(fn func()) {
+func (f *Service) withMu(fn func()) {
 	if f.lossy {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -265,22 +284,14 @@ func (f *fakeService) withMu(fn func()) {
 	fn()
 }
 
-// fakeServeEnv makes the test binary act as `stockguard serve` (the fake) so
-// that compare can start, health-check and SIGTERM real child processes.
-const fakeServeEnv = "LOADTEST_FAKE_SERVE"
+// Env, set to 1, makes a test binary act as `stockguard serve` (the fake):
+// its TestMain calls ServeMain, so that compare can start, health-check and
+// SIGTERM real child processes.
+const Env = "LOADTEST_FAKE_SERVE"
 
-func TestMain(m *testing.M) {
-	if os.Getenv(fakeServeEnv) == "1" {
-		os.Exit(fakeServeMain(os.Args[1:]))
-	}
-	code := m.Run()
-	removeChaosBin() // the binary the chaos tests share (chaos_test.go)
-	os.Exit(code)
-}
-
-// fakeServeMain parses the serve flags compare passes and serves the fake:
+// ServeMain parses the serve flags compare passes and serves the fake:
 // lossy for --lock=none or local, safe otherwise.
-func fakeServeMain(args []string) int {
+func ServeMain(args []string) int {
 	if len(args) == 0 || args[0] != "serve" {
 		fmt.Fprintln(os.Stderr, "fake: want serve")
 		return 2
@@ -306,7 +317,7 @@ func fakeServeMain(args []string) int {
 	}
 	// Each fake process keeps its own state (real instances share Postgres),
 	// so compare tests start one instance per backend.
-	srv := &http.Server{Handler: newFakeService(*token, *lock == "none" || *lock == "local")}
+	srv := &http.Server{Handler: New(*token, *lock == "none" || *lock == "local")}
 	go func() { <-ctx.Done(); _ = srv.Shutdown(context.Background()) }()
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return 1
@@ -314,9 +325,9 @@ func fakeServeMain(args []string) int {
 	return 0
 }
 
-// newSlowProxy forwards to target one request at a time, each after delay:
+// SlowProxy forwards to target one request at a time, each after delay:
 // a service that has stalled.
-func newSlowProxy(t *testing.T, target string, delay time.Duration) string {
+func SlowProxy(t *testing.T, target string, delay time.Duration) string {
 	t.Helper()
 	var mu sync.Mutex
 	client := &http.Client{}
@@ -344,4 +355,13 @@ func newSlowProxy(t *testing.T, target string, delay time.Duration) string {
 	}))
 	t.Cleanup(s.Close)
 	return s.URL
+}
+
+// Context is a context for one test, bounded to a minute and cancelled
+// when the test ends.
+func Context(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
 }

@@ -1,4 +1,10 @@
-package loadtest
+// Package procs starts and stops the service instances the load tester
+// drives: `stockguard serve` child processes on free loopback ports, each
+// logging to a file, health-checked over HTTP, stopped with SIGTERM then
+// SIGKILL, and killed by the kernel if the load tester dies first. It
+// starts only the service; the lock servers a chaos run owns are started
+// through internal/stack by package chaos.
+package procs
 
 import (
 	"context"
@@ -12,12 +18,14 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
 )
 
 // stopGrace is how long an instance gets to drain after SIGTERM before SIGKILL.
 const stopGrace = 10 * time.Second
 
-// ServeOptions is how compare starts `stockguard serve` for one backend.
+// ServeOptions is how compare, chaos and bench start `stockguard serve` for one backend.
 type ServeOptions struct {
 	Bin         string // the stockguard binary
 	Lock        string // --lock
@@ -41,7 +49,7 @@ func (o ServeOptions) args(addr string) []string {
 	return append(args, o.Extra...)
 }
 
-// Instance is one serve process compare started. Only Stop ends it.
+// Instance is one serve process Start started. Only Stop ends it.
 type Instance struct {
 	URL     string
 	LogPath string
@@ -56,13 +64,13 @@ type Instance struct {
 	logFile *os.File
 }
 
-// StartInstances starts n serve processes on free loopback ports and waits
+// Start starts n serve processes on free loopback ports and waits
 // until each answers /healthz (then, best effort, /readyz) within timeout.
 // The first instance is started and waited for alone, so that it applies
 // the database migrations before the others race to. On any failure it
 // stops those already started.
-func StartInstances(ctx context.Context, o ServeOptions, n int, timeout time.Duration) ([]*Instance, error) {
-	c := NewClient(2, "", 2*time.Second)
+func Start(ctx context.Context, o ServeOptions, n int, timeout time.Duration) ([]*Instance, error) {
+	c := client.New(2, "", 2*time.Second)
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	var out []*Instance
@@ -71,14 +79,14 @@ func StartInstances(ctx context.Context, o ServeOptions, n int, timeout time.Dur
 		for i := batch[0]; i < batch[1]; i++ {
 			in, err := startInstance(o, i)
 			if err != nil {
-				_ = StopInstances(out)
+				_ = StopAll(out)
 				return nil, err
 			}
 			out = append(out, in)
 		}
 		for _, in := range out[start:] {
 			if err := in.waitHealthy(ctx, c, deadline); err != nil {
-				_ = StopInstances(out)
+				_ = StopAll(out)
 				return nil, err
 			}
 		}
@@ -115,7 +123,7 @@ func startInstance(o ServeOptions, i int) (*Instance, error) {
 }
 
 // waitHealthy polls /healthz until 200, the process exits, or the deadline.
-func (in *Instance) waitHealthy(ctx context.Context, c *Client, deadline time.Time) error {
+func (in *Instance) waitHealthy(ctx context.Context, c *client.Client, deadline time.Time) error {
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	var last error
@@ -131,7 +139,7 @@ func (in *Instance) waitHealthy(ctx context.Context, c *Client, deadline time.Ti
 		if ctx.Err() != nil {
 			return fmt.Errorf("instance %s not healthy in time: %w; log %s:\n%s", in.URL, last, in.LogPath, tailFile(in.LogPath, 15))
 		}
-		sleepCtx(ctx, 50*time.Millisecond)
+		pause(ctx, 50*time.Millisecond)
 	}
 	// Readiness (database and lock backend reachable) is waited for but not
 	// required: the run itself will show lock_unavailable if it never comes.
@@ -139,10 +147,17 @@ func (in *Instance) waitHealthy(ctx context.Context, c *Client, deadline time.Ti
 		if c.Ready(ctx, in.URL) == nil {
 			return nil
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		pause(ctx, 100*time.Millisecond)
 	}
 	return nil
 }
+
+// PID is the instance's process id.
+func (in *Instance) PID() int { return in.cmd.Process.Pid }
+
+// Signal sends sig to the instance's process: SIGSTOP and SIGCONT freeze
+// and thaw it, as a long GC pause would.
+func (in *Instance) Signal(sig os.Signal) error { return in.cmd.Process.Signal(sig) }
 
 // Stop sends SIGTERM to the instance's PID, waits up to stopGrace for it to
 // drain, then sends SIGKILL. It returns the process's exit error if it did
@@ -156,7 +171,7 @@ func (in *Instance) Stop() error {
 	}
 	// Read before SIGTERM: the high-water mark of the load, not of the drain,
 	// and while /proc/<pid> still exists.
-	in.PeakRSSMB, _ = peakRSSMB(in.cmd.Process.Pid)
+	in.PeakRSSMB, _ = PeakRSSMB(in.cmd.Process.Pid)
 	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("stop %s: %w", in.URL, err)
 	}
@@ -175,8 +190,8 @@ func (in *Instance) Stop() error {
 	return fmt.Errorf("instance %s did not stop within %v of SIGTERM; killed", in.URL, stopGrace)
 }
 
-// StopInstances stops every instance concurrently and joins their errors.
-func StopInstances(ins []*Instance) error {
+// StopAll stops every instance concurrently and joins their errors.
+func StopAll(ins []*Instance) error {
 	errs := make([]error, len(ins))
 	done := make(chan int)
 	for i, in := range ins {
@@ -192,7 +207,7 @@ func StopInstances(ins []*Instance) error {
 }
 
 // freePort asks the kernel for a free loopback port. Another process may take
-// it before the instance binds; the instance then exits and StartInstances
+// it before the instance binds; the instance then exits and Start
 // reports its log.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -216,16 +231,10 @@ func tailFile(path string, n int) string {
 	return "    " + strings.Join(lines, "\n    ")
 }
 
-// orSelf fills an empty --bin with the running executable: by default the
-// load tester starts instances of the very binary it runs in.
-func orSelf(bin *string) error {
-	if *bin != "" {
-		return nil
+// pause waits d or until ctx is done, whichever comes first.
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find this executable: %w", err)
-	}
-	*bin = exe
-	return nil
 }

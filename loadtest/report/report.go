@@ -1,4 +1,8 @@
-package loadtest
+// Package report renders what the load tester found: the self-contained
+// HTML report (inline CSS and SVG, nothing fetched), its charts and
+// tables, and the JSON result files. It computes nothing and drives
+// nothing; compare and chaos fill its data model.
+package report
 
 import (
 	"bytes"
@@ -9,6 +13,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 //go:embed report.html.tmpl
@@ -51,10 +57,10 @@ type RunSummary struct {
 	Instances      int
 	ExpectedUnsafe bool
 	ThroughputPerS float64
-	Latency        LatencySummary
-	Curve          []PercentilePoint
-	Orders         OrderCounts
-	Units          UnitCounts
+	Latency        tally.LatencySummary
+	Curve          []tally.PercentilePoint
+	Orders         tally.OrderCounts
+	Units          tally.UnitCounts
 	Disagreements  int
 	// Incomplete says why the run sent fewer orders than generated, if it did.
 	Incomplete string
@@ -90,48 +96,17 @@ type TableRow struct {
 	Status Status
 }
 
-// Chart is an inline SVG chart, built by BarChart or PercentileChart.
+// Chart is an inline SVG chart, built by BarChart, PercentileChart or
+// TimelineChart.
 type Chart struct {
 	Title string
 	SVG   template.HTML
 }
 
-// SummarizeRun turns a Result into the report's view of it. err, if the run
-// failed, replaces the verdict.
-func SummarizeRun(backend, fencing string, instances int, expectedUnsafe bool, res *Result, err error) RunSummary {
-	s := RunSummary{Backend: backend, Fencing: fencing, Instances: instances, ExpectedUnsafe: expectedUnsafe}
-	switch {
-	case err != nil:
-		s.Verdict = Verdict{Status: StatusError, Text: "ERROR: the run did not complete", Note: err.Error()}
-		return s
-	case res == nil:
-		s.Verdict = Verdict{Status: StatusError, Text: "ERROR: no result"}
-		return s
-	}
-	s.ThroughputPerS, s.Latency, s.Curve = res.ThroughputPerS, res.LatencyMs, res.LatencyCurve
-	s.Orders, s.Units, s.Disagreements = res.Orders, res.Units, res.Verification.DisagreementCount
-	if res.Orders.Unsent > 0 {
-		s.Incomplete = fmt.Sprintf("Sending stopped at --timeout: %d of %d orders were not sent.", res.Orders.Unsent, res.GeneratorOrders)
-	}
-	s.Verdict = Verdict{Status: StatusSafe, Text: res.Verdict}
-	if !res.Safe {
-		s.Verdict.Status = StatusUnsafe
-		if expectedUnsafe {
-			s.Verdict.Status = StatusExpectedUnsafe
-			s.Verdict.Note = fmt.Sprintf("Expected: %s does not coordinate %d instances.", backend, instances)
-		} else {
-			s.Verdict.Note = "Not expected: this backend is meant to prevent exactly this."
-		}
-	} else if expectedUnsafe {
-		s.Verdict.Note = "No damage this time; this backend cannot prevent it, so a heavier or more contended workload would show it."
-	}
-	return s
-}
-
-// WriteReportFile renders r to path, creating its directory.
-func WriteReportFile(path string, r Report) error {
+// WriteFile renders r to path, creating its directory.
+func WriteFile(path string, r Report) error {
 	var buf bytes.Buffer
-	if err := WriteReport(&buf, r); err != nil {
+	if err := Write(&buf, r); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -143,9 +118,9 @@ func WriteReportFile(path string, r Report) error {
 	return nil
 }
 
-// WriteReport renders r as one HTML document with inline CSS and SVG; it
+// Write renders r as one HTML document with inline CSS and SVG; it
 // references nothing outside itself.
-func WriteReport(w io.Writer, r Report) error {
+func Write(w io.Writer, r Report) error {
 	t, err := template.New("report").Funcs(template.FuncMap{
 		"ms":  func(x float64) string { return fmt.Sprintf("%.2f", x) },
 		"num": func(x float64) string { return fmt.Sprintf("%.0f", x) },

@@ -1,4 +1,4 @@
-package loadtest
+package report_test
 
 import (
 	"bytes"
@@ -12,35 +12,40 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // sampleReport is a comparison of all six backends with made-up but
 // plausible numbers, plus a chaos-style section, as a report would hold.
-func sampleReport() Report {
-	mk := func(backend string, tput, p50 float64, oversold, lost int64, stale, lockFail int, err error) RunSummary {
-		r := newRecorder()
+func sampleReport() report.Report {
+	mk := func(backend string, tput, p50 float64, oversold, lost int64, stale, lockFail int, err error) report.RunSummary {
+		r := tally.NewLatency()
 		for i := 1; i <= 5000; i++ {
 			r.Record(time.Duration(p50*float64(time.Millisecond)) * time.Duration(i) / 2500)
 		}
 		r.Record(time.Duration(p50*40) * time.Millisecond)
-		res := &Result{ThroughputPerS: tput, LatencyMs: r.Summary(), LatencyCurve: r.Curve()}
-		res.Units = UnitCounts{Stock: 4000, Reserved: 4000 + oversold, Oversold: oversold, Lost: lost}
-		res.Orders = OrderCounts{Sent: 2000, StaleFence: stale, LockUnavailable: lockFail}
-		res.Verification = Verification{Oversold: oversold, Lost: lost}
+		res := &run.Result{ThroughputPerS: tput, LatencyMs: r.Summary(), LatencyCurve: r.Curve()}
+		res.Units = tally.UnitCounts{Stock: 4000, Reserved: 4000 + oversold, Oversold: oversold, Lost: lost}
+		res.Orders = tally.OrderCounts{Sent: 2000, StaleFence: stale, LockUnavailable: lockFail}
+		res.Verification = run.Verification{Oversold: oversold, Lost: lost}
 		if oversold+lost > 0 {
 			res.Verification.DisagreementCount = 3
 		}
 		res.Safe = res.Verification.Safe()
-		res.Verdict = VerdictText(res.Verification)
-		fencing := fencingFor(backend)
-		return SummarizeRun(backend, fencing, 3, ExpectedUnsafe(backend), res, err)
+		res.Verdict = run.VerdictText(res.Verification)
+		fencing := compare.FencingFor(backend)
+		return compare.SummarizeRun(backend, fencing, 3, compare.ExpectedUnsafe(backend), res, err)
 	}
-	r := Report{
+	r := report.Report{
 		Title:     "Stockguard: lock backends compared",
 		Generated: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
 		Summary:   "The same seeded workload ran against 3 instances per backend.",
-		Workload:  []Fact{{"load", "closed loop, 32 clients, 2000 orders"}, {"seed", "42"}},
-		Runs: []RunSummary{
+		Workload:  []report.Fact{{Label: "load", Value: "closed loop, 32 clients, 2000 orders"}, {Label: "seed", Value: "42"}},
+		Runs: []report.RunSummary{
 			mk("none", 2900, 1.2, 37, 12, 0, 0, nil),
 			mk("local", 2500, 1.4, 21, 9, 0, 0, nil),
 			mk("postgres", 1500, 4.1, 0, 0, 0, 0, nil),
@@ -48,14 +53,14 @@ func sampleReport() Report {
 			mk("redlock", 900, 9.5, 0, 0, 1, 4, nil),
 			mk("zookeeper", 0, 0, 0, 0, 0, 0, errString("instances did not start: <zk> & friends")),
 		},
-		Sections: []Section{{
+		Sections: []report.Section{{
 			ID: "chaos", Title: "Chaos: pause-holder",
 			Intro: "A lock holder is paused past its TTL; the fence rejects its late write.",
-			Table: &Table{Columns: []string{"scenario", "fencing", "oversold", "stale writes rejected", "verdict"}, Rows: []TableRow{
-				{Cells: []string{"pause-holder", "on", "0", "14", "safe: 0 oversold, 0 lost"}, Status: StatusSafe},
-				{Cells: []string{"pause-holder", "off", "6", "0", "UNSAFE: 6 units oversold, 6 lost"}, Status: StatusUnsafe},
+			Table: &report.Table{Columns: []string{"scenario", "fencing", "oversold", "stale writes rejected", "verdict"}, Rows: []report.TableRow{
+				{Cells: []string{"pause-holder", "on", "0", "14", "safe: 0 oversold, 0 lost"}, Status: report.StatusSafe},
+				{Cells: []string{"pause-holder", "off", "6", "0", "UNSAFE: 6 units oversold, 6 lost"}, Status: report.StatusUnsafe},
 			}},
-			Charts: []Chart{BarChart("Stale writes rejected", "writes", []Bar{{"fencing on", 14, StatusSafe}, {"fencing off", 0, StatusUnsafe}})},
+			Charts: []report.Chart{report.BarChart("Stale writes rejected", "writes", []report.Bar{{Label: "fencing on", Value: 14, Status: report.StatusSafe}, {Label: "fencing off", Value: 0, Status: report.StatusUnsafe}})},
 			Notes:  []string{"Paused with SIGSTOP for 2 × TTL."},
 		}},
 	}
@@ -68,7 +73,7 @@ func (e errString) Error() string { return string(e) }
 
 func TestReportIsSelfContained(t *testing.T) {
 	var buf bytes.Buffer
-	if err := WriteReport(&buf, sampleReport()); err != nil {
+	if err := report.Write(&buf, sampleReport()); err != nil {
 		t.Fatal(err)
 	}
 	html := buf.String()
@@ -93,27 +98,6 @@ func TestReportIsSelfContained(t *testing.T) {
 	}
 }
 
-func TestPercentileChartHandlesEmptyAndFlat(t *testing.T) {
-	for _, s := range [][]Series{nil, {{Name: "x"}}, {{Name: "flat", Points: []PercentilePoint{{0, 1}, {50, 1}, {100, 1}}}}} {
-		c := PercentileChart("t", s)
-		if !strings.HasPrefix(string(c.SVG), "<svg") || strings.Contains(string(c.SVG), "NaN") || strings.Contains(string(c.SVG), "Inf") {
-			t.Errorf("series %v: bad svg %.200s", s, c.SVG)
-		}
-	}
-	b := BarChart("t", "u", []Bar{{"zero", 0, StatusSafe}})
-	if strings.Contains(string(b.SVG), "NaN") {
-		t.Errorf("all-zero bar chart: %s", b.SVG)
-	}
-}
-
-func TestNinesLabel(t *testing.T) {
-	for n, want := range map[float64]string{0: "0%", 1: "90%", 2: "99%", 3: "99.9%", 4: "99.99%"} {
-		if got := ninesLabel(n); got != want {
-			t.Errorf("ninesLabel(%v) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 // TestReportRendersInChromium renders the report in headless Chromium and
 // checks the screenshot shows the verdict colours. Set
 // LOADTEST_SCREENSHOT_DIR to keep the PNG and HTML for a look.
@@ -130,7 +114,7 @@ func TestReportRendersInChromium(t *testing.T) {
 		dir = keep
 	}
 	htmlPath, pngPath := filepath.Join(dir, "report.html"), filepath.Join(dir, "report.png")
-	if err := WriteReportFile(htmlPath, sampleReport()); err != nil {
+	if err := report.WriteFile(htmlPath, sampleReport()); err != nil {
 		t.Fatal(err)
 	}
 	_ = os.Remove(pngPath)

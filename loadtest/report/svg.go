@@ -1,4 +1,4 @@
-package loadtest
+package report
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"html/template"
 	"math"
 	"strings"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // palette colours the series of a percentile chart, in order.
@@ -36,7 +38,7 @@ type Bar struct {
 // Series is one line of a PercentileChart.
 type Series struct {
 	Name   string
-	Points []PercentilePoint
+	Points []tally.PercentilePoint
 }
 
 // svg accumulates an SVG document; every text passes through esc.

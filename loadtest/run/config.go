@@ -1,4 +1,4 @@
-package loadtest
+package run
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"math"
 	"net/url"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/progress"
 )
 
 // Config is one run of the load tester against instances that are already up.
@@ -32,7 +34,7 @@ type Config struct {
 	// Label, Backend and Fencing are informational and go to the result.
 	Label, Backend, Fencing string
 	ExpectedUnsafe          bool
-	Progress                ProgressMode
+	Progress                progress.Mode
 }
 
 // Validate reports the first invalid field.

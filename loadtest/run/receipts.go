@@ -1,18 +1,21 @@
-package loadtest
+package run
 
 import (
 	"fmt"
 	"sync"
+
+	"github.com/stockguard/stockguard/loadtest/client"
 )
 
-// Ledger is the client's own record of what the service promised: every 201
-// it received, by order id. It is the first of the three sources the
+// Receipts is the client's own record of what the service promised: every
+// 201 it received, by order id. (Its figures are called "ledger" in the
+// output and the JSON, which predate the name.) It is the first of the three sources the
 // verification compares, and the only one the service cannot rewrite.
 //
 // Units are counted once per distinct order id, so a replayed answer (same
 // key, same order id) does not count twice, while a service that reserves
 // twice for one key (two order ids) does.
-type Ledger struct {
+type Receipts struct {
 	mu       sync.Mutex
 	byOrder  map[string]bool   // order ids seen
 	byKey    map[string]string // idempotency key → first order id
@@ -21,9 +24,9 @@ type Ledger struct {
 	problems []Disagreement
 }
 
-// NewLedger returns an empty ledger.
-func NewLedger() *Ledger {
-	return &Ledger{
+// NewReceipts returns an empty record.
+func NewReceipts() *Receipts {
+	return &Receipts{
 		byOrder:  map[string]bool{},
 		byKey:    map[string]string{},
 		units:    map[string]int64{},
@@ -33,7 +36,7 @@ func NewLedger() *Ledger {
 
 // Record books a 201 for the request sent with key. It returns false when
 // the order id was already booked (a replay).
-func (l *Ledger) Record(key string, req OrderRequest, resp *OrderResponse) bool {
+func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.OrderResponse) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if first, ok := l.byKey[key]; ok && first != resp.OrderID {
@@ -64,29 +67,29 @@ func (l *Ledger) Record(key string, req OrderRequest, resp *OrderResponse) bool 
 	return true
 }
 
-// Units returns the units the ledger holds as reserved for sku.
-func (l *Ledger) Units(sku string) int64 {
+// Units returns the units the receipts hold as reserved for sku.
+func (l *Receipts) Units(sku string) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.units[sku]
 }
 
 // MaxToken returns the highest fence token any 201 reported for sku.
-func (l *Ledger) MaxToken(sku string) uint64 {
+func (l *Receipts) MaxToken(sku string) uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.maxToken[sku]
 }
 
 // Orders returns the number of distinct order ids booked.
-func (l *Ledger) Orders() int {
+func (l *Receipts) Orders() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.byOrder)
 }
 
 // TotalUnits returns the units booked over all SKUs.
-func (l *Ledger) TotalUnits() int64 {
+func (l *Receipts) TotalUnits() int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var n int64
@@ -96,14 +99,14 @@ func (l *Ledger) TotalUnits() int64 {
 	return n
 }
 
-// Problems returns what the ledger itself found wrong with the answers.
-func (l *Ledger) Problems() []Disagreement {
+// Problems returns what the receipts themselves show wrong with the answers.
+func (l *Receipts) Problems() []Disagreement {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]Disagreement(nil), l.problems...)
 }
 
-func sameLines(req OrderRequest, resp *OrderResponse) bool {
+func sameLines(req client.OrderRequest, resp *client.OrderResponse) bool {
 	if len(req.Lines) != len(resp.Lines) {
 		return false
 	}

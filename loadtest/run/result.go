@@ -1,65 +1,14 @@
-package loadtest
+package run
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"text/tabwriter"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
-
-// OrderCounts counts the first answer to every order sent, by kind.
-type OrderCounts struct {
-	Sent            int            `json:"sent"`
-	Reserved        int            `json:"reserved"`
-	Insufficient    int            `json:"insufficient"`
-	StaleFence      int            `json:"stale_fence"`
-	LockUnavailable int            `json:"lock_unavailable"`
-	Errors          int            `json:"errors"`
-	ErrorCodes      map[string]int `json:"error_codes"`
-	// Unsent orders were generated but not sent before the run's timeout.
-	Unsent int `json:"unsent"`
-	// Retries counts deliberate same-key resends; RetryReplayed those that
-	// answered with the first order id, RetryMismatch those where a 201 was
-	// followed by anything else.
-	Retries       int `json:"retries"`
-	RetryReplayed int `json:"retry_replayed"`
-	RetryMismatch int `json:"retry_mismatch"`
-	// Reconciled counts orders without an answer that were resent with the
-	// same key after the run to learn their outcome; Unresolved those whose
-	// outcome stayed unknown.
-	Reconciled int `json:"reconciled"`
-	Unresolved int `json:"unresolved"`
-}
-
-// add counts one order sent and its first answer.
-func (o *OrderCounts) add(kind Kind, code string) {
-	o.Sent++
-	switch kind {
-	case KindReserved:
-		o.Reserved++
-	case KindInsufficient:
-		o.Insufficient++
-	case KindStaleFence:
-		o.StaleFence++
-	case KindLockUnavailable:
-		o.LockUnavailable++
-	default:
-		o.Errors++
-		o.ErrorCodes[code]++
-	}
-}
-
-// UnitCounts is the unit arithmetic of a run.
-type UnitCounts struct {
-	Stock    int64 `json:"stock"`
-	Reserved int64 `json:"reserved"`
-	Oversold int64 `json:"oversold"`
-	Lost     int64 `json:"lost"`
-}
 
 // WorkloadInfo records the workload of a run for the JSON and the report.
 type WorkloadInfo struct {
@@ -88,24 +37,24 @@ type Result struct {
 	RunID     string   `json:"run_id"`
 	Seed      uint64   `json:"seed"`
 
-	StartedAt       time.Time         `json:"started_at"`
-	DurationS       float64           `json:"duration_s"`
-	TimedOut        bool              `json:"timed_out"`
-	Workload        WorkloadInfo      `json:"workload"`
-	Orders          OrderCounts       `json:"orders"`
-	Units           UnitCounts        `json:"units"`
-	ThroughputPerS  float64           `json:"throughput_per_s"`
-	ReservedPerS    float64           `json:"reserved_per_s"`
-	LatencyMs       LatencySummary    `json:"latency_ms"`
-	LatencyCurve    []PercentilePoint `json:"latency_curve"`
-	LatencyFrom     string            `json:"latency_from"` // "send" (closed loop) or "intended_send" (open loop)
-	Verification    Verification      `json:"verification"`
-	Safe            bool              `json:"safe"`
-	Verdict         string            `json:"verdict"`
-	InstanceErrors  []string          `json:"instance_errors,omitempty"`
-	ExpectedUnsafe  bool              `json:"expected_unsafe,omitempty"`
-	VerifyFromURL   string            `json:"verify_from_url"`
-	GeneratorOrders int               `json:"generated_orders"`
+	StartedAt       time.Time               `json:"started_at"`
+	DurationS       float64                 `json:"duration_s"`
+	TimedOut        bool                    `json:"timed_out"`
+	Workload        WorkloadInfo            `json:"workload"`
+	Orders          tally.OrderCounts       `json:"orders"`
+	Units           tally.UnitCounts        `json:"units"`
+	ThroughputPerS  float64                 `json:"throughput_per_s"`
+	ReservedPerS    float64                 `json:"reserved_per_s"`
+	LatencyMs       tally.LatencySummary    `json:"latency_ms"`
+	LatencyCurve    []tally.PercentilePoint `json:"latency_curve"`
+	LatencyFrom     string                  `json:"latency_from"` // "send" (closed loop) or "intended_send" (open loop)
+	Verification    Verification            `json:"verification"`
+	Safe            bool                    `json:"safe"`
+	Verdict         string                  `json:"verdict"`
+	InstanceErrors  []string                `json:"instance_errors,omitempty"`
+	ExpectedUnsafe  bool                    `json:"expected_unsafe,omitempty"`
+	VerifyFromURL   string                  `json:"verify_from_url"`
+	GeneratorOrders int                     `json:"generated_orders"`
 }
 
 // Damaged reports whether anything was oversold or lost or any source disagrees.
@@ -122,23 +71,6 @@ func VerdictText(v Verification) string {
 		return fmt.Sprintf("UNSAFE: 0 units oversold, 0 lost, but %d disagreements between sources", v.DisagreementCount)
 	}
 	return fmt.Sprintf("UNSAFE: %d units oversold, %d lost", v.Oversold, v.Lost)
-}
-
-// WriteJSON writes v, indented, to path (creating its directory).
-func WriteJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", path, err)
-	}
-	if dir := filepath.Dir(path); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", dir, err)
-		}
-	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }
 
 // PrintTable writes a human-readable summary of one run.

@@ -1,15 +1,14 @@
-package loadtest
+package run
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/fakeservice"
+	"github.com/stockguard/stockguard/loadtest/progress"
 )
 
 // testConfig is a small closed-loop run against urls.
@@ -19,22 +18,15 @@ func testConfig(urls ...string) Config {
 		Workload: Workload{SKUs: 8, Stock: 60, Lines: Range{1, 3}, Qty: Range{1, 5}, Zipf: 1.1, RetryShare: 0.1, Seed: 7},
 		Orders:   600, Concurrency: 16,
 		Timeout: 30 * time.Second, RequestTimeout: 10 * time.Second, HoldSeconds: 900,
-		AdminToken: "secret", Progress: ProgressOff,
+		AdminToken: "secret", Progress: progress.Off,
 	}
 }
 
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func TestRunSafeService(t *testing.T) {
-	f := newFakeService("secret", false)
-	a, b := f.server(t), f.server(t)
+	f := fakeservice.New("secret", false)
+	a, b := f.Server(t), f.Server(t)
 	cfg := testConfig(a.URL, b.URL)
-	res, err := Run(testCtx(t), cfg, nil)
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,17 +50,17 @@ func TestRunSafeService(t *testing.T) {
 	if res.Instances != 2 || res.LatencyMs.Count != 600 || res.ThroughputPerS <= 0 || res.LatencyFrom != "send" {
 		t.Errorf("result: instances %d latency %+v throughput %v from %s", res.Instances, res.LatencyMs, res.ThroughputPerS, res.LatencyFrom)
 	}
-	if len(f.skus) != 8 || !strings.HasPrefix(res.RunID, "lt") {
-		t.Errorf("skus %d run id %q", len(f.skus), res.RunID)
+	if f.SKUCount() != 8 || !strings.HasPrefix(res.RunID, "lt") {
+		t.Errorf("skus %d run id %q", f.SKUCount(), res.RunID)
 	}
 }
 
 func TestRunLossyServiceShowsDamage(t *testing.T) {
-	f := newFakeService("secret", true)
-	s := f.server(t)
+	f := fakeservice.New("secret", true)
+	s := f.Server(t)
 	cfg := testConfig(s.URL, s.URL, s.URL)
 	cfg.Workload.SKUs, cfg.Workload.Zipf, cfg.Concurrency = 3, 0, 32
-	res, err := Run(testCtx(t), cfg, nil)
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +77,12 @@ func TestRunLossyServiceShowsDamage(t *testing.T) {
 }
 
 func TestRunCountsLockFailures(t *testing.T) {
-	f := newFakeService("secret", false)
-	f.failEvery = 10
-	s := f.server(t)
+	f := fakeservice.New("secret", false)
+	f.FailEvery = 10
+	s := f.Server(t)
 	cfg := testConfig(s.URL)
 	cfg.Workload.RetryShare = 0
-	res, err := Run(testCtx(t), cfg, nil)
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,12 +92,12 @@ func TestRunCountsLockFailures(t *testing.T) {
 }
 
 func TestRunOpenLoop(t *testing.T) {
-	f := newFakeService("secret", false)
-	s := f.server(t)
+	f := fakeservice.New("secret", false)
+	s := f.Server(t)
 	cfg := testConfig(s.URL)
 	cfg.Orders, cfg.Rate, cfg.Duration, cfg.Concurrency = 0, 400, 500*time.Millisecond, 64
 	start := time.Now()
-	res, err := Run(testCtx(t), cfg, nil)
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,13 +114,13 @@ func TestRunOpenLoop(t *testing.T) {
 // time: with one request in flight at a time and a slow service, later
 // orders wait, and their latency must include that wait.
 func TestRunOpenLoopChargesQueueing(t *testing.T) {
-	f := newFakeService("secret", false)
-	s := f.server(t)
-	slow := newSlowProxy(t, s.URL, 20*time.Millisecond)
+	f := fakeservice.New("secret", false)
+	s := f.Server(t)
+	slow := fakeservice.SlowProxy(t, s.URL, 20*time.Millisecond)
 	cfg := testConfig(slow)
 	cfg.Orders, cfg.Rate, cfg.Duration, cfg.Concurrency = 0, 200, 100*time.Millisecond, 1
 	cfg.Workload.RetryShare = 0
-	res, err := Run(testCtx(t), cfg, nil)
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,12 +132,12 @@ func TestRunOpenLoopChargesQueueing(t *testing.T) {
 }
 
 func TestRunTimeoutSkipsOrders(t *testing.T) {
-	f := newFakeService("secret", false)
-	s := f.server(t)
-	slow := newSlowProxy(t, s.URL, 30*time.Millisecond)
+	f := fakeservice.New("secret", false)
+	s := f.Server(t)
+	slow := fakeservice.SlowProxy(t, s.URL, 30*time.Millisecond)
 	cfg := testConfig(slow)
 	cfg.Concurrency, cfg.Timeout = 2, 300*time.Millisecond
-	res, err := Run(testCtx(t), cfg, nil)
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,17 +151,17 @@ func TestRunTimeoutSkipsOrders(t *testing.T) {
 
 func TestRunRejectsUnreachable(t *testing.T) {
 	cfg := testConfig("http://127.0.0.1:1")
-	if _, err := Run(testCtx(t), cfg, nil); err == nil || !strings.Contains(err.Error(), "not up") {
+	if _, err := Execute(fakeservice.Context(t), cfg, nil); err == nil || !strings.Contains(err.Error(), "not up") {
 		t.Fatalf("err = %v", err)
 	}
 }
 
 func TestRunRejectsWrongAdminToken(t *testing.T) {
-	s := newFakeService("secret", false).server(t)
+	s := fakeservice.New("secret", false).Server(t)
 	cfg := testConfig(s.URL)
 	cfg.AdminToken = "wrong"
-	_, err := Run(testCtx(t), cfg, nil)
-	var apiErr *APIError
+	_, err := Execute(fakeservice.Context(t), cfg, nil)
+	var apiErr *client.APIError
 	if !errors.As(err, &apiErr) || apiErr.Code != "unauthorized" {
 		t.Fatalf("err = %v, want an unauthorized APIError", err)
 	}
@@ -194,99 +186,6 @@ func TestConfigValidate(t *testing.T) {
 		tt.mod(&c)
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: Validate() = nil", tt.name)
-		}
-	}
-}
-
-func TestMainRunWritesJSON(t *testing.T) {
-	s := newFakeService("tok", false).server(t)
-	out := filepath.Join(t.TempDir(), "r", "run.json")
-	var stdout, stderr bytes.Buffer
-	err := Main(testCtx(t), []string{"run", "--urls=" + s.URL + "/," + s.URL, "--orders=200", "--concurrency=8",
-		"--skus=5", "--stock=30", "--seed=3", "--json=" + out, "--backend=local", "--fencing=off", "--progress=off"},
-		func(k string) string { return map[string]string{"STOCKGUARD_ADMIN_TOKEN": "tok"}[k] }, &stdout, &stderr)
-	if err != nil {
-		t.Fatalf("Main: %v\n%s", err, stderr.String())
-	}
-	for _, want := range []string{"backend", "local", "verdict", "safe: 0 oversold, 0 lost", "ledger", "audit", "counters"} {
-		if !strings.Contains(stdout.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, stdout.String())
-		}
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var res Result
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
-	if res.Backend != "local" || res.Fencing != "off" || res.Seed != 3 || res.Orders.Sent != 200 || res.Instances != 2 {
-		t.Errorf("json: backend %q fencing %q seed %d sent %d instances %d", res.Backend, res.Fencing, res.Seed, res.Orders.Sent, res.Instances)
-	}
-}
-
-func TestMainRunFailsOnDamage(t *testing.T) {
-	s := newFakeService("", true).server(t)
-	args := []string{"run", "--urls=" + s.URL, "--orders=400", "--concurrency=32", "--skus=2", "--stock=50", "--zipf=0", "--progress=off"}
-	var stdout, stderr bytes.Buffer
-	err := Main(testCtx(t), args, func(string) string { return "" }, &stdout, &stderr)
-	if !errors.Is(err, ErrUnsafe) {
-		t.Fatalf("err = %v, want ErrUnsafe\n%s", err, stdout.String())
-	}
-	s2 := newFakeService("", true).server(t)
-	args[1] = "--urls=" + s2.URL
-	if err := Main(testCtx(t), append(args, "--expect-unsafe"), func(string) string { return "" }, &stdout, &stderr); err != nil {
-		t.Fatalf("--expect-unsafe: %v", err)
-	}
-}
-
-func TestMainUsageErrors(t *testing.T) {
-	tests := [][]string{
-		nil,
-		{"bogus"},
-		{"run"},
-		{"run", "--urls=http://127.0.0.1:1", "--orders=-1"},
-		{"run", "--urls=http://127.0.0.1:1", "--lines=3..1"},
-		{"run", "--urls=http://127.0.0.1:1", "--rate=10/h", "--duration=1s"},
-		{"run", "--urls=http://127.0.0.1:1", "--rate=10/s"},
-		{"run", "--urls=http://127.0.0.1:1", "--rate=10/s", "--duration=1s", "--orders=5"},
-		{"run", "--urls=http://127.0.0.1:1", "extra"},
-		{"run", "--nope"},
-		{"compare", "--backends=none,mysql"},
-		{"compare", "--require-unsafe=redis", "--backends=redis"},
-		{"compare", "--require-unsafe=local", "--backends=none"},
-		{"compare", "--bin=/nonexistent/stockguard"},
-		{"compare", "--instances=0"},
-	}
-	for _, args := range tests {
-		var stdout, stderr bytes.Buffer
-		err := Main(context.Background(), args, func(string) string { return "" }, &stdout, &stderr)
-		if !errors.Is(err, ErrUsage) {
-			t.Errorf("Main(%q) = %v, want ErrUsage", args, err)
-		}
-		if stderr.Len() == 0 {
-			t.Errorf("Main(%q) printed nothing to stderr", args)
-		}
-	}
-	var stdout, stderr bytes.Buffer
-	if err := Main(context.Background(), []string{"run", "-h"}, func(string) string { return "" }, &stdout, &stderr); err != nil {
-		t.Errorf("run -h: %v", err)
-	}
-	if !strings.Contains(stderr.String(), "--urls") && !strings.Contains(stderr.String(), "-urls") {
-		t.Errorf("run -h did not print flags: %s", stderr.String())
-	}
-}
-
-func TestParseRate(t *testing.T) {
-	for in, want := range map[string]float64{"500": 500, "500/s": 500, "120/m": 2, " 2.5/s ": 2.5} {
-		if got, err := parseRate(in); err != nil || got != want {
-			t.Errorf("parseRate(%q) = %v, %v; want %v", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "0", "-1/s", "x/s", "5/h"} {
-		if _, err := parseRate(in); err == nil {
-			t.Errorf("parseRate(%q) = nil error", in)
 		}
 	}
 }

@@ -1,7 +1,11 @@
-package loadtest
+package run
 
 import (
+	"context"
 	"fmt"
+	"slices"
+
+	"github.com/stockguard/stockguard/loadtest/client"
 )
 
 // maxListedDisagreements bounds the disagreements kept in a Result; the
@@ -21,11 +25,11 @@ type Disagreement struct {
 
 // SKUCheck compares the three sources for one SKU.
 type SKUCheck struct {
-	SKU         string   `json:"sku"`
-	Stock       int64    `json:"stock"`
-	LedgerUnits int64    `json:"ledger_units"`
-	Audit       Audit    `json:"audit"`
-	Counters    SKUState `json:"counters"`
+	SKU         string          `json:"sku"`
+	Stock       int64           `json:"stock"`
+	LedgerUnits int64           `json:"ledger_units"`
+	Audit       client.Audit    `json:"audit"`
+	Counters    client.SKUState `json:"counters"`
 
 	// AuditOversold is max(0, held+sold−received) computed from the audit.
 	AuditOversold int64 `json:"audit_oversold"`
@@ -48,7 +52,7 @@ type SKUCheck struct {
 
 // CheckSKU compares the ledger's units (and highest fence token seen in a
 // 201) with the audit and the counters of one SKU created with stock units.
-func CheckSKU(sku string, stock, ledgerUnits int64, maxToken uint64, a Audit, c SKUState) SKUCheck {
+func CheckSKU(sku string, stock, ledgerUnits int64, maxToken uint64, a client.Audit, c client.SKUState) SKUCheck {
 	ch := SKUCheck{SKU: sku, Stock: stock, LedgerUnits: ledgerUnits, Audit: a, Counters: c}
 	add := func(kind, format string, args ...any) {
 		ch.Disagreements = append(ch.Disagreements, Disagreement{SKU: sku, Kind: kind, Detail: fmt.Sprintf(format, args...)})
@@ -208,4 +212,36 @@ func abs(x int64) int64 {
 		return -x
 	}
 	return x
+}
+
+// verifyParallel bounds the audit and counter reads in flight at once.
+const verifyParallel = 16
+
+// Verify reads every SKU's audit and counters from base and checks them
+// against the receipts, for SKUs each created with stock units. Unfenced
+// (fenced false), the store never stamps a token on the row, so the row's
+// token lagging the answers' is no finding.
+func Verify(ctx context.Context, c *client.Client, base string, skus []string, stock int64, rc *Receipts, fenced bool) (Verification, error) {
+	checks := make([]SKUCheck, len(skus))
+	err := ForEach(ctx, len(skus), verifyParallel, func(ctx context.Context, i int) error {
+		sku := skus[i]
+		a, err := c.Audit(ctx, base, sku)
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		st, err := c.GetSKU(ctx, base, sku)
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		ch := CheckSKU(sku, stock, rc.Units(sku), rc.MaxToken(sku), a, st)
+		if !fenced {
+			ch.Disagreements = slices.DeleteFunc(ch.Disagreements, func(d Disagreement) bool { return d.Kind == "fence_token_regressed" })
+		}
+		checks[i] = ch
+		return nil
+	})
+	if err != nil {
+		return Verification{}, err
+	}
+	return Summarize(checks, rc.Orders(), rc.Problems()), nil
 }

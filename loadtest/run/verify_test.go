@@ -1,6 +1,7 @@
-package loadtest
+package run
 
 import (
+	"github.com/stockguard/stockguard/loadtest/client"
 	"slices"
 	"sort"
 	"testing"
@@ -16,10 +17,10 @@ func kinds(ds []Disagreement) []string {
 	return out
 }
 
-func auditOf(received, held, sold, available int64) Audit {
+func auditOf(received, held, sold, available int64) client.Audit {
 	over := max(0, held+sold-received)
 	lost := received - held - sold - available
-	return Audit{Received: received, Held: held, Sold: sold, Available: available, Oversold: over, LostUnits: lost, Consistent: over == 0 && lost == 0}
+	return client.Audit{Received: received, Held: held, Sold: sold, Available: available, Oversold: over, LostUnits: lost, Consistent: over == 0 && lost == 0}
 }
 
 func TestCheckSKU(t *testing.T) {
@@ -28,8 +29,8 @@ func TestCheckSKU(t *testing.T) {
 		stock        int64
 		ledger       int64
 		maxToken     uint64
-		audit        Audit
-		counters     SKUState
+		audit        client.Audit
+		counters     client.SKUState
 		wantOversold int64
 		wantLost     int64
 		wantKinds    []string
@@ -37,14 +38,14 @@ func TestCheckSKU(t *testing.T) {
 		{
 			name: "clean", stock: 100, ledger: 60, maxToken: 7,
 			audit:    auditOf(100, 60, 0, 40),
-			counters: SKUState{Available: 40, Reserved: 60, Received: 100, FenceToken: 9},
+			counters: client.SKUState{Available: 40, Reserved: 60, Received: 100, FenceToken: 9},
 		},
 		{
 			// Two orders of 1 read available=10 and both wrote 9: order lines
 			// hold 2, the counters 1.
 			name: "lost update", stock: 10, ledger: 2,
 			audit:     auditOf(10, 2, 0, 9),
-			counters:  SKUState{Available: 9, Reserved: 1, Received: 10},
+			counters:  client.SKUState{Available: 9, Reserved: 1, Received: 10},
 			wantLost:  1,
 			wantKinds: []string{"audit_vs_counters_held", "counters_vs_ledger"},
 		},
@@ -52,7 +53,7 @@ func TestCheckSKU(t *testing.T) {
 			// Counters look perfect, order lines and the ledger hold 12 of 10.
 			name: "oversold with lost updates", stock: 10, ledger: 12,
 			audit:        auditOf(10, 12, 0, 0),
-			counters:     SKUState{Available: 0, Reserved: 10, Received: 10},
+			counters:     client.SKUState{Available: 0, Reserved: 10, Received: 10},
 			wantOversold: 2, wantLost: 2,
 			wantKinds: []string{"audit_vs_counters_held", "counters_vs_ledger", "ledger_oversold"},
 		},
@@ -60,14 +61,14 @@ func TestCheckSKU(t *testing.T) {
 			// The service reserved units it never answered 201 for.
 			name: "phantom reservation", stock: 50, ledger: 5,
 			audit:     auditOf(50, 8, 0, 42),
-			counters:  SKUState{Available: 42, Reserved: 8, Received: 50},
+			counters:  client.SKUState{Available: 42, Reserved: 8, Received: 50},
 			wantLost:  3,
 			wantKinds: []string{"audit_vs_ledger", "counters_vs_ledger"},
 		},
 		{
 			name: "audit fields lie", stock: 10, ledger: 12,
-			audit:        Audit{Received: 10, Held: 12, Available: 0, Oversold: 0, LostUnits: 0, Consistent: true},
-			counters:     SKUState{Available: 0, Reserved: 12, Received: 12},
+			audit:        client.Audit{Received: 10, Held: 12, Available: 0, Oversold: 0, LostUnits: 0, Consistent: true},
+			counters:     client.SKUState{Available: 0, Reserved: 12, Received: 12},
 			wantOversold: 2, wantLost: 2,
 			wantKinds: []string{"audit_consistent_field", "audit_lost_field", "audit_oversold_field", "audit_vs_counters_received",
 				"ledger_oversold", "received_vs_stock"},
@@ -75,24 +76,24 @@ func TestCheckSKU(t *testing.T) {
 		{
 			name: "sold counts as taken", stock: 10, ledger: 6,
 			audit:    auditOf(10, 2, 4, 4),
-			counters: SKUState{Available: 4, Reserved: 2, Sold: 4, Received: 10},
+			counters: client.SKUState{Available: 4, Reserved: 2, Sold: 4, Received: 10},
 		},
 		{
 			name: "fence token regressed", stock: 10, ledger: 1, maxToken: 50,
 			audit:     auditOf(10, 1, 0, 9),
-			counters:  SKUState{Available: 9, Reserved: 1, Received: 10, FenceToken: 49},
+			counters:  client.SKUState{Available: 9, Reserved: 1, Received: 10, FenceToken: 49},
 			wantKinds: []string{"fence_token_regressed"},
 		},
 		{
 			name: "counters break their invariant", stock: 10, ledger: 3,
 			audit:     auditOf(10, 3, 0, 7),
-			counters:  SKUState{Available: 8, Reserved: 3, Received: 10},
+			counters:  client.SKUState{Available: 8, Reserved: 3, Received: 10},
 			wantKinds: []string{"audit_vs_counters_available", "counters_invariant"},
 		},
 		{
 			name: "negative counter", stock: 0, ledger: 0,
 			audit:     auditOf(0, 0, 0, 0),
-			counters:  SKUState{Available: -1, Reserved: 1, Received: 0},
+			counters:  client.SKUState{Available: -1, Reserved: 1, Received: 0},
 			wantLost:  1,
 			wantKinds: []string{"audit_vs_counters_available", "audit_vs_counters_held", "counters_vs_ledger", "negative_counter"},
 		},
@@ -112,9 +113,9 @@ func TestCheckSKU(t *testing.T) {
 
 func TestSummarize(t *testing.T) {
 	checks := []SKUCheck{
-		CheckSKU("a", 10, 12, 0, auditOf(10, 12, 0, 0), SKUState{Reserved: 10, Received: 10}),
-		CheckSKU("b", 10, 2, 0, auditOf(10, 2, 0, 9), SKUState{Available: 9, Reserved: 1, Received: 10}),
-		CheckSKU("c", 10, 3, 0, auditOf(10, 3, 0, 7), SKUState{Available: 7, Reserved: 3, Received: 10}),
+		CheckSKU("a", 10, 12, 0, auditOf(10, 12, 0, 0), client.SKUState{Reserved: 10, Received: 10}),
+		CheckSKU("b", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}),
+		CheckSKU("c", 10, 3, 0, auditOf(10, 3, 0, 7), client.SKUState{Available: 7, Reserved: 3, Received: 10}),
 	}
 	v := Summarize(checks, 9, []Disagreement{{SKU: "a", Kind: "idempotency_violated"}})
 	if v.Oversold != 2 || v.Lost != 3 {
@@ -151,7 +152,7 @@ func TestSummarize(t *testing.T) {
 func TestSummarizeCapsListedDisagreements(t *testing.T) {
 	var checks []SKUCheck
 	for range 150 {
-		checks = append(checks, CheckSKU("x", 10, 2, 0, auditOf(10, 2, 0, 9), SKUState{Available: 9, Reserved: 1, Received: 10}))
+		checks = append(checks, CheckSKU("x", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}))
 	}
 	v := Summarize(checks, 0, nil)
 	if v.DisagreementCount != 300 || len(v.Disagreements) != maxListedDisagreements {
@@ -159,7 +160,7 @@ func TestSummarizeCapsListedDisagreements(t *testing.T) {
 	}
 	var many []SKUCheck
 	for i := range maxListedSKUs + 10 {
-		c := CheckSKU("x", 10, 1, 0, auditOf(10, 1, 0, 9), SKUState{Available: 9, Reserved: 1, Received: 10})
+		c := CheckSKU("x", 10, 1, 0, auditOf(10, 1, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10})
 		if i%100 == 0 {
 			c = checks[0]
 		}
@@ -171,11 +172,11 @@ func TestSummarizeCapsListedDisagreements(t *testing.T) {
 	}
 }
 
-func TestLedger(t *testing.T) {
-	l := NewLedger()
-	req := OrderRequest{Lines: []OrderLine{{"a", 2}, {"b", 3}}}
-	resp := func(id string, tok uint64) *OrderResponse {
-		r := &OrderResponse{OrderID: id}
+func TestReceipts(t *testing.T) {
+	l := NewReceipts()
+	req := client.OrderRequest{Lines: []client.OrderLine{{SKU: "a", Quantity: 2}, {SKU: "b", Quantity: 3}}}
+	resp := func(id string, tok uint64) *client.OrderResponse {
+		r := &client.OrderResponse{OrderID: id}
 		r.Lines = append(r.Lines, struct {
 			SKU        string `json:"sku"`
 			Quantity   int    `json:"quantity"`

@@ -1,4 +1,9 @@
-package loadtest
+// Package tally holds the figures every load of the tester counts and its
+// JSON carries: answers by kind (OrderCounts), the unit arithmetic
+// (UnitCounts) and latency, kept in an HDR histogram (Latency) and reported
+// as a summary and a percentile curve. run, chaos and bench count with it;
+// report draws it.
+package tally
 
 import (
 	"math"
@@ -34,19 +39,20 @@ type PercentilePoint struct {
 	Ms         float64 `json:"ms"`
 }
 
-// recorder is an HDR histogram safe for concurrent use.
-type recorder struct {
+// Latency is an HDR histogram of latencies, safe for concurrent use.
+type Latency struct {
 	mu sync.Mutex
 	h  *hdrhistogram.Histogram
 }
 
-func newRecorder() *recorder {
-	return &recorder{h: hdrhistogram.New(latencyMinUS, latencyMaxUS, latencyDigits)}
+// NewLatency returns an empty histogram.
+func NewLatency() *Latency {
+	return &Latency{h: hdrhistogram.New(latencyMinUS, latencyMaxUS, latencyDigits)}
 }
 
 // Record adds one latency; values beyond the range are clamped so that an
 // outlier is still counted (as the maximum) rather than dropped.
-func (r *recorder) Record(d time.Duration) {
+func (r *Latency) Record(d time.Duration) {
 	us := min(max(d.Microseconds(), latencyMinUS), latencyMaxUS)
 	r.mu.Lock()
 	_ = r.h.RecordValue(us)
@@ -54,14 +60,14 @@ func (r *recorder) Record(d time.Duration) {
 }
 
 // Summary returns count, mean and percentiles.
-func (r *recorder) Summary() LatencySummary {
+func (r *Latency) Summary() LatencySummary {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return summarize(r.h)
 }
 
 // Curve returns the percentile distribution for charts.
-func (r *recorder) Curve() []PercentilePoint {
+func (r *Latency) Curve() []PercentilePoint {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return curve(r.h)
@@ -73,7 +79,7 @@ func summarize(h *hdrhistogram.Histogram) LatencySummary {
 	}
 	return LatencySummary{
 		Count: h.TotalCount(),
-		Mean:  round3(h.Mean() / 1000),
+		Mean:  Round(h.Mean()/1000, 3),
 		P50:   usToMs(h.ValueAtPercentile(50)),
 		P90:   usToMs(h.ValueAtPercentile(90)),
 		P95:   usToMs(h.ValueAtPercentile(95)),
@@ -97,11 +103,16 @@ func curve(h *hdrhistogram.Histogram) []PercentilePoint {
 		if k > 0 && (100-p)/100*float64(n) < 1 {
 			break
 		}
-		pts = append(pts, PercentilePoint{Percentile: round3(p), Ms: usToMs(h.ValueAtPercentile(p))})
+		pts = append(pts, PercentilePoint{Percentile: Round(p, 3), Ms: usToMs(h.ValueAtPercentile(p))})
 	}
 	return append(pts, PercentilePoint{Percentile: 100, Ms: usToMs(h.Max())})
 }
 
-func usToMs(us int64) float64 { return round3(float64(us) / 1000) }
+func usToMs(us int64) float64 { return Round(float64(us)/1000, 3) }
 
-func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+// Round rounds v to the given number of decimal places: the precision the
+// JSON figures are written with.
+func Round(v float64, places int) float64 {
+	p := math.Pow(10, float64(places))
+	return math.Round(v*p) / p
+}
