@@ -5,10 +5,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/stockguard/stockguard/internal/cliflag"
 	"io"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/loadtest/bench"
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/report"
 )
 
 // Run lengths of the full suite and of --quick. Full: 6 backends × 4 runs
@@ -28,11 +32,11 @@ const (
 func mainBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var bc BenchConfig
+	var bc bench.Config
 	var backends, outPath string
 	fs.StringVar(&outPath, "out", "out/bench.json", "write the suite's result as JSON here")
 	fs.BoolVar(&bc.Quick, "quick", false, fmt.Sprintf("short runs (%v each, ceiling %v) to check the suite works; figures are rough", quickRunDuration, quickCeilingDuration))
-	fs.StringVar(&backends, "backends", strings.Join(AllBackends(), ","), "comma-separated lock backends")
+	fs.StringVar(&backends, "backends", strings.Join(compare.AllBackends(), ","), "comma-separated lock backends")
 	fs.IntVar(&bc.Instances, "instances", 3, "service instances per run")
 	fs.IntVar(&bc.Clients, "clients", 64, "closed-loop clients per run")
 	fs.IntVar(&bc.SpreadSKUs, "skus", benchDefaultSpreadSKU, "SKUs of the spread workload (the hot workload has one)")
@@ -75,15 +79,15 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	if err := orSelf(&bc.Bin); err != nil {
 		return fmt.Errorf("load bench: %w", err)
 	}
-	if err := bc.validate(); err != nil {
+	if err := bc.Validate(); err != nil {
 		return usageErr(fs, "%v", err)
 	}
-	res, runErr := RunBench(ctx, bc, stderr)
+	res, runErr := bench.Execute(ctx, bc, stderr)
 	if res == nil {
 		return fmt.Errorf("load bench: %w", runErr)
 	}
-	PrintBench(stdout, res)
-	if err := WriteJSON(outPath, res); err != nil {
+	bench.Print(stdout, res)
+	if err := report.WriteJSON(outPath, res); err != nil {
 		return fmt.Errorf("load bench: %w", errors.Join(runErr, err))
 	}
 	fmt.Fprintf(stdout, "json: %s\n", outPath)
@@ -91,7 +95,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load bench: %w", runErr)
 	}
 	if !res.Pass {
-		return fmt.Errorf("load bench: %w: %s", ErrUnsafe, strings.Join(res.Failures, "; "))
+		return fmt.Errorf("load bench: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
 	}
 	return nil
 }

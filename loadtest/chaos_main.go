@@ -5,21 +5,24 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/stockguard/stockguard/internal/cliflag"
 	"io"
 	"math/rand/v2"
 	"os"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/loadtest/chaos"
+	"github.com/stockguard/stockguard/loadtest/report"
 )
 
 // mainChaos is `stockguard load chaos`.
 func mainChaos(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	cc := DefaultChaosConfig()
+	cc := chaos.DefaultConfig()
 	var scenario, backends, fencing, reportPath, jsonPath, mdPath string
-	fs.StringVar(&scenario, "scenario", "", "scenario to run, or all: "+strings.Join(ChaosScenarios, ", "))
+	fs.StringVar(&scenario, "scenario", "", "scenario to run, or all: "+strings.Join(chaos.Scenarios, ", "))
 	fs.StringVar(&backends, "backend", "", "comma-separated backends to run; default: every backend each scenario supports (pause-holder: redis, redlock, zookeeper, postgres; the others have one each)")
 	fs.StringVar(&fencing, "fencing", "both", "fencing of the instances: on, off, or both (one run each)")
 	fs.IntVar(&cc.Instances, "instances", cc.Instances, "service instances per run (at least 3)")
@@ -46,9 +49,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: stockguard load chaos --scenario=NAME|all [--backend=B,...] [--fencing=on|off|both] [--json=FILE] [--report=FILE] [--duration=D] [flags]\n\n")
 		fmt.Fprintf(fs.Output(), "Each run starts its own lock servers (Redis, ZooKeeper) and %d+ instances with --chaos, runs a steady order load,\ninjects the scenario's fault and verifies the stock. Scenarios:\n", cc.Instances)
-		for _, s := range scenarios {
-			fmt.Fprintf(fs.Output(), "  %-20s %s\n", s.Name, s.Summary)
-		}
+		chaos.PrintScenarios(fs.Output())
 		fmt.Fprintln(fs.Output())
 		fs.PrintDefaults()
 	}
@@ -62,7 +63,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	case "":
 		return usageErr(fs, "--scenario is required")
 	case "all":
-		cc.Scenarios = ChaosScenarios
+		cc.Scenarios = chaos.Scenarios
 	default:
 		cc.Scenarios = cliflag.SplitList(scenario)
 	}
@@ -79,31 +80,31 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	if err := orSelf(&cc.Bin); err != nil {
 		return fmt.Errorf("load chaos: %w", err)
 	}
-	if err := cc.validate(); err != nil {
+	if err := cc.Validate(); err != nil {
 		return usageErr(fs, "%v", err)
 	}
 	start := time.Now()
-	res, err := RunChaos(ctx, cc, stderr)
+	res, err := chaos.Execute(ctx, cc, stderr)
 	if res == nil {
 		return fmt.Errorf("load chaos: %w", err)
 	}
-	PrintChaosTable(stdout, res)
+	chaos.PrintTable(stdout, res)
 	fmt.Fprintf(stdout, "%d runs in %s\n", len(res.Runs), time.Since(start).Round(time.Second))
 	if reportPath != "" {
 		res.ReportPath = reportPath
-		if werr := WriteReportFile(reportPath, ChaosReport(res)); werr != nil {
+		if werr := report.WriteFile(reportPath, chaos.Report(res)); werr != nil {
 			return fmt.Errorf("load chaos: %w", werr)
 		}
 		fmt.Fprintf(stdout, "report: %s\n", reportPath)
 	}
 	if jsonPath != "" {
-		if werr := WriteJSON(jsonPath, res); werr != nil {
+		if werr := report.WriteJSON(jsonPath, res); werr != nil {
 			return fmt.Errorf("load chaos: %w", werr)
 		}
 		fmt.Fprintf(stdout, "json: %s\n", jsonPath)
 	}
 	if mdPath != "" {
-		if werr := os.WriteFile(mdPath, []byte(ChaosMarkdownTable(res)), 0o644); werr != nil {
+		if werr := os.WriteFile(mdPath, []byte(chaos.MarkdownTable(res)), 0o644); werr != nil {
 			return fmt.Errorf("load chaos: %w", werr)
 		}
 		fmt.Fprintf(stdout, "markdown: %s\n", mdPath)
@@ -112,7 +113,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load chaos: %w", err)
 	}
 	if !res.Pass {
-		return fmt.Errorf("load chaos: %w: %s", ErrUnsafe, strings.Join(res.Failures, "; "))
+		return fmt.Errorf("load chaos: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
 	}
 	return nil
 }

@@ -5,21 +5,27 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/stockguard/stockguard/internal/cliflag"
 	"io"
 	"math/rand/v2"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/run"
 )
 
 // ErrUsage marks a command line that could not be understood; the message
 // and the usage text have already been written to stderr.
 var ErrUsage = errors.New("usage")
 
-// ErrUnsafe marks a run or comparison that found oversold or lost units
+// errUnsafe marks a run or comparison that found oversold or lost units
 // where none were allowed.
-var ErrUnsafe = errors.New("unsafe")
+var errUnsafe = errors.New("unsafe")
 
 const usageText = `usage: stockguard load <command> [flags]
 
@@ -39,7 +45,7 @@ Run "stockguard load <command> -h" for its flags.
 `
 
 // Main is `stockguard load`: args are what follows "load". It returns an
-// error wrapping ErrUsage for a bad command line and ErrUnsafe when damage
+// error wrapping ErrUsage for a bad command line and errUnsafe when damage
 // was found that was not expected.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -65,7 +71,7 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 
 // workloadFlags are the flags run and compare share.
 type workloadFlags struct {
-	cfg         Config
+	cfg         run.Config
 	rate        string
 	seed        uint64
 	concurrency int
@@ -73,8 +79,8 @@ type workloadFlags struct {
 
 func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	c := &wf.cfg
-	c.Workload = Workload{Lines: Range{1, 3}, Qty: Range{1, 5}}
-	c.Progress = ProgressAuto
+	c.Workload = run.Workload{Lines: run.Range{Min: 1, Max: 3}, Qty: run.Range{Min: 1, Max: 5}}
+	c.Progress = progress.Auto
 	fs.IntVar(&c.Orders, "orders", 2000, "closed loop: number of orders to send")
 	fs.IntVar(&wf.concurrency, "concurrency", 0, "closed loop: concurrent clients (default 32); open loop: cap on requests in flight (default 256)")
 	fs.StringVar(&wf.rate, "rate", "", "open loop: fixed arrival rate, e.g. 500/s or 30000/m (needs --duration)")
@@ -196,19 +202,19 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 	if err := cfg.Validate(); err != nil {
 		return usageErr(fs, "%v", err)
 	}
-	res, err := Run(ctx, cfg, stderr)
+	res, err := run.Execute(ctx, cfg, stderr)
 	if err != nil {
 		return fmt.Errorf("load run: %w", err)
 	}
 	res.PrintTable(stdout)
 	if jsonPath != "" {
-		if err := WriteJSON(jsonPath, res); err != nil {
+		if err := report.WriteJSON(jsonPath, res); err != nil {
 			return fmt.Errorf("load run: %w", err)
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", jsonPath)
 	}
 	if res.Damaged() && !expectUnsafe {
-		return fmt.Errorf("load run: %w: %s", ErrUnsafe, res.Verdict)
+		return fmt.Errorf("load run: %w: %s", errUnsafe, res.Verdict)
 	}
 	return nil
 }
@@ -218,9 +224,9 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	fs.SetOutput(stderr)
 	var wf workloadFlags
 	wf.register(fs)
-	var cc CompareConfig
+	var cc compare.Config
 	var backends, requireUnsafe string
-	fs.StringVar(&backends, "backends", strings.Join(AllBackends(), ","), "comma-separated lock backends to compare")
+	fs.StringVar(&backends, "backends", strings.Join(compare.AllBackends(), ","), "comma-separated lock backends to compare")
 	fs.IntVar(&cc.Instances, "instances", 3, "service instances per backend")
 	fs.StringVar(&cc.ReportPath, "report", "out/report.html", "write the self-contained HTML report here (empty: none)")
 	fs.StringVar(&cc.JSONPath, "json", "out/compare.json", "write the comparison as JSON here (empty: none)")
@@ -254,29 +260,43 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	if err := orSelf(&cc.Bin); err != nil {
 		return fmt.Errorf("load compare: %w", err)
 	}
-	if err := cc.validate(); err != nil {
+	if err := cc.Validate(); err != nil {
 		return usageErr(fs, "%v", err)
 	}
-	cr, err := Compare(ctx, cc, stderr)
+	cr, err := compare.Execute(ctx, cc, stderr)
 	if err != nil {
 		return fmt.Errorf("load compare: %w", err)
 	}
-	PrintCompareTable(stdout, cr)
+	compare.PrintTable(stdout, cr)
 	if cc.ReportPath != "" {
 		cr.ReportPath = cc.ReportPath
-		if err := WriteReportFile(cc.ReportPath, CompareReport(cr)); err != nil {
+		if err := report.WriteFile(cc.ReportPath, compare.Report(cr)); err != nil {
 			return fmt.Errorf("load compare: %w", err)
 		}
 		fmt.Fprintf(stdout, "report: %s\n", cc.ReportPath)
 	}
 	if cc.JSONPath != "" {
-		if err := WriteJSON(cc.JSONPath, cr); err != nil {
+		if err := report.WriteJSON(cc.JSONPath, cr); err != nil {
 			return fmt.Errorf("load compare: %w", err)
 		}
 		fmt.Fprintf(stdout, "json: %s\n", cc.JSONPath)
 	}
 	if !cr.Pass {
-		return fmt.Errorf("load compare: %w: %s", ErrUnsafe, strings.Join(cr.Failures, "; "))
+		return fmt.Errorf("load compare: %w: %s", errUnsafe, strings.Join(cr.Failures, "; "))
 	}
+	return nil
+}
+
+// orSelf fills an empty --bin with the running executable: by default the
+// load tester starts instances of the very binary it runs in.
+func orSelf(bin *string) error {
+	if *bin != "" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this executable: %w", err)
+	}
+	*bin = exe
 	return nil
 }

@@ -1,4 +1,12 @@
-package loadtest
+// Package bench is `stockguard load bench`, the benchmark suite: it
+// measures the store ceiling by writing one hot row straight to Postgres
+// (pgx, no service and no lock), applies the service's migrations with
+// `stockguard migrate`, then runs every backend with coalescing on and off
+// on one hot SKU and on many through compare (which starts the instances
+// and a scratch database), and reports ratios, targets, peak RSS and the
+// machine's load. It does not start lock servers: those of the local stack
+// are used.
+package bench
 
 import (
 	"cmp"
@@ -12,15 +20,16 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
-// defaultDatabaseURL is the service's own --database-url default, used for
-// the store ceiling when neither --database-url nor the environment names one.
-const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable"
-
-// BenchConfig is one `load bench`: the store ceiling, then for every backend
+// Config is one `load bench`: the store ceiling, then for every backend
 // the hot-SKU and spread workloads with coalescing on and off.
-type BenchConfig struct {
+type Config struct {
 	Backends   []string
 	Instances  int
 	Clients    int // closed-loop clients of every run
@@ -45,14 +54,14 @@ type BenchConfig struct {
 	// into the result (make bench writes them); empty: none.
 	LockBenchPath  string
 	StoreBenchPath string
-	// FreshDB runs the suite in a scratch database (see scratchDatabase)
+	// FreshDB runs the suite in a scratch database (see compare.ScratchDatabase)
 	// on the server DatabaseURL names, dropped at the end.
 	FreshDB bool
 	Quick   bool
 }
 
-// BenchSettings records the configuration in the result.
-type BenchSettings struct {
+// Settings records the configuration in the result.
+type Settings struct {
 	Backends         []string `json:"backends"`
 	Instances        int      `json:"instances"`
 	Clients          int      `json:"clients"`
@@ -66,30 +75,31 @@ type BenchSettings struct {
 	Quick            bool     `json:"quick"`
 }
 
-// BenchResult is out/bench.json.
-type BenchResult struct {
+// Result is out/bench.json.
+type Result struct {
 	GeneratedAt     time.Time       `json:"generated_at"`
 	DurationS       float64         `json:"duration_s"`
 	Machine         MachineInfo     `json:"machine"`
 	LoadAvg         LoadSummary     `json:"load_avg_1m"`
-	Settings        BenchSettings   `json:"settings"`
+	Settings        Settings        `json:"settings"`
 	LockBenchmarks  *GoBenchOutput  `json:"lock_benchmarks,omitempty"`
 	StoreBenchmarks *GoBenchOutput  `json:"store_benchmarks,omitempty"`
 	StoreCeiling    StoreCeiling    `json:"store_ceiling"`
-	Runs            []BenchRun      `json:"runs"`
+	Runs            []Run           `json:"runs"`
 	Backends        []BackendRatios `json:"backends"`
 	Targets         []TargetResult  `json:"targets"`
 	Pass            bool            `json:"pass"`
 	Failures        []string        `json:"failures"`
 }
 
-func (bc BenchConfig) validate() error {
+// Validate reports the first invalid field.
+func (bc Config) Validate() error {
 	if len(bc.Backends) == 0 {
 		return errors.New("no backends")
 	}
 	for _, b := range bc.Backends {
-		if !slices.Contains(AllBackends(), b) {
-			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(AllBackends(), ","))
+		if !slices.Contains(compare.AllBackends(), b) {
+			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(compare.AllBackends(), ","))
 		}
 	}
 	switch {
@@ -101,8 +111,8 @@ func (bc BenchConfig) validate() error {
 		return fmt.Errorf("skus %d: want 2..100000", bc.SpreadSKUs)
 	case bc.Duration <= 0 || bc.CeilingDuration <= 0:
 		return errors.New("duration and ceiling-duration must be > 0")
-	case bc.MaxRate <= 0 || bc.ordersPerRun() > MaxOrders:
-		return fmt.Errorf("max-rate %v × duration %v: want 1..%d orders a run", bc.MaxRate, bc.Duration, MaxOrders)
+	case bc.MaxRate <= 0 || bc.ordersPerRun() > run.MaxOrders:
+		return fmt.Errorf("max-rate %v × duration %v: want 1..%d orders a run", bc.MaxRate, bc.Duration, run.MaxOrders)
 	case bc.CeilingConns < 1 || bc.CeilingConns > 256:
 		return fmt.Errorf("ceiling-conns %d: want 1..256", bc.CeilingConns)
 	case bc.Bin == "":
@@ -113,30 +123,30 @@ func (bc BenchConfig) validate() error {
 	return nil
 }
 
-func (bc BenchConfig) ordersPerRun() int {
+func (bc Config) ordersPerRun() int {
 	return max(bc.Clients, int(math.Ceil(bc.MaxRate*bc.Duration.Seconds())))
 }
 
-func (bc BenchConfig) settings() BenchSettings {
-	return BenchSettings{Backends: bc.Backends, Instances: bc.Instances, Clients: bc.Clients, SpreadSKUs: bc.SpreadSKUs,
+func (bc Config) settings() Settings {
+	return Settings{Backends: bc.Backends, Instances: bc.Instances, Clients: bc.Clients, SpreadSKUs: bc.SpreadSKUs,
 		RunDurationS: bc.Duration.Seconds(), OrdersPerRun: bc.ordersPerRun(), CeilingDurationS: bc.CeilingDuration.Seconds(),
 		CeilingConns: bc.CeilingConns, Seed: bc.Seed, FreshDB: bc.FreshDB, Quick: bc.Quick}
 }
 
-// RunBench runs the suite. Progress goes to stderr. Damage and missed
+// Execute runs the suite. Progress goes to stderr. Damage and missed
 // targets are reported in the result; an error means the suite could not
 // be carried out (the result then holds what was measured so far).
-func RunBench(ctx context.Context, bc BenchConfig, stderr io.Writer) (*BenchResult, error) {
-	if err := bc.validate(); err != nil {
+func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) {
+	if err := bc.Validate(); err != nil {
 		return nil, err
 	}
 	started := time.Now()
 	load := startLoadSampler(2 * time.Second)
-	res := &BenchResult{GeneratedAt: started.UTC(), Machine: readMachine(), Settings: bc.settings(),
+	res := &Result{GeneratedAt: started.UTC(), Machine: readMachine(), Settings: bc.settings(),
 		StoreCeiling: StoreCeiling{Method: "pgx, one fenced conditional UPDATE of one row per transaction, no lock", Conns: bc.CeilingConns}}
 	finish := func() {
 		res.LoadAvg = load.stop()
-		res.DurationS = benchRound(time.Since(started).Seconds(), 1)
+		res.DurationS = tally.Round(time.Since(started).Seconds(), 1)
 	}
 	for _, gb := range []struct {
 		path string
@@ -156,7 +166,7 @@ func RunBench(ctx context.Context, bc BenchConfig, stderr io.Writer) (*BenchResu
 	fmt.Fprintf(stderr, "bench: %d backends × 2 workloads × coalescing on/off = %d runs of %v, %d clients, %d instances each; "+
 		"store ceiling %v before each backend\n", len(bc.Backends), runs, bc.Duration, bc.Clients, bc.Instances, bc.CeilingDuration)
 	if bc.FreshDB {
-		u, drop, err := scratchDatabase(ctx, cmp.Or(bc.DatabaseURL, defaultDatabaseURL))
+		u, drop, err := compare.ScratchDatabase(ctx, cmp.Or(bc.DatabaseURL, compare.DefaultDatabaseURL))
 		if err != nil {
 			finish()
 			return res, fmt.Errorf("bench: %w", err)
@@ -168,7 +178,7 @@ func RunBench(ctx context.Context, bc BenchConfig, stderr io.Writer) (*BenchResu
 		finish()
 		return res, err
 	}
-	probe, err := openCeiling(ctx, cmp.Or(bc.DatabaseURL, defaultDatabaseURL), bc.CeilingConns)
+	probe, err := openCeiling(ctx, cmp.Or(bc.DatabaseURL, compare.DefaultDatabaseURL), bc.CeilingConns)
 	if err != nil {
 		finish()
 		return res, fmt.Errorf("bench: %w", err)
@@ -201,7 +211,7 @@ func RunBench(ctx context.Context, bc BenchConfig, stderr io.Writer) (*BenchResu
 	for _, s := range res.StoreCeiling.Samples {
 		per = append(per, s.PerS)
 	}
-	res.StoreCeiling.MedianPerS = benchRound(median(per), 1)
+	res.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
 	res.Backends = benchRatios(bc.Backends, res.Runs, ceilings)
 	res.Targets = evaluateTargets(res.Backends)
 	res.Failures = runFailures(res.Runs)
@@ -222,7 +232,7 @@ func RunBench(ctx context.Context, bc BenchConfig, stderr io.Writer) (*BenchResu
 // migrate applies the service's migrations with its own binary, so that
 // the ceiling's scratch table can copy the shape of skus before any
 // instance has started.
-func (bc BenchConfig) migrate(ctx context.Context, stderr io.Writer) error {
+func (bc Config) migrate(ctx context.Context, stderr io.Writer) error {
 	args := []string{"migrate"}
 	if bc.DatabaseURL != "" {
 		args = append(args, "--database-url="+bc.DatabaseURL)
@@ -235,18 +245,18 @@ func (bc BenchConfig) migrate(ctx context.Context, stderr io.Writer) error {
 	return nil
 }
 
-func (bc BenchConfig) ceilingSample(ctx context.Context, p *ceilingProbe, before string) (CeilingSample, error) {
+func (bc Config) ceilingSample(ctx context.Context, p *ceilingProbe, before string) (CeilingSample, error) {
 	s := CeilingSample{Before: before, At: time.Now().UTC(), LoadAvg1: loadAvg1()}
 	n, elapsed, err := p.measure(ctx, bc.CeilingDuration)
 	if err != nil {
 		return s, err
 	}
-	s.Writes, s.DurationS = n, benchRound(elapsed.Seconds(), 3)
-	s.PerS = benchRound(float64(n)/elapsed.Seconds(), 1)
+	s.Writes, s.DurationS = n, tally.Round(elapsed.Seconds(), 3)
+	s.PerS = tally.Round(float64(n)/elapsed.Seconds(), 1)
 	return s, nil
 }
 
-func (bc BenchConfig) describe(workload string) string {
+func (bc Config) describe(workload string) string {
 	if workload == benchHot {
 		return "1 hot SKU"
 	}
@@ -257,9 +267,9 @@ func (bc BenchConfig) describe(workload string) string {
 // the hot SKU's rate is its orders' rate, with stock for every order even
 // if all landed on one SKU (no insufficient_stock to muddy the rates), no
 // deliberate retries, a fixed seed for equal terms across backends.
-func (bc BenchConfig) workload(kind string) Workload {
+func (bc Config) workload(kind string) run.Workload {
 	n := bc.ordersPerRun()
-	w := Workload{SKUs: 1, Stock: n, Lines: Range{1, 1}, Qty: Range{1, 1}, Seed: bc.Seed}
+	w := run.Workload{SKUs: 1, Stock: n, Lines: run.Range{Min: 1, Max: 1}, Qty: run.Range{Min: 1, Max: 1}, Seed: bc.Seed}
 	if kind == benchSpread {
 		w.SKUs = bc.SpreadSKUs
 	}
@@ -267,38 +277,38 @@ func (bc BenchConfig) workload(kind string) Workload {
 }
 
 // runOne is one compare of one backend with --coalesce=mode.
-func (bc BenchConfig) runOne(ctx context.Context, backend, workload, mode string, stderr io.Writer) BenchRun {
+func (bc Config) runOne(ctx context.Context, backend, workload, mode string, stderr io.Writer) Run {
 	w := bc.workload(workload)
-	run := BenchRun{Backend: backend, Workload: workload, SKUs: w.SKUs, Coalesce: mode, Fencing: fencingFor(backend),
-		ExpectedUnsafe: ExpectedUnsafe(backend), LoadAvg1: loadAvg1()}
-	cc := CompareConfig{
+	br := Run{Backend: backend, Workload: workload, SKUs: w.SKUs, Coalesce: mode, Fencing: compare.FencingFor(backend),
+		ExpectedUnsafe: compare.ExpectedUnsafe(backend), LoadAvg1: loadAvg1()}
+	cc := compare.Config{
 		Backends: []string{backend}, Instances: bc.Instances, Bin: bc.Bin, StartupTimeout: bc.StartupTimeout,
 		RedisAddrs: bc.RedisAddrs, ZKServers: bc.ZKServers, DatabaseURL: bc.DatabaseURL,
 		Label:      fmt.Sprintf("bench %s %s coalesce=%s", backend, workload, mode),
 		ServeFlags: []string{"--coalesce=" + mode},
-		Run: Config{Workload: w, Orders: w.Stock, Concurrency: bc.Clients, Timeout: bc.Duration,
-			RequestTimeout: 30 * time.Second, HoldSeconds: 900, Progress: ProgressOff},
+		Run: run.Config{Workload: w, Orders: w.Stock, Concurrency: bc.Clients, Timeout: bc.Duration,
+			RequestTimeout: 30 * time.Second, HoldSeconds: 900, Progress: progress.Off},
 	}
 	if bc.LogDir != "" {
 		// One directory a run: compare names logs <backend>-<n>.log.
 		cc.LogDir = filepath.Join(bc.LogDir, fmt.Sprintf("%s-%s-coalesce-%s", backend, workload, mode))
 	}
-	cr, err := Compare(ctx, cc, stderr)
+	cr, err := compare.Execute(ctx, cc, stderr)
 	if err != nil && (cr == nil || len(cr.Backends) == 0) {
-		run.Error = err.Error()
-		return run
+		br.Error = err.Error()
+		return br
 	}
 	e := cr.Backends[0]
-	run.PeakRSSMB, run.InstanceRSSMB = e.PeakRSSMB, e.InstanceRSSMB
+	br.PeakRSSMB, br.InstanceRSSMB = e.PeakRSSMB, e.InstanceRSSMB
 	r := e.Result
 	if r == nil {
-		run.Error = cmp.Or(e.Error, "no result")
-		return run
+		br.Error = cmp.Or(e.Error, "no result")
+		return br
 	}
-	run.Ran = true
-	run.DurationS, run.OrdersPerS, run.ReservedPerS = r.DurationS, r.ThroughputPerS, r.ReservedPerS
-	run.Orders, run.LatencyMs = r.Orders, r.LatencyMs
-	run.Oversold, run.Lost, run.Disagreements = r.Units.Oversold, r.Units.Lost, r.Verification.DisagreementCount
-	run.Safe, run.Verdict = r.Safe, r.Verdict
-	return run
+	br.Ran = true
+	br.DurationS, br.OrdersPerS, br.ReservedPerS = r.DurationS, r.ThroughputPerS, r.ReservedPerS
+	br.Orders, br.LatencyMs = r.Orders, r.LatencyMs
+	br.Oversold, br.Lost, br.Disagreements = r.Units.Oversold, r.Units.Lost, r.Verification.DisagreementCount
+	br.Safe, br.Verdict = r.Safe, r.Verdict
+	return br
 }

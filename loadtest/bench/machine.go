@@ -1,16 +1,16 @@
-package loadtest
+package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/procs"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // MachineInfo is what a benchmark figure needs next to it to be read.
@@ -26,52 +26,14 @@ type MachineInfo struct {
 // readMachine reads /proc; fields it cannot read stay empty.
 func readMachine() MachineInfo {
 	m := MachineInfo{NProc: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version()}
-	m.CPUModel, _ = procField("/proc/cpuinfo", "model name")
-	if v, err := procField("/proc/meminfo", "MemTotal"); err == nil {
-		m.MemTotalMB = kBToMB(v)
+	m.CPUModel, _ = procs.ReadField("/proc/cpuinfo", "model name")
+	if v, err := procs.ReadField("/proc/meminfo", "MemTotal"); err == nil {
+		m.MemTotalMB = procs.KBToMB(v)
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
 	return m
-}
-
-// peakRSSMB is VmHWM of a process: the most resident memory it ever had.
-func peakRSSMB(pid int) (float64, error) {
-	v, err := procField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM")
-	if err != nil {
-		return 0, err
-	}
-	return kBToMB(v), nil
-}
-
-// procField returns the value of the first "key: value" line of a /proc file.
-func procField(path, key string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if ok && strings.TrimSpace(k) == key {
-			return strings.TrimSpace(v), nil
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return "", err
-	}
-	return "", fmt.Errorf("%s: no %s", path, key)
-}
-
-// kBToMB reads "123456 kB" as MiB, rounded to 0.1.
-func kBToMB(v string) float64 {
-	n, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
-	if err != nil {
-		return 0
-	}
-	return benchRound(n/1024, 1)
 }
 
 // loadAvg1 is the 1-minute load average, or -1 where /proc/loadavg is missing.
@@ -160,12 +122,6 @@ func summarizeLoad(vals []float64) LoadSummary {
 		l.Min, l.Max = min(l.Min, v), max(l.Max, v)
 		sum += v
 	}
-	l.Mean = benchRound(sum/float64(len(vals)), 2)
+	l.Mean = tally.Round(sum/float64(len(vals)), 2)
 	return l
-}
-
-// benchRound rounds v to the given decimal places.
-func benchRound(v float64, places int) float64 {
-	p := math.Pow(10, float64(places))
-	return math.Round(v*p) / p
 }

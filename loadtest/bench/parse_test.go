@@ -1,4 +1,4 @@
-package loadtest
+package bench
 
 import (
 	"math"
@@ -112,27 +112,6 @@ func TestMedian(t *testing.T) {
 		}
 		if !reflect.DeepEqual(in, tc.in) {
 			t.Errorf("median modified its input: %v", tc.in)
-		}
-	}
-}
-
-func TestValidateServeFlags(t *testing.T) {
-	for _, tc := range []struct {
-		flags []string
-		ok    bool
-	}{
-		{nil, true},
-		{[]string{"--coalesce=off"}, true},
-		{[]string{"--coalesce-max-batch=16", "-chaos"}, true},
-		{[]string{"coalesce=off"}, false},
-		{[]string{"--"}, false},
-		{[]string{"--lock=redis"}, false},
-		{[]string{"--fencing=off"}, false},
-		{[]string{"-addr=:1"}, false},
-		{[]string{"--admin-token"}, false},
-	} {
-		if err := validateServeFlags(tc.flags); (err == nil) != tc.ok {
-			t.Errorf("validateServeFlags(%q) = %v, want ok %v", tc.flags, err, tc.ok)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package loadtest
+package bench
 
 import (
 	"fmt"
@@ -9,10 +9,10 @@ import (
 	"text/tabwriter"
 )
 
-// PrintBench writes the suite's tables: machine and load, the Go
+// Print writes the suite's tables: machine and load, the Go
 // micro-benchmarks, the store ceiling, every run, and the one table of
 // ratios with each target marked met or MISSED.
-func PrintBench(w io.Writer, res *BenchResult) {
+func Print(w io.Writer, res *Result) {
 	m, l, s := res.Machine, res.LoadAvg, res.Settings
 	fmt.Fprintf(w, "machine: %d CPUs (%s), %.1f GiB, Linux %s, %s\n", m.NProc, m.CPUModel, m.MemTotalMB/1024, m.Kernel, m.GoVersion)
 	fmt.Fprintf(w, "load average (1 min) during load bench: start %.2f, mean %.2f, max %.2f, end %.2f (%d samples; the machine is shared)\n",
@@ -79,7 +79,7 @@ func printCeiling(w io.Writer, c StoreCeiling) {
 	_ = tw.Flush()
 }
 
-func printBenchRuns(w io.Writer, res *BenchResult) {
+func printBenchRuns(w io.Writer, res *Result) {
 	fmt.Fprintf(w, "\n== end-to-end runs (%d instances, %d clients, closed loop)\n", res.Settings.Instances, res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "backend\tSKUs\tcoalesce\tseconds\torders/s\treserved/s\tp50 ms\tp99 ms\tlock 503s\tstale/err\toversold\tlost\tpeak RSS MB\tload 1m\t verdict")
@@ -99,7 +99,7 @@ func printBenchRuns(w io.Writer, res *BenchResult) {
 	_ = tw.Flush()
 }
 
-func printBenchRatios(w io.Writer, res *BenchResult) {
+func printBenchRatios(w io.Writer, res *Result) {
 	fmt.Fprintf(w, "\n== ratios and targets, hot SKU (reserved orders/s; every ratio from runs of this suite)\n")
 	marks := map[string]string{} // backend/target id → mark
 	met, total := 0, 0

@@ -1,8 +1,11 @@
-package loadtest
+package bench
 
 import (
 	"fmt"
 	"slices"
+
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // Workloads of the bench suite's end-to-end runs.
@@ -11,9 +14,9 @@ const (
 	benchSpread = "spread" // orders spread evenly over many SKUs: collisions are rare
 )
 
-// BenchRun is one end-to-end run of the suite: one backend, one workload,
+// Run is one end-to-end run of the suite: one backend, one workload,
 // coalescing on or off, condensed from its compare entry.
-type BenchRun struct {
+type Run struct {
 	Backend        string  `json:"backend"`
 	Workload       string  `json:"workload"`
 	SKUs           int     `json:"skus"`
@@ -29,17 +32,17 @@ type BenchRun struct {
 	DurationS float64 `json:"duration_s"`
 	// OrdersPerS counts every answered order; ReservedPerS only the placed
 	// ones, the figure the ratios use (a 503 is not a sale).
-	OrdersPerS    float64        `json:"orders_per_s"`
-	ReservedPerS  float64        `json:"reserved_per_s"`
-	Orders        OrderCounts    `json:"orders"`
-	LatencyMs     LatencySummary `json:"latency_ms"`
-	Oversold      int64          `json:"oversold"`
-	Lost          int64          `json:"lost"`
-	Disagreements int            `json:"disagreements"`
-	Safe          bool           `json:"safe"`
-	Verdict       string         `json:"verdict"`
-	PeakRSSMB     float64        `json:"peak_rss_mb"`
-	InstanceRSSMB []float64      `json:"instance_peak_rss_mb,omitempty"`
+	OrdersPerS    float64              `json:"orders_per_s"`
+	ReservedPerS  float64              `json:"reserved_per_s"`
+	Orders        tally.OrderCounts    `json:"orders"`
+	LatencyMs     tally.LatencySummary `json:"latency_ms"`
+	Oversold      int64                `json:"oversold"`
+	Lost          int64                `json:"lost"`
+	Disagreements int                  `json:"disagreements"`
+	Safe          bool                 `json:"safe"`
+	Verdict       string               `json:"verdict"`
+	PeakRSSMB     float64              `json:"peak_rss_mb"`
+	InstanceRSSMB []float64            `json:"instance_peak_rss_mb,omitempty"`
 }
 
 // BackendRatios are one backend's ratios, all from the same suite run. A
@@ -77,11 +80,11 @@ type BackendRatios struct {
 // benchRatios computes every backend's ratios from the runs, in the order
 // of backends; ceilings maps a backend to the ceiling sample before its
 // hot-SKU runs.
-func benchRatios(backends []string, runs []BenchRun, ceilings map[string]float64) []BackendRatios {
+func benchRatios(backends []string, runs []Run, ceilings map[string]float64) []BackendRatios {
 	var out []BackendRatios
 	for _, b := range backends {
-		r := BackendRatios{Backend: b, ExpectedUnsafe: ExpectedUnsafe(b), CeilingPerS: ceilings[b]}
-		find := func(workload, coalesce string) *BenchRun {
+		r := BackendRatios{Backend: b, ExpectedUnsafe: compare.ExpectedUnsafe(b), CeilingPerS: ceilings[b]}
+		find := func(workload, coalesce string) *Run {
 			for i := range runs {
 				x := &runs[i]
 				if x.Backend == b && x.Workload == workload && x.Coalesce == coalesce {
@@ -133,7 +136,7 @@ func ratio(a, b float64) *float64 {
 	if b <= 0 {
 		return nil
 	}
-	v := benchRound(a/b, 3)
+	v := tally.Round(a/b, 3)
 	return &v
 }
 
@@ -237,7 +240,7 @@ func (t benchTarget) met(v float64) bool {
 // runFailures lists what fails the suite: a run that did not complete, or
 // a run of a safe backend with oversold or lost units (or sources that
 // disagree). Missed targets do not fail it; they are reported.
-func runFailures(runs []BenchRun) []string {
+func runFailures(runs []Run) []string {
 	var fs []string
 	for _, r := range runs {
 		name := fmt.Sprintf("%s %s coalesce=%s", r.Backend, r.Workload, r.Coalesce)

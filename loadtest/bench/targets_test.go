@@ -1,4 +1,4 @@
-package loadtest
+package bench
 
 import (
 	"bytes"
@@ -6,19 +6,22 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // benchRunOf is a completed, safe run with the given rates and p99.
-func benchRunOf(backend, workload, coalesce string, reservedPerS, p99, rss float64) BenchRun {
-	return BenchRun{Backend: backend, Workload: workload, Coalesce: coalesce, Ran: true, Safe: true,
-		ExpectedUnsafe: ExpectedUnsafe(backend), ReservedPerS: reservedPerS, OrdersPerS: reservedPerS,
-		LatencyMs: LatencySummary{P99: p99}, PeakRSSMB: rss, Verdict: "safe: 0 oversold, 0 lost"}
+func benchRunOf(backend, workload, coalesce string, reservedPerS, p99, rss float64) Run {
+	return Run{Backend: backend, Workload: workload, Coalesce: coalesce, Ran: true, Safe: true,
+		ExpectedUnsafe: compare.ExpectedUnsafe(backend), ReservedPerS: reservedPerS, OrdersPerS: reservedPerS,
+		LatencyMs: tally.LatencySummary{P99: p99}, PeakRSSMB: rss, Verdict: "safe: 0 oversold, 0 lost"}
 }
 
 func fp(v float64) *float64 { return &v }
 
 func TestBenchRatios(t *testing.T) {
-	runs := []BenchRun{
+	runs := []Run{
 		benchRunOf("redlock", benchHot, "on", 4000, 20, 40),
 		benchRunOf("redlock", benchHot, "off", 500, 400, 55.5),
 		benchRunOf("redlock", benchSpread, "on", 6000, 10, 42),
@@ -97,16 +100,16 @@ func TestRunFailures(t *testing.T) {
 	damaged.Safe, damaged.Oversold, damaged.Verdict = false, 3, "UNSAFE: 3 units oversold, 0 lost"
 	expected := benchRunOf("none", benchHot, "on", 10, 1, 1)
 	expected.Safe, expected.Lost = false, 5
-	missing := BenchRun{Backend: "zookeeper", Workload: benchHot, Coalesce: "on", Error: "boom"}
+	missing := Run{Backend: "zookeeper", Workload: benchHot, Coalesce: "on", Error: "boom"}
 	for _, tc := range []struct {
 		name string
-		runs []BenchRun
+		runs []Run
 		want []string
 	}{
-		{"all safe", []BenchRun{benchRunOf("redis", benchHot, "on", 1, 1, 1)}, nil},
-		{"expected damage passes", []BenchRun{expected}, nil},
-		{"safe backend damaged", []BenchRun{expected, damaged}, []string{"redlock spread coalesce=off: UNSAFE: 3 units oversold, 0 lost"}},
-		{"did not run", []BenchRun{missing}, []string{"zookeeper hot coalesce=on: did not run: boom"}},
+		{"all safe", []Run{benchRunOf("redis", benchHot, "on", 1, 1, 1)}, nil},
+		{"expected damage passes", []Run{expected}, nil},
+		{"safe backend damaged", []Run{expected, damaged}, []string{"redlock spread coalesce=off: UNSAFE: 3 units oversold, 0 lost"}},
+		{"did not run", []Run{missing}, []string{"zookeeper hot coalesce=on: did not run: boom"}},
 	} {
 		if got := runFailures(tc.runs); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: got %q, want %q", tc.name, got, tc.want)
@@ -116,18 +119,18 @@ func TestRunFailures(t *testing.T) {
 
 // TestPrintBench checks the table marks targets and names failures.
 func TestPrintBench(t *testing.T) {
-	runs := []BenchRun{
+	runs := []Run{
 		benchRunOf("redlock", benchHot, "on", 4000, 20, 40),
 		benchRunOf("redlock", benchHot, "off", 500, 400, 45),
 	}
-	res := &BenchResult{Settings: BenchSettings{Instances: 3, Clients: 64, SpreadSKUs: 1000}, Runs: runs,
+	res := &Result{Settings: Settings{Instances: 3, Clients: 64, SpreadSKUs: 1000}, Runs: runs,
 		LockBenchmarks: &GoBenchOutput{Benchmarks: []GoBenchmark{{Package: "x/redlock", Name: "BenchmarkUncontended/fenced", NsPerOp: 500000}}},
 		StoreCeiling:   StoreCeiling{Samples: []CeilingSample{{Before: "redlock", PerS: 3000}}, MedianPerS: 3000}}
 	res.Backends = benchRatios([]string{"redlock"}, runs, map[string]float64{"redlock": 3000})
 	res.Targets = evaluateTargets(res.Backends)
 	res.Failures = []string{"redlock spread coalesce=on: did not run: x"}
 	var buf bytes.Buffer
-	PrintBench(&buf, res)
+	Print(&buf, res)
 	out := buf.String()
 	for _, s := range []string{"Uncontended/fenced", "2000", "8", "≥5× met", "1.33", "≥1× met", "≤1× met", "<150 MB met",
 		"missing runs: spread/on, spread/off", "targets met: 4 of 4", "FAIL:", "did not run: x"} {

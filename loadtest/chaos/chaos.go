@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"context"
@@ -9,12 +9,14 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/progress"
 )
 
-// ChaosConfig is one `load chaos`: scenarios × fencing modes, each run on
+// Config is one `load chaos`: scenarios × fencing modes, each run on
 // instances and servers of its own.
-type ChaosConfig struct {
-	// Scenarios to run, in order; names from ChaosScenarios.
+type Config struct {
+	// Scenarios to run, in order; names from Scenarios.
 	Scenarios []string
 	// Backends keeps only the runs on these backends; empty means every
 	// backend each scenario supports (pause-holder runs on four, the other
@@ -56,49 +58,50 @@ type ChaosConfig struct {
 	LogDir   string
 	Label    string
 	Seed     uint64
-	Progress ProgressMode
+	Progress progress.Mode
 }
 
 // Defaults of `load chaos`.
 const (
-	DefaultChaosLockTTL     = time.Second
-	DefaultChaosLockWait    = 3 * time.Second
-	DefaultChaosDuration    = 6 * time.Second
-	DefaultChaosWarmup      = time.Second
-	DefaultChaosRecovery    = 2 * time.Second
-	DefaultChaosConcurrency = 12
-	DefaultChaosSKUs        = 1
-	DefaultChaosStock       = 100_000
+	defaultLockTTL     = time.Second
+	defaultLockWait    = 3 * time.Second
+	defaultDuration    = 6 * time.Second
+	defaultWarmup      = time.Second
+	defaultRecovery    = 2 * time.Second
+	defaultConcurrency = 12
+	defaultSKUs        = 1
+	defaultStock       = 100_000
 )
 
-// DefaultChaosConfig returns the defaults; callers set Scenarios, Bin and
+// DefaultConfig returns the defaults; callers set Scenarios, Bin and
 // DatabaseURL.
-func DefaultChaosConfig() ChaosConfig {
-	return ChaosConfig{
+func DefaultConfig() Config {
+	return Config{
 		Fencing:        []string{"on", "off"},
 		Instances:      3,
-		LockTTL:        DefaultChaosLockTTL,
-		LockWait:       DefaultChaosLockWait,
-		Duration:       DefaultChaosDuration,
-		Warmup:         DefaultChaosWarmup,
-		Recovery:       DefaultChaosRecovery,
-		Concurrency:    DefaultChaosConcurrency,
-		SKUs:           DefaultChaosSKUs,
-		Stock:          DefaultChaosStock,
+		LockTTL:        defaultLockTTL,
+		LockWait:       defaultLockWait,
+		Duration:       defaultDuration,
+		Warmup:         defaultWarmup,
+		Recovery:       defaultRecovery,
+		Concurrency:    defaultConcurrency,
+		SKUs:           defaultSKUs,
+		Stock:          defaultStock,
 		SellOut:        true,
 		RequestTimeout: 20 * time.Second,
 		StartupTimeout: 30 * time.Second,
-		Progress:       ProgressAuto,
+		Progress:       progress.Auto,
 	}
 }
 
-func (cc ChaosConfig) validate() error {
+// Validate reports the first invalid field.
+func (cc Config) Validate() error {
 	if len(cc.Scenarios) == 0 {
 		return errors.New("no scenario: set --scenario")
 	}
 	for _, s := range cc.Scenarios {
 		if scenarioByName(s) == nil {
-			return fmt.Errorf("scenario %q: want one of %s, or all", s, strings.Join(ChaosScenarios, ", "))
+			return fmt.Errorf("scenario %q: want one of %s, or all", s, strings.Join(Scenarios, ", "))
 		}
 	}
 	for _, b := range cc.Backends {
@@ -146,7 +149,7 @@ func (cc ChaosConfig) validate() error {
 	return nil
 }
 
-func (cc ChaosConfig) backendHelp() string {
+func (cc Config) backendHelp() string {
 	var parts []string
 	for _, s := range cc.Scenarios {
 		parts = append(parts, s+": "+strings.Join(scenarioByName(s).Backends, ","))
@@ -161,7 +164,7 @@ type chaosPlan struct {
 }
 
 // plan lists the runs in order: scenario, then backend, then fencing.
-func (cc ChaosConfig) plan() []chaosPlan {
+func (cc Config) plan() []chaosPlan {
 	var out []chaosPlan
 	for _, name := range cc.Scenarios {
 		sc := scenarioByName(name)
@@ -177,25 +180,25 @@ func (cc ChaosConfig) plan() []chaosPlan {
 	return out
 }
 
-// ChaosResult is the JSON written by `load chaos --json`.
-type ChaosResult struct {
-	Label       string     `json:"label,omitempty"`
-	GeneratedAt time.Time  `json:"generated_at"`
-	Seed        uint64     `json:"seed"`
-	Instances   int        `json:"instances"`
-	LockTTL     string     `json:"lock_ttl"`
-	Runs        []ChaosRun `json:"runs"`
-	Pass        bool       `json:"pass"`
-	Failures    []string   `json:"failures"`
-	ReportPath  string     `json:"report,omitempty"`
+// Result is the JSON written by `load chaos --json`.
+type Result struct {
+	Label       string    `json:"label,omitempty"`
+	GeneratedAt time.Time `json:"generated_at"`
+	Seed        uint64    `json:"seed"`
+	Instances   int       `json:"instances"`
+	LockTTL     string    `json:"lock_ttl"`
+	Runs        []Run     `json:"runs"`
+	Pass        bool      `json:"pass"`
+	Failures    []string  `json:"failures"`
+	ReportPath  string    `json:"report,omitempty"`
 }
 
-// RunChaos makes every planned run in turn and judges each against what its
+// Execute makes every planned run in turn and judges each against what its
 // scenario must show. Progress goes to stderr. An error means the runs
 // could not be made at all (bad config, interrupted); a run that failed is
 // recorded in the result, which then does not pass.
-func RunChaos(ctx context.Context, cc ChaosConfig, stderr io.Writer) (*ChaosResult, error) {
-	if err := cc.validate(); err != nil {
+func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) {
+	if err := cc.Validate(); err != nil {
 		return nil, err
 	}
 	root, cleanup, err := chaosLogRoot(cc.LogDir, stderr)
@@ -207,23 +210,27 @@ func RunChaos(ctx context.Context, cc ChaosConfig, stderr io.Writer) (*ChaosResu
 		cleanup(false)
 		return nil, errors.New("chaos: no run matches --scenario and --backend")
 	}
-	out := &ChaosResult{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Seed, Instances: cc.Instances,
+	out := &Result{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Seed, Instances: cc.Instances,
 		LockTTL: cc.LockTTL.String(), Failures: []string{}}
-	prog := newChaosProgress(ctx, stderr, cc.Progress, len(plans))
+	prog := progress.Start(ctx, stderr, cc.Progress, int64(len(plans)), progress.Options{Unit: "runs", Width: 20, Lines: true})
 	for i, p := range plans {
 		if ctx.Err() != nil {
 			break
 		}
 		name := p.name()
-		prog.begin(i, name)
+		// On a terminal the bar's text follows the run; in a log, a line per
+		// run and per fault event is more use than a bar.
+		prog.Describe(name + ": starting")
+		prog.Printf("== [%d/%d] %s\n", i+1, len(plans), name)
 		run := cc.runOne(ctx, p, root, prog)
-		prog.end(i, fmt.Sprintf("%s: %s", name, run.Verdict))
+		prog.Add(1)
+		prog.Printf("== %s: %s\n", name, run.Verdict)
 		out.Runs = append(out.Runs, run)
 		for _, f := range run.Failures {
 			out.Failures = append(out.Failures, name+": "+f)
 		}
 	}
-	prog.stop()
+	prog.Stop()
 	out.Pass = len(out.Failures) == 0 && len(out.Runs) == len(plans)
 	cleanup(!out.Pass)
 	if cc.LogDir == "" && out.Pass {

@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
+	"github.com/stockguard/stockguard/loadtest/procs"
+	"github.com/stockguard/stockguard/loadtest/progress"
 )
 
 // The TestChaos* integration tests run one scenario each with the real
@@ -19,7 +21,7 @@ import (
 // shortened from the CLI's defaults, not the faults themselves.
 
 // chaosBin is ./cmd/stockguard, built once for all chaos tests of this test
-// binary and removed by TestMain (removeChaosBin).
+// binary and removed by TestMain (main_test.go).
 var chaosBin struct {
 	once      sync.Once
 	dir, path string
@@ -37,7 +39,7 @@ func chaosStockguard(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "go", "build", "-o", chaosBin.path, "./cmd/stockguard")
-		cmd.Dir = ".." // the module root
+		cmd.Dir = "../.." // the module root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			chaosBin.err = &buildError{err: err, out: out}
 		}
@@ -55,17 +57,10 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + string(e.out) }
 
-// removeChaosBin deletes the shared binary; TestMain calls it after the tests.
-func removeChaosBin() {
-	if chaosBin.dir != "" {
-		_ = os.RemoveAll(chaosBin.dir)
-	}
-}
-
 // chaosTest runs one scenario with one backend and fencing mode and returns
 // its run. It fails the test if the run could not be made; whether the run
 // passed is for the caller to check, with chaosExplain on failure.
-func chaosTest(t *testing.T, scenario, backend, fencing string) ChaosRun {
+func chaosTest(t *testing.T, scenario, backend, fencing string) Run {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("chaos integration test; -short")
@@ -78,7 +73,7 @@ func chaosTest(t *testing.T, scenario, backend, fencing string) ChaosRun {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cc := DefaultChaosConfig()
+	cc := DefaultConfig()
 	cc.Scenarios, cc.Backends, cc.Fencing = []string{scenario}, []string{backend}, []string{fencing}
 	cc.Bin = chaosStockguard(t)
 	cc.DatabaseURL = stacktest.NewDatabase(t, ctx)
@@ -86,20 +81,20 @@ func chaosTest(t *testing.T, scenario, backend, fencing string) ChaosRun {
 	cc.Concurrency = 9
 	cc.Seed = 20260101
 	cc.LogDir = t.TempDir()
-	cc.Progress = ProgressAuto // not a terminal: a line per event, for the test log
+	cc.Progress = progress.Auto // not a terminal: a line per event, for the test log
 	var progress bytes.Buffer
 	start := time.Now()
-	res, err := RunChaos(ctx, cc, &syncWriter{w: &progress})
+	res, err := Execute(ctx, cc, &syncWriter{w: &progress})
 	t.Logf("%s %s fencing %s took %v:\n%s", scenario, backend, fencing, time.Since(start).Round(time.Millisecond), progress.String())
 	if err != nil {
-		t.Fatalf("RunChaos: %v", err)
+		t.Fatalf("Execute: %v", err)
 	}
 	if len(res.Runs) != 1 {
 		t.Fatalf("%d runs, want 1", len(res.Runs))
 	}
 	r := res.Runs[0]
 	var table bytes.Buffer
-	PrintChaosTable(&table, res)
+	PrintTable(&table, res)
 	t.Logf("\n%s", table.String())
 	if r.Error != "" {
 		chaosExplain(t, r)
@@ -110,7 +105,7 @@ func chaosTest(t *testing.T, scenario, backend, fencing string) ChaosRun {
 
 // chaosExplain logs what a failed run saw: its events and the tails of the
 // instance logs.
-func chaosExplain(t *testing.T, r ChaosRun) {
+func chaosExplain(t *testing.T, r Run) {
 	t.Helper()
 	for _, ev := range r.Events {
 		t.Logf("  +%.2fs %s: %s", ev.AtMs/1000, ev.Kind, ev.What)
@@ -124,9 +119,7 @@ func chaosExplain(t *testing.T, r ChaosRun) {
 	}
 	logs, _ := filepath.Glob(filepath.Join(r.Logs, "*.log"))
 	for _, l := range logs {
-		if b, err := os.ReadFile(l); err == nil {
-			t.Logf("%s:\n%s", filepath.Base(l), tailLines(b, 15))
-		}
+		t.Logf("%s:\n%s", filepath.Base(l), procs.Tail(l, 15))
 	}
 }
 
@@ -142,7 +135,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	return s.w.Write(p)
 }
 
-func requirePass(t *testing.T, r ChaosRun) {
+func requirePass(t *testing.T, r Run) {
 	t.Helper()
 	if !r.Pass {
 		chaosExplain(t, r)

@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"bytes"
@@ -15,29 +15,35 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stockguard/stockguard/internal/stack"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/procs"
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // chaosEnv is what one chaos run owns: its lock servers (never the shared
 // stack's, which other runs and tests use), its service instances, its load,
 // and the record of what happened when.
 type chaosEnv struct {
-	cc   ChaosConfig
+	cc   Config
 	plan chaosPlan
 	dir  string
-	prog *chaosProgress
+	prog *progress.Bar
 
-	opts  ServeOptions
+	opts  procs.ServeOptions
 	redis []*stack.Redis
 	zk    *stack.ZKEnsemble
 	// failover is the redis-failover topology, nil in other scenarios.
 	failover *failoverRig
 	fwds     []*forwarder
-	ins      []*Instance
+	ins      []*procs.Instance
 	load     *chaosLoad
-	client   *Client // admin calls: creating SKUs, metrics, debug endpoints
+	client   *client.Client // admin calls: creating SKUs, metrics, debug endpoints
 
 	mu      sync.Mutex
-	events  []ChaosEvent
+	events  []Event
 	frozen  map[int]bool // instances under SIGSTOP
 	faultAt time.Duration
 	healAt  time.Duration
@@ -53,11 +59,11 @@ type chaosEnv struct {
 // goes on; the run waits for it before it stops the load.
 func (e *chaosEnv) background(fn func()) { e.bg.Go(fn) }
 
-func newChaosEnv(cc ChaosConfig, p chaosPlan, dir string, prog *chaosProgress) *chaosEnv {
+func newChaosEnv(cc Config, p chaosPlan, dir string, prog *progress.Bar) *chaosEnv {
 	token := strings.ReplaceAll(uuid.NewString(), "-", "")
 	return &chaosEnv{
 		cc: cc, plan: p, dir: dir, prog: prog, frozen: map[int]bool{},
-		opts: ServeOptions{
+		opts: procs.ServeOptions{
 			Bin: cc.Bin, Lock: p.backend, Fencing: p.fencing, LockTTL: p.sc.lockTTL(cc).String(),
 			AdminToken: token, DatabaseURL: cc.DatabaseURL, LogDir: dir,
 			// The reaper is kept out of the run: in a shared database it would
@@ -66,7 +72,7 @@ func newChaosEnv(cc ChaosConfig, p chaosPlan, dir string, prog *chaosProgress) *
 			// stale write. The run's own holds outlast it anyway.
 			Extra: []string{"--chaos", "--lock-wait=" + cc.LockWait.String(), "--reap-interval=1h"},
 		},
-		client: NewClient(8, token, 10*time.Second),
+		client: client.New(8, token, 10*time.Second),
 	}
 }
 
@@ -128,7 +134,7 @@ func (e *chaosEnv) newForwarder(upstream string) (*forwarder, error) {
 
 // startInstances starts the service instances and creates the run's SKUs.
 func (e *chaosEnv) startInstances(ctx context.Context, runID string) error {
-	ins, err := StartInstances(ctx, e.opts, e.cc.Instances, e.cc.StartupTimeout)
+	ins, err := procs.Start(ctx, e.opts, e.cc.Instances, e.cc.StartupTimeout)
 	if err != nil {
 		return err
 	}
@@ -139,10 +145,10 @@ func (e *chaosEnv) startInstances(ctx context.Context, runID string) error {
 	}
 	skus := make([]string, e.cc.SKUs)
 	for i := range skus {
-		skus[i] = skuName(runID, i)
+		skus[i] = run.SKUName(runID, i)
 	}
 	e.load = newChaosLoad(urls, skus, runID, e.cc.Concurrency, e.cc.RequestTimeout)
-	return forEach(ctx, len(skus), 4, func(ctx context.Context, i int) error {
+	return run.ForEach(ctx, len(skus), 4, func(ctx context.Context, i int) error {
 		_, err := e.client.PutSKU(ctx, urls[i%len(urls)], skus[i], e.cc.Stock)
 		return err
 	})
@@ -156,12 +162,13 @@ func (e *chaosEnv) event(kind, format string, args ...any) time.Duration {
 	}
 	what := fmt.Sprintf(format, args...)
 	e.mu.Lock()
-	e.events = append(e.events, ChaosEvent{AtMs: ms(at), Kind: kind, What: what})
+	e.events = append(e.events, Event{AtMs: ms(at), Kind: kind, What: what})
 	if kind == EventFault && e.faultAt == 0 {
 		e.faultAt = at
 	}
 	e.mu.Unlock()
-	e.prog.event(at, kind, what)
+	e.prog.Describe(fmt.Sprintf("%s: %s at +%.1fs", e.plan.name(), kind, at.Seconds()))
+	e.prog.Printf("   +%6.2fs %-5s %s\n", at.Seconds(), kind, what)
 	return at
 }
 
@@ -186,7 +193,7 @@ func (e *chaosEnv) window(from, to time.Duration) {
 // renewals stopped.
 func (e *chaosEnv) freeze(i int) error {
 	in := e.ins[i]
-	if err := in.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := in.Signal(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("SIGSTOP instance %d: %w", i+1, err)
 	}
 	e.mu.Lock()
@@ -200,7 +207,7 @@ func (e *chaosEnv) thaw(i int) error {
 	e.mu.Lock()
 	delete(e.frozen, i)
 	e.mu.Unlock()
-	if err := e.ins[i].cmd.Process.Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := e.ins[i].Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("SIGCONT instance %d: %w", i+1, err)
 	}
 	return nil
@@ -220,7 +227,7 @@ func (e *chaosEnv) thawAll() {
 }
 
 // pid is instance i's process id.
-func (e *chaosEnv) pid(i int) int { return e.ins[i].cmd.Process.Pid }
+func (e *chaosEnv) pid(i int) int { return e.ins[i].PID() }
 
 // pauseMarker is what an instance logs when a request starts its
 // X-Chaos-Pause stall (inventory's critical section, after the claim).
@@ -242,7 +249,7 @@ func (e *chaosEnv) waitPausing(ctx context.Context, i, before, want int, limit t
 				e.pausesLogged(i)-before, want, limit)
 			return false
 		}
-		sleepCtx(ctx, 10*time.Millisecond)
+		run.Sleep(ctx, 10*time.Millisecond)
 	}
 }
 
@@ -260,7 +267,7 @@ func (e *chaosEnv) pausesLogged(i int) int {
 func (e *chaosEnv) teardown() []string {
 	var notes []string
 	e.thawAll()
-	if err := StopInstances(e.ins); err != nil {
+	if err := procs.StopAll(e.ins); err != nil {
 		notes = append(notes, "stopping instances: "+err.Error())
 	}
 	for _, f := range e.fwds {
@@ -284,7 +291,7 @@ func (e *chaosEnv) scrape(ctx context.Context) (map[string]float64, error) {
 	total := map[string]float64{}
 	var errs []error
 	for i, in := range e.ins {
-		m, err := e.client.scrapeCounters(ctx, in.URL, scrapedMetrics)
+		m, err := scrapeCounters(ctx, e.client, in.URL, scrapedMetrics)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("instance %d: %w", i+1, err))
 			continue
@@ -296,4 +303,4 @@ func (e *chaosEnv) scrape(ctx context.Context) (map[string]float64, error) {
 	return total, errors.Join(errs...)
 }
 
-func ms(d time.Duration) float64 { return round3(float64(d) / float64(time.Millisecond)) }
+func ms(d time.Duration) float64 { return tally.Round(float64(d)/float64(time.Millisecond), 3) }

@@ -1,16 +1,20 @@
-package loadtest
+package chaos
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // fill computes the run's figures from the outcomes and the verification.
-func (e *chaosEnv) fill(run *ChaosRun, v Verification, metrics map[string]float64, loadFor time.Duration) {
+func (e *chaosEnv) fill(run *Run, v run.Verification, metrics map[string]float64, loadFor time.Duration) {
 	outs := e.load.snapshot()
-	run.DurationS = round3(loadFor.Seconds())
+	run.DurationS = tally.Round(loadFor.Seconds(), 3)
 	run.Verification = v
 	for k, x := range metrics {
 		run.Metrics[k] = x
@@ -25,9 +29,9 @@ func (e *chaosEnv) fill(run *ChaosRun, v Verification, metrics map[string]float6
 	o := &run.Orders
 	o.ErrorCodes = map[string]int{}
 	for _, x := range outs {
-		o.add(x.kind, x.code)
+		o.Add(x.kind, x.code)
 	}
-	run.Units = UnitCounts{
+	run.Units = tally.UnitCounts{
 		Stock:    int64(e.cc.Stock) * int64(len(e.load.skus)),
 		Reserved: v.Sources.Ledger.Units,
 		Oversold: v.Oversold,
@@ -58,15 +62,15 @@ func (e *chaosEnv) fill(run *ChaosRun, v Verification, metrics map[string]float6
 	for _, x := range outs {
 		if in(x.done) {
 			switch x.kind {
-			case KindReserved:
+			case client.KindReserved:
 				run.Fault.ReservedDuring++
-			case KindLockUnavailable:
+			case client.KindLockUnavailable:
 				run.Fault.LockUnavailableDuring++
-			case KindStaleFence:
+			case client.KindStaleFence:
 				run.Fault.StaleFenceDuring++
 			}
 		}
-		if x.kind != KindReserved {
+		if x.kind != client.KindReserved {
 			continue
 		}
 		successes = append(successes, x.done)
@@ -79,18 +83,18 @@ func (e *chaosEnv) fill(run *ChaosRun, v Verification, metrics map[string]float6
 	}
 	run.LongestGapMs = longestGap(successes, loadFor)
 	run.Events = append(run.Events, outcomeEvents(outs, faultAt, len(windows) > 0, healAt, run.RecoveryMs)...)
-	slices.SortStableFunc(run.Events, func(a, b ChaosEvent) int { return cmp.Compare(a.AtMs, b.AtMs) })
+	slices.SortStableFunc(run.Events, func(a, b Event) int { return cmp.Compare(a.AtMs, b.AtMs) })
 	run.BucketMs, run.Timeline = buckets(outs, loadFor)
 }
 
 // outcomeEvents marks the first 409 stale_fence and the first 503 after the
 // fault began, and the first 201 that counts as recovery.
-func outcomeEvents(outs []chaosOutcome, faultAt time.Duration, faulted bool, healAt time.Duration, recovery *float64) []ChaosEvent {
+func outcomeEvents(outs []chaosOutcome, faultAt time.Duration, faulted bool, healAt time.Duration, recovery *float64) []Event {
 	if !faulted {
 		return nil
 	}
-	var evs []ChaosEvent
-	first := func(kind Kind, what string) {
+	var evs []Event
+	first := func(kind client.Kind, what string) {
 		var best *chaosOutcome
 		for i := range outs {
 			if x := &outs[i]; x.kind == kind && x.done >= faultAt && (best == nil || x.done < best.done) {
@@ -98,13 +102,13 @@ func outcomeEvents(outs []chaosOutcome, faultAt time.Duration, faulted bool, hea
 			}
 		}
 		if best != nil {
-			evs = append(evs, ChaosEvent{AtMs: ms(best.done), Kind: EventOutcome, What: fmt.Sprintf("first %s after the fault (instance %d)", what, best.inst+1)})
+			evs = append(evs, Event{AtMs: ms(best.done), Kind: EventOutcome, What: fmt.Sprintf("first %s after the fault (instance %d)", what, best.inst+1)})
 		}
 	}
-	first(KindStaleFence, "409 stale_fence")
-	first(KindLockUnavailable, "503 lock_unavailable")
+	first(client.KindStaleFence, "409 stale_fence")
+	first(client.KindLockUnavailable, "503 lock_unavailable")
 	if recovery != nil {
-		evs = append(evs, ChaosEvent{AtMs: ms(healAt) + *recovery, Kind: EventOutcome,
+		evs = append(evs, Event{AtMs: ms(healAt) + *recovery, Kind: EventOutcome,
 			What: fmt.Sprintf("recovered: first 201 from an affected instance %.0f ms after the fault healed", *recovery)})
 	}
 	return evs
@@ -123,7 +127,7 @@ func longestGap(successes []time.Duration, end time.Duration) float64 {
 
 // buckets slices the load into about 100 intervals of a round length and
 // counts the answers received in each.
-func buckets(outs []chaosOutcome, total time.Duration) (int, []ChaosBucket) {
+func buckets(outs []chaosOutcome, total time.Duration) (int, []Bucket) {
 	size := 100
 	for _, s := range []int{100, 200, 250, 500, 1000, 2000, 5000, 10000} {
 		size = s
@@ -132,7 +136,7 @@ func buckets(outs []chaosOutcome, total time.Duration) (int, []ChaosBucket) {
 		}
 	}
 	n := int(total/(time.Duration(size)*time.Millisecond)) + 1
-	out := make([]ChaosBucket, n)
+	out := make([]Bucket, n)
 	for i := range out {
 		out[i].AtMs = i * size
 	}
@@ -140,13 +144,13 @@ func buckets(outs []chaosOutcome, total time.Duration) (int, []ChaosBucket) {
 		i := min(int(x.done/(time.Duration(size)*time.Millisecond)), n-1)
 		b := &out[i]
 		switch x.kind {
-		case KindReserved:
+		case client.KindReserved:
 			b.Reserved++
-		case KindStaleFence:
+		case client.KindStaleFence:
 			b.StaleFence++
-		case KindLockUnavailable:
+		case client.KindLockUnavailable:
 			b.LockUnavailable++
-		case KindInsufficient:
+		case client.KindInsufficient:
 			b.Insufficient++
 		default:
 			b.Other++

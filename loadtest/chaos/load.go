@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"context"
@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // maxChaosOrders bounds the orders one chaos run sends, whatever the
@@ -21,7 +24,7 @@ const maxChaosOrders = 500_000
 type chaosOutcome struct {
 	sent, done time.Duration
 	inst       int
-	kind       Kind
+	kind       client.Kind
 	code       string
 }
 
@@ -29,23 +32,23 @@ type chaosOutcome struct {
 type pendingOrder struct {
 	key  string
 	body []byte
-	req  OrderRequest
+	req  client.OrderRequest
 	inst int
 }
 
 // chaosLoad is the steady order load of a chaos run: closed-loop clients
 // pinned to instances, ordering from a few hot SKUs, plus the orders a
 // scenario sends on purpose (with X-Chaos-Pause). It books every 201 in a
-// ledger, as Run does, and keeps every outcome with its time for the
+// receipts, as run does, and keeps every outcome with its time for the
 // timeline and the recovery figures.
 type chaosLoad struct {
-	client *Client
-	urls   []string
-	skus   []string
-	runID  string
-	ledger *Ledger
-	lat    *recorder
-	hold   int
+	client   *client.Client
+	urls     []string
+	skus     []string
+	runID    string
+	receipts *run.Receipts
+	lat      *tally.Latency
+	hold     int
 
 	start time.Time
 	seq   atomic.Int64
@@ -61,9 +64,9 @@ type chaosLoad struct {
 }
 
 func newChaosLoad(urls, skus []string, runID string, concurrency int, requestTimeout time.Duration) *chaosLoad {
-	c := NewClient(concurrency+8, "", requestTimeout)
-	c.http.Transport = chaosTransport{base: c.http.Transport}
-	return &chaosLoad{client: c, urls: urls, skus: skus, runID: runID, ledger: NewLedger(), lat: newRecorder(), hold: 900}
+	c := client.New(concurrency+8, "", requestTimeout)
+	c.WrapTransport(func(rt http.RoundTripper) http.RoundTripper { return chaosTransport{base: rt} })
+	return &chaosLoad{client: c, urls: urls, skus: skus, runID: runID, receipts: run.NewReceipts(), lat: tally.NewLatency(), hold: 900}
 }
 
 // since is the time since the load started.
@@ -99,13 +102,13 @@ func (l *chaosLoad) stop() {
 
 // randomOrder is one or, now and then, two lines of 1–3 units: small
 // orders, so that many of them contend for the same hot SKUs.
-func (l *chaosLoad) randomOrder(rng *rand.Rand) OrderRequest {
-	req := OrderRequest{HoldSeconds: l.hold}
+func (l *chaosLoad) randomOrder(rng *rand.Rand) client.OrderRequest {
+	req := client.OrderRequest{HoldSeconds: l.hold}
 	first := rng.IntN(len(l.skus))
-	req.Lines = append(req.Lines, OrderLine{SKU: l.skus[first], Quantity: 1 + rng.IntN(3)})
+	req.Lines = append(req.Lines, client.OrderLine{SKU: l.skus[first], Quantity: 1 + rng.IntN(3)})
 	if len(l.skus) > 1 && rng.IntN(5) == 0 {
 		second := (first + 1 + rng.IntN(len(l.skus)-1)) % len(l.skus)
-		req.Lines = append(req.Lines, OrderLine{SKU: l.skus[second], Quantity: 1 + rng.IntN(3)})
+		req.Lines = append(req.Lines, client.OrderLine{SKU: l.skus[second], Quantity: 1 + rng.IntN(3)})
 	}
 	return req
 }
@@ -121,9 +124,9 @@ const stalledQty = 25
 // each asking the instance to stall for pause between its claim and its
 // write, and passes each answer to answered. A paused request is decided
 // alone, never coalesced, and its lease has no watchdog.
-func (l *chaosLoad) sendPaused(ctx context.Context, inst int, pause time.Duration, answered func(sku string, out Outcome, took time.Duration)) {
+func (l *chaosLoad) sendPaused(ctx context.Context, inst int, pause time.Duration, answered func(sku string, out client.Outcome, took time.Duration)) {
 	for _, sku := range l.skus {
-		req := OrderRequest{HoldSeconds: l.hold, Lines: []OrderLine{{SKU: sku, Quantity: stalledQty}}}
+		req := client.OrderRequest{HoldSeconds: l.hold, Lines: []client.OrderLine{{SKU: sku, Quantity: stalledQty}}}
 		l.extra.Go(func() {
 			start := time.Now()
 			out := l.place(ctx, inst, req, pause)
@@ -133,7 +136,7 @@ func (l *chaosLoad) sendPaused(ctx context.Context, inst int, pause time.Duratio
 }
 
 // place sends one order and books its outcome.
-func (l *chaosLoad) place(ctx context.Context, inst int, req OrderRequest, pause time.Duration) Outcome {
+func (l *chaosLoad) place(ctx context.Context, inst int, req client.OrderRequest, pause time.Duration) client.Outcome {
 	body, err := json.Marshal(req)
 	if err != nil {
 		panic(err) // plain structs always encode
@@ -147,12 +150,12 @@ func (l *chaosLoad) place(ctx context.Context, inst int, req OrderRequest, pause
 	out := l.client.PlaceOrder(ctx, l.urls[inst], key, body)
 	done := l.since()
 	l.lat.Record(done - sent)
-	if out.Kind == KindReserved {
-		l.ledger.Record(key, req, out.Order)
+	if out.Kind == client.KindReserved {
+		l.receipts.Record(key, req, out.Order)
 	}
 	l.mu.Lock()
 	l.outcomes = append(l.outcomes, chaosOutcome{sent: sent, done: done, inst: inst, kind: out.Kind, code: out.Code})
-	if out.Kind == KindUnknown {
+	if out.Kind == client.KindUnknown {
 		l.pending = append(l.pending, pendingOrder{key: key, body: body, req: req, inst: inst})
 	}
 	l.mu.Unlock()
@@ -170,16 +173,16 @@ func (l *chaosLoad) reconcile(ctx context.Context) (reconciled, unresolved int) 
 	todo := append([]pendingOrder(nil), l.pending...)
 	l.mu.Unlock()
 	results := make([]bool, len(todo))
-	_ = forEach(ctx, len(todo), 8, func(ctx context.Context, j int) error {
+	_ = run.ForEach(ctx, len(todo), 8, func(ctx context.Context, j int) error {
 		p := todo[j]
 		for try := 1; try <= 5 && ctx.Err() == nil; try++ {
 			out := l.client.PlaceOrder(ctx, l.urls[(p.inst+try)%len(l.urls)], p.key, p.body)
-			if out.Kind == KindUnknown {
-				sleepCtx(ctx, 300*time.Millisecond)
+			if out.Kind == client.KindUnknown {
+				run.Sleep(ctx, 300*time.Millisecond)
 				continue
 			}
-			if out.Kind == KindReserved {
-				l.ledger.Record(p.key, p.req, out.Order)
+			if out.Kind == client.KindReserved {
+				l.receipts.Record(p.key, p.req, out.Order)
 			}
 			results[j] = true
 			return nil
@@ -213,20 +216,20 @@ func (l *chaosLoad) sellOut(ctx context.Context) (int64, error) {
 				break
 			}
 			q := min(st.Available, 1_000_000)
-			req := OrderRequest{HoldSeconds: l.hold, Lines: []OrderLine{{SKU: sku, Quantity: int(q)}}}
+			req := client.OrderRequest{HoldSeconds: l.hold, Lines: []client.OrderLine{{SKU: sku, Quantity: int(q)}}}
 			body, _ := json.Marshal(req)
 			key := fmt.Sprintf("%s-sellout-%d-%d", l.runID, i, try)
 			out := l.client.PlaceOrder(ctx, l.urls[0], key, body)
-			if out.Kind == KindUnknown {
+			if out.Kind == client.KindUnknown {
 				// Learn the outcome with the same key before reading again.
 				out = l.client.PlaceOrder(ctx, l.urls[1%len(l.urls)], key, body)
 			}
-			if out.Kind == KindReserved {
-				l.ledger.Record(key, req, out.Order)
+			if out.Kind == client.KindReserved {
+				l.receipts.Record(key, req, out.Order)
 				total += q
 				continue
 			}
-			sleepCtx(ctx, 200*time.Millisecond)
+			run.Sleep(ctx, 200*time.Millisecond)
 		}
 	}
 	return total, nil
@@ -240,32 +243,9 @@ func (l *chaosLoad) snapshot() []chaosOutcome {
 }
 
 // verify reads every SKU's audit and counters and checks them against the
-// ledger, exactly as Run does. Unfenced, the store never stamps a token on
-// the row, so the row's token lagging the answers' is no finding there.
-func (l *chaosLoad) verify(ctx context.Context, stock int, fenced bool) (Verification, error) {
-	checks := make([]SKUCheck, len(l.skus))
-	u := l.urls[0]
-	err := forEach(ctx, len(l.skus), 8, func(ctx context.Context, i int) error {
-		sku := l.skus[i]
-		a, err := l.client.Audit(ctx, u, sku)
-		if err != nil {
-			return fmt.Errorf("verify: %w", err)
-		}
-		c, err := l.client.GetSKU(ctx, u, sku)
-		if err != nil {
-			return fmt.Errorf("verify: %w", err)
-		}
-		ch := CheckSKU(sku, int64(stock), l.ledger.Units(sku), l.ledger.MaxToken(sku), a, c)
-		if !fenced {
-			ch.Disagreements = slices.DeleteFunc(ch.Disagreements, func(d Disagreement) bool { return d.Kind == "fence_token_regressed" })
-		}
-		checks[i] = ch
-		return nil
-	})
-	if err != nil {
-		return Verification{}, err
-	}
-	return Summarize(checks, l.ledger.Orders(), l.ledger.Problems()), nil
+// receipts, exactly as run does.
+func (l *chaosLoad) verify(ctx context.Context, stock int, fenced bool) (run.Verification, error) {
+	return run.Verify(ctx, l.client, l.urls[0], l.skus, int64(stock), l.receipts, fenced)
 }
 
 type chaosPauseKey struct{}

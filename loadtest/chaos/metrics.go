@@ -1,13 +1,13 @@
-package loadtest
+package chaos
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"fmt"
-	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/stockguard/stockguard/loadtest/client"
 )
 
 // Counters scraped from every instance after a chaos run. The first is the
@@ -24,13 +24,10 @@ var scrapedMetrics = []string{metricStaleFence, metricLeasesLost, metricLockLeas
 
 // scrapeCounters reads base/metrics in the text format and sums, for each
 // of names, every series of that name whatever its labels.
-func (c *Client) scrapeCounters(ctx context.Context, base string, names []string) (map[string]float64, error) {
-	status, raw, err := c.do(ctx, http.MethodGet, base+"/metrics", nil, nil)
+func scrapeCounters(ctx context.Context, c *client.Client, base string, names []string) (map[string]float64, error) {
+	raw, err := c.Metrics(ctx, base)
 	if err != nil {
 		return nil, err
-	}
-	if status != http.StatusOK {
-		return nil, fmt.Errorf("GET %s/metrics: HTTP %d", base, status)
 	}
 	return sumCounters(raw, names), nil
 }

@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/stockguard/stockguard/internal/stack"
+
+	"github.com/stockguard/stockguard/loadtest/run"
 )
 
 // failoverRig is the redis-failover topology: a master, a replica that
@@ -52,7 +54,7 @@ func waitReplicaLinked(ctx context.Context, addr string, limit time.Duration) er
 		if last == nil {
 			return nil
 		}
-		sleepCtx(ctx, 50*time.Millisecond)
+		run.Sleep(ctx, 50*time.Millisecond)
 	}
 	return fmt.Errorf("replica %s: %w (%v)", addr, ctx.Err(), last)
 }
@@ -123,7 +125,7 @@ func redisFailover(ctx context.Context, e *chaosEnv) error {
 	// there after the promotion; once a TTL has passed it has expired, and
 	// the replica knows of no lease that is still valid, which is the race.
 	ttl := e.plan.sc.lockTTL(e.cc)
-	sleepCtx(ctx, ttl+ttl/4)
+	run.Sleep(ctx, ttl+ttl/4)
 	e.stallVictim(ctx, failoverStall)
 	onMaster, err := fenceCounters(ctx, rig.master.Addr(), skus)
 	if err != nil {

@@ -1,12 +1,12 @@
-package loadtest
+package chaos
 
 import (
 	"fmt"
-	"html/template"
 	"io"
-	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/stockguard/stockguard/loadtest/report"
 )
 
 // chaosColumns are the figures of a run, in the terminal table and the report.
@@ -18,7 +18,7 @@ var chaosColumns = []string{"scenario", "backend", "fencing", "orders", "reserve
 
 // chaosCells renders a run's row of chaosColumns; the verdict is short, the
 // figures are beside it.
-func chaosCells(r ChaosRun) []string {
+func chaosCells(r Run) []string {
 	rec := "–"
 	if r.RecoveryMs != nil {
 		rec = fmt.Sprintf("%.0f", *r.RecoveryMs)
@@ -29,7 +29,7 @@ func chaosCells(r ChaosRun) []string {
 }
 
 // shortVerdict is PASS or FAIL and why, in a few words.
-func shortVerdict(r ChaosRun) string {
+func shortVerdict(r Run) string {
 	damaged := r.Units.Oversold+r.Units.Lost > 0 || !r.Verification.Safe()
 	switch {
 	case !r.Pass:
@@ -45,20 +45,20 @@ func shortVerdict(r ChaosRun) string {
 }
 
 // chaosStatus colours a run: safe, damage shown where it had to be, or a failure.
-func chaosStatus(r ChaosRun) Status {
+func chaosStatus(r Run) report.Status {
 	switch {
 	case r.Error != "" && r.Orders.Sent == 0:
-		return StatusError
+		return report.StatusError
 	case !r.Pass:
-		return StatusUnsafe
+		return report.StatusUnsafe
 	case r.Units.Oversold+r.Units.Lost > 0:
-		return StatusExpectedUnsafe
+		return report.StatusExpectedUnsafe
 	}
-	return StatusSafe
+	return report.StatusSafe
 }
 
-// PrintChaosTable writes one row per run, then what failed.
-func PrintChaosTable(w io.Writer, res *ChaosResult) {
+// PrintTable writes one row per run, then what failed.
+func PrintTable(w io.Writer, res *Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(chaosColumns, "\t"))
 	for _, r := range res.Runs {
@@ -75,8 +75,8 @@ func PrintChaosTable(w io.Writer, res *ChaosResult) {
 	}
 }
 
-// ChaosMarkdownTable is the table of the runs in GitHub Markdown, for the README.
-func ChaosMarkdownTable(res *ChaosResult) string {
+// MarkdownTable is the table of the runs in GitHub Markdown, for the README.
+func MarkdownTable(res *Result) string {
 	var b strings.Builder
 	b.WriteString("| " + strings.Join(chaosColumns, " | ") + " |\n|")
 	for range chaosColumns {
@@ -89,10 +89,10 @@ func ChaosMarkdownTable(res *ChaosResult) string {
 	return b.String()
 }
 
-// ChaosReport builds the HTML report of a chaos result: the table of runs,
+// Report builds the HTML report of a chaos result: the table of runs,
 // then one section per run with its timeline.
-func ChaosReport(res *ChaosResult) Report {
-	r := Report{Title: "Stockguard: chaos scenarios", Generated: res.GeneratedAt}
+func Report(res *Result) report.Report {
+	r := report.Report{Title: "Stockguard: chaos scenarios", Generated: res.GeneratedAt}
 	if res.Label != "" {
 		r.Title += " — " + res.Label
 	}
@@ -108,11 +108,11 @@ func ChaosReport(res *ChaosResult) Report {
 	if !res.Pass {
 		r.Summary += " FAILED: " + strings.Join(res.Failures, "; ") + "."
 	}
-	t := &Table{Columns: chaosColumns}
+	t := &report.Table{Columns: chaosColumns}
 	for _, run := range res.Runs {
-		t.Rows = append(t.Rows, TableRow{Cells: chaosCells(run), Status: chaosStatus(run)})
+		t.Rows = append(t.Rows, report.TableRow{Cells: chaosCells(run), Status: chaosStatus(run)})
 	}
-	r.Sections = append(r.Sections, Section{
+	r.Sections = append(r.Sections, report.Section{
 		ID: "chaos", Title: "Scenarios × fencing", Table: t,
 		Intro: "Each run started its own lock servers and service instances (with --chaos), ran a steady order load on hot SKUs (one by default), " +
 			"injected the fault and healed it, then verified every SKU from the client's ledger, the audit and the counters. " +
@@ -122,16 +122,16 @@ func ChaosReport(res *ChaosResult) Report {
 	for i, run := range res.Runs {
 		r.Sections = append(r.Sections, chaosRunSection(i, run))
 	}
-	r.Workload = []Fact{
-		{"instances per run", fmt.Sprint(res.Instances)},
-		{"lock TTL", res.LockTTL + " (zookeeper: the 4s session timeout; redis-failover: at least 2s)"},
-		{"seed", fmt.Sprint(res.Seed)},
+	r.Workload = []report.Fact{
+		{Label: "instances per run", Value: fmt.Sprint(res.Instances)},
+		{Label: "lock TTL", Value: res.LockTTL + " (zookeeper: the 4s session timeout; redis-failover: at least 2s)"},
+		{Label: "seed", Value: fmt.Sprint(res.Seed)},
 	}
 	return r
 }
 
-func chaosRunSection(i int, run ChaosRun) Section {
-	s := Section{
+func chaosRunSection(i int, run Run) report.Section {
+	s := report.Section{
 		ID:    fmt.Sprintf("run-%d", i+1),
 		Title: fmt.Sprintf("%s · %s · fencing %s", run.Scenario, run.Backend, run.Fencing),
 	}
@@ -139,7 +139,7 @@ func chaosRunSection(i int, run ChaosRun) Section {
 		s.Intro = sc.Summary + " "
 	}
 	s.Intro += "Verdict: " + run.Verdict + "; " + shortVerdict(run) + "."
-	s.Charts = []Chart{ChaosTimelineChart("Timeline: answers per interval, faults and heals", run)}
+	s.Charts = []report.Chart{timelineChart("Timeline: answers per interval, faults and heals", run)}
 	for n, ev := range run.Events {
 		s.Notes = append(s.Notes, fmt.Sprintf("%d. +%.2fs %s: %s", n+1, ev.AtMs/1000, ev.Kind, ev.What))
 	}
@@ -152,13 +152,13 @@ func chaosRunSection(i int, run ChaosRun) Section {
 // timelineKinds are the stacked series of a timeline, bottom to top.
 var timelineKinds = []struct {
 	name, color string
-	count       func(ChaosBucket) int
+	count       func(Bucket) int
 }{
-	{"201 reserved", "#2e7d32", func(b ChaosBucket) int { return b.Reserved }},
-	{"409 stale_fence", "#ef6c00", func(b ChaosBucket) int { return b.StaleFence }},
-	{"503 lock_unavailable", "#c62828", func(b ChaosBucket) int { return b.LockUnavailable }},
-	{"409 insufficient", "#90a4ae", func(b ChaosBucket) int { return b.Insufficient }},
-	{"other / no answer", "#616161", func(b ChaosBucket) int { return b.Other }},
+	{"201 reserved", "#2e7d32", func(b Bucket) int { return b.Reserved }},
+	{"409 stale_fence", "#ef6c00", func(b Bucket) int { return b.StaleFence }},
+	{"503 lock_unavailable", "#c62828", func(b Bucket) int { return b.LockUnavailable }},
+	{"409 insufficient", "#90a4ae", func(b Bucket) int { return b.Insufficient }},
+	{"other / no answer", "#616161", func(b Bucket) int { return b.Other }},
 }
 
 // eventColor marks faults red, heals green and notes grey.
@@ -172,3 +172,23 @@ func eventColor(kind string) string {
 	return "#757575"
 }
 
+// timelineChart draws a run's answers per interval, the spans its fault
+// was in force and its numbered events.
+func timelineChart(title string, r Run) report.Chart {
+	t := report.Timeline{DurationMs: r.DurationS * 1000, BucketMs: r.BucketMs, WindowsMs: r.Fault.WindowsMs, WindowName: "fault in force"}
+	for _, k := range timelineKinds {
+		t.Series = append(t.Series, report.TimelineSeries{Name: k.name, Color: k.color})
+	}
+	for _, b := range r.Timeline {
+		tb := report.TimelineBucket{AtMs: b.AtMs}
+		for _, k := range timelineKinds {
+			tb.Counts = append(tb.Counts, k.count(b))
+		}
+		t.Buckets = append(t.Buckets, tb)
+	}
+	for _, ev := range r.Events {
+		t.Events = append(t.Events, report.TimelineEvent{AtMs: ev.AtMs, Color: eventColor(ev.Kind),
+			Label: fmt.Sprintf("+%.2fs %s: %s", ev.AtMs/1000, ev.Kind, ev.What)})
+	}
+	return report.TimelineChart(title, t)
+}

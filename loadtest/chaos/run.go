@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"context"
@@ -7,6 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // What a run must show, by scenario and fencing mode.
@@ -16,8 +20,8 @@ const (
 	ExpectReport = "report" // fencing off, a fault the lock alone survives: damage possible, not required
 )
 
-// ChaosRun is one scenario run with one backend and fencing mode.
-type ChaosRun struct {
+// Run is one scenario run with one backend and fencing mode.
+type Run struct {
 	Scenario  string `json:"scenario"`
 	Backend   string `json:"backend"`
 	Fencing   string `json:"fencing"`
@@ -28,9 +32,9 @@ type ChaosRun struct {
 	Expect    string    `json:"expect"`
 	StartedAt time.Time `json:"started_at"`
 	// DurationS is how long the order load ran.
-	DurationS float64     `json:"duration_s"`
-	Orders    OrderCounts `json:"orders"`
-	Units     UnitCounts  `json:"units"`
+	DurationS float64           `json:"duration_s"`
+	Orders    tally.OrderCounts `json:"orders"`
+	Units     tally.UnitCounts  `json:"units"`
 	// StaleWritesRejected is stockguard_stale_fence_total summed over the
 	// instances: writes the store refused because a newer lease had claimed
 	// the row. Orders.StaleFence counts the 409 answers clients got.
@@ -40,22 +44,22 @@ type ChaosRun struct {
 	// an affected instance; null if none came.
 	RecoveryMs *float64 `json:"recovery_ms"`
 	// LongestGapMs is the longest stretch of the load without a single 201.
-	LongestGapMs float64            `json:"longest_success_gap_ms"`
-	LatencyMs    LatencySummary     `json:"latency_ms"`
-	Metrics      map[string]float64 `json:"metrics"`
-	Events       []ChaosEvent       `json:"events"`
-	BucketMs     int                `json:"bucket_ms"`
-	Timeline     []ChaosBucket      `json:"timeline"`
+	LongestGapMs float64              `json:"longest_success_gap_ms"`
+	LatencyMs    tally.LatencySummary `json:"latency_ms"`
+	Metrics      map[string]float64   `json:"metrics"`
+	Events       []Event              `json:"events"`
+	BucketMs     int                  `json:"bucket_ms"`
+	Timeline     []Bucket             `json:"timeline"`
 	// SellOutUnits were ordered after the load to empty the shelf (see
-	// ChaosConfig.SellOut).
-	SellOutUnits int64        `json:"sell_out_units"`
-	Verification Verification `json:"verification"`
-	Verdict      string       `json:"verdict"`
-	Pass         bool         `json:"pass"`
-	Failures     []string     `json:"failures,omitempty"`
-	Error        string       `json:"error,omitempty"`
-	Notes        []string     `json:"notes,omitempty"`
-	Logs         string       `json:"logs,omitempty"`
+	// Config.SellOut).
+	SellOutUnits int64            `json:"sell_out_units"`
+	Verification run.Verification `json:"verification"`
+	Verdict      string           `json:"verdict"`
+	Pass         bool             `json:"pass"`
+	Failures     []string         `json:"failures,omitempty"`
+	Error        string           `json:"error,omitempty"`
+	Notes        []string         `json:"notes,omitempty"`
+	Logs         string           `json:"logs,omitempty"`
 }
 
 // FaultFigures are the answers received while a fault was in force.
@@ -69,8 +73,8 @@ type FaultFigures struct {
 	StaleFenceDuring      int          `json:"stale_fence_during"`
 }
 
-// ChaosBucket counts the answers received in one slice of the timeline.
-type ChaosBucket struct {
+// Bucket counts the answers received in one slice of the timeline.
+type Bucket struct {
 	AtMs            int `json:"at_ms"`
 	Reserved        int `json:"reserved"`
 	StaleFence      int `json:"stale_fence"`
@@ -90,9 +94,9 @@ func (p chaosPlan) expect() string {
 }
 
 // runOne makes one run and judges it; every failure is recorded in the run.
-func (cc ChaosConfig) runOne(ctx context.Context, p chaosPlan, root string, prog *chaosProgress) ChaosRun {
-	run := ChaosRun{Scenario: p.sc.Name, Backend: p.backend, Fencing: p.fencing, Instances: cc.Instances,
-		LockTTL: p.sc.lockTTL(cc).String(), Expect: p.expect(), Metrics: map[string]float64{}, Events: []ChaosEvent{}}
+func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *progress.Bar) Run {
+	run := Run{Scenario: p.sc.Name, Backend: p.backend, Fencing: p.fencing, Instances: cc.Instances,
+		LockTTL: p.sc.lockTTL(cc).String(), Expect: p.expect(), Metrics: map[string]float64{}, Events: []Event{}}
 	if p.backend == "zookeeper" {
 		run.LockTTL = "session " + zkSessionTimeout.String()
 	}
@@ -115,7 +119,7 @@ func (cc ChaosConfig) runOne(ctx context.Context, p chaosPlan, root string, prog
 }
 
 // execute sets the run up, runs the load with the fault in it, and measures.
-func (e *chaosEnv) execute(ctx context.Context, run *ChaosRun) error {
+func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 	setup := e.plan.sc.setup
 	if setup == nil {
 		setup = func(ctx context.Context, e *chaosEnv) error { return e.startServers(ctx) }
@@ -123,18 +127,18 @@ func (e *chaosEnv) execute(ctx context.Context, run *ChaosRun) error {
 	if err := setup(ctx, e); err != nil {
 		return fmt.Errorf("start lock servers: %w", err)
 	}
-	runID := newRunID()
+	runID := run.NewRunID()
 	if err := e.startInstances(ctx, runID); err != nil {
 		return fmt.Errorf("start instances: %w", err)
 	}
 	// Counters from before the load (creating the SKUs) are not the run's.
 	baseline, err := e.scrape(ctx)
 	if err != nil {
-		run.Notes = append(run.Notes, "metrics before the load: "+err.Error())
+		out.Notes = append(out.Notes, "metrics before the load: "+err.Error())
 	}
-	run.StartedAt = time.Now().UTC()
+	out.StartedAt = time.Now().UTC()
 	e.load.run(ctx, e.cc.Concurrency, e.cc.Seed)
-	sleepCtx(ctx, e.cc.Warmup)
+	run.Sleep(ctx, e.cc.Warmup)
 	faultErr := e.plan.sc.fault(ctx, e)
 	if faultErr != nil {
 		e.event(EventNote, "fault injection failed: %v", faultErr)
@@ -142,20 +146,20 @@ func (e *chaosEnv) execute(ctx context.Context, run *ChaosRun) error {
 	}
 	// The load runs for Duration at least, and for Recovery after the last
 	// event, so that the time to recover can be seen.
-	sleepCtx(ctx, max(e.cc.Duration, e.lastEventAt()+e.cc.Recovery)-e.load.since())
+	run.Sleep(ctx, max(e.cc.Duration, e.lastEventAt()+e.cc.Recovery)-e.load.since())
 	e.bg.Wait() // bounded: a restart gives up after 30s
-	sleepCtx(ctx, e.lastEventAt()+300*time.Millisecond-e.load.since())
+	run.Sleep(ctx, e.lastEventAt()+300*time.Millisecond-e.load.since())
 	e.load.stop()
 	loadFor := e.load.since()
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("interrupted: %w", err)
 	}
-	run.Orders.Reconciled, run.Orders.Unresolved = e.load.reconcile(ctx)
+	out.Orders.Reconciled, out.Orders.Unresolved = e.load.reconcile(ctx)
 	if e.cc.SellOut {
 		units, err := e.load.sellOut(ctx)
-		run.SellOutUnits = units
+		out.SellOutUnits = units
 		if err != nil {
-			run.Notes = append(run.Notes, err.Error())
+			out.Notes = append(out.Notes, err.Error())
 		}
 	}
 	v, err := e.load.verify(ctx, e.cc.Stock, e.plan.fencing == "on")
@@ -164,12 +168,12 @@ func (e *chaosEnv) execute(ctx context.Context, run *ChaosRun) error {
 	}
 	metrics, err := e.scrape(ctx)
 	if err != nil {
-		run.Notes = append(run.Notes, "metrics: "+err.Error())
+		out.Notes = append(out.Notes, "metrics: "+err.Error())
 	}
 	for k := range metrics {
 		metrics[k] -= baseline[k]
 	}
-	e.fill(run, v, metrics, loadFor)
+	e.fill(out, v, metrics, loadFor)
 	if faultErr != nil {
 		return fmt.Errorf("fault: %w", faultErr)
 	}
@@ -187,7 +191,7 @@ func (e *chaosEnv) lastEventAt() time.Duration {
 }
 
 // chaosVerdict is the run's outcome in one line.
-func chaosVerdict(r *ChaosRun) string {
+func chaosVerdict(r *Run) string {
 	if r.Error != "" && r.Orders.Sent == 0 {
 		return "ERROR: " + firstLine(r.Error)
 	}
@@ -208,7 +212,7 @@ func chaosVerdict(r *ChaosRun) string {
 }
 
 // judge lists what the run failed to show, given what it had to.
-func (r *ChaosRun) judge(sc *scenario) {
+func (r *Run) judge(sc *scenario) {
 	var f []string
 	if r.Error != "" {
 		f = append(f, "did not complete: "+firstLine(r.Error))

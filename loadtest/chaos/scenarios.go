@@ -1,10 +1,14 @@
-package loadtest
+package chaos
 
 import (
 	"context"
 	"fmt"
+	"io"
 	"strings"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/run"
 )
 
 // Kinds of timeline events.
@@ -17,9 +21,9 @@ const (
 	EventOutcome = "outcome"
 )
 
-// ChaosEvent is one entry of a run's timeline, timed from the start of the
+// Event is one entry of a run's timeline, timed from the start of the
 // order load.
-type ChaosEvent struct {
+type Event struct {
 	AtMs float64 `json:"at_ms"`
 	Kind string  `json:"kind"`
 	What string  `json:"what"`
@@ -53,16 +57,16 @@ type scenario struct {
 	// units, or it did not exercise the race it is about.
 	DamageUnfenced bool
 	// ttl is the --lock-ttl of the instances; nil means --lock-ttl.
-	ttl func(cc ChaosConfig) time.Duration
+	ttl func(cc Config) time.Duration
 	// setup starts the lock servers; nil means those of the backend.
 	setup func(ctx context.Context, e *chaosEnv) error
 	// fault injects the fault while the load runs, and heals it.
 	fault func(ctx context.Context, e *chaosEnv) error
 	// check lists what else a fenced run must show.
-	check func(r *ChaosRun) []string
+	check func(r *Run) []string
 }
 
-func (s *scenario) lockTTL(cc ChaosConfig) time.Duration {
+func (s *scenario) lockTTL(cc Config) time.Duration {
 	if s.ttl != nil {
 		return s.ttl(cc)
 	}
@@ -81,7 +85,7 @@ var scenarios = []*scenario{
 		Name: "kill-redis-minority", Backends: []string{"redlock"},
 		Summary: "SIGKILL 2 of the 5 Redlock masters mid-run, restart them empty later: a majority remains, so orders keep succeeding.",
 		fault:   killRedis(2),
-		check: func(r *ChaosRun) []string {
+		check: func(r *Run) []string {
 			if r.Fault.ReservedDuring == 0 {
 				return []string{"no order succeeded while 2 of 5 masters were down"}
 			}
@@ -92,7 +96,7 @@ var scenarios = []*scenario{
 		Name: "kill-redis-majority", Backends: []string{"redlock"},
 		Summary: "SIGKILL 3 of the 5 Redlock masters mid-run, restart them empty later: no quorum, so 503 lock_unavailable until the restart.",
 		fault:   killRedis(3),
-		check: func(r *ChaosRun) []string {
+		check: func(r *Run) []string {
 			var out []string
 			if r.Fault.LockUnavailableDuring == 0 {
 				out = append(out, "no 503 lock_unavailable while 3 of 5 masters were down")
@@ -110,7 +114,7 @@ var scenarios = []*scenario{
 		Name: "zk-session-expiry", Backends: []string{"zookeeper"},
 		Summary: "Expire one instance's ZooKeeper session from outside (a second client presents its id and password, then closes it) while it holds leases between claim and write.",
 		fault:   zkSessionExpiry,
-		check: func(r *ChaosRun) []string {
+		check: func(r *Run) []string {
 			out := needRecovery(r)
 			if r.Metrics[metricZKSessLost] == 0 {
 				out = append(out, "the instance never noticed its session expired")
@@ -121,22 +125,29 @@ var scenarios = []*scenario{
 	{
 		Name: "redis-failover", Backends: []string{"redis"}, DamageUnfenced: true,
 		Summary: "A single Redis master with a lagging replica: kill the master while a holder sits between claim and write, promote the replica, which never saw the lock or the token counter, and move the clients to it.",
-		ttl:     func(cc ChaosConfig) time.Duration { return max(cc.LockTTL, failoverTTL) },
+		ttl:     func(cc Config) time.Duration { return max(cc.LockTTL, failoverTTL) },
 		setup:   failoverSetup,
 		fault:   redisFailover,
 		check:   needStaleRejected,
 	},
 }
 
-// ChaosScenarios names the scenarios of `load chaos`, in the order
+// Scenarios names the scenarios of `load chaos`, in the order
 // --scenario=all runs them.
-var ChaosScenarios = func() []string {
+var Scenarios = func() []string {
 	out := make([]string, len(scenarios))
 	for i, s := range scenarios {
 		out[i] = s.Name
 	}
 	return out
 }()
+
+// PrintScenarios writes one line per scenario: its name and summary.
+func PrintScenarios(w io.Writer) {
+	for _, s := range scenarios {
+		fmt.Fprintf(w, "  %-20s %s\n", s.Name, s.Summary)
+	}
+}
 
 func scenarioByName(name string) *scenario {
 	for _, s := range scenarios {
@@ -147,14 +158,14 @@ func scenarioByName(name string) *scenario {
 	return nil
 }
 
-func needStaleRejected(r *ChaosRun) []string {
+func needStaleRejected(r *Run) []string {
 	if r.StaleWritesRejected == 0 && r.Orders.StaleFence == 0 {
 		return []string{"no stale write was rejected: the scenario did not exercise the race"}
 	}
 	return nil
 }
 
-func needRecovery(r *ChaosRun) []string {
+func needRecovery(r *Run) []string {
 	if r.RecoveryMs == nil {
 		return []string{"no order succeeded after the fault healed"}
 	}
@@ -174,7 +185,7 @@ func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) {
 	v := e.victim()
 	before := e.pausesLogged(v)
 	e.event(EventNote, "instance %d: %d-unit order on each hot SKU sent with X-Chaos-Pause: %v (stall between claim and write)", v+1, stalledQty, stall)
-	e.load.sendPaused(ctx, v, stall, func(sku string, out Outcome, took time.Duration) {
+	e.load.sendPaused(ctx, v, stall, func(sku string, out client.Outcome, took time.Duration) {
 		e.event(EventOutcome, "instance %d: stalled order on %s answered %s after %v", v+1, shortSKU(sku), describeOutcome(out), took.Round(time.Millisecond))
 	})
 	if e.waitPausing(ctx, v, before, 1, 5*time.Second) {
@@ -198,7 +209,7 @@ func pauseHolder(ctx context.Context, e *chaosEnv) error {
 	if err := e.freeze(v); err != nil {
 		return err
 	}
-	sleepCtx(ctx, stopFor)
+	run.Sleep(ctx, stopFor)
 	if err := e.thaw(v); err != nil {
 		return err
 	}
@@ -221,7 +232,7 @@ func killRedis(k int) func(context.Context, *chaosEnv) error {
 				return err
 			}
 		}
-		sleepCtx(ctx, down)
+		run.Sleep(ctx, down)
 		// One by one: the fault heals when a quorum is up again, which for
 		// a lost majority is before the last node is back.
 		healed := false
@@ -260,7 +271,7 @@ func killZKNode(ctx context.Context, e *chaosEnv) error {
 		return err
 	}
 	e.window(from, e.event(EventHeal, "follower %d restarted and back in the ensemble", f+1))
-	sleepCtx(ctx, 500*time.Millisecond)
+	run.Sleep(ctx, 500*time.Millisecond)
 
 	if leader, err = e.zk.WaitLeader(ctx); err != nil {
 		return err
@@ -293,7 +304,7 @@ func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 	v := e.victim()
 	e.stallVictim(ctx, expiryStall)
 	// Read after the stall began: this is the session the stalled leases live in.
-	id, passwd, err := e.client.zkSessionOf(ctx, e.ins[v].URL)
+	id, passwd, err := zkSessionOf(ctx, e.client, e.ins[v].URL)
 	if err != nil {
 		return err
 	}
@@ -305,12 +316,12 @@ func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 	e.window(from, from+expiryStall)
 	// Bounded wait for the instance to show a new session.
 	for range 100 {
-		next, _, err := e.client.zkSessionOf(ctx, e.ins[v].URL)
+		next, _, err := zkSessionOf(ctx, e.client, e.ins[v].URL)
 		if err == nil && next != id {
 			e.event(EventNote, "instance %d in a new session %#x", v+1, next)
 			return nil
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		run.Sleep(ctx, 100*time.Millisecond)
 	}
 	e.event(EventNote, "instance %d showed no new session within 10s", v+1)
 	return nil
@@ -318,9 +329,9 @@ func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 
 // describeOutcome names an answer for the timeline: "201 (token 812)",
 // "409 stale_fence", "no answer (timeout)".
-func describeOutcome(out Outcome) string {
+func describeOutcome(out client.Outcome) string {
 	switch {
-	case out.Kind == KindReserved && out.Order != nil && len(out.Order.Lines) > 0:
+	case out.Kind == client.KindReserved && out.Order != nil && len(out.Order.Lines) > 0:
 		return fmt.Sprintf("201 (token %d)", out.Order.Lines[0].FenceToken)
 	case out.Status == 0:
 		return "no answer (" + out.Code + ")"

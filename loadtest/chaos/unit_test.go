@@ -1,9 +1,8 @@
-package loadtest
+package chaos
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -11,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // echoServer answers every line with its prefix and the line, so a test can
@@ -133,11 +136,11 @@ stockguard_zk_sessions_lost_total{reason="expired",x="a b"} 1
 
 func TestChaosBucketsAndGaps(t *testing.T) {
 	outs := []chaosOutcome{
-		{done: 50 * time.Millisecond, kind: KindReserved},
-		{done: 150 * time.Millisecond, kind: KindStaleFence},
-		{done: 160 * time.Millisecond, kind: KindLockUnavailable},
-		{done: 900 * time.Millisecond, kind: KindReserved},
-		{done: 950 * time.Millisecond, kind: KindUnknown},
+		{done: 50 * time.Millisecond, kind: client.KindReserved},
+		{done: 150 * time.Millisecond, kind: client.KindStaleFence},
+		{done: 160 * time.Millisecond, kind: client.KindLockUnavailable},
+		{done: 900 * time.Millisecond, kind: client.KindReserved},
+		{done: 950 * time.Millisecond, kind: client.KindUnknown},
 	}
 	size, bs := buckets(outs, time.Second)
 	if size != 100 || len(bs) != 11 {
@@ -163,19 +166,19 @@ func TestChaosJudge(t *testing.T) {
 	cases := []struct {
 		name string
 		sc   *scenario
-		run  ChaosRun
+		run  Run
 		pass bool
 	}{
-		{"fenced, safe, stale rejected", ph, ChaosRun{Expect: ExpectSafe, StaleWritesRejected: 2}, true},
-		{"fenced, safe, race not exercised", ph, ChaosRun{Expect: ExpectSafe}, false},
-		{"fenced, oversold", ph, ChaosRun{Expect: ExpectSafe, StaleWritesRejected: 1, Units: UnitCounts{Oversold: 3}}, false},
-		{"fenced, unknown outcomes", ph, ChaosRun{Expect: ExpectSafe, StaleWritesRejected: 1, Orders: OrderCounts{Unresolved: 1}}, false},
-		{"unfenced race, damage", ph, ChaosRun{Expect: ExpectDamage, Units: UnitCounts{Lost: 1}}, true},
-		{"unfenced race, no damage", ph, ChaosRun{Expect: ExpectDamage}, false},
-		{"majority, 503s and recovery", majority, ChaosRun{Expect: ExpectSafe, Fault: FaultFigures{LockUnavailableDuring: 9}, RecoveryMs: &recovered}, true},
-		{"majority, never recovered", majority, ChaosRun{Expect: ExpectSafe, Fault: FaultFigures{LockUnavailableDuring: 9}}, false},
-		{"unfenced report, no damage", majority, ChaosRun{Expect: ExpectReport}, true},
-		{"error", majority, ChaosRun{Expect: ExpectReport, Error: "start instances: boom"}, false},
+		{"fenced, safe, stale rejected", ph, Run{Expect: ExpectSafe, StaleWritesRejected: 2}, true},
+		{"fenced, safe, race not exercised", ph, Run{Expect: ExpectSafe}, false},
+		{"fenced, oversold", ph, Run{Expect: ExpectSafe, StaleWritesRejected: 1, Units: tally.UnitCounts{Oversold: 3}}, false},
+		{"fenced, unknown outcomes", ph, Run{Expect: ExpectSafe, StaleWritesRejected: 1, Orders: tally.OrderCounts{Unresolved: 1}}, false},
+		{"unfenced race, damage", ph, Run{Expect: ExpectDamage, Units: tally.UnitCounts{Lost: 1}}, true},
+		{"unfenced race, no damage", ph, Run{Expect: ExpectDamage}, false},
+		{"majority, 503s and recovery", majority, Run{Expect: ExpectSafe, Fault: FaultFigures{LockUnavailableDuring: 9}, RecoveryMs: &recovered}, true},
+		{"majority, never recovered", majority, Run{Expect: ExpectSafe, Fault: FaultFigures{LockUnavailableDuring: 9}}, false},
+		{"unfenced report, no damage", majority, Run{Expect: ExpectReport}, true},
+		{"error", majority, Run{Expect: ExpectReport, Error: "start instances: boom"}, false},
 	}
 	for _, tc := range cases {
 		r := tc.run
@@ -187,10 +190,10 @@ func TestChaosJudge(t *testing.T) {
 }
 
 func TestChaosPlanAndValidate(t *testing.T) {
-	cc := DefaultChaosConfig()
+	cc := DefaultConfig()
 	cc.Bin = "/bin/sh" // any executable file
-	cc.Scenarios = ChaosScenarios
-	if err := cc.validate(); err != nil {
+	cc.Scenarios = Scenarios
+	if err := cc.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(cc.plan()); n != 18 {
@@ -200,56 +203,33 @@ func TestChaosPlanAndValidate(t *testing.T) {
 	if n := len(cc.plan()); n != 2 {
 		t.Fatalf("--backend=postgres plans %d runs, want 2", n)
 	}
-	for _, bad := range []func(*ChaosConfig){
-		func(c *ChaosConfig) { c.Scenarios = []string{"nope"} },
-		func(c *ChaosConfig) { c.Scenarios = []string{"kill-zk-node"}; c.Backends = []string{"redis"} },
-		func(c *ChaosConfig) { c.Fencing = []string{"maybe"} },
-		func(c *ChaosConfig) { c.Instances = 2 },
-		func(c *ChaosConfig) { c.Bin = "/nonexistent" },
+	for _, bad := range []func(*Config){
+		func(c *Config) { c.Scenarios = []string{"nope"} },
+		func(c *Config) { c.Scenarios = []string{"kill-zk-node"}; c.Backends = []string{"redis"} },
+		func(c *Config) { c.Fencing = []string{"maybe"} },
+		func(c *Config) { c.Instances = 2 },
+		func(c *Config) { c.Bin = "/nonexistent" },
 	} {
-		c := DefaultChaosConfig()
+		c := DefaultConfig()
 		c.Bin, c.Scenarios = "/bin/sh", []string{"pause-holder"}
 		bad(&c)
-		if c.validate() == nil {
+		if c.Validate() == nil {
 			t.Errorf("config %+v: want an error", c)
 		}
 	}
 }
 
-func TestChaosCLIUsage(t *testing.T) {
-	for _, args := range [][]string{
-		{"chaos"},
-		{"chaos", "--scenario=nope", "--bin=/bin/sh"},
-		{"chaos", "--scenario=pause-holder", "--fencing=sometimes", "--bin=/bin/sh"},
-	} {
-		var stdout, stderr bytes.Buffer
-		err := Main(context.Background(), args, func(string) string { return "" }, &stdout, &stderr)
-		if !errors.Is(err, ErrUsage) {
-			t.Errorf("%v: err = %v, want ErrUsage", args, err)
-		}
-	}
-	var stdout, stderr bytes.Buffer
-	if err := Main(context.Background(), []string{"chaos", "-h"}, func(string) string { return "" }, &stdout, &stderr); err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range ChaosScenarios {
-		if !strings.Contains(stderr.String(), s) {
-			t.Errorf("chaos -h does not name %s", s)
-		}
-	}
-}
-
-// sampleChaosResult is two runs as RunChaos would report them.
-func sampleChaosResult() *ChaosResult {
+// sampleChaosResult is two runs as Execute would report them.
+func sampleChaosResult() *Result {
 	rec := 68.0
 	at, heal := 1100.0, 3100.0
-	mk := func(fencing string, oversold, lost, stale int64) ChaosRun {
-		r := ChaosRun{Scenario: "pause-holder", Backend: "redis", Fencing: fencing, Instances: 3, LockTTL: "1s",
+	mk := func(fencing string, oversold, lost, stale int64) Run {
+		r := Run{Scenario: "pause-holder", Backend: "redis", Fencing: fencing, Instances: 3, LockTTL: "1s",
 			Expect: ExpectSafe, DurationS: 5, StaleWritesRejected: stale, RecoveryMs: &rec, BucketMs: 100,
-			Orders: OrderCounts{Sent: 500, Reserved: 480, StaleFence: int(stale), LockUnavailable: 20},
-			Units:  UnitCounts{Stock: 100000, Reserved: 1000, Oversold: oversold, Lost: lost},
+			Orders: tally.OrderCounts{Sent: 500, Reserved: 480, StaleFence: int(stale), LockUnavailable: 20},
+			Units:  tally.UnitCounts{Stock: 100000, Reserved: 1000, Oversold: oversold, Lost: lost},
 			Fault:  FaultFigures{FaultAtMs: &at, HealAtMs: &heal, WindowsMs: [][2]float64{{at, heal}}},
-			Events: []ChaosEvent{
+			Events: []Event{
 				{AtMs: 1000, Kind: EventNote, What: "instance 3: 1 orders sent with X-Chaos-Pause: 1s"},
 				{AtMs: at, Kind: EventFault, What: "SIGSTOP instance 3 <pid 42> & co"},
 				{AtMs: heal, Kind: EventHeal, What: "SIGCONT instance 3"},
@@ -257,7 +237,7 @@ func sampleChaosResult() *ChaosResult {
 			},
 		}
 		for i := range 50 {
-			r.Timeline = append(r.Timeline, ChaosBucket{AtMs: i * 100, Reserved: 10 + i%7, StaleFence: i % 11 / 10, LockUnavailable: i % 13 / 12})
+			r.Timeline = append(r.Timeline, Bucket{AtMs: i * 100, Reserved: 10 + i%7, StaleFence: i % 11 / 10, LockUnavailable: i % 13 / 12})
 		}
 		if fencing == "off" {
 			r.Expect = ExpectDamage
@@ -270,8 +250,8 @@ func sampleChaosResult() *ChaosResult {
 		r.judge(scenarioByName("pause-holder"))
 		return r
 	}
-	res := &ChaosResult{GeneratedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seed: 7, Instances: 3, LockTTL: "1s",
-		Runs: []ChaosRun{mk("on", 0, 0, 2), mk("off", 237, 237, 0)}}
+	res := &Result{GeneratedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Seed: 7, Instances: 3, LockTTL: "1s",
+		Runs: []Run{mk("on", 0, 0, 2), mk("off", 237, 237, 0)}}
 	res.Pass = res.Runs[0].Pass && res.Runs[1].Pass
 	return res
 }
@@ -282,7 +262,7 @@ func TestChaosReportIsSelfContained(t *testing.T) {
 		t.Fatalf("sample runs should pass: %v %v", res.Runs[0].Failures, res.Runs[1].Failures)
 	}
 	var buf bytes.Buffer
-	if err := WriteReport(&buf, ChaosReport(res)); err != nil {
+	if err := report.Write(&buf, Report(res)); err != nil {
 		t.Fatal(err)
 	}
 	html := buf.String()
@@ -302,19 +282,19 @@ func TestChaosReportIsSelfContained(t *testing.T) {
 			t.Errorf("report contains %q", bad)
 		}
 	}
-	md := ChaosMarkdownTable(res)
+	md := MarkdownTable(res)
 	if strings.Count(md, "\n") != 4 || !strings.Contains(md, "| pause-holder | redis | off |") {
 		t.Errorf("markdown table:\n%s", md)
 	}
 	var table bytes.Buffer
-	PrintChaosTable(&table, res)
+	PrintTable(&table, res)
 	if !strings.Contains(table.String(), "PASS") {
 		t.Errorf("table:\n%s", table.String())
 	}
 }
 
 func TestChaosTimelineChartEmptyRun(t *testing.T) {
-	c := ChaosTimelineChart("t", ChaosRun{})
+	c := timelineChart("t", Run{})
 	if s := string(c.SVG); !strings.HasPrefix(s, "<svg") || strings.Contains(s, "NaN") || strings.Contains(s, "Inf") {
 		t.Fatalf("empty run: %.300s", s)
 	}

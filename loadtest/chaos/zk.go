@@ -1,4 +1,4 @@
-package loadtest
+package chaos
 
 import (
 	"bytes"
@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
 )
 
 // zkSession is the body of GET /debug/zk-session, which an instance serves
@@ -22,9 +23,9 @@ type zkSession struct {
 }
 
 // zkSessionOf asks an instance for the credentials of its ZooKeeper session.
-func (c *Client) zkSessionOf(ctx context.Context, base string) (int64, []byte, error) {
+func zkSessionOf(ctx context.Context, c *client.Client, base string) (int64, []byte, error) {
 	var s zkSession
-	if err := c.getJSON(ctx, http.MethodGet, base+"/debug/zk-session", nil, nil, http.StatusOK, &s); err != nil {
+	if err := c.GetJSON(ctx, base+"/debug/zk-session", &s); err != nil {
 		return 0, nil, fmt.Errorf("zk session of %s: %w", base, err)
 	}
 	pw, err := hex.DecodeString(s.PasswordHex)

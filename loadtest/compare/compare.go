@@ -108,7 +108,7 @@ type Result struct {
 // Failures lists what makes the comparison fail: a safe backend with damage,
 // a backend that did not run, or a --require-unsafe backend without damage.
 func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) {
-	if err := cc.validate(); err != nil {
+	if err := cc.Validate(); err != nil {
 		return nil, err
 	}
 	logDir, cleanup := cc.LogDir, func(bool) {}
@@ -152,7 +152,9 @@ func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) 
 	return out, nil
 }
 
-func (cc Config) validate() error {
+// Validate reports the first invalid field; it checks that the binary
+// exists but starts nothing.
+func (cc Config) Validate() error {
 	if len(cc.Backends) == 0 {
 		return errors.New("no backends")
 	}

@@ -130,14 +130,14 @@ func (in *Instance) waitHealthy(ctx context.Context, c *client.Client, deadline 
 	for {
 		select {
 		case <-in.exited:
-			return fmt.Errorf("instance %s exited during start (%v); log %s:\n%s", in.URL, in.waitErr, in.LogPath, tailFile(in.LogPath, 15))
+			return fmt.Errorf("instance %s exited during start (%v); log %s:\n%s", in.URL, in.waitErr, in.LogPath, Tail(in.LogPath, 15))
 		default:
 		}
 		if last = c.Healthy(ctx, in.URL); last == nil {
 			break
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("instance %s not healthy in time: %w; log %s:\n%s", in.URL, last, in.LogPath, tailFile(in.LogPath, 15))
+			return fmt.Errorf("instance %s not healthy in time: %w; log %s:\n%s", in.URL, last, in.LogPath, Tail(in.LogPath, 15))
 		}
 		pause(ctx, 50*time.Millisecond)
 	}
@@ -218,8 +218,9 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// tailFile returns the last n lines of a (small) log file, indented.
-func tailFile(path string, n int) string {
+// Tail returns the last n lines of a (small) log file, indented: what a
+// failure shows of an instance's log.
+func Tail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "    (no log: " + err.Error() + ")"
