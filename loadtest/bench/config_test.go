@@ -6,8 +6,8 @@ import (
 	"github.com/stockguard/stockguard/loadtest/compare"
 )
 
-// TestConfigValidate covers the bench command's own checks.
-func TestConfigValidate(t *testing.T) {
+// TestBenchConfigValidate covers the bench command's own checks.
+func TestBenchConfigValidate(t *testing.T) {
 	ok := Config{Backends: compare.AllBackends(), Instances: 3, Clients: 64, SpreadSKUs: 1000, Duration: 8e9, MaxRate: 15000,
 		CeilingDuration: 3e9, CeilingConns: 16, Bin: "/bin/true", StartupTimeout: 30e9}
 	if err := ok.Validate(); err != nil {

@@ -1,3 +1,13 @@
+// Package chaos is `stockguard load chaos`: fault scenarios under a steady
+// order load, each run with fencing on and off. Unlike the other commands it
+// drives servers directly: every run starts lock servers of its own (Redis
+// masters, a replica, a three-node ZooKeeper ensemble) through
+// internal/stack and kills, pauses and restarts them by PID; it SIGSTOPs
+// and SIGCONTs service instances (started through procs), holds and
+// redirects TCP through a forwarder of its own, promotes a Redis replica
+// with go-redis, and expires a ZooKeeper session over the wire protocol.
+// Each run is then verified as run does, and judged against what its
+// scenario must show.
 package chaos
 
 import (

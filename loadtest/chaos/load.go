@@ -163,7 +163,7 @@ func (l *chaosLoad) place(ctx context.Context, inst int, req client.OrderRequest
 }
 
 // reconcile resends every order whose outcome is unknown with its key and
-// body, to another instance, until it has an answer: the ledger must know
+// body, to another instance, until it has an answer: the receipts must hold
 // every reservation, or the verification would count an order that did go
 // through as a lost update. Attempts and time are bounded.
 func (l *chaosLoad) reconcile(ctx context.Context) (reconciled, unresolved int) {
