@@ -155,7 +155,7 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 		if gb.path == "" {
 			continue
 		}
-		out, err := ParseGoBenchFile(gb.path)
+		out, err := parseGoBenchFile(gb.path)
 		if err != nil {
 			finish()
 			return res, fmt.Errorf("bench: %w", err)

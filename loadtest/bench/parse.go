@@ -37,7 +37,7 @@ func (b GoBenchmark) OpsPerS() float64 {
 	return 1e9 / b.NsPerOp
 }
 
-// GoBenchOutput is what ParseGoBench found.
+// GoBenchOutput is what parseGoBench found.
 type GoBenchOutput struct {
 	Benchmarks []GoBenchmark `json:"benchmarks"`
 	// Failures are failed benchmarks and packages ("--- FAIL: ...", "FAIL pkg").
@@ -48,10 +48,10 @@ type GoBenchOutput struct {
 // golang.org/x/perf/benchfmt does: a final -N is always the procs suffix.
 var benchName = regexp.MustCompile(`^(Benchmark.*?)(?:-(\d+))?$`)
 
-// ParseGoBench reads `go test -bench` output (several packages, -count=N,
+// parseGoBench reads `go test -bench` output (several packages, -count=N,
 // interleaved log lines) and returns each benchmark's medians in the order
 // the benchmarks first appeared.
-func ParseGoBench(r io.Reader) (GoBenchOutput, error) {
+func parseGoBench(r io.Reader) (GoBenchOutput, error) {
 	var out GoBenchOutput
 	index := map[string]int{}
 	pkg, pending := "", ""
@@ -150,14 +150,14 @@ func parseFigures(f []string) (map[string]float64, bool) {
 	return vals, true
 }
 
-// ParseGoBenchFile parses the file at path (a `go test -bench | tee` log).
-func ParseGoBenchFile(path string) (GoBenchOutput, error) {
+// parseGoBenchFile parses the file at path (a `go test -bench | tee` log).
+func parseGoBenchFile(path string) (GoBenchOutput, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return GoBenchOutput{}, err
 	}
 	defer f.Close()
-	out, err := ParseGoBench(f)
+	out, err := parseGoBench(f)
 	if err != nil {
 		return out, fmt.Errorf("%s: %w", path, err)
 	}

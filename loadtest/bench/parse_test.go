@@ -36,7 +36,7 @@ FAIL	github.com/stockguard/stockguard/internal/lock/zklock	20.644s
 `
 
 func TestParseGoBench(t *testing.T) {
-	out, err := ParseGoBench(strings.NewReader(goBenchLog))
+	out, err := parseGoBench(strings.NewReader(goBenchLog))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,7 +171,7 @@ func (in *Instance) Stop() error {
 	}
 	// Read before SIGTERM: the high-water mark of the load, not of the drain,
 	// and while /proc/<pid> still exists.
-	in.PeakRSSMB, _ = PeakRSSMB(in.cmd.Process.Pid)
+	in.PeakRSSMB, _ = peakRSSMB(in.cmd.Process.Pid)
 	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("stop %s: %w", in.URL, err)
 	}

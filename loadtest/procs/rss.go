@@ -10,9 +10,9 @@ import (
 	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
-// PeakRSSMB is VmHWM of a process: the most resident memory it ever had,
+// peakRSSMB is VmHWM of a process: the most resident memory it ever had,
 // in MiB.
-func PeakRSSMB(pid int) (float64, error) {
+func peakRSSMB(pid int) (float64, error) {
 	v, err := ReadField(fmt.Sprintf("/proc/%d/status", pid), "VmHWM")
 	if err != nil {
 		return 0, err

@@ -50,9 +50,9 @@ type SKUCheck struct {
 	Disagreements []Disagreement `json:"disagreements,omitempty"`
 }
 
-// CheckSKU compares the ledger's units (and highest fence token seen in a
+// checkSKU compares the ledger's units (and highest fence token seen in a
 // 201) with the audit and the counters of one SKU created with stock units.
-func CheckSKU(sku string, stock, ledgerUnits int64, maxToken uint64, a client.Audit, c client.SKUState) SKUCheck {
+func checkSKU(sku string, stock, ledgerUnits int64, maxToken uint64, a client.Audit, c client.SKUState) SKUCheck {
 	ch := SKUCheck{SKU: sku, Stock: stock, LedgerUnits: ledgerUnits, Audit: a, Counters: c}
 	add := func(kind, format string, args ...any) {
 		ch.Disagreements = append(ch.Disagreements, Disagreement{SKU: sku, Kind: kind, Detail: fmt.Sprintf(format, args...)})
@@ -154,8 +154,8 @@ type Verification struct {
 	SKUsOmitted int `json:"skus_omitted,omitempty"`
 }
 
-// Summarize totals the per-SKU checks and the ledger's own problems.
-func Summarize(checks []SKUCheck, ledgerOrders int, ledgerProblems []Disagreement) Verification {
+// summarize totals the per-SKU checks and the ledger's own problems.
+func summarize(checks []SKUCheck, ledgerOrders int, ledgerProblems []Disagreement) Verification {
 	v := Verification{SKUs: checks, Disagreements: []Disagreement{}}
 	if len(checks) > maxListedSKUs {
 		v.SKUs = nil
@@ -233,7 +233,7 @@ func Verify(ctx context.Context, c *client.Client, base string, skus []string, s
 		if err != nil {
 			return fmt.Errorf("verify: %w", err)
 		}
-		ch := CheckSKU(sku, stock, rc.Units(sku), rc.MaxToken(sku), a, st)
+		ch := checkSKU(sku, stock, rc.Units(sku), rc.MaxToken(sku), a, st)
 		if !fenced {
 			ch.Disagreements = slices.DeleteFunc(ch.Disagreements, func(d Disagreement) bool { return d.Kind == "fence_token_regressed" })
 		}
@@ -243,5 +243,5 @@ func Verify(ctx context.Context, c *client.Client, base string, skus []string, s
 	if err != nil {
 		return Verification{}, err
 	}
-	return Summarize(checks, rc.Orders(), rc.Problems()), nil
+	return summarize(checks, rc.Orders(), rc.Problems()), nil
 }

@@ -100,7 +100,7 @@ func TestCheckSKU(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := CheckSKU("s", tt.stock, tt.ledger, tt.maxToken, tt.audit, tt.counters)
+			got := checkSKU("s", tt.stock, tt.ledger, tt.maxToken, tt.audit, tt.counters)
 			if got.Oversold != tt.wantOversold || got.Lost != tt.wantLost {
 				t.Errorf("oversold %d lost %d, want %d %d", got.Oversold, got.Lost, tt.wantOversold, tt.wantLost)
 			}
@@ -113,11 +113,11 @@ func TestCheckSKU(t *testing.T) {
 
 func TestSummarize(t *testing.T) {
 	checks := []SKUCheck{
-		CheckSKU("a", 10, 12, 0, auditOf(10, 12, 0, 0), client.SKUState{Reserved: 10, Received: 10}),
-		CheckSKU("b", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}),
-		CheckSKU("c", 10, 3, 0, auditOf(10, 3, 0, 7), client.SKUState{Available: 7, Reserved: 3, Received: 10}),
+		checkSKU("a", 10, 12, 0, auditOf(10, 12, 0, 0), client.SKUState{Reserved: 10, Received: 10}),
+		checkSKU("b", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}),
+		checkSKU("c", 10, 3, 0, auditOf(10, 3, 0, 7), client.SKUState{Available: 7, Reserved: 3, Received: 10}),
 	}
-	v := Summarize(checks, 9, []Disagreement{{SKU: "a", Kind: "idempotency_violated"}})
+	v := summarize(checks, 9, []Disagreement{{SKU: "a", Kind: "idempotency_violated"}})
 	if v.Oversold != 2 || v.Lost != 3 {
 		t.Errorf("oversold %d lost %d, want 2 3", v.Oversold, v.Lost)
 	}
@@ -143,7 +143,7 @@ func TestSummarize(t *testing.T) {
 	if got := VerdictText(Verification{DisagreementCount: 2}); got != "UNSAFE: 0 units oversold, 0 lost, but 2 disagreements between sources" {
 		t.Errorf("disagreement-only verdict %q", got)
 	}
-	clean := Summarize([]SKUCheck{checks[2]}, 1, nil)
+	clean := summarize([]SKUCheck{checks[2]}, 1, nil)
 	if !clean.Safe() || VerdictText(clean) != "safe: 0 oversold, 0 lost" {
 		t.Errorf("clean: safe=%v verdict %q", clean.Safe(), VerdictText(clean))
 	}
@@ -152,21 +152,21 @@ func TestSummarize(t *testing.T) {
 func TestSummarizeCapsListedDisagreements(t *testing.T) {
 	var checks []SKUCheck
 	for range 150 {
-		checks = append(checks, CheckSKU("x", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}))
+		checks = append(checks, checkSKU("x", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}))
 	}
-	v := Summarize(checks, 0, nil)
+	v := summarize(checks, 0, nil)
 	if v.DisagreementCount != 300 || len(v.Disagreements) != maxListedDisagreements {
 		t.Errorf("count %d listed %d", v.DisagreementCount, len(v.Disagreements))
 	}
 	var many []SKUCheck
 	for i := range maxListedSKUs + 10 {
-		c := CheckSKU("x", 10, 1, 0, auditOf(10, 1, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10})
+		c := checkSKU("x", 10, 1, 0, auditOf(10, 1, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10})
 		if i%100 == 0 {
 			c = checks[0]
 		}
 		many = append(many, c)
 	}
-	v = Summarize(many, 0, nil)
+	v = summarize(many, 0, nil)
 	if len(v.SKUs) != 11 || v.SKUsOmitted != maxListedSKUs-1 || v.Lost != 11 {
 		t.Errorf("listed %d omitted %d lost %d", len(v.SKUs), v.SKUsOmitted, v.Lost)
 	}

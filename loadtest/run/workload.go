@@ -21,8 +21,8 @@ type Range struct {
 	Min, Max int
 }
 
-// ParseRange parses "lo..hi" or "n".
-func ParseRange(s string) (Range, error) {
+// parseRange parses "lo..hi" or "n".
+func parseRange(s string) (Range, error) {
 	lo, hi, found := strings.Cut(strings.TrimSpace(s), "..")
 	if !found {
 		hi = lo
@@ -46,7 +46,7 @@ func (r Range) String() string { return fmt.Sprintf("%d..%d", r.Min, r.Max) }
 
 // Set parses the flag value.
 func (r *Range) Set(s string) error {
-	v, err := ParseRange(s)
+	v, err := parseRange(s)
 	if err != nil {
 		return err
 	}

@@ -26,9 +26,9 @@ func TestParseRange(t *testing.T) {
 		{"", Range{}, true},
 	}
 	for _, tt := range tests {
-		got, err := ParseRange(tt.in)
+		got, err := parseRange(tt.in)
 		if (err != nil) != tt.wantErr || got != tt.want {
-			t.Errorf("ParseRange(%q) = %v, %v; want %v, err %v", tt.in, got, err, tt.want, tt.wantErr)
+			t.Errorf("parseRange(%q) = %v, %v; want %v, err %v", tt.in, got, err, tt.want, tt.wantErr)
 		}
 	}
 }
