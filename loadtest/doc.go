@@ -1,15 +1,29 @@
-// Package loadtest is Stockguard's load tester: it drives the service's HTTP
-// API exactly as a client would, over several instances, and then proves from
-// three independent sources whether any unit was oversold or lost.
+// Package loadtest is the command line of Stockguard's load tester,
+// `stockguard load <run|compare|chaos|bench>`: it parses each command's
+// flags, calls the package that does the work, prints its table and writes
+// its JSON and HTML. Main is the entry point cmd/stockguard calls.
 //
-// The three sources are the client's own ledger of 201 answers, each SKU's
-// /audit (computed by the service from order lines) and each SKU's counters
-// (GET /v1/skus/{sku}). A safe lock backend makes all three agree; an unsafe
-// one (none, or local with several instances) makes them disagree, and the
-// report says by how many units.
+// The load tester drives the service's HTTP API as a client would, over
+// several instances, and proves from three independent sources whether any
+// unit was oversold or lost: the client's own receipts of 201 answers (the
+// "ledger" of the output), each SKU's /audit and each SKU's counters. Its
+// packages:
 //
-// The package imports no service internals. Main is the entry point for
-// `stockguard load ...`; Run executes one workload against running
-// instances; compare starts its own instances per backend and writes an HTML
-// report whose data model (Report, Section, Chart) other scenarios can extend.
+//   - run: the workload runner against instances already up, and the
+//     verification run, compare and chaos share;
+//   - compare: every backend on the same workload, on instances it starts;
+//   - chaos: fault scenarios under load; it starts its own Redis and
+//     ZooKeeper servers and pauses, kills and restarts them through
+//     internal/stack, and SIGSTOPs instances;
+//   - bench: the benchmark suite; it writes to Postgres directly (pgx) for
+//     the store ceiling and runs the backends through compare;
+//   - procs: starting and stopping `stockguard serve` instances;
+//   - client: the HTTP client of the API; tally: counts and latency;
+//     progress: the progress bar; report: HTML, SVG and JSON output;
+//     fakeservice: a stand-in service for the tests.
+//
+// Of the service's own packages it imports internal/cliflag (here),
+// internal/lock/backends (compare: the list of backends and which are
+// fenced) and internal/stack (chaos); it imports nothing of the request
+// path.
 package loadtest

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/procs"
 )
 
 // buildStockguard builds ./cmd/stockguard into a temporary directory.
@@ -49,7 +51,7 @@ func TestIntegrationCompareLocalAndPostgres(t *testing.T) {
 	start := time.Now()
 	err := Main(ctx, args, func(k string) string { return "" }, &stdout, &stderr)
 	t.Logf("compare took %v\n%s\n%s", time.Since(start).Round(time.Millisecond), stdout.String(), stderr.String())
-	var cr CompareResult
+	var cr compare.Result
 	b, rerr := os.ReadFile(jsonPath)
 	if rerr == nil {
 		rerr = json.Unmarshal(b, &cr)
@@ -59,9 +61,7 @@ func TestIntegrationCompareLocalAndPostgres(t *testing.T) {
 			continue
 		}
 		for _, l := range e.Logs {
-			if log, err := os.ReadFile(l); err == nil {
-				t.Logf("%s:\n%s", filepath.Base(l), tailLines(log, 20))
-			}
+			t.Logf("%s:\n%s", filepath.Base(l), procs.Tail(l, 20))
 		}
 	}
 	if err != nil {
@@ -86,12 +86,4 @@ func TestIntegrationCompareLocalAndPostgres(t *testing.T) {
 	if _, err := os.Stat(reportPath); err != nil {
 		t.Errorf("report: %v", err)
 	}
-}
-
-func tailLines(b []byte, n int) string {
-	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return string(bytes.Join(lines, []byte("\n")))
 }

@@ -1,0 +1,314 @@
+// Package bench is `stockguard load bench`, the benchmark suite: it
+// measures the store ceiling by writing one hot row straight to Postgres
+// (pgx, no service and no lock), applies the service's migrations with
+// `stockguard migrate`, then runs every backend with coalescing on and off
+// on one hot SKU and on many through compare (which starts the instances
+// and a scratch database), and reports ratios, targets, peak RSS and the
+// machine's load. It does not start lock servers: those of the local stack
+// are used.
+package bench
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// Config is one `load bench`: the store ceiling, then for every backend
+// the hot-SKU and spread workloads with coalescing on and off.
+type Config struct {
+	Backends   []string
+	Instances  int
+	Clients    int // closed-loop clients of every run
+	SpreadSKUs int // SKUs of the spread workload
+	// Duration bounds each run's sending phase: runs are timed, not
+	// counted, so a backend 50× slower than another does not take 50× as
+	// long and the suite's length is known in advance.
+	Duration time.Duration
+	// MaxRate × Duration orders are generated per run; a service faster
+	// than MaxRate ends its run early, which only shortens it.
+	MaxRate         float64
+	CeilingDuration time.Duration
+	CeilingConns    int
+	Seed            uint64
+	Bin             string
+	RedisAddrs      string
+	ZKServers       string
+	DatabaseURL     string
+	LogDir          string // empty: temporary, kept only for failed runs
+	StartupTimeout  time.Duration
+	// LockBenchPath and StoreBenchPath are `go test -bench` logs to parse
+	// into the result (make bench writes them); empty: none.
+	LockBenchPath  string
+	StoreBenchPath string
+	// FreshDB runs the suite in a scratch database (see compare.ScratchDatabase)
+	// on the server DatabaseURL names, dropped at the end.
+	FreshDB bool
+	Quick   bool
+}
+
+// Settings records the configuration in the result.
+type Settings struct {
+	Backends         []string `json:"backends"`
+	Instances        int      `json:"instances"`
+	Clients          int      `json:"clients"`
+	SpreadSKUs       int      `json:"spread_skus"`
+	RunDurationS     float64  `json:"run_duration_s"`
+	OrdersPerRun     int      `json:"orders_generated_per_run"`
+	CeilingDurationS float64  `json:"ceiling_duration_s"`
+	CeilingConns     int      `json:"ceiling_conns"`
+	Seed             uint64   `json:"seed"`
+	FreshDB          bool     `json:"fresh_db"`
+	Quick            bool     `json:"quick"`
+}
+
+// Result is out/bench.json.
+type Result struct {
+	GeneratedAt     time.Time       `json:"generated_at"`
+	DurationS       float64         `json:"duration_s"`
+	Machine         MachineInfo     `json:"machine"`
+	LoadAvg         LoadSummary     `json:"load_avg_1m"`
+	Settings        Settings        `json:"settings"`
+	LockBenchmarks  *GoBenchOutput  `json:"lock_benchmarks,omitempty"`
+	StoreBenchmarks *GoBenchOutput  `json:"store_benchmarks,omitempty"`
+	StoreCeiling    StoreCeiling    `json:"store_ceiling"`
+	Runs            []Run           `json:"runs"`
+	Backends        []BackendRatios `json:"backends"`
+	Targets         []TargetResult  `json:"targets"`
+	Pass            bool            `json:"pass"`
+	Failures        []string        `json:"failures"`
+}
+
+// Validate reports the first invalid field.
+func (bc Config) Validate() error {
+	if len(bc.Backends) == 0 {
+		return errors.New("no backends")
+	}
+	for _, b := range bc.Backends {
+		if !slices.Contains(compare.AllBackends(), b) {
+			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(compare.AllBackends(), ","))
+		}
+	}
+	switch {
+	case bc.Instances < 1 || bc.Instances > 32:
+		return fmt.Errorf("instances %d: want 1..32", bc.Instances)
+	case bc.Clients < 1 || bc.Clients > 10_000:
+		return fmt.Errorf("clients %d: want 1..10000", bc.Clients)
+	case bc.SpreadSKUs < 2 || bc.SpreadSKUs > 100_000:
+		return fmt.Errorf("skus %d: want 2..100000", bc.SpreadSKUs)
+	case bc.Duration <= 0 || bc.CeilingDuration <= 0:
+		return errors.New("duration and ceiling-duration must be > 0")
+	case bc.MaxRate <= 0 || bc.ordersPerRun() > run.MaxOrders:
+		return fmt.Errorf("max-rate %v × duration %v: want 1..%d orders a run", bc.MaxRate, bc.Duration, run.MaxOrders)
+	case bc.CeilingConns < 1 || bc.CeilingConns > 256:
+		return fmt.Errorf("ceiling-conns %d: want 1..256", bc.CeilingConns)
+	case bc.Bin == "":
+		return errors.New("no stockguard binary: set --bin")
+	case bc.StartupTimeout <= 0:
+		return fmt.Errorf("startup-timeout %v: want > 0", bc.StartupTimeout)
+	}
+	return nil
+}
+
+func (bc Config) ordersPerRun() int {
+	return max(bc.Clients, int(math.Ceil(bc.MaxRate*bc.Duration.Seconds())))
+}
+
+func (bc Config) settings() Settings {
+	return Settings{Backends: bc.Backends, Instances: bc.Instances, Clients: bc.Clients, SpreadSKUs: bc.SpreadSKUs,
+		RunDurationS: bc.Duration.Seconds(), OrdersPerRun: bc.ordersPerRun(), CeilingDurationS: bc.CeilingDuration.Seconds(),
+		CeilingConns: bc.CeilingConns, Seed: bc.Seed, FreshDB: bc.FreshDB, Quick: bc.Quick}
+}
+
+// Execute runs the suite. Progress goes to stderr. Damage and missed
+// targets are reported in the result; an error means the suite could not
+// be carried out (the result then holds what was measured so far).
+func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) {
+	if err := bc.Validate(); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	load := startLoadSampler(2 * time.Second)
+	res := &Result{GeneratedAt: started.UTC(), Machine: readMachine(), Settings: bc.settings(),
+		StoreCeiling: StoreCeiling{Method: "pgx, one fenced conditional UPDATE of one row per transaction, no lock", Conns: bc.CeilingConns}}
+	finish := func() {
+		res.LoadAvg = load.stop()
+		res.DurationS = tally.Round(time.Since(started).Seconds(), 1)
+	}
+	for _, gb := range []struct {
+		path string
+		dst  **GoBenchOutput
+	}{{bc.LockBenchPath, &res.LockBenchmarks}, {bc.StoreBenchPath, &res.StoreBenchmarks}} {
+		if gb.path == "" {
+			continue
+		}
+		out, err := parseGoBenchFile(gb.path)
+		if err != nil {
+			finish()
+			return res, fmt.Errorf("bench: %w", err)
+		}
+		*gb.dst = &out
+	}
+	runs := len(bc.Backends) * 4
+	fmt.Fprintf(stderr, "bench: %d backends × 2 workloads × coalescing on/off = %d runs of %v, %d clients, %d instances each; "+
+		"store ceiling %v before each backend\n", len(bc.Backends), runs, bc.Duration, bc.Clients, bc.Instances, bc.CeilingDuration)
+	if bc.FreshDB {
+		u, drop, err := compare.ScratchDatabase(ctx, cmp.Or(bc.DatabaseURL, compare.DefaultDatabaseURL))
+		if err != nil {
+			finish()
+			return res, fmt.Errorf("bench: %w", err)
+		}
+		defer drop()
+		bc.DatabaseURL = u
+	}
+	if err := bc.migrate(ctx, stderr); err != nil {
+		finish()
+		return res, err
+	}
+	probe, err := openCeiling(ctx, cmp.Or(bc.DatabaseURL, compare.DefaultDatabaseURL), bc.CeilingConns)
+	if err != nil {
+		finish()
+		return res, fmt.Errorf("bench: %w", err)
+	}
+	defer probe.close()
+	ceilings := map[string]float64{}
+	for _, b := range bc.Backends {
+		if ctx.Err() != nil {
+			break
+		}
+		s, err := bc.ceilingSample(ctx, probe, b)
+		if err != nil {
+			finish()
+			return res, fmt.Errorf("bench: %w", err)
+		}
+		fmt.Fprintf(stderr, "bench: store ceiling %.0f orders/s (load %.2f)\n", s.PerS, s.LoadAvg1)
+		res.StoreCeiling.Samples = append(res.StoreCeiling.Samples, s)
+		ceilings[b] = s.PerS
+		for _, w := range []string{benchHot, benchSpread} {
+			for _, mode := range []string{"on", "off"} {
+				if ctx.Err() != nil {
+					break
+				}
+				fmt.Fprintf(stderr, "bench [%d/%d] %s, %s, coalesce %s\n", len(res.Runs)+1, runs, b, bc.describe(w), mode)
+				res.Runs = append(res.Runs, bc.runOne(ctx, b, w, mode, stderr))
+			}
+		}
+	}
+	var per []float64
+	for _, s := range res.StoreCeiling.Samples {
+		per = append(per, s.PerS)
+	}
+	res.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
+	res.Backends = benchRatios(bc.Backends, res.Runs, ceilings)
+	res.Targets = evaluateTargets(res.Backends)
+	res.Failures = runFailures(res.Runs)
+	if res.LockBenchmarks != nil {
+		res.Failures = append(res.Failures, res.LockBenchmarks.Failures...)
+	}
+	if res.StoreBenchmarks != nil {
+		res.Failures = append(res.Failures, res.StoreBenchmarks.Failures...)
+	}
+	res.Pass = len(res.Failures) == 0
+	finish()
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("bench interrupted: %w", err)
+	}
+	return res, nil
+}
+
+// migrate applies the service's migrations with its own binary, so that
+// the ceiling's scratch table can copy the shape of skus before any
+// instance has started.
+func (bc Config) migrate(ctx context.Context, stderr io.Writer) error {
+	args := []string{"migrate"}
+	if bc.DatabaseURL != "" {
+		args = append(args, "--database-url="+bc.DatabaseURL)
+	}
+	out, err := exec.CommandContext(ctx, bc.Bin, args...).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s", out)
+		return fmt.Errorf("bench: %s migrate: %w", bc.Bin, err)
+	}
+	return nil
+}
+
+func (bc Config) ceilingSample(ctx context.Context, p *ceilingProbe, before string) (CeilingSample, error) {
+	s := CeilingSample{Before: before, At: time.Now().UTC(), LoadAvg1: loadAvg1()}
+	n, elapsed, err := p.measure(ctx, bc.CeilingDuration)
+	if err != nil {
+		return s, err
+	}
+	s.Writes, s.DurationS = n, tally.Round(elapsed.Seconds(), 3)
+	s.PerS = tally.Round(float64(n)/elapsed.Seconds(), 1)
+	return s, nil
+}
+
+func (bc Config) describe(workload string) string {
+	if workload == benchHot {
+		return "1 hot SKU"
+	}
+	return fmt.Sprintf("%d SKUs", bc.SpreadSKUs)
+}
+
+// workload is the orders of one run: single-line, one-unit orders, so that
+// the hot SKU's rate is its orders' rate, with stock for every order even
+// if all landed on one SKU (no insufficient_stock to muddy the rates), no
+// deliberate retries, a fixed seed for equal terms across backends.
+func (bc Config) workload(kind string) run.Workload {
+	n := bc.ordersPerRun()
+	w := run.Workload{SKUs: 1, Stock: n, Lines: run.Range{Min: 1, Max: 1}, Qty: run.Range{Min: 1, Max: 1}, Seed: bc.Seed}
+	if kind == benchSpread {
+		w.SKUs = bc.SpreadSKUs
+	}
+	return w
+}
+
+// runOne is one compare of one backend with --coalesce=mode.
+func (bc Config) runOne(ctx context.Context, backend, workload, mode string, stderr io.Writer) Run {
+	w := bc.workload(workload)
+	br := Run{Backend: backend, Workload: workload, SKUs: w.SKUs, Coalesce: mode, Fencing: compare.FencingFor(backend),
+		ExpectedUnsafe: compare.ExpectedUnsafe(backend), LoadAvg1: loadAvg1()}
+	cc := compare.Config{
+		Backends: []string{backend}, Instances: bc.Instances, Bin: bc.Bin, StartupTimeout: bc.StartupTimeout,
+		RedisAddrs: bc.RedisAddrs, ZKServers: bc.ZKServers, DatabaseURL: bc.DatabaseURL,
+		Label:      fmt.Sprintf("bench %s %s coalesce=%s", backend, workload, mode),
+		ServeFlags: []string{"--coalesce=" + mode},
+		Run: run.Config{Workload: w, Orders: w.Stock, Concurrency: bc.Clients, Timeout: bc.Duration,
+			RequestTimeout: 30 * time.Second, HoldSeconds: 900, Progress: progress.Off},
+	}
+	if bc.LogDir != "" {
+		// One directory a run: compare names logs <backend>-<n>.log.
+		cc.LogDir = filepath.Join(bc.LogDir, fmt.Sprintf("%s-%s-coalesce-%s", backend, workload, mode))
+	}
+	cr, err := compare.Execute(ctx, cc, stderr)
+	if err != nil && (cr == nil || len(cr.Backends) == 0) {
+		br.Error = err.Error()
+		return br
+	}
+	e := cr.Backends[0]
+	br.PeakRSSMB, br.InstanceRSSMB = e.PeakRSSMB, e.InstanceRSSMB
+	r := e.Result
+	if r == nil {
+		br.Error = cmp.Or(e.Error, "no result")
+		return br
+	}
+	br.Ran = true
+	br.DurationS, br.OrdersPerS, br.ReservedPerS = r.DurationS, r.ThroughputPerS, r.ReservedPerS
+	br.Orders, br.LatencyMs = r.Orders, r.LatencyMs
+	br.Oversold, br.Lost, br.Disagreements = r.Units.Oversold, r.Units.Lost, r.Verification.DisagreementCount
+	br.Safe, br.Verdict = r.Safe, r.Verdict
+	return br
+}

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// ceilingWrite is the fenced conditional write of one order on the hot row,
+// the statement shape the service's final write has (DESIGN.md, "Fenced
+// writes"); sent on its own, each is one transaction.
+const ceilingWrite = `UPDATE %s SET available = available - 1, reserved = reserved + 1, updated_at = now()
+	WHERE sku = $1 AND fence_token = $2 AND fence_holder = $3`
+
+// CeilingSample is one measurement of the store ceiling.
+type CeilingSample struct {
+	// Before names the backend whose hot-SKU runs followed the sample.
+	Before    string    `json:"before"`
+	At        time.Time `json:"at"`
+	DurationS float64   `json:"duration_s"`
+	Writes    int64     `json:"writes"`
+	PerS      float64   `json:"orders_per_s"`
+	LoadAvg1  float64   `json:"load_avg_1m"`
+}
+
+// StoreCeiling is the physical limit of one hot SKU: fenced single-row
+// conditional writes, one order per transaction, no lock, from Conns
+// connections that Postgres serialises on the row lock. Every coalesced
+// run is compared with the sample taken just before it, so that both saw
+// the same neighbours on a shared machine.
+type StoreCeiling struct {
+	Method     string          `json:"method"`
+	Conns      int             `json:"conns"`
+	Samples    []CeilingSample `json:"samples"`
+	MedianPerS float64         `json:"median_orders_per_s"`
+}
+
+// ceilingProbe holds the connections and the scratch table of the ceiling.
+type ceilingProbe struct {
+	conns []*pgx.Conn
+	table string
+	n     int // rows inserted so far: each sample writes a fresh row
+}
+
+// openCeiling connects conns times and creates a scratch table shaped like
+// skus (LIKE ... INCLUDING ALL: the same columns, CHECKs and key, so the
+// row costs what a SKU row costs). The service's migrations must have run.
+func openCeiling(ctx context.Context, databaseURL string, conns int) (*ceilingProbe, error) {
+	p := &ceilingProbe{table: "stockguard_bench_ceiling_" + strings.ReplaceAll(uuid.NewString(), "-", "")[:12]}
+	for range conns {
+		c, err := pgx.Connect(ctx, databaseURL)
+		if err != nil {
+			p.close()
+			return nil, fmt.Errorf("store ceiling: connect: %w", err)
+		}
+		p.conns = append(p.conns, c)
+	}
+	if _, err := p.conns[0].Exec(ctx, "CREATE TABLE "+p.table+" (LIKE skus INCLUDING ALL)"); err != nil {
+		p.close()
+		return nil, fmt.Errorf("store ceiling: scratch table: %w", err)
+	}
+	return p, nil
+}
+
+// measure runs the hot-row writes from every connection for d and returns
+// the writes completed and the time they took.
+func (p *ceilingProbe) measure(ctx context.Context, d time.Duration) (int64, time.Duration, error) {
+	p.n++
+	sku, holder, token := fmt.Sprintf("hot-%d", p.n), uuid.New(), int64(1)
+	if _, err := p.conns[0].Exec(ctx, "INSERT INTO "+p.table+
+		" (sku, available, received, fence_token, fence_holder) VALUES ($1, $2, $2, $3, $4)",
+		sku, int64(1)<<50, token, holder); err != nil {
+		return 0, 0, fmt.Errorf("store ceiling: hot row: %w", err)
+	}
+	q := fmt.Sprintf(ceilingWrite, p.table)
+	// Prepare outside the timed window (pgx caches the statement per
+	// connection), as a service's warm pool would have.
+	for _, c := range p.conns {
+		if _, err := c.Prepare(ctx, "ceiling", q); err != nil {
+			return 0, 0, fmt.Errorf("store ceiling: prepare: %w", err)
+		}
+	}
+	var writes atomic.Int64
+	var wg sync.WaitGroup
+	errs := make([]error, len(p.conns))
+	start := time.Now()
+	stop := start.Add(d)
+	for i, c := range p.conns {
+		wg.Go(func() {
+			for time.Now().Before(stop) && ctx.Err() == nil {
+				tag, err := c.Exec(ctx, "ceiling", sku, token, holder)
+				if err == nil && tag.RowsAffected() != 1 {
+					err = fmt.Errorf("fenced write matched %d rows", tag.RowsAffected())
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+				writes.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return 0, 0, fmt.Errorf("store ceiling: %w", err)
+	}
+	return writes.Load(), elapsed, ctx.Err()
+}
+
+// close drops the scratch table (with a fresh context: the run's may be
+// cancelled) and closes the connections.
+func (p *ceilingProbe) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if len(p.conns) > 0 {
+		_, _ = p.conns[0].Exec(ctx, "DROP TABLE IF EXISTS "+p.table)
+	}
+	for _, c := range p.conns {
+		_ = c.Close(ctx)
+	}
+}

@@ -1,0 +1,162 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Print writes the suite's tables: machine and load, the Go
+// micro-benchmarks, the store ceiling, every run, and the one table of
+// ratios with each target marked met or MISSED.
+func Print(w io.Writer, res *Result) {
+	m, l, s := res.Machine, res.LoadAvg, res.Settings
+	fmt.Fprintf(w, "machine: %d CPUs (%s), %.1f GiB, Linux %s, %s\n", m.NProc, m.CPUModel, m.MemTotalMB/1024, m.Kernel, m.GoVersion)
+	fmt.Fprintf(w, "load average (1 min) during load bench: start %.2f, mean %.2f, max %.2f, end %.2f (%d samples; the machine is shared)\n",
+		l.Start, l.Mean, l.Max, l.End, l.Samples)
+	db := "the shared database"
+	if s.FreshDB {
+		db = "a fresh scratch database"
+	}
+	fmt.Fprintf(w, "suite: %.0fs in %s; each run %gs, %d closed-loop clients, %d instances, seed %d%s\n",
+		res.DurationS, db, s.RunDurationS, s.Clients, s.Instances, s.Seed, map[bool]string{true: " (--quick: rough figures)"}[s.Quick])
+	for _, gb := range []struct {
+		title string
+		out   *GoBenchOutput
+	}{{"lock micro-benchmarks", res.LockBenchmarks}, {"store benchmarks", res.StoreBenchmarks}} {
+		if gb.out != nil {
+			printGoBench(w, gb.title, gb.out)
+		}
+	}
+	printCeiling(w, res.StoreCeiling)
+	printBenchRuns(w, res)
+	printBenchRatios(w, res)
+	if res.Pass {
+		fmt.Fprintln(w, "\nPASS: no safe backend oversold or lost a unit, every run completed")
+	} else {
+		fmt.Fprintf(w, "\nFAIL:\n  %s\n", strings.Join(res.Failures, "\n  "))
+	}
+}
+
+func printGoBench(w io.Writer, title string, out *GoBenchOutput) {
+	fmt.Fprintf(w, "\n== %s (go test -bench, median of each benchmark's samples)\n", title)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "package\tbenchmark\tsamples\tns/op\tops/s\tother metrics")
+	for _, b := range out.Benchmarks {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%.0f\t%.0f\t%s\n", path.Base(b.Package), strings.TrimPrefix(b.Name, "Benchmark"),
+			len(b.NsPerOpSamples), b.NsPerOp, b.OpsPerS(), formatMetrics(b.Metrics))
+	}
+	_ = tw.Flush()
+	for _, f := range out.Failures {
+		fmt.Fprintf(w, "  failed: %s\n", f)
+	}
+}
+
+func formatMetrics(m map[string]float64) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%.4g %s", m[k], k)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func printCeiling(w io.Writer, c StoreCeiling) {
+	fmt.Fprintf(w, "\n== store ceiling, measured in this run (%s, %d connections)\n", c.Method, c.Conns)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "before backend\torders/s\twrites\tseconds\tload 1m\t")
+	for _, s := range c.Samples {
+		fmt.Fprintf(tw, "%s\t%.0f\t%d\t%.2f\t%.2f\t\n", s.Before, s.PerS, s.Writes, s.DurationS, s.LoadAvg1)
+	}
+	fmt.Fprintf(tw, "median\t%.0f\t\t\t\t\n", c.MedianPerS)
+	_ = tw.Flush()
+}
+
+func printBenchRuns(w io.Writer, res *Result) {
+	fmt.Fprintf(w, "\n== end-to-end runs (%d instances, %d clients, closed loop)\n", res.Settings.Instances, res.Settings.Clients)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "backend\tSKUs\tcoalesce\tseconds\torders/s\treserved/s\tp50 ms\tp99 ms\tlock 503s\tstale/err\toversold\tlost\tpeak RSS MB\tload 1m\t verdict")
+	for _, r := range res.Runs {
+		if !r.Ran {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t–\t–\t–\t–\t–\t–\t–\t–\t–\t%.1f\t%.2f\t ERROR: %s\n", r.Backend, r.SKUs, r.Coalesce, r.PeakRSSMB, r.LoadAvg1, benchFirstLine(r.Error))
+			continue
+		}
+		v := r.Verdict
+		if r.ExpectedUnsafe && !r.Safe {
+			v += " (expected)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.1f\t%.0f\t%.0f\t%.1f\t%.1f\t%d\t%d\t%d\t%d\t%.1f\t%.2f\t %s\n", r.Backend, r.SKUs, r.Coalesce,
+			r.DurationS, r.OrdersPerS, r.ReservedPerS, r.LatencyMs.P50, r.LatencyMs.P99, r.Orders.LockUnavailable,
+			r.Orders.Errors+r.Orders.StaleFence, r.Oversold, r.Lost, r.PeakRSSMB, r.LoadAvg1, v)
+	}
+	_ = tw.Flush()
+}
+
+func printBenchRatios(w io.Writer, res *Result) {
+	fmt.Fprintf(w, "\n== ratios and targets, hot SKU (reserved orders/s; every ratio from runs of this suite)\n")
+	marks := map[string]string{} // backend/target id → mark
+	met, total := 0, 0
+	for _, t := range res.Targets {
+		marks[t.Backend+"/"+t.ID] = t.Want + " " + string(t.Status)
+		total++
+		if t.Status == TargetMet {
+			met++
+		}
+	}
+	mark := func(backend, id string) string {
+		if m, ok := marks[backend+"/"+id]; ok {
+			return m
+		}
+		return "–"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "backend\tcoalesced/s\tnaive/s\tcoal÷naive\ttarget\tceiling/s\tcoal÷ceiling\ttarget\tp99 coal ms\tp99 naive ms\tp99 c÷n\ttarget\tpeak RSS MB\ttarget\t%d-SKU coal/s\tnaive/s\toversold\tlost\t safety\n",
+		res.Settings.SpreadSKUs)
+	for _, r := range res.Backends {
+		safety := "safe"
+		switch {
+		case r.Oversold+r.Lost > 0 && r.ExpectedUnsafe:
+			safety = "unsafe (expected)"
+		case r.Oversold+r.Lost > 0:
+			safety = "UNSAFE"
+		case r.ExpectedUnsafe:
+			safety = "no damage seen (unsafe by design)"
+		}
+		if len(r.Missing) > 0 {
+			safety += "; missing runs: " + strings.Join(r.Missing, ", ")
+		}
+		fmt.Fprintf(tw, "%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%.1f\t%s\t%.0f\t%.0f\t%d\t%d\t %s\n", r.Backend,
+			r.HotCoalescedPerS, r.HotNaivePerS, fmtRatio(r.CoalescedOverNaive), mark(r.Backend, "speedup"),
+			r.CeilingPerS, fmtRatio(r.CoalescedOverCeiling), mark(r.Backend, "ceiling"),
+			r.P99CoalescedMs, r.P99NaiveMs, fmtRatio(r.P99CoalescedOverNaive), mark(r.Backend, "p99"),
+			r.PeakRSSMB, mark(r.Backend, "rss"), r.SpreadCoalescedPerS, r.SpreadNaivePerS, r.Oversold, r.Lost, safety)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "targets met: %d of %d\n", met, total)
+	for _, t := range res.Targets {
+		if t.Status != TargetMet {
+			fmt.Fprintf(w, "  %s %s: %s (got %s)\n", t.Status, t.Backend, t.Target, fmtRatio(t.Value))
+		}
+	}
+}
+
+// fmtRatio formats a ratio or value with three significant digits; – when
+// it could not be computed.
+func fmtRatio(v *float64) string {
+	if v == nil {
+		return "–"
+	}
+	return fmt.Sprintf("%.3g", *v)
+}
+
+func benchFirstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

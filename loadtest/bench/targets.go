@@ -1,0 +1,255 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// Workloads of the bench suite's end-to-end runs.
+const (
+	benchHot    = "hot"    // every order on one SKU: the lock hand-off is the limit
+	benchSpread = "spread" // orders spread evenly over many SKUs: collisions are rare
+)
+
+// Run is one end-to-end run of the suite: one backend, one workload,
+// coalescing on or off, condensed from its compare entry.
+type Run struct {
+	Backend        string  `json:"backend"`
+	Workload       string  `json:"workload"`
+	SKUs           int     `json:"skus"`
+	Coalesce       string  `json:"coalesce"`
+	Fencing        string  `json:"fencing"`
+	ExpectedUnsafe bool    `json:"expected_unsafe"`
+	LoadAvg1       float64 `json:"load_avg_1m"` // when the run started
+	// Ran is false when the instances did not start or the run did not
+	// complete; Error says why.
+	Ran   bool   `json:"ran"`
+	Error string `json:"error,omitempty"`
+
+	DurationS float64 `json:"duration_s"`
+	// OrdersPerS counts every answered order; ReservedPerS only the placed
+	// ones, the figure the ratios use (a 503 is not a sale).
+	OrdersPerS    float64              `json:"orders_per_s"`
+	ReservedPerS  float64              `json:"reserved_per_s"`
+	Orders        tally.OrderCounts    `json:"orders"`
+	LatencyMs     tally.LatencySummary `json:"latency_ms"`
+	Oversold      int64                `json:"oversold"`
+	Lost          int64                `json:"lost"`
+	Disagreements int                  `json:"disagreements"`
+	Safe          bool                 `json:"safe"`
+	Verdict       string               `json:"verdict"`
+	PeakRSSMB     float64              `json:"peak_rss_mb"`
+	InstanceRSSMB []float64            `json:"instance_peak_rss_mb,omitempty"`
+}
+
+// BackendRatios are one backend's ratios, all from the same suite run. A
+// ratio is null when a run it needs did not complete or its denominator
+// is zero.
+type BackendRatios struct {
+	Backend        string `json:"backend"`
+	ExpectedUnsafe bool   `json:"expected_unsafe"`
+
+	HotCoalescedPerS   float64  `json:"hot_coalesced_per_s"`
+	HotNaivePerS       float64  `json:"hot_naive_per_s"`
+	CoalescedOverNaive *float64 `json:"coalesced_over_naive"`
+	// CeilingPerS is the store-ceiling sample taken just before this
+	// backend's hot-SKU runs.
+	CeilingPerS          float64  `json:"ceiling_per_s"`
+	CoalescedOverCeiling *float64 `json:"coalesced_over_ceiling"`
+
+	P99CoalescedMs        float64  `json:"p99_coalesced_ms"`
+	P99NaiveMs            float64  `json:"p99_naive_ms"`
+	P99CoalescedOverNaive *float64 `json:"p99_coalesced_over_naive"`
+
+	SpreadCoalescedPerS      float64  `json:"spread_coalesced_per_s"`
+	SpreadNaivePerS          float64  `json:"spread_naive_per_s"`
+	SpreadCoalescedOverNaive *float64 `json:"spread_coalesced_over_naive"`
+
+	// PeakRSSMB is the largest instance peak RSS over all the backend's runs.
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+	// Oversold and Lost sum the backend's runs.
+	Oversold int64 `json:"oversold"`
+	Lost     int64 `json:"lost"`
+	// Missing names the runs that did not complete ("hot/off").
+	Missing []string `json:"missing,omitempty"`
+}
+
+// benchRatios computes every backend's ratios from the runs, in the order
+// of backends; ceilings maps a backend to the ceiling sample before its
+// hot-SKU runs.
+func benchRatios(backends []string, runs []Run, ceilings map[string]float64) []BackendRatios {
+	var out []BackendRatios
+	for _, b := range backends {
+		r := BackendRatios{Backend: b, ExpectedUnsafe: compare.ExpectedUnsafe(b), CeilingPerS: ceilings[b]}
+		find := func(workload, coalesce string) *Run {
+			for i := range runs {
+				x := &runs[i]
+				if x.Backend == b && x.Workload == workload && x.Coalesce == coalesce {
+					if x.Ran {
+						return x
+					}
+					break
+				}
+			}
+			r.Missing = append(r.Missing, workload+"/"+coalesce)
+			return nil
+		}
+		hotOn, hotOff := find(benchHot, "on"), find(benchHot, "off")
+		spreadOn, spreadOff := find(benchSpread, "on"), find(benchSpread, "off")
+		if hotOn != nil {
+			r.HotCoalescedPerS, r.P99CoalescedMs = hotOn.ReservedPerS, hotOn.LatencyMs.P99
+			r.CoalescedOverCeiling = ratio(hotOn.ReservedPerS, r.CeilingPerS)
+		}
+		if hotOff != nil {
+			r.HotNaivePerS, r.P99NaiveMs = hotOff.ReservedPerS, hotOff.LatencyMs.P99
+		}
+		if hotOn != nil && hotOff != nil {
+			r.CoalescedOverNaive = ratio(hotOn.ReservedPerS, hotOff.ReservedPerS)
+			r.P99CoalescedOverNaive = ratio(hotOn.LatencyMs.P99, hotOff.LatencyMs.P99)
+		}
+		if spreadOn != nil {
+			r.SpreadCoalescedPerS = spreadOn.ReservedPerS
+		}
+		if spreadOff != nil {
+			r.SpreadNaivePerS = spreadOff.ReservedPerS
+		}
+		if spreadOn != nil && spreadOff != nil {
+			r.SpreadCoalescedOverNaive = ratio(spreadOn.ReservedPerS, spreadOff.ReservedPerS)
+		}
+		for _, x := range runs {
+			if x.Backend == b {
+				r.PeakRSSMB = max(r.PeakRSSMB, x.PeakRSSMB)
+				r.Oversold += x.Oversold
+				r.Lost += x.Lost
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// ratio is a/b, or nil when b is not positive.
+func ratio(a, b float64) *float64 {
+	if b <= 0 {
+		return nil
+	}
+	v := tally.Round(a/b, 3)
+	return &v
+}
+
+// TargetStatus is the outcome of one target.
+type TargetStatus string
+
+// Target outcomes.
+const (
+	TargetMet    TargetStatus = "met"
+	TargetMissed TargetStatus = "MISSED"
+	TargetNoData TargetStatus = "no data" // a run it needs did not complete; counts as missed
+)
+
+// TargetResult is one target checked for one backend.
+type TargetResult struct {
+	ID      string       `json:"id"`
+	Target  string       `json:"target"`
+	Backend string       `json:"backend"`
+	Want    string       `json:"want"` // "≥5×", "<150 MB"
+	Value   *float64     `json:"value"`
+	Status  TargetStatus `json:"status"`
+}
+
+// benchTarget is one target of issue #7, on the hot-SKU runs of a 2-core
+// machine, three instances, 64 clients. The limits are the issue's; the
+// values are always measured.
+type benchTarget struct {
+	id, text string
+	applies  func(BackendRatios) bool
+	value    func(BackendRatios) *float64
+	op       string // ">=", "<=" or "<"
+	limit    float64
+	unit     string
+}
+
+var benchTargets = []benchTarget{
+	// The ceiling is one order per transaction; only a backend that fences
+	// its writes (the safe ones) does what the ceiling measures.
+	{"ceiling", "hot coalesced ≥ 1.0× store ceiling", func(r BackendRatios) bool { return !r.ExpectedUnsafe },
+		func(r BackendRatios) *float64 { return r.CoalescedOverCeiling }, ">=", 1.0, "×"},
+	{"speedup", "hot coalesced ≥ 5× naive", backendIs("redlock"),
+		func(r BackendRatios) *float64 { return r.CoalescedOverNaive }, ">=", 5, "×"},
+	{"speedup", "hot coalesced ≥ 10× naive", backendIs("zookeeper"),
+		func(r BackendRatios) *float64 { return r.CoalescedOverNaive }, ">=", 10, "×"},
+	{"p99", "hot p99 coalesced ≤ naive", func(BackendRatios) bool { return true },
+		func(r BackendRatios) *float64 { return r.P99CoalescedOverNaive }, "<=", 1.0, "×"},
+	{"rss", "peak RSS < 150 MB per instance", func(BackendRatios) bool { return true },
+		func(r BackendRatios) *float64 {
+			if r.PeakRSSMB <= 0 { // no instance ran, or no /proc
+				return nil
+			}
+			v := r.PeakRSSMB
+			return &v
+		}, "<", 150, " MB"},
+}
+
+func backendIs(names ...string) func(BackendRatios) bool {
+	return func(r BackendRatios) bool { return slices.Contains(names, r.Backend) }
+}
+
+// evaluateTargets checks every target that applies to each backend.
+func evaluateTargets(ratios []BackendRatios) []TargetResult {
+	var out []TargetResult
+	for _, r := range ratios {
+		for _, t := range benchTargets {
+			if !t.applies(r) {
+				continue
+			}
+			v := t.value(r)
+			st := TargetNoData
+			if v != nil {
+				st = TargetMissed
+				if t.met(*v) {
+					st = TargetMet
+				}
+			}
+			out = append(out, TargetResult{ID: t.id, Target: t.text, Backend: r.Backend, Want: t.want(), Value: v, Status: st})
+		}
+	}
+	return out
+}
+
+// want is the target's condition in short: "≥5×".
+func (t benchTarget) want() string {
+	sym := map[string]string{">=": "≥", "<=": "≤", "<": "<"}[t.op]
+	return fmt.Sprintf("%s%g%s", sym, t.limit, t.unit)
+}
+
+func (t benchTarget) met(v float64) bool {
+	switch t.op {
+	case ">=":
+		return v >= t.limit
+	case "<=":
+		return v <= t.limit
+	case "<":
+		return v < t.limit
+	}
+	panic(fmt.Sprintf("bench target %q: unknown op %q", t.id, t.op))
+}
+
+// runFailures lists what fails the suite: a run that did not complete, or
+// a run of a safe backend with oversold or lost units (or sources that
+// disagree). Missed targets do not fail it; they are reported.
+func runFailures(runs []Run) []string {
+	var fs []string
+	for _, r := range runs {
+		name := fmt.Sprintf("%s %s coalesce=%s", r.Backend, r.Workload, r.Coalesce)
+		switch {
+		case !r.Ran:
+			fs = append(fs, fmt.Sprintf("%s: did not run: %s", name, r.Error))
+		case !r.ExpectedUnsafe && !r.Safe:
+			fs = append(fs, fmt.Sprintf("%s: %s", name, r.Verdict))
+		}
+	}
+	return fs
+}

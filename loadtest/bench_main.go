@@ -1,0 +1,101 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/loadtest/bench"
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/report"
+)
+
+// Run lengths of the full suite and of --quick. Full: 6 backends × 4 runs
+// of 8 s plus start, verification and stop (~3 s a run) and 6 ceiling
+// samples of 3 s took 265 s on the 2-core machine, and the whole of make
+// bench (the go test benchmarks first) 7.5 minutes: under the ~10 minutes
+// the suite may take. --quick took 105 s, too long for a test to run it.
+const (
+	benchRunDuration      = 8 * time.Second
+	benchCeilingDuration  = 3 * time.Second
+	quickRunDuration      = 2 * time.Second
+	quickCeilingDuration  = time.Second
+	benchDefaultMaxRate   = 15_000
+	benchDefaultSpreadSKU = 1000
+)
+
+func mainBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var bc bench.Config
+	var backends, outPath string
+	fs.StringVar(&outPath, "out", "out/bench.json", "write the suite's result as JSON here")
+	fs.BoolVar(&bc.Quick, "quick", false, fmt.Sprintf("short runs (%v each, ceiling %v) to check the suite works; figures are rough", quickRunDuration, quickCeilingDuration))
+	fs.StringVar(&backends, "backends", strings.Join(compare.AllBackends(), ","), "comma-separated lock backends")
+	fs.IntVar(&bc.Instances, "instances", 3, "service instances per run")
+	fs.IntVar(&bc.Clients, "clients", 64, "closed-loop clients per run")
+	fs.IntVar(&bc.SpreadSKUs, "skus", benchDefaultSpreadSKU, "SKUs of the spread workload (the hot workload has one)")
+	fs.DurationVar(&bc.Duration, "duration", benchRunDuration, "sending phase of each run")
+	fs.DurationVar(&bc.CeilingDuration, "ceiling-duration", benchCeilingDuration, "each store-ceiling sample")
+	fs.IntVar(&bc.CeilingConns, "ceiling-conns", 16, "connections writing the hot row for the store ceiling")
+	fs.Float64Var(&bc.MaxRate, "max-rate", benchDefaultMaxRate, "orders generated per second of --duration; a faster service ends its run early")
+	fs.Uint64Var(&bc.Seed, "seed", 42, "workload seed, the same for every run")
+	fs.StringVar(&bc.LockBenchPath, "lock-bench", "", "go test -bench output (a file) of the lock micro-benchmarks to include")
+	fs.StringVar(&bc.StoreBenchPath, "store-bench", "", "go test -bench output (a file) of the store benchmarks to include")
+	fs.StringVar(&bc.Bin, "bin", "", "stockguard binary to start instances from (default: this executable)")
+	fs.StringVar(&bc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS)")
+	fs.StringVar(&bc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS)")
+	fs.StringVar(&bc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances and the store ceiling (default $STOCKGUARD_DATABASE_URL)")
+	fs.BoolVar(&bc.FreshDB, "fresh-db", true, "run in a scratch database on the --database-url server, dropped at the end (false: the shared database, with other runs' leftovers)")
+	fs.StringVar(&bc.LogDir, "logs", "", "keep every instance log under this directory (default: kept only for failed runs)")
+	fs.DurationVar(&bc.StartupTimeout, "startup-timeout", 30*time.Second, "how long instances get to answer /healthz")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: stockguard load bench [--out=out/bench.json] [--quick] [flags]\n\n"+
+			"Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n"+
+			"--skus SKUs with coalescing on and off, and prints ratios and targets. Exits non-zero if a safe\n"+
+			"backend oversold or lost units or a run did not complete; a missed target is reported, not fatal.\n\n")
+		fs.PrintDefaults()
+	}
+	set, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if bc.Quick {
+		if !set["duration"] {
+			bc.Duration = quickRunDuration
+		}
+		if !set["ceiling-duration"] {
+			bc.CeilingDuration = quickCeilingDuration
+		}
+	}
+	bc.Backends = cliflag.SplitList(backends)
+	if err := orSelf(&bc.Bin); err != nil {
+		return fmt.Errorf("load bench: %w", err)
+	}
+	if err := bc.Validate(); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	res, runErr := bench.Execute(ctx, bc, stderr)
+	if res == nil {
+		return fmt.Errorf("load bench: %w", runErr)
+	}
+	bench.Print(stdout, res)
+	if err := report.WriteJSON(outPath, res); err != nil {
+		return fmt.Errorf("load bench: %w", errors.Join(runErr, err))
+	}
+	fmt.Fprintf(stdout, "json: %s\n", outPath)
+	if runErr != nil {
+		return fmt.Errorf("load bench: %w", runErr)
+	}
+	if !res.Pass {
+		return fmt.Errorf("load bench: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// What a run must show, by scenario and fencing mode.
+const (
+	ExpectSafe   = "safe"   // fencing on: 0 oversold, 0 lost, the sources agree
+	ExpectDamage = "damage" // fencing off, a race scenario: oversold or lost > 0
+	ExpectReport = "report" // fencing off, a fault the lock alone survives: damage possible, not required
+)
+
+// Run is one scenario run with one backend and fencing mode.
+type Run struct {
+	Scenario  string `json:"scenario"`
+	Backend   string `json:"backend"`
+	Fencing   string `json:"fencing"`
+	Instances int    `json:"instances"`
+	// LockTTL is the instances' --lock-ttl; a zookeeper lease lasts as long
+	// as its session instead (4s).
+	LockTTL   string    `json:"lock_ttl"`
+	Expect    string    `json:"expect"`
+	StartedAt time.Time `json:"started_at"`
+	// DurationS is how long the order load ran.
+	DurationS float64           `json:"duration_s"`
+	Orders    tally.OrderCounts `json:"orders"`
+	Units     tally.UnitCounts  `json:"units"`
+	// StaleWritesRejected is stockguard_stale_fence_total summed over the
+	// instances: writes the store refused because a newer lease had claimed
+	// the row. Orders.StaleFence counts the 409 answers clients got.
+	StaleWritesRejected int64        `json:"stale_writes_rejected"`
+	Fault               FaultFigures `json:"fault"`
+	// RecoveryMs is the time from the fault's healing to the first 201 from
+	// an affected instance; null if none came.
+	RecoveryMs *float64 `json:"recovery_ms"`
+	// LongestGapMs is the longest stretch of the load without a single 201.
+	LongestGapMs float64              `json:"longest_success_gap_ms"`
+	LatencyMs    tally.LatencySummary `json:"latency_ms"`
+	Metrics      map[string]float64   `json:"metrics"`
+	Events       []Event              `json:"events"`
+	BucketMs     int                  `json:"bucket_ms"`
+	Timeline     []Bucket             `json:"timeline"`
+	// SellOutUnits were ordered after the load to empty the shelf (see
+	// Config.SellOut).
+	SellOutUnits int64            `json:"sell_out_units"`
+	Verification run.Verification `json:"verification"`
+	Verdict      string           `json:"verdict"`
+	Pass         bool             `json:"pass"`
+	Failures     []string         `json:"failures,omitempty"`
+	Error        string           `json:"error,omitempty"`
+	Notes        []string         `json:"notes,omitempty"`
+	Logs         string           `json:"logs,omitempty"`
+}
+
+// FaultFigures are the answers received while a fault was in force.
+type FaultFigures struct {
+	FaultAtMs *float64 `json:"fault_at_ms"`
+	HealAtMs  *float64 `json:"heal_at_ms"`
+	// WindowsMs are the spans [from, to] in which a fault was in force.
+	WindowsMs             [][2]float64 `json:"windows_ms"`
+	ReservedDuring        int          `json:"reserved_during"`
+	LockUnavailableDuring int          `json:"lock_unavailable_during"`
+	StaleFenceDuring      int          `json:"stale_fence_during"`
+}
+
+// Bucket counts the answers received in one slice of the timeline.
+type Bucket struct {
+	AtMs            int `json:"at_ms"`
+	Reserved        int `json:"reserved"`
+	StaleFence      int `json:"stale_fence"`
+	LockUnavailable int `json:"lock_unavailable"`
+	Insufficient    int `json:"insufficient"`
+	Other           int `json:"other"`
+}
+
+func (p chaosPlan) expect() string {
+	switch {
+	case p.fencing == "on":
+		return ExpectSafe
+	case p.sc.DamageUnfenced:
+		return ExpectDamage
+	}
+	return ExpectReport
+}
+
+// runOne makes one run and judges it; every failure is recorded in the run.
+func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *progress.Bar) Run {
+	run := Run{Scenario: p.sc.Name, Backend: p.backend, Fencing: p.fencing, Instances: cc.Instances,
+		LockTTL: p.sc.lockTTL(cc).String(), Expect: p.expect(), Metrics: map[string]float64{}, Events: []Event{}}
+	if p.backend == "zookeeper" {
+		run.LockTTL = "session " + zkSessionTimeout.String()
+	}
+	dir := filepath.Join(root, strings.ReplaceAll(p.name(), "/", "_"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		run.Error = err.Error()
+		run.judge(p.sc)
+		return run
+	}
+	run.Logs = dir
+	e := newChaosEnv(cc, p, dir, prog)
+	err := e.execute(ctx, &run)
+	run.Notes = append(run.Notes, e.teardown()...)
+	if err != nil {
+		run.Error = err.Error()
+	}
+	run.Verdict = chaosVerdict(&run)
+	run.judge(p.sc)
+	return run
+}
+
+// execute sets the run up, runs the load with the fault in it, and measures.
+func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
+	setup := e.plan.sc.setup
+	if setup == nil {
+		setup = func(ctx context.Context, e *chaosEnv) error { return e.startServers(ctx) }
+	}
+	if err := setup(ctx, e); err != nil {
+		return fmt.Errorf("start lock servers: %w", err)
+	}
+	runID := run.NewRunID()
+	if err := e.startInstances(ctx, runID); err != nil {
+		return fmt.Errorf("start instances: %w", err)
+	}
+	// Counters from before the load (creating the SKUs) are not the run's.
+	baseline, err := e.scrape(ctx)
+	if err != nil {
+		out.Notes = append(out.Notes, "metrics before the load: "+err.Error())
+	}
+	out.StartedAt = time.Now().UTC()
+	e.load.run(ctx, e.cc.Concurrency, e.cc.Seed)
+	run.Sleep(ctx, e.cc.Warmup)
+	faultErr := e.plan.sc.fault(ctx, e)
+	if faultErr != nil {
+		e.event(EventNote, "fault injection failed: %v", faultErr)
+		e.thawAll()
+	}
+	// The load runs for Duration at least, and for Recovery after the last
+	// event, so that the time to recover can be seen.
+	run.Sleep(ctx, max(e.cc.Duration, e.lastEventAt()+e.cc.Recovery)-e.load.since())
+	e.bg.Wait() // bounded: a restart gives up after 30s
+	run.Sleep(ctx, e.lastEventAt()+300*time.Millisecond-e.load.since())
+	e.load.stop()
+	loadFor := e.load.since()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("interrupted: %w", err)
+	}
+	out.Orders.Reconciled, out.Orders.Unresolved = e.load.reconcile(ctx)
+	if e.cc.SellOut {
+		units, err := e.load.sellOut(ctx)
+		out.SellOutUnits = units
+		if err != nil {
+			out.Notes = append(out.Notes, err.Error())
+		}
+	}
+	v, err := e.load.verify(ctx, e.cc.Stock, e.plan.fencing == "on")
+	if err != nil {
+		return err
+	}
+	metrics, err := e.scrape(ctx)
+	if err != nil {
+		out.Notes = append(out.Notes, "metrics: "+err.Error())
+	}
+	for k := range metrics {
+		metrics[k] -= baseline[k]
+	}
+	e.fill(out, v, metrics, loadFor)
+	if faultErr != nil {
+		return fmt.Errorf("fault: %w", faultErr)
+	}
+	return nil
+}
+
+// lastEventAt is when the last timeline event happened.
+func (e *chaosEnv) lastEventAt() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if len(e.events) == 0 {
+		return 0
+	}
+	return time.Duration(e.events[len(e.events)-1].AtMs * float64(time.Millisecond))
+}
+
+// chaosVerdict is the run's outcome in one line.
+func chaosVerdict(r *Run) string {
+	if r.Error != "" && r.Orders.Sent == 0 {
+		return "ERROR: " + firstLine(r.Error)
+	}
+	stale := fmt.Sprintf("%d stale writes rejected", r.StaleWritesRejected)
+	var s string
+	switch {
+	case r.Verification.Safe():
+		s = "safe: 0 oversold, 0 lost; " + stale
+	case r.Units.Oversold == 0 && r.Units.Lost == 0:
+		s = fmt.Sprintf("UNSAFE: 0 oversold, 0 lost, but %d disagreements between sources", r.Verification.DisagreementCount)
+	default:
+		s = fmt.Sprintf("UNSAFE: %d units oversold, %d lost", r.Units.Oversold, r.Units.Lost)
+	}
+	if r.Error != "" {
+		s += " (" + firstLine(r.Error) + ")"
+	}
+	return s
+}
+
+// judge lists what the run failed to show, given what it had to.
+func (r *Run) judge(sc *scenario) {
+	var f []string
+	if r.Error != "" {
+		f = append(f, "did not complete: "+firstLine(r.Error))
+	}
+	damage := r.Units.Oversold + r.Units.Lost
+	switch r.Expect {
+	case ExpectSafe:
+		switch {
+		case damage > 0:
+			f = append(f, fmt.Sprintf("fencing on, yet %d units oversold and %d lost", r.Units.Oversold, r.Units.Lost))
+		case r.Verification.DisagreementCount > 0:
+			f = append(f, fmt.Sprintf("fencing on, yet %d disagreements between ledger, audit and counters", r.Verification.DisagreementCount))
+		}
+		if r.Orders.Unresolved > 0 {
+			f = append(f, fmt.Sprintf("%d orders whose outcome stayed unknown", r.Orders.Unresolved))
+		}
+		if r.Error == "" && sc.check != nil {
+			f = append(f, sc.check(r)...)
+		}
+	case ExpectDamage:
+		if r.Error == "" && damage == 0 {
+			f = append(f, "fencing off, yet 0 oversold and 0 lost: the scenario did not exercise the race")
+		}
+	}
+	r.Failures = f
+	r.Pass = len(f) == 0
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}

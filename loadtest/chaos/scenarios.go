@@ -1,0 +1,348 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/run"
+)
+
+// Kinds of timeline events.
+const (
+	EventFault = "fault" // a fault is injected
+	EventHeal  = "heal"  // a fault is over
+	EventNote  = "note"  // an observation: a token, an election, a new session
+	// EventOutcome is an answer worth a mark: a stalled order's, the first
+	// 409 stale_fence or 503 after the fault, the first 201 after it healed.
+	EventOutcome = "outcome"
+)
+
+// Event is one entry of a run's timeline, timed from the start of the
+// order load.
+type Event struct {
+	AtMs float64 `json:"at_ms"`
+	Kind string  `json:"kind"`
+	What string  `json:"what"`
+}
+
+// zkSessionTimeout is the service's ZooKeeper session timeout (the zookeeper
+// backend's default, which --lock-ttl does not change): how long a frozen
+// instance keeps its locks there.
+const zkSessionTimeout = 4 * time.Second
+
+// Stalls asked of paused orders with X-Chaos-Pause.
+const (
+	// holderStall only has to outlast the moment between seeing the stall
+	// begin in the instance's log and the SIGSTOP that freezes it there.
+	holderStall = time.Second
+	// expiryStall keeps the holder inside its critical section while its
+	// session is expired from outside and another instance takes over.
+	expiryStall = 1500 * time.Millisecond
+	// failoverStall is shorter than failoverTTL: the lease is still valid
+	// when the stalled holder writes, so any overlap is the failover's doing.
+	failoverStall = 1200 * time.Millisecond
+	failoverTTL   = 2 * time.Second
+)
+
+// scenario is one fault and what the run must show with and without the fence.
+type scenario struct {
+	Name     string
+	Backends []string
+	Summary  string
+	// DamageUnfenced: with fencing off the run must show oversold or lost
+	// units, or it did not exercise the race it is about.
+	DamageUnfenced bool
+	// ttl is the --lock-ttl of the instances; nil means --lock-ttl.
+	ttl func(cc Config) time.Duration
+	// setup starts the lock servers; nil means those of the backend.
+	setup func(ctx context.Context, e *chaosEnv) error
+	// fault injects the fault while the load runs, and heals it.
+	fault func(ctx context.Context, e *chaosEnv) error
+	// check lists what else a fenced run must show.
+	check func(r *Run) []string
+}
+
+func (s *scenario) lockTTL(cc Config) time.Duration {
+	if s.ttl != nil {
+		return s.ttl(cc)
+	}
+	return cc.LockTTL
+}
+
+// scenarios in the order `--scenario=all` runs them.
+var scenarios = []*scenario{
+	{
+		Name: "pause-holder", Backends: []string{"redis", "redlock", "zookeeper", "postgres"}, DamageUnfenced: true,
+		Summary: "SIGSTOP one instance while it holds leases, with orders stalled between claim and write, for longer than the lease lasts; then SIGCONT.",
+		fault:   pauseHolder,
+		check:   needStaleRejected,
+	},
+	{
+		Name: "kill-redis-minority", Backends: []string{"redlock"},
+		Summary: "SIGKILL 2 of the 5 Redlock masters mid-run, restart them empty later: a majority remains, so orders keep succeeding.",
+		fault:   killRedis(2),
+		check: func(r *Run) []string {
+			if r.Fault.ReservedDuring == 0 {
+				return []string{"no order succeeded while 2 of 5 masters were down"}
+			}
+			return nil
+		},
+	},
+	{
+		Name: "kill-redis-majority", Backends: []string{"redlock"},
+		Summary: "SIGKILL 3 of the 5 Redlock masters mid-run, restart them empty later: no quorum, so 503 lock_unavailable until the restart.",
+		fault:   killRedis(3),
+		check: func(r *Run) []string {
+			var out []string
+			if r.Fault.LockUnavailableDuring == 0 {
+				out = append(out, "no 503 lock_unavailable while 3 of 5 masters were down")
+			}
+			return append(out, needRecovery(r)...)
+		},
+	},
+	{
+		Name: "kill-zk-node", Backends: []string{"zookeeper"},
+		Summary: "SIGKILL a ZooKeeper follower and restart it, then the leader: sessions move to the surviving nodes and locks keep working after the election.",
+		fault:   killZKNode,
+		check:   needRecovery,
+	},
+	{
+		Name: "zk-session-expiry", Backends: []string{"zookeeper"},
+		Summary: "Expire one instance's ZooKeeper session from outside (a second client presents its id and password, then closes it) while it holds leases between claim and write.",
+		fault:   zkSessionExpiry,
+		check: func(r *Run) []string {
+			out := needRecovery(r)
+			if r.Metrics[metricZKSessLost] == 0 {
+				out = append(out, "the instance never noticed its session expired")
+			}
+			return out
+		},
+	},
+	{
+		Name: "redis-failover", Backends: []string{"redis"}, DamageUnfenced: true,
+		Summary: "A single Redis master with a lagging replica: kill the master while a holder sits between claim and write, promote the replica, which never saw the lock or the token counter, and move the clients to it.",
+		ttl:     func(cc Config) time.Duration { return max(cc.LockTTL, failoverTTL) },
+		setup:   failoverSetup,
+		fault:   redisFailover,
+		check:   needStaleRejected,
+	},
+}
+
+// Scenarios names the scenarios of `load chaos`, in the order
+// --scenario=all runs them.
+var Scenarios = func() []string {
+	out := make([]string, len(scenarios))
+	for i, s := range scenarios {
+		out[i] = s.Name
+	}
+	return out
+}()
+
+// PrintScenarios writes one line per scenario: its name and summary.
+func PrintScenarios(w io.Writer) {
+	for _, s := range scenarios {
+		fmt.Fprintf(w, "  %-20s %s\n", s.Name, s.Summary)
+	}
+}
+
+func scenarioByName(name string) *scenario {
+	for _, s := range scenarios {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
+func needStaleRejected(r *Run) []string {
+	if r.StaleWritesRejected == 0 && r.Orders.StaleFence == 0 {
+		return []string{"no stale write was rejected: the scenario did not exercise the race"}
+	}
+	return nil
+}
+
+func needRecovery(r *Run) []string {
+	if r.RecoveryMs == nil {
+		return []string{"no order succeeded after the fault healed"}
+	}
+	return nil
+}
+
+// victim is the instance a scenario pauses or expires: the last one, so that
+// verification, which reads from the first, never waits on it.
+func (e *chaosEnv) victim() int { return len(e.ins) - 1 }
+
+// stallVictim sends the victim one order per hot SKU that stalls for stall
+// between its claim and its write, and waits until the first is stalled
+// there. Only the first: the others may queue behind a two-line order that
+// holds one SKU while it waits for the stalled one, and the fault must land
+// while a stall is on.
+func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) {
+	v := e.victim()
+	before := e.pausesLogged(v)
+	e.event(EventNote, "instance %d: %d-unit order on each hot SKU sent with X-Chaos-Pause: %v (stall between claim and write)", v+1, stalledQty, stall)
+	e.load.sendPaused(ctx, v, stall, func(sku string, out client.Outcome, took time.Duration) {
+		e.event(EventOutcome, "instance %d: stalled order on %s answered %s after %v", v+1, shortSKU(sku), describeOutcome(out), took.Round(time.Millisecond))
+	})
+	if e.waitPausing(ctx, v, before, 1, 5*time.Second) {
+		e.event(EventNote, "instance %d: a stalled order holds its lease between claim and write", v+1)
+	}
+}
+
+func pauseHolder(ctx context.Context, e *chaosEnv) error {
+	v := e.victim()
+	expiry, what := e.cc.LockTTL, "lock TTL"
+	switch e.plan.backend {
+	case "zookeeper":
+		expiry, what = zkSessionTimeout, "ZooKeeper session timeout"
+	case "postgres":
+		what = "idle_session_timeout of the lock connection (--lock-ttl)"
+	}
+	stopFor := expiry + max(time.Second, expiry/2)
+	e.stallVictim(ctx, holderStall)
+	from := e.event(EventFault, "SIGSTOP instance %d (pid %d) for %v, past the %s of %v, its stalled holders between claim and write",
+		v+1, e.pid(v), stopFor, what, expiry)
+	if err := e.freeze(v); err != nil {
+		return err
+	}
+	run.Sleep(ctx, stopFor)
+	if err := e.thaw(v); err != nil {
+		return err
+	}
+	e.heal([]int{v}, "SIGCONT instance %d: its stalled writes go out with leases long gone", v+1)
+	e.window(from, e.healAt)
+	return nil
+}
+
+func killRedis(k int) func(context.Context, *chaosEnv) error {
+	return func(ctx context.Context, e *chaosEnv) error {
+		down := max(2*time.Second, 2*e.cc.LockTTL)
+		n, quorum := len(e.redis), len(e.redis)/2+1
+		var which []string
+		for _, r := range e.redis[:k] {
+			which = append(which, fmt.Sprintf("%s pid %d", r.Addr(), r.PID()))
+		}
+		from := e.event(EventFault, "SIGKILL %d of %d Redis masters (%s) for %v", k, n, strings.Join(which, ", "), down)
+		for _, r := range e.redis[:k] {
+			if err := r.Kill(); err != nil {
+				return err
+			}
+		}
+		run.Sleep(ctx, down)
+		// One by one: the fault heals when a quorum is up again, which for
+		// a lost majority is before the last node is back.
+		healed := false
+		for i, r := range e.redis[:k] {
+			if err := r.Restart(ctx); err != nil {
+				return err
+			}
+			up := n - k + i + 1
+			what := fmt.Sprintf("master %s restarted empty (no persistence: its locks and fence counters are gone); %d of %d up", r.Addr(), up, n)
+			if !healed && (up == quorum && n-k < quorum || i == k-1) {
+				healed = true
+				e.heal(nil, "%s", what)
+				e.window(from, e.healAt)
+				continue
+			}
+			e.event(EventHeal, "%s", what)
+		}
+		return nil
+	}
+}
+
+func killZKNode(ctx context.Context, e *chaosEnv) error {
+	leader, err := e.zk.WaitLeader(ctx)
+	if err != nil {
+		return err
+	}
+	// The follower is down for as long as a JVM takes to come back (seconds
+	// on a small machine); the leader is killed only once it serves again,
+	// or the two faults would add up to a lost quorum.
+	f := (leader + 1) % 3
+	from := e.event(EventFault, "SIGKILL ZooKeeper follower %d (%s, pid %d); restart it at once", f+1, e.zk.Node(f).Addr(), e.zk.Node(f).PID())
+	if err := e.zk.Node(f).Kill(); err != nil {
+		return err
+	}
+	if err := e.zk.Node(f).Restart(ctx); err != nil {
+		return err
+	}
+	e.window(from, e.event(EventHeal, "follower %d restarted and back in the ensemble", f+1))
+	run.Sleep(ctx, 500*time.Millisecond)
+
+	if leader, err = e.zk.WaitLeader(ctx); err != nil {
+		return err
+	}
+	old := e.zk.Node(leader)
+	from = e.event(EventFault, "SIGKILL ZooKeeper leader %d (%s, pid %d)", leader+1, old.Addr(), old.PID())
+	if err := old.Kill(); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	next, err := e.zk.WaitLeader(wctx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	e.heal(nil, "node %d elected leader: the ensemble serves writes again; restarting the old leader", next+1)
+	e.window(from, e.healAt)
+	// The old leader boots while the load recovers; the run waits for it.
+	e.background(func() {
+		if err := old.Restart(ctx); err != nil {
+			e.event(EventNote, "old leader %d did not come back: %v", leader+1, err)
+			return
+		}
+		e.event(EventHeal, "old leader %d restarted, back as a follower", leader+1)
+	})
+	return nil
+}
+
+func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
+	v := e.victim()
+	e.stallVictim(ctx, expiryStall)
+	// Read after the stall began: this is the session the stalled leases live in.
+	id, passwd, err := zkSessionOf(ctx, e.client, e.ins[v].URL)
+	if err != nil {
+		return err
+	}
+	from := e.event(EventFault, "expire instance %d's ZooKeeper session %#x: a second client presents its id and password, then closes it", v+1, id)
+	if err := expireZKSession(ctx, e.zk.Servers()[0], id, passwd); err != nil {
+		return err
+	}
+	e.heal([]int{v}, "session %#x closed on the ensemble, its lock nodes deleted; instance %d must find out and start a new one", id, v+1)
+	e.window(from, from+expiryStall)
+	// Bounded wait for the instance to show a new session.
+	for range 100 {
+		next, _, err := zkSessionOf(ctx, e.client, e.ins[v].URL)
+		if err == nil && next != id {
+			e.event(EventNote, "instance %d in a new session %#x", v+1, next)
+			return nil
+		}
+		run.Sleep(ctx, 100*time.Millisecond)
+	}
+	e.event(EventNote, "instance %d showed no new session within 10s", v+1)
+	return nil
+}
+
+// describeOutcome names an answer for the timeline: "201 (token 812)",
+// "409 stale_fence", "no answer (timeout)".
+func describeOutcome(out client.Outcome) string {
+	switch {
+	case out.Kind == client.KindReserved && out.Order != nil && len(out.Order.Lines) > 0:
+		return fmt.Sprintf("201 (token %d)", out.Order.Lines[0].FenceToken)
+	case out.Status == 0:
+		return "no answer (" + out.Code + ")"
+	}
+	return fmt.Sprintf("%d %s", out.Status, out.Code)
+}
+
+// shortSKU drops the run prefix of a SKU name: "lt3f…-s00001" → "s00001".
+func shortSKU(sku string) string {
+	if i := strings.LastIndexByte(sku, '-'); i >= 0 {
+		return sku[i+1:]
+	}
+	return sku
+}

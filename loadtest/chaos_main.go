@@ -1,0 +1,119 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/loadtest/chaos"
+	"github.com/stockguard/stockguard/loadtest/report"
+)
+
+// mainChaos is `stockguard load chaos`.
+func mainChaos(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cc := chaos.DefaultConfig()
+	var scenario, backends, fencing, reportPath, jsonPath, mdPath string
+	fs.StringVar(&scenario, "scenario", "", "scenario to run, or all: "+strings.Join(chaos.Scenarios, ", "))
+	fs.StringVar(&backends, "backend", "", "comma-separated backends to run; default: every backend each scenario supports (pause-holder: redis, redlock, zookeeper, postgres; the others have one each)")
+	fs.StringVar(&fencing, "fencing", "both", "fencing of the instances: on, off, or both (one run each)")
+	fs.IntVar(&cc.Instances, "instances", cc.Instances, "service instances per run (at least 3)")
+	fs.DurationVar(&cc.Duration, "duration", cc.Duration, "least time the order load runs in each run; it runs longer when the faults and --recovery need it")
+	fs.DurationVar(&cc.Warmup, "warmup", cc.Warmup, "order load before the first fault")
+	fs.DurationVar(&cc.Recovery, "recovery", cc.Recovery, "order load after the last fault event")
+	fs.DurationVar(&cc.LockTTL, "lock-ttl", cc.LockTTL, "--lock-ttl of the instances (redis-failover uses at least 2s, see CHAOS.md)")
+	fs.DurationVar(&cc.LockWait, "lock-wait", cc.LockWait, "--lock-wait of the instances")
+	fs.IntVar(&cc.Concurrency, "concurrency", cc.Concurrency, "closed-loop clients, spread over the instances")
+	fs.IntVar(&cc.SKUs, "skus", cc.SKUs, "hot SKUs every order draws from")
+	fs.IntVar(&cc.Stock, "stock", cc.Stock, "units of stock per SKU")
+	fs.BoolVar(&cc.SellOut, "sell-out", cc.SellOut, "after the load, order what the counters still show as available, so lost updates become oversold units")
+	fs.StringVar(&cc.Bin, "bin", "", "stockguard binary to start instances from (default: this executable)")
+	fs.StringVar(&cc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances (default $STOCKGUARD_DATABASE_URL, else the service's default)")
+	fs.StringVar(&cc.LogDir, "logs", "", "keep instance and server logs here, a directory per run (default: a temporary one, kept only on failure)")
+	fs.StringVar(&reportPath, "report", "out/chaos.html", "write the self-contained HTML report here (empty: none)")
+	fs.StringVar(&jsonPath, "json", "out/chaos.json", "write the runs as JSON here (empty: none)")
+	fs.StringVar(&mdPath, "markdown", "", "also write the table of runs as GitHub Markdown here")
+	fs.Uint64Var(&cc.Seed, "seed", 0, "seed of the order load; 0 picks one at random")
+	fs.DurationVar(&cc.RequestTimeout, "request-timeout", cc.RequestTimeout, "bound on each HTTP request (must outlast a paused instance)")
+	fs.DurationVar(&cc.StartupTimeout, "startup-timeout", cc.StartupTimeout, "how long instances get to answer /healthz")
+	fs.StringVar(&cc.Label, "label", "", "free text shown in the report")
+	fs.Var(&cc.Progress, "progress", "progress on stderr: auto (a bar on a terminal, else a line per event), on, off")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: stockguard load chaos --scenario=NAME|all [--backend=B,...] [--fencing=on|off|both] [--json=FILE] [--report=FILE] [--duration=D] [flags]\n\n")
+		fmt.Fprintf(fs.Output(), "Each run starts its own lock servers (Redis, ZooKeeper) and %d+ instances with --chaos, runs a steady order load,\ninjects the scenario's fault and verifies the stock. Scenarios:\n", cc.Instances)
+		chaos.PrintScenarios(fs.Output())
+		fmt.Fprintln(fs.Output())
+		fs.PrintDefaults()
+	}
+	_, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	switch scenario {
+	case "":
+		return usageErr(fs, "--scenario is required")
+	case "all":
+		cc.Scenarios = chaos.Scenarios
+	default:
+		cc.Scenarios = cliflag.SplitList(scenario)
+	}
+	cc.Backends = cliflag.SplitList(backends)
+	switch fencing {
+	case "both":
+		cc.Fencing = []string{"on", "off"}
+	default:
+		cc.Fencing = cliflag.SplitList(fencing)
+	}
+	if cc.Seed == 0 {
+		cc.Seed = rand.Uint64N(1<<53-1) + 1
+	}
+	if err := orSelf(&cc.Bin); err != nil {
+		return fmt.Errorf("load chaos: %w", err)
+	}
+	if err := cc.Validate(); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	start := time.Now()
+	res, err := chaos.Execute(ctx, cc, stderr)
+	if res == nil {
+		return fmt.Errorf("load chaos: %w", err)
+	}
+	chaos.PrintTable(stdout, res)
+	fmt.Fprintf(stdout, "%d runs in %s\n", len(res.Runs), time.Since(start).Round(time.Second))
+	if reportPath != "" {
+		res.ReportPath = reportPath
+		if werr := report.WriteFile(reportPath, chaos.Report(res)); werr != nil {
+			return fmt.Errorf("load chaos: %w", werr)
+		}
+		fmt.Fprintf(stdout, "report: %s\n", reportPath)
+	}
+	if jsonPath != "" {
+		if werr := report.WriteJSON(jsonPath, res); werr != nil {
+			return fmt.Errorf("load chaos: %w", werr)
+		}
+		fmt.Fprintf(stdout, "json: %s\n", jsonPath)
+	}
+	if mdPath != "" {
+		if werr := os.WriteFile(mdPath, []byte(chaos.MarkdownTable(res)), 0o644); werr != nil {
+			return fmt.Errorf("load chaos: %w", werr)
+		}
+		fmt.Fprintf(stdout, "markdown: %s\n", mdPath)
+	}
+	if err != nil {
+		return fmt.Errorf("load chaos: %w", err)
+	}
+	if !res.Pass {
+		return fmt.Errorf("load chaos: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
+	}
+	return nil
+}

@@ -1,0 +1,302 @@
+package loadtest
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/run"
+)
+
+// ErrUsage marks a command line that could not be understood; the message
+// and the usage text have already been written to stderr.
+var ErrUsage = errors.New("usage")
+
+// errUnsafe marks a run or comparison that found oversold or lost units
+// where none were allowed.
+var errUnsafe = errors.New("unsafe")
+
+const usageText = `usage: stockguard load <command> [flags]
+
+commands:
+  run       drive running instances with a seeded workload, then verify
+            from the client's ledger, /audit and the SKU counters
+  compare   start instances of the service per lock backend, run the same
+            workload on each, print a side-by-side table and write an HTML report
+  chaos     inject faults (paused holders, killed Redis and ZooKeeper nodes,
+            an expired session, a Redis failover) under load, with fencing
+            on and off, and report oversold units and stale writes rejected
+  bench     the benchmark suite: store ceiling, then every backend with
+            coalescing on and off on one hot SKU and on many, with ratios,
+            targets and peak RSS (make bench adds the Go micro-benchmarks)
+
+Run "stockguard load <command> -h" for its flags.
+`
+
+// Main is `stockguard load`: args are what follows "load". It returns an
+// error wrapping ErrUsage for a bad command line and errUnsafe when damage
+// was found that was not expected.
+func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usageText)
+		return fmt.Errorf("%w: no command", ErrUsage)
+	}
+	switch args[0] {
+	case "run":
+		return mainRun(ctx, args[1:], getenv, stdout, stderr)
+	case "compare":
+		return mainCompare(ctx, args[1:], getenv, stdout, stderr)
+	case "chaos":
+		return mainChaos(ctx, args[1:], getenv, stdout, stderr)
+	case "bench":
+		return mainBench(ctx, args[1:], getenv, stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprint(stdout, usageText)
+		return nil
+	}
+	fmt.Fprintf(stderr, "stockguard load: unknown command %q\n\n%s", args[0], usageText)
+	return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
+}
+
+// workloadFlags are the flags run and compare share.
+type workloadFlags struct {
+	cfg         run.Config
+	rate        string
+	seed        uint64
+	concurrency int
+}
+
+func (wf *workloadFlags) register(fs *flag.FlagSet) {
+	c := &wf.cfg
+	c.Workload = run.Workload{Lines: run.Range{Min: 1, Max: 3}, Qty: run.Range{Min: 1, Max: 5}}
+	c.Progress = progress.Auto
+	fs.IntVar(&c.Orders, "orders", 2000, "closed loop: number of orders to send")
+	fs.IntVar(&wf.concurrency, "concurrency", 0, "closed loop: concurrent clients (default 32); open loop: cap on requests in flight (default 256)")
+	fs.StringVar(&wf.rate, "rate", "", "open loop: fixed arrival rate, e.g. 500/s or 30000/m (needs --duration)")
+	fs.DurationVar(&c.Duration, "duration", 0, "open loop: how long to send at --rate, e.g. 30s")
+	fs.IntVar(&c.Workload.SKUs, "skus", 20, "number of fresh SKUs created for the run")
+	fs.IntVar(&c.Workload.Stock, "stock", 200, "units of stock per SKU")
+	fs.Var(&c.Workload.Lines, "lines", "lines per order, lo..hi (distinct SKUs)")
+	fs.Var(&c.Workload.Qty, "qty", "units per line, lo..hi")
+	fs.Float64Var(&c.Workload.Zipf, "zipf", 1.1, "hot-SKU skew exponent; 0 = uniform")
+	fs.Float64Var(&c.Workload.RetryShare, "retry-share", 0.05, "share of orders deliberately resent with the same idempotency key")
+	fs.Uint64Var(&wf.seed, "seed", 0, "workload seed; 0 picks one at random (printed, so the run can be repeated)")
+	fs.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "bound on the sending phase; unsent orders are skipped")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "bound on each HTTP request")
+	fs.IntVar(&c.HoldSeconds, "hold-seconds", 900, "hold_seconds of every order (1..86400); must outlast the run, or expired holds show up as disagreements")
+	fs.Var(&c.Progress, "progress", "progress bar on stderr: auto (terminal, or runs over 3s), on, off")
+}
+
+// finish resolves defaults that depend on other flags.
+func (wf *workloadFlags) finish(set map[string]bool) error {
+	c := &wf.cfg
+	if wf.rate != "" {
+		r, err := parseRate(wf.rate)
+		if err != nil {
+			return err
+		}
+		c.Rate = r
+		if set["orders"] {
+			return errors.New("--orders is for the closed loop; with --rate the count is rate × duration")
+		}
+		c.Orders = 0
+	}
+	c.Concurrency = wf.concurrency
+	if !set["concurrency"] {
+		c.Concurrency = 32
+		if c.Rate > 0 {
+			c.Concurrency = 256
+		}
+	}
+	c.Workload.Seed = wf.seed
+	if c.Workload.Seed == 0 {
+		c.Workload.Seed = rand.Uint64N(1<<53-1) + 1 // fits a JSON number exactly
+	}
+	return nil
+}
+
+// parseRate reads "500", "500/s" or "30000/m" as orders per second.
+func parseRate(s string) (float64, error) {
+	num, unit, _ := strings.Cut(strings.TrimSpace(s), "/")
+	r, err := strconv.ParseFloat(num, 64)
+	if err != nil || r <= 0 {
+		return 0, fmt.Errorf("rate %q: want a positive number, e.g. 500/s", s)
+	}
+	switch unit {
+	case "", "s":
+		return r, nil
+	case "m":
+		return r / 60, nil
+	}
+	return 0, fmt.Errorf("rate %q: unit must be /s or /m", s)
+}
+
+// parseFlags parses args and reports which flags were set. A parse error or
+// stray argument wraps ErrUsage; -h returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) (map[string]bool, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return nil, usageErr(fs, "unexpected arguments %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set, nil
+}
+
+// usageErr prints the message and the flags, and wraps ErrUsage.
+func usageErr(fs *flag.FlagSet, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	fmt.Fprintf(fs.Output(), "stockguard load %s: %s\n", fs.Name(), msg)
+	fs.Usage()
+	return fmt.Errorf("%w: %s", ErrUsage, msg)
+}
+
+func mainRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var wf workloadFlags
+	wf.register(fs)
+	var urls, jsonPath string
+	var expectUnsafe bool
+	fs.StringVar(&urls, "urls", "", "comma-separated base URLs of running instances (required), e.g. http://127.0.0.1:8081,http://127.0.0.1:8082")
+	fs.StringVar(&wf.cfg.AdminToken, "admin-token", getenv("STOCKGUARD_ADMIN_TOKEN"), "bearer token for PUT /v1/skus (default $STOCKGUARD_ADMIN_TOKEN)")
+	fs.StringVar(&jsonPath, "json", "", "write the result as JSON to this file")
+	fs.BoolVar(&expectUnsafe, "expect-unsafe", false, "exit 0 even if units were oversold or lost (for none/local demonstrations)")
+	fs.StringVar(&wf.cfg.Label, "label", "", "free text recorded in the result")
+	fs.StringVar(&wf.cfg.Backend, "backend", "", "lock backend the instances run (informational, recorded in the result)")
+	fs.StringVar(&wf.cfg.Fencing, "fencing", "", "fencing mode the instances run, on|off (informational)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: stockguard load run --urls=URL,... [--orders=N --concurrency=C | --rate=R/s --duration=D] [flags]\n\n")
+		fs.PrintDefaults()
+	}
+	set, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if err := wf.finish(set); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	cfg := wf.cfg
+	for _, u := range cliflag.SplitList(urls) {
+		cfg.URLs = append(cfg.URLs, strings.TrimRight(u, "/"))
+	}
+	cfg.ExpectedUnsafe = expectUnsafe
+	if err := cfg.Validate(); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	res, err := run.Execute(ctx, cfg, stderr)
+	if err != nil {
+		return fmt.Errorf("load run: %w", err)
+	}
+	res.PrintTable(stdout)
+	if jsonPath != "" {
+		if err := report.WriteJSON(jsonPath, res); err != nil {
+			return fmt.Errorf("load run: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote %s\n", jsonPath)
+	}
+	if res.Damaged() && !expectUnsafe {
+		return fmt.Errorf("load run: %w: %s", errUnsafe, res.Verdict)
+	}
+	return nil
+}
+
+func mainCompare(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var wf workloadFlags
+	wf.register(fs)
+	var cc compare.Config
+	var backends, requireUnsafe string
+	fs.StringVar(&backends, "backends", strings.Join(compare.AllBackends(), ","), "comma-separated lock backends to compare")
+	fs.IntVar(&cc.Instances, "instances", 3, "service instances per backend")
+	fs.StringVar(&cc.ReportPath, "report", "out/report.html", "write the self-contained HTML report here (empty: none)")
+	fs.StringVar(&cc.JSONPath, "json", "out/compare.json", "write the comparison as JSON here (empty: none)")
+	fs.StringVar(&cc.Bin, "bin", "", "stockguard binary to start instances from (default: this executable)")
+	fs.StringVar(&requireUnsafe, "require-unsafe", "", "test flag: comma-separated expected-unsafe backends (none, local) that must show damage")
+	fs.DurationVar(&cc.StartupTimeout, "startup-timeout", 30*time.Second, "how long instances get to answer /healthz")
+	fs.StringVar(&cc.LockTTL, "lock-ttl", "", "--lock-ttl passed to every instance (default: the service's)")
+	fs.StringVar(&cc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS, else the service's default)")
+	fs.StringVar(&cc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS, else the service's default)")
+	fs.StringVar(&cc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances (default $STOCKGUARD_DATABASE_URL, else the service's default)")
+	fs.BoolVar(&cc.FreshDB, "fresh-db", true, "give each backend its own scratch database on the --database-url server, dropped after its run (one deployment, one backend: token spaces differ)")
+	fs.StringVar(&cc.LogDir, "logs", "", "keep instance logs in this directory (default: a temporary one, kept only on failure)")
+	fs.StringVar(&cc.Label, "label", "", "free text shown in the report")
+	fs.Var((*serveFlagList)(&cc.ServeFlags), "serve-flag", "further flag for every instance, repeatable, e.g. --serve-flag=--coalesce=off")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: stockguard load compare [--backends=none,local,...] [--instances=3] [workload flags] [--report=FILE] [--json=FILE]\n\n")
+		fs.PrintDefaults()
+	}
+	set, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if err := wf.finish(set); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	cc.Run = wf.cfg
+	cc.Backends = cliflag.SplitList(backends)
+	cc.RequireUnsafe = cliflag.SplitList(requireUnsafe)
+	if err := orSelf(&cc.Bin); err != nil {
+		return fmt.Errorf("load compare: %w", err)
+	}
+	if err := cc.Validate(); err != nil {
+		return usageErr(fs, "%v", err)
+	}
+	cr, err := compare.Execute(ctx, cc, stderr)
+	if err != nil {
+		return fmt.Errorf("load compare: %w", err)
+	}
+	compare.PrintTable(stdout, cr)
+	if cc.ReportPath != "" {
+		cr.ReportPath = cc.ReportPath
+		if err := report.WriteFile(cc.ReportPath, compare.Report(cr)); err != nil {
+			return fmt.Errorf("load compare: %w", err)
+		}
+		fmt.Fprintf(stdout, "report: %s\n", cc.ReportPath)
+	}
+	if cc.JSONPath != "" {
+		if err := report.WriteJSON(cc.JSONPath, cr); err != nil {
+			return fmt.Errorf("load compare: %w", err)
+		}
+		fmt.Fprintf(stdout, "json: %s\n", cc.JSONPath)
+	}
+	if !cr.Pass {
+		return fmt.Errorf("load compare: %w: %s", errUnsafe, strings.Join(cr.Failures, "; "))
+	}
+	return nil
+}
+
+// orSelf fills an empty --bin with the running executable: by default the
+// load tester starts instances of the very binary it runs in.
+func orSelf(bin *string) error {
+	if *bin != "" {
+		return nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this executable: %w", err)
+	}
+	*bin = exe
+	return nil
+}

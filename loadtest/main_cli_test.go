@@ -1,0 +1,225 @@
+package loadtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/chaos"
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/fakeservice"
+	"github.com/stockguard/stockguard/loadtest/run"
+)
+
+func TestMainRunWritesJSON(t *testing.T) {
+	s := fakeservice.New("tok", false).Server(t)
+	out := filepath.Join(t.TempDir(), "r", "run.json")
+	var stdout, stderr bytes.Buffer
+	err := Main(fakeservice.Context(t), []string{"run", "--urls=" + s.URL + "/," + s.URL, "--orders=200", "--concurrency=8",
+		"--skus=5", "--stock=30", "--seed=3", "--json=" + out, "--backend=local", "--fencing=off", "--progress=off"},
+		func(k string) string { return map[string]string{"STOCKGUARD_ADMIN_TOKEN": "tok"}[k] }, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("Main: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"backend", "local", "verdict", "safe: 0 oversold, 0 lost", "ledger", "audit", "counters"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, stdout.String())
+		}
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res run.Result
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.Backend != "local" || res.Fencing != "off" || res.Seed != 3 || res.Orders.Sent != 200 || res.Instances != 2 {
+		t.Errorf("json: backend %q fencing %q seed %d sent %d instances %d", res.Backend, res.Fencing, res.Seed, res.Orders.Sent, res.Instances)
+	}
+}
+
+func TestMainRunFailsOnDamage(t *testing.T) {
+	s := fakeservice.New("", true).Server(t)
+	args := []string{"run", "--urls=" + s.URL, "--orders=400", "--concurrency=32", "--skus=2", "--stock=50", "--zipf=0", "--progress=off"}
+	var stdout, stderr bytes.Buffer
+	err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr)
+	if !errors.Is(err, errUnsafe) {
+		t.Fatalf("err = %v, want errUnsafe\n%s", err, stdout.String())
+	}
+	s2 := fakeservice.New("", true).Server(t)
+	args[1] = "--urls=" + s2.URL
+	if err := Main(fakeservice.Context(t), append(args, "--expect-unsafe"), func(string) string { return "" }, &stdout, &stderr); err != nil {
+		t.Fatalf("--expect-unsafe: %v", err)
+	}
+}
+
+func TestMainUsageErrors(t *testing.T) {
+	tests := [][]string{
+		nil,
+		{"bogus"},
+		{"run"},
+		{"run", "--urls=http://127.0.0.1:1", "--orders=-1"},
+		{"run", "--urls=http://127.0.0.1:1", "--lines=3..1"},
+		{"run", "--urls=http://127.0.0.1:1", "--rate=10/h", "--duration=1s"},
+		{"run", "--urls=http://127.0.0.1:1", "--rate=10/s"},
+		{"run", "--urls=http://127.0.0.1:1", "--rate=10/s", "--duration=1s", "--orders=5"},
+		{"run", "--urls=http://127.0.0.1:1", "extra"},
+		{"run", "--nope"},
+		{"compare", "--backends=none,mysql"},
+		{"compare", "--require-unsafe=redis", "--backends=redis"},
+		{"compare", "--require-unsafe=local", "--backends=none"},
+		{"compare", "--bin=/nonexistent/stockguard"},
+		{"compare", "--instances=0"},
+	}
+	for _, args := range tests {
+		var stdout, stderr bytes.Buffer
+		err := Main(context.Background(), args, func(string) string { return "" }, &stdout, &stderr)
+		if !errors.Is(err, ErrUsage) {
+			t.Errorf("Main(%q) = %v, want ErrUsage", args, err)
+		}
+		if stderr.Len() == 0 {
+			t.Errorf("Main(%q) printed nothing to stderr", args)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"run", "-h"}, func(string) string { return "" }, &stdout, &stderr); err != nil {
+		t.Errorf("run -h: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "--urls") && !strings.Contains(stderr.String(), "-urls") {
+		t.Errorf("run -h did not print flags: %s", stderr.String())
+	}
+}
+
+func TestParseRate(t *testing.T) {
+	for in, want := range map[string]float64{"500": 500, "500/s": 500, "120/m": 2, " 2.5/s ": 2.5} {
+		if got, err := parseRate(in); err != nil || got != want {
+			t.Errorf("parseRate(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "0", "-1/s", "x/s", "5/h"} {
+		if _, err := parseRate(in); err == nil {
+			t.Errorf("parseRate(%q) = nil error", in)
+		}
+	}
+}
+
+// TestCompareWithFakeServe runs compare end to end with this test binary as
+// the service (see TestMain): real child processes, health checks, SIGTERM.
+func TestCompareWithFakeServe(t *testing.T) {
+	t.Setenv(fakeservice.Env, "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	report, js := filepath.Join(dir, "report.html"), filepath.Join(dir, "compare.json")
+	args := []string{"compare", "--bin=" + exe, "--backends=none,postgres", "--instances=1",
+		"--orders=400", "--concurrency=32", "--skus=3", "--stock=50", "--zipf=0", "--seed=11",
+		"--report=" + report, "--json=" + js, "--require-unsafe=none", "--progress=off", "--logs=" + filepath.Join(dir, "logs")}
+	var stdout, stderr bytes.Buffer
+	if err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr); err != nil {
+		t.Fatalf("compare: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"backend", "none", "postgres", "UNSAFE", "(expected)", "safe: 0 oversold, 0 lost", "report: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	var cr compare.Result
+	b, err := os.ReadFile(js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &cr); err != nil {
+		t.Fatal(err)
+	}
+	if !cr.Pass || len(cr.Backends) != 2 || cr.Seed != 11 {
+		t.Fatalf("compare json: pass %v backends %d seed %d failures %v", cr.Pass, len(cr.Backends), cr.Seed, cr.Failures)
+	}
+	none, pg := cr.Backends[0].Result, cr.Backends[1].Result
+	if none.Fencing != "off" || pg.Fencing != "on" || none.Safe || !pg.Safe {
+		t.Errorf("none: fencing %s safe %v; postgres: fencing %s safe %v", none.Fencing, none.Safe, pg.Fencing, pg.Safe)
+	}
+	// Same seed, same workload: the generated orders are identical.
+	if none.Seed != pg.Seed || none.Workload != pg.Workload {
+		t.Errorf("workloads differ: %+v vs %+v", none.Workload, pg.Workload)
+	}
+	// Every instance was stopped.
+	c := &http.Client{Timeout: time.Second}
+	for _, u := range append(none.URLs, pg.URLs...) {
+		if resp, err := c.Get(u + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Errorf("instance %s still answers after compare", u)
+		}
+	}
+	html, err := os.ReadFile(report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<svg", "postgres", "safe: 0 oversold, 0 lost", "UNSAFE: "} {
+		if !strings.Contains(string(html), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}
+
+// TestCompareFailsWhenRequiredDamageIsMissing: a --require-unsafe backend
+// that comes out clean fails the comparison.
+func TestCompareFailsWhenRequiredDamageIsMissing(t *testing.T) {
+	t.Setenv(fakeservice.Env, "1")
+	exe, _ := os.Executable()
+	dir := t.TempDir()
+	// One order per SKU with plenty of stock: even the lossy fake cannot lose.
+	args := []string{"compare", "--bin=" + exe, "--backends=local", "--instances=1", "--orders=5", "--concurrency=1",
+		"--skus=5", "--stock=1000", "--retry-share=0", "--report=", "--json=" + filepath.Join(dir, "c.json"),
+		"--require-unsafe=local", "--progress=off"}
+	var stdout, stderr bytes.Buffer
+	err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr)
+	if !errors.Is(err, errUnsafe) || !strings.Contains(err.Error(), "require-unsafe") {
+		t.Fatalf("err = %v, want errUnsafe about --require-unsafe", err)
+	}
+}
+
+// TestCompareServeFlags (the part the command line owns): a flag compare
+// sets itself is refused before anything starts.
+func TestCompareRefusesOwnedServeFlags(t *testing.T) {
+	exe, _ := os.Executable()
+	var stdout, stderr bytes.Buffer
+	err := Main(fakeservice.Context(t), []string{"compare", "--bin=" + exe, "--backends=redis", "--serve-flag=--fencing=off", "--report=", "--json="},
+		func(string) string { return "" }, &stdout, &stderr)
+	if !errors.Is(err, ErrUsage) || !strings.Contains(stderr.String(), "sets --fencing itself") {
+		t.Fatalf("err = %v, stderr %s", err, stderr.String())
+	}
+}
+
+func TestChaosCLIUsage(t *testing.T) {
+	for _, args := range [][]string{
+		{"chaos"},
+		{"chaos", "--scenario=nope", "--bin=/bin/sh"},
+		{"chaos", "--scenario=pause-holder", "--fencing=sometimes", "--bin=/bin/sh"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Main(context.Background(), args, func(string) string { return "" }, &stdout, &stderr)
+		if !errors.Is(err, ErrUsage) {
+			t.Errorf("%v: err = %v, want ErrUsage", args, err)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"chaos", "-h"}, func(string) string { return "" }, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range chaos.Scenarios {
+		if !strings.Contains(stderr.String(), s) {
+			t.Errorf("chaos -h does not name %s", s)
+		}
+	}
+}

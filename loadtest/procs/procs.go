@@ -1,0 +1,241 @@
+// Package procs starts and stops the service instances the load tester
+// drives: `stockguard serve` child processes on free loopback ports, each
+// logging to a file, health-checked over HTTP, stopped with SIGTERM then
+// SIGKILL, and killed by the kernel if the load tester dies first. It
+// starts only the service; the lock servers a chaos run owns are started
+// through internal/stack by package chaos.
+package procs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+)
+
+// stopGrace is how long an instance gets to drain after SIGTERM before SIGKILL.
+const stopGrace = 10 * time.Second
+
+// ServeOptions is how compare, chaos and bench start `stockguard serve` for one backend.
+type ServeOptions struct {
+	Bin         string // the stockguard binary
+	Lock        string // --lock
+	Fencing     string // --fencing (on|off)
+	LockTTL     string // --lock-ttl; empty: the service's default
+	AdminToken  string
+	RedisAddrs  string // empty: not passed (the service's default or env applies)
+	ZKServers   string
+	DatabaseURL string
+	LogDir      string   // each instance logs to LogDir/<lock>-<n>.log
+	Extra       []string // further serve flags
+}
+
+func (o ServeOptions) args(addr string) []string {
+	args := []string{"serve", "--addr=" + addr, "--lock=" + o.Lock, "--fencing=" + o.Fencing, "--admin-token=" + o.AdminToken}
+	for _, kv := range [][2]string{{"lock-ttl", o.LockTTL}, {"redis-addrs", o.RedisAddrs}, {"zk-servers", o.ZKServers}, {"database-url", o.DatabaseURL}} {
+		if kv[1] != "" {
+			args = append(args, "--"+kv[0]+"="+kv[1])
+		}
+	}
+	return append(args, o.Extra...)
+}
+
+// Instance is one serve process Start started. Only Stop ends it.
+type Instance struct {
+	URL     string
+	LogPath string
+
+	// PeakRSSMB is the process's peak resident set (VmHWM) in MiB, read by
+	// Stop just before SIGTERM; 0 where /proc is not available.
+	PeakRSSMB float64
+
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when the process has been waited for
+	waitErr error
+	logFile *os.File
+}
+
+// Start starts n serve processes on free loopback ports and waits
+// until each answers /healthz (then, best effort, /readyz) within timeout.
+// The first instance is started and waited for alone, so that it applies
+// the database migrations before the others race to. On any failure it
+// stops those already started.
+func Start(ctx context.Context, o ServeOptions, n int, timeout time.Duration) ([]*Instance, error) {
+	c := client.New(2, "", 2*time.Second)
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	var out []*Instance
+	for _, batch := range [][2]int{{0, min(1, n)}, {min(1, n), n}} {
+		start := len(out)
+		for i := batch[0]; i < batch[1]; i++ {
+			in, err := startInstance(o, i)
+			if err != nil {
+				_ = StopAll(out)
+				return nil, err
+			}
+			out = append(out, in)
+		}
+		for _, in := range out[start:] {
+			if err := in.waitHealthy(ctx, c, deadline); err != nil {
+				_ = StopAll(out)
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+func startInstance(o ServeOptions, i int) (*Instance, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logPath := filepath.Join(o.LogDir, fmt.Sprintf("%s-%d.log", o.Lock, i))
+	f, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("instance log: %w", err)
+	}
+	// Not exec.CommandContext: a cancelled run must still stop its children
+	// gracefully (SIGTERM, then SIGKILL), which Stop does.
+	cmd := exec.Command(o.Bin, o.args(addr)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = childAttrs()
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start %s serve --lock=%s: %w", o.Bin, o.Lock, err)
+	}
+	in := &Instance{URL: "http://" + addr, LogPath: logPath, cmd: cmd, exited: make(chan struct{}), logFile: f}
+	go func() {
+		in.waitErr = cmd.Wait()
+		close(in.exited)
+	}()
+	return in, nil
+}
+
+// waitHealthy polls /healthz until 200, the process exits, or the deadline.
+func (in *Instance) waitHealthy(ctx context.Context, c *client.Client, deadline time.Time) error {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var last error
+	for {
+		select {
+		case <-in.exited:
+			return fmt.Errorf("instance %s exited during start (%v); log %s:\n%s", in.URL, in.waitErr, in.LogPath, Tail(in.LogPath, 15))
+		default:
+		}
+		if last = c.Healthy(ctx, in.URL); last == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("instance %s not healthy in time: %w; log %s:\n%s", in.URL, last, in.LogPath, Tail(in.LogPath, 15))
+		}
+		pause(ctx, 50*time.Millisecond)
+	}
+	// Readiness (database and lock backend reachable) is waited for but not
+	// required: the run itself will show lock_unavailable if it never comes.
+	for ctx.Err() == nil {
+		if c.Ready(ctx, in.URL) == nil {
+			return nil
+		}
+		pause(ctx, 100*time.Millisecond)
+	}
+	return nil
+}
+
+// PID is the instance's process id.
+func (in *Instance) PID() int { return in.cmd.Process.Pid }
+
+// Signal sends sig to the instance's process: SIGSTOP and SIGCONT freeze
+// and thaw it, as a long GC pause would.
+func (in *Instance) Signal(sig os.Signal) error { return in.cmd.Process.Signal(sig) }
+
+// Stop sends SIGTERM to the instance's PID, waits up to stopGrace for it to
+// drain, then sends SIGKILL. It returns the process's exit error if it did
+// not exit cleanly after SIGTERM.
+func (in *Instance) Stop() error {
+	defer in.logFile.Close()
+	select {
+	case <-in.exited:
+		return fmt.Errorf("instance %s had already exited: %v", in.URL, in.waitErr)
+	default:
+	}
+	// Read before SIGTERM: the high-water mark of the load, not of the drain,
+	// and while /proc/<pid> still exists.
+	in.PeakRSSMB, _ = peakRSSMB(in.cmd.Process.Pid)
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop %s: %w", in.URL, err)
+	}
+	t := time.NewTimer(stopGrace)
+	defer t.Stop()
+	select {
+	case <-in.exited:
+		if in.waitErr != nil {
+			return fmt.Errorf("instance %s exited with %w after SIGTERM", in.URL, in.waitErr)
+		}
+		return nil
+	case <-t.C:
+	}
+	_ = in.cmd.Process.Kill()
+	<-in.exited
+	return fmt.Errorf("instance %s did not stop within %v of SIGTERM; killed", in.URL, stopGrace)
+}
+
+// StopAll stops every instance concurrently and joins their errors.
+func StopAll(ins []*Instance) error {
+	errs := make([]error, len(ins))
+	done := make(chan int)
+	for i, in := range ins {
+		go func() {
+			errs[i] = in.Stop()
+			done <- i
+		}()
+	}
+	for range ins {
+		<-done
+	}
+	return errors.Join(errs...)
+}
+
+// freePort asks the kernel for a free loopback port. Another process may take
+// it before the instance binds; the instance then exits and Start
+// reports its log.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Tail returns the last n lines of a (small) log file, indented: what a
+// failure shows of an instance's log.
+func Tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "    (no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "    " + strings.Join(lines, "\n    ")
+}
+
+// pause waits d or until ctx is done, whichever comes first.
+func pause(ctx context.Context, d time.Duration) {
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+	}
+}

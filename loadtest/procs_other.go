@@ -1,8 +1,0 @@
-//go:build !linux
-
-package loadtest
-
-import "syscall"
-
-// childAttrs has nothing to set where Pdeathsig does not exist.
-func childAttrs() *syscall.SysProcAttr { return nil }

@@ -1,0 +1,87 @@
+package run
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/progress"
+)
+
+// Config is one run of the load tester against instances that are already up.
+type Config struct {
+	URLs     []string
+	Workload Workload
+	// Orders is the number of orders of a closed-loop run.
+	Orders int
+	// Concurrency is the number of clients of a closed-loop run, and the cap
+	// on requests in flight of an open-loop run.
+	Concurrency int
+	// Rate (orders per second) and Duration make the run open-loop: orders
+	// are due at fixed times whatever the service's latency, and latency is
+	// measured from when each order was due, so a stalled service is charged
+	// for the queue it causes (no coordinated omission).
+	Rate     float64
+	Duration time.Duration
+	// Timeout bounds the sending phase; orders not yet sent are skipped and
+	// requests in flight finish (each within RequestTimeout).
+	Timeout        time.Duration
+	RequestTimeout time.Duration
+	HoldSeconds    int
+	AdminToken     string
+	// Label, Backend and Fencing are informational and go to the result.
+	Label, Backend, Fencing string
+	ExpectedUnsafe          bool
+	Progress                progress.Mode
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if len(c.URLs) == 0 {
+		return errors.New("no instance URLs: set --urls")
+	}
+	for _, u := range c.URLs {
+		p, err := url.Parse(u)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("url %q: want http://host:port", u)
+		}
+	}
+	if err := c.Workload.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case c.Concurrency < 1 || c.Concurrency > 10_000:
+		return fmt.Errorf("concurrency %d: want 1..10000", c.Concurrency)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("rate %v: want > 0", c.Rate)
+	case c.Rate > 0 && c.Duration <= 0:
+		return errors.New("--rate needs --duration")
+	case c.Rate == 0 && c.Duration > 0:
+		return errors.New("--duration needs --rate")
+	case c.Timeout <= 0:
+		return fmt.Errorf("timeout %v: want > 0", c.Timeout)
+	case c.RequestTimeout <= 0:
+		return fmt.Errorf("request-timeout %v: want > 0", c.RequestTimeout)
+	case c.HoldSeconds < 1 || c.HoldSeconds > 86400:
+		return fmt.Errorf("hold-seconds %d: want 1..86400", c.HoldSeconds)
+	}
+	n := c.orderCount()
+	if n <= 0 {
+		return errNoOrders
+	}
+	if n > MaxOrders {
+		return fmt.Errorf("%d orders: at most %d a run", n, MaxOrders)
+	}
+	return nil
+}
+
+func (c Config) openLoop() bool { return c.Rate > 0 }
+
+func (c Config) orderCount() int {
+	if c.openLoop() {
+		return int(math.Min(math.Round(c.Rate*c.Duration.Seconds()), MaxOrders+1))
+	}
+	return c.Orders
+}

@@ -1,0 +1,156 @@
+package run
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// WorkloadInfo records the workload of a run for the JSON and the report.
+type WorkloadInfo struct {
+	Mode        string  `json:"mode"` // "closed" (C clients) or "open" (fixed arrival rate)
+	Orders      int     `json:"orders"`
+	Concurrency int     `json:"concurrency"`
+	RatePerS    float64 `json:"rate_per_s,omitempty"`
+	Duration    string  `json:"duration,omitempty"`
+	SKUs        int     `json:"skus"`
+	Stock       int     `json:"stock"`
+	Lines       Range   `json:"lines"`
+	Qty         Range   `json:"qty"`
+	Zipf        float64 `json:"zipf"`
+	RetryShare  float64 `json:"retry_share"`
+	HoldSeconds int     `json:"hold_seconds"`
+}
+
+// Result is everything a run measured and verified. Its JSON form is the
+// contract of `load run --json`.
+type Result struct {
+	Label     string   `json:"label,omitempty"`
+	Backend   string   `json:"backend"`
+	Instances int      `json:"instances"`
+	Fencing   string   `json:"fencing"`
+	URLs      []string `json:"urls"`
+	RunID     string   `json:"run_id"`
+	Seed      uint64   `json:"seed"`
+
+	StartedAt       time.Time               `json:"started_at"`
+	DurationS       float64                 `json:"duration_s"`
+	TimedOut        bool                    `json:"timed_out"`
+	Workload        WorkloadInfo            `json:"workload"`
+	Orders          tally.OrderCounts       `json:"orders"`
+	Units           tally.UnitCounts        `json:"units"`
+	ThroughputPerS  float64                 `json:"throughput_per_s"`
+	ReservedPerS    float64                 `json:"reserved_per_s"`
+	LatencyMs       tally.LatencySummary    `json:"latency_ms"`
+	LatencyCurve    []tally.PercentilePoint `json:"latency_curve"`
+	LatencyFrom     string                  `json:"latency_from"` // "send" (closed loop) or "intended_send" (open loop)
+	Verification    Verification            `json:"verification"`
+	Safe            bool                    `json:"safe"`
+	Verdict         string                  `json:"verdict"`
+	InstanceErrors  []string                `json:"instance_errors,omitempty"`
+	ExpectedUnsafe  bool                    `json:"expected_unsafe,omitempty"`
+	VerifyFromURL   string                  `json:"verify_from_url"`
+	GeneratorOrders int                     `json:"generated_orders"`
+}
+
+// Damaged reports whether anything was oversold or lost or any source disagrees.
+func (r *Result) Damaged() bool { return !r.Verification.Safe() }
+
+// VerdictText is the plain-language verdict: "safe: 0 oversold, 0 lost" or
+// "UNSAFE: 37 units oversold, 12 lost". Disagreements between the sources
+// without unit damage still make a run unsafe and are named.
+func VerdictText(v Verification) string {
+	switch {
+	case v.Safe():
+		return "safe: 0 oversold, 0 lost"
+	case v.Oversold == 0 && v.Lost == 0:
+		return fmt.Sprintf("UNSAFE: 0 units oversold, 0 lost, but %d disagreements between sources", v.DisagreementCount)
+	}
+	return fmt.Sprintf("UNSAFE: %d units oversold, %d lost", v.Oversold, v.Lost)
+}
+
+// PrintTable writes a human-readable summary of one run.
+func (r *Result) PrintTable(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k string, format string, args ...any) {
+		fmt.Fprintf(tw, "%s\t"+format+"\n", append([]any{k}, args...)...)
+	}
+	name := r.Backend
+	if name == "" {
+		name = "(not given)"
+	}
+	row("backend", "%s  (fencing %s, %d instances)", name, orDash(r.Fencing), r.Instances)
+	if r.Label != "" {
+		row("label", "%s", r.Label)
+	}
+	row("run", "%s  seed %d  %s loop", r.RunID, r.Seed, r.Workload.Mode)
+	row("duration", "%.2fs%s", r.DurationS, map[bool]string{true: "  (timed out: " + fmt.Sprint(r.Orders.Unsent) + " orders unsent)"}[r.TimedOut])
+	o := r.Orders
+	row("orders", "sent %d  reserved %d  insufficient %d  stale_fence %d  lock_unavailable %d  errors %d",
+		o.Sent, o.Reserved, o.Insufficient, o.StaleFence, o.LockUnavailable, o.Errors)
+	if len(o.ErrorCodes) > 0 {
+		row("error codes", "%s", formatCodes(o.ErrorCodes))
+	}
+	if o.Retries > 0 || o.Reconciled > 0 || o.Unresolved > 0 {
+		row("retries", "%d same-key resends: %d replayed, %d mismatched; %d reconciled, %d unresolved",
+			o.Retries, o.RetryReplayed, o.RetryMismatch, o.Reconciled, o.Unresolved)
+	}
+	row("throughput", "%.1f orders/s  (%.1f reserved/s)", r.ThroughputPerS, r.ReservedPerS)
+	l := r.LatencyMs
+	row("latency ms", "p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (from %s)", l.P50, l.P95, l.P99, l.P999, l.Max, r.LatencyFrom)
+	s := r.Verification.Sources
+	row("units", "stock %d  reserved %d  oversold %d  lost %d", r.Units.Stock, r.Units.Reserved, r.Units.Oversold, r.Units.Lost)
+	row("  ledger", "%d orders, %d units, oversold %d", s.Ledger.Orders, s.Ledger.Units, s.Ledger.Oversold)
+	row("  audit", "received %d  held %d  sold %d  available %d  oversold %d  lost %d  inconsistent SKUs %d",
+		s.Audit.Received, s.Audit.Held, s.Audit.Sold, s.Audit.Available, s.Audit.Oversold, s.Audit.LostUnits, s.Audit.InconsistentSKUs)
+	row("  counters", "received %d  reserved %d  sold %d  available %d  |reserved+sold − ledger| %d",
+		s.Counters.Received, s.Counters.Reserved, s.Counters.Sold, s.Counters.Available, s.Counters.LostVsLedger)
+	row("disagreements", "%d%s", r.Verification.DisagreementCount, summarizeKinds(r.Verification.Disagreements))
+	row("verdict", "%s", r.Verdict)
+	_ = tw.Flush()
+	for i, d := range r.Verification.Disagreements {
+		if i == 10 {
+			fmt.Fprintf(w, "  … %d more in the JSON\n", r.Verification.DisagreementCount-10)
+			break
+		}
+		fmt.Fprintf(w, "  %s %s: %s\n", d.SKU, d.Kind, d.Detail)
+	}
+}
+
+func formatCodes(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	s := ""
+	for i, k := range keys {
+		if i > 0 {
+			s += "  "
+		}
+		s += fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return s
+}
+
+func summarizeKinds(ds []Disagreement) string {
+	if len(ds) == 0 {
+		return ""
+	}
+	m := map[string]int{}
+	for _, d := range ds {
+		m[d.Kind]++
+	}
+	return "  (" + formatCodes(m) + ")"
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,49 @@
+package run
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// TestResultJSONShape pins the keys `load run --json` promises.
+func TestResultJSONShape(t *testing.T) {
+	res := &Result{Backend: "redlock", Instances: 3, Fencing: "on", LatencyMs: tally.LatencySummary{P50: 1, P95: 2, P99: 3, Max: 4}}
+	res.Orders.ErrorCodes = map[string]int{}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]string{
+		"":             {"backend", "instances", "fencing", "orders", "units", "throughput_per_s", "latency_ms", "seed", "duration_s", "verification", "workload", "verdict", "safe"},
+		"orders":       {"sent", "reserved", "insufficient", "stale_fence", "lock_unavailable", "errors"},
+		"units":        {"stock", "reserved", "oversold", "lost"},
+		"latency_ms":   {"p50", "p95", "p99", "max"},
+		"verification": {"oversold", "lost", "sources", "disagreements", "disagreement_count"},
+	}
+	for obj, keys := range want {
+		node := m
+		if obj != "" {
+			var ok bool
+			if node, ok = m[obj].(map[string]any); !ok {
+				t.Fatalf("%q is not an object in %s", obj, b)
+			}
+		}
+		for _, k := range keys {
+			if _, ok := node[k]; !ok {
+				t.Errorf("key %q missing from %q", k, obj)
+			}
+		}
+	}
+	if m["backend"] != "redlock" || m["instances"] != 3.0 || m["fencing"] != "on" {
+		t.Errorf("values: %s", b)
+	}
+	if lat := m["latency_ms"].(map[string]any); lat["p99"] != 3.0 {
+		t.Errorf("latency_ms.p99 = %v", lat["p99"])
+	}
+}

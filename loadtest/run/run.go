@@ -1,0 +1,375 @@
+// Package run is the workload runner of `stockguard load run`: it generates
+// a seeded workload, creates fresh SKUs on instances that are already up,
+// sends the orders over HTTP in a closed or open loop, reconciles answers it
+// never heard, and verifies the outcome from three sources: the client's
+// receipts (every 201 it got), each SKU's /audit and its counters. It drives
+// the service only through its HTTP API and starts nothing; compare, chaos
+// and bench start the instances and reuse its receipts and verification.
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// attempt is what happened to one generated order.
+type attempt struct {
+	sent  bool
+	first client.Outcome
+	retry *client.Outcome
+	final client.Kind
+}
+
+// runner holds the state of one Execute.
+type runner struct {
+	cfg    Config
+	client *client.Client
+	runID  string
+	skus   []string
+	orders []Order
+	bodies [][]byte
+	rc     *Receipts
+	lat    *tally.Latency
+	res    []attempt
+	done   atomic.Int64
+}
+
+// Execute creates fresh SKUs on the instances, sends the workload, reconciles
+// orders whose outcome it never heard, and verifies the result from the three
+// sources. An error means the run could not be carried out or verified;
+// damage is reported in the Result, not as an error.
+func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &runner{
+		cfg:    cfg,
+		client: client.New(cfg.Concurrency+8, cfg.AdminToken, cfg.RequestTimeout),
+		runID:  NewRunID(),
+		rc:     NewReceipts(),
+		lat:    tally.NewLatency(),
+	}
+	defer r.client.Close()
+	for _, u := range cfg.URLs {
+		if err := r.client.Healthy(ctx, u); err != nil {
+			return nil, fmt.Errorf("instance %s is not up: %w", u, err)
+		}
+	}
+	if err := r.setup(ctx); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	elapsed, timedOut := r.send(ctx, progressOut)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("run interrupted: %w", err)
+	}
+	reconciled, unresolved := r.reconcile(ctx)
+	ver, err := r.verify(ctx)
+	if err != nil {
+		return nil, err
+	}
+	res := r.result(started, elapsed, timedOut, ver)
+	res.Orders.Reconciled, res.Orders.Unresolved = reconciled, unresolved
+	return res, nil
+}
+
+// NewRunID names a run; it prefixes SKUs and idempotency keys, so it is
+// random (not seeded): two runs with one seed never share a SKU.
+func NewRunID() string {
+	return "lt" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10]
+}
+
+// SKUName is the name of SKU i of a run; it fits the service's SKU pattern.
+func SKUName(runID string, i int) string { return fmt.Sprintf("%s-s%05d", runID, i) }
+
+// setup generates the orders and creates the SKUs with PUT.
+func (r *runner) setup(ctx context.Context) error {
+	w := r.cfg.Workload
+	orders, err := w.Generate(r.cfg.orderCount())
+	if err != nil {
+		return err
+	}
+	r.orders = orders
+	r.res = make([]attempt, len(orders))
+	r.skus = make([]string, w.SKUs)
+	for i := range r.skus {
+		r.skus[i] = SKUName(r.runID, i)
+	}
+	r.bodies = make([][]byte, len(orders))
+	for i, o := range orders {
+		b, err := json.Marshal(r.request(o))
+		if err != nil {
+			return fmt.Errorf("encode order %d: %w", i, err)
+		}
+		r.bodies[i] = b
+	}
+	return ForEach(ctx, len(r.skus), 16, func(ctx context.Context, i int) error {
+		u := r.cfg.URLs[i%len(r.cfg.URLs)]
+		if _, err := r.client.PutSKU(ctx, u, r.skus[i], w.Stock); err != nil {
+			return fmt.Errorf("create SKUs on %s: %w", u, err)
+		}
+		return nil
+	})
+}
+
+func (r *runner) request(o Order) client.OrderRequest {
+	req := client.OrderRequest{HoldSeconds: r.cfg.HoldSeconds, Lines: make([]client.OrderLine, len(o.Lines))}
+	for j, l := range o.Lines {
+		req.Lines[j] = client.OrderLine{SKU: r.skus[l.SKU], Quantity: l.Quantity}
+	}
+	return req
+}
+
+func (r *runner) key(i int) string { return fmt.Sprintf("%s-o%07d", r.runID, i) }
+
+// send runs the closed or open loop and returns the sending phase's length
+// and whether the timeout cut it short.
+func (r *runner) send(ctx context.Context, progressOut io.Writer) (time.Duration, bool) {
+	dispatch, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	desc := r.cfg.Backend
+	if desc == "" {
+		desc = "orders"
+	}
+	bar := progress.Start(ctx, progressOut, r.cfg.Progress, int64(len(r.orders)),
+		progress.Options{Desc: desc, Unit: "orders", Width: 30, Rate: true, Count: &r.done})
+	start := time.Now()
+	if r.cfg.openLoop() {
+		r.openLoop(ctx, dispatch, start)
+	} else {
+		r.closedLoop(ctx, dispatch)
+	}
+	elapsed := time.Since(start)
+	bar.Stop()
+	return elapsed, dispatch.Err() != nil && ctx.Err() == nil && int(r.done.Load()) < len(r.orders)
+}
+
+// closedLoop runs C clients that each send their next order as soon as the
+// previous one is answered; latency is measured from the actual send.
+func (r *runner) closedLoop(ctx, dispatch context.Context) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range r.cfg.Concurrency {
+		wg.Go(func() {
+			for dispatch.Err() == nil {
+				i := int(next.Add(1) - 1)
+				if i >= len(r.orders) {
+					return
+				}
+				r.one(ctx, i, time.Now())
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// openLoop sends order i at start + i/rate, never later than due unless
+// Concurrency requests are already in flight; either way latency counts from
+// the due time.
+func (r *runner) openLoop(ctx, dispatch context.Context, start time.Time) {
+	sem := make(chan struct{}, r.cfg.Concurrency)
+	var wg sync.WaitGroup
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+loop:
+	for i := range r.orders {
+		due := start.Add(time.Duration(float64(i) * float64(time.Second) / r.cfg.Rate))
+		if d := time.Until(due); d > 0 {
+			timer.Reset(d)
+			select {
+			case <-timer.C:
+			case <-dispatch.Done():
+				break loop
+			}
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-dispatch.Done():
+			break loop
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			r.one(ctx, i, due)
+		})
+	}
+	wg.Wait()
+}
+
+// one sends order i (and its deliberate retry) and books the answers.
+func (r *runner) one(ctx context.Context, i int, from time.Time) {
+	key, body := r.key(i), r.bodies[i]
+	urls := r.cfg.URLs
+	first := r.client.PlaceOrder(ctx, urls[i%len(urls)], key, body)
+	r.lat.Record(time.Since(from))
+	a := attempt{sent: true, first: first, final: first.Kind}
+	if first.Kind == client.KindReserved {
+		r.rc.Record(key, r.request(r.orders[i]), first.Order)
+	}
+	if r.orders[i].Retry && ctx.Err() == nil {
+		// A retry through a load balancer lands on another instance.
+		again := r.client.PlaceOrder(ctx, urls[(i+1)%len(urls)], key, body)
+		a.retry = &again
+		if again.Kind == client.KindReserved {
+			r.rc.Record(key, r.request(r.orders[i]), again.Order)
+		}
+		if a.final != client.KindReserved && again.Kind != client.KindUnknown {
+			a.final = again.Kind
+		}
+	}
+	r.res[i] = a
+	r.done.Add(1)
+}
+
+// reconcile resends, with the same key and body, every order whose outcome
+// is unknown (no answer, or the key was still in flight), as a client must
+// before it can account for its orders. Attempts, parallelism and time are
+// bounded.
+func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+3*r.cfg.RequestTimeout)
+	defer cancel()
+	var todo []int
+	for i, a := range r.res {
+		if a.sent && a.final == client.KindUnknown {
+			todo = append(todo, i)
+		}
+	}
+	urls := r.cfg.URLs
+	_ = ForEach(ctx, len(todo), min(r.cfg.Concurrency, 16), func(ctx context.Context, j int) error {
+		i := todo[j]
+		for try := 0; try < 3 && ctx.Err() == nil; try++ {
+			out := r.client.PlaceOrder(ctx, urls[(i+try)%len(urls)], r.key(i), r.bodies[i])
+			if out.Kind == client.KindUnknown {
+				Sleep(ctx, 250*time.Millisecond)
+				continue
+			}
+			if out.Kind == client.KindReserved {
+				r.rc.Record(r.key(i), r.request(r.orders[i]), out.Order)
+			}
+			r.res[i].final = out.Kind
+			return nil
+		}
+		return nil
+	})
+	for _, i := range todo {
+		if r.res[i].final == client.KindUnknown {
+			unresolved++
+		} else {
+			reconciled++
+		}
+	}
+	return reconciled, unresolved
+}
+
+// verify reads every SKU's audit and counters and checks them against the
+// receipts.
+func (r *runner) verify(ctx context.Context) (Verification, error) {
+	return Verify(ctx, r.client, r.cfg.URLs[0], r.skus, int64(r.cfg.Workload.Stock), r.rc, true)
+}
+
+// result tallies the attempts into a Result.
+func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool, v Verification) *Result {
+	cfg := r.cfg
+	res := &Result{
+		Label: cfg.Label, Backend: cfg.Backend, Fencing: cfg.Fencing,
+		Instances: len(cfg.URLs), URLs: cfg.URLs, RunID: r.runID, Seed: cfg.Workload.Seed,
+		StartedAt: started.UTC(), DurationS: tally.Round(elapsed.Seconds(), 3), TimedOut: timedOut,
+		Workload: WorkloadInfo{
+			Mode: "closed", Orders: len(r.orders), Concurrency: cfg.Concurrency,
+			SKUs: cfg.Workload.SKUs, Stock: cfg.Workload.Stock, Lines: cfg.Workload.Lines, Qty: cfg.Workload.Qty,
+			Zipf: cfg.Workload.Zipf, RetryShare: cfg.Workload.RetryShare, HoldSeconds: cfg.HoldSeconds,
+		},
+		Orders:          tally.OrderCounts{ErrorCodes: map[string]int{}},
+		LatencyMs:       r.lat.Summary(),
+		LatencyCurve:    r.lat.Curve(),
+		LatencyFrom:     "send",
+		Verification:    v,
+		ExpectedUnsafe:  cfg.ExpectedUnsafe,
+		VerifyFromURL:   cfg.URLs[0],
+		GeneratorOrders: len(r.orders),
+	}
+	if cfg.openLoop() {
+		res.Workload.Mode, res.LatencyFrom = "open", "intended_send"
+		res.Workload.RatePerS, res.Workload.Duration = cfg.Rate, cfg.Duration.String()
+	}
+	o := &res.Orders
+	for i, a := range r.res {
+		if !a.sent {
+			o.Unsent++
+			continue
+		}
+		o.Add(a.first.Kind, a.first.Code)
+		if a.retry != nil {
+			o.Retries++
+			switch {
+			case a.first.Kind == client.KindReserved && a.retry.Kind == client.KindReserved && a.retry.Order.OrderID == a.first.Order.OrderID:
+				o.RetryReplayed++
+			case a.first.Kind == client.KindReserved && a.retry.Kind != client.KindUnknown:
+				o.RetryMismatch++
+				res.Verification.DisagreementCount++
+				res.Verification.Disagreements = append(res.Verification.Disagreements, Disagreement{
+					SKU: r.skus[r.orders[i].Lines[0].SKU], Kind: "retry_not_replayed",
+					Detail: fmt.Sprintf("key %s: first answer 201 %s, same-key retry %s (HTTP %d)", r.key(i), a.first.Order.OrderID, a.retry.Kind, a.retry.Status),
+				})
+			case a.first.Kind != client.KindReserved && a.retry.Kind == a.first.Kind:
+				o.RetryReplayed++
+			}
+		}
+	}
+	res.Units = tally.UnitCounts{
+		Stock:    int64(cfg.Workload.Stock) * int64(cfg.Workload.SKUs),
+		Reserved: v.Sources.Ledger.Units,
+		Oversold: v.Oversold,
+		Lost:     v.Lost,
+	}
+	if s := elapsed.Seconds(); s > 0 {
+		res.ThroughputPerS = tally.Round(float64(o.Sent)/s, 3)
+		res.ReservedPerS = tally.Round(float64(o.Reserved)/s, 3)
+	}
+	res.Safe = res.Verification.Safe()
+	res.Verdict = VerdictText(res.Verification)
+	return res
+}
+
+// ForEach calls fn for 0..n-1 with at most par calls at once and returns the
+// first error, cancelling the rest.
+func ForEach(ctx context.Context, n, par int, fn func(context.Context, int) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i := 0; i < n && ctx.Err() == nil; i++ {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if err := fn(ctx, i); err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+func Sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,191 @@
+package run
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/fakeservice"
+	"github.com/stockguard/stockguard/loadtest/progress"
+)
+
+// testConfig is a small closed-loop run against urls.
+func testConfig(urls ...string) Config {
+	return Config{
+		URLs:     urls,
+		Workload: Workload{SKUs: 8, Stock: 60, Lines: Range{1, 3}, Qty: Range{1, 5}, Zipf: 1.1, RetryShare: 0.1, Seed: 7},
+		Orders:   600, Concurrency: 16,
+		Timeout: 30 * time.Second, RequestTimeout: 10 * time.Second, HoldSeconds: 900,
+		AdminToken: "secret", Progress: progress.Off,
+	}
+}
+
+func TestRunSafeService(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	a, b := f.Server(t), f.Server(t)
+	cfg := testConfig(a.URL, b.URL)
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Safe || res.Units.Oversold != 0 || res.Units.Lost != 0 || res.Verification.DisagreementCount != 0 {
+		t.Fatalf("safe service reported damage: %s %v", res.Verdict, res.Verification.Disagreements)
+	}
+	o := res.Orders
+	if o.Sent != 600 || o.Reserved+o.Insufficient+o.StaleFence+o.LockUnavailable+o.Errors != o.Sent {
+		t.Errorf("counts do not add up: %+v", o)
+	}
+	// 8 SKUs × 60 units against ~3,600 units of demand: stock runs out.
+	if o.Insufficient == 0 || o.Reserved == 0 {
+		t.Errorf("want both reservations and insufficient_stock: %+v", o)
+	}
+	if o.Retries < 30 || o.RetryReplayed != o.Retries || o.RetryMismatch != 0 {
+		t.Errorf("retries: %+v", o)
+	}
+	if res.Units.Reserved != res.Verification.Sources.Audit.Held || res.Units.Reserved > res.Units.Stock {
+		t.Errorf("units %+v vs audit held %d", res.Units, res.Verification.Sources.Audit.Held)
+	}
+	if res.Instances != 2 || res.LatencyMs.Count != 600 || res.ThroughputPerS <= 0 || res.LatencyFrom != "send" {
+		t.Errorf("result: instances %d latency %+v throughput %v from %s", res.Instances, res.LatencyMs, res.ThroughputPerS, res.LatencyFrom)
+	}
+	if f.SKUCount() != 8 || !strings.HasPrefix(res.RunID, "lt") {
+		t.Errorf("skus %d run id %q", f.SKUCount(), res.RunID)
+	}
+}
+
+func TestRunLossyServiceShowsDamage(t *testing.T) {
+	f := fakeservice.New("secret", true)
+	s := f.Server(t)
+	cfg := testConfig(s.URL, s.URL, s.URL)
+	cfg.Workload.SKUs, cfg.Workload.Zipf, cfg.Concurrency = 3, 0, 32
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Units.Lost == 0 {
+		t.Fatalf("lossy service looked safe: %s", res.Verdict)
+	}
+	// The client's ledger and the audit both saw every 201.
+	if src := res.Verification.Sources; src.Ledger.Units != src.Audit.Held {
+		t.Errorf("ledger %d units, audit held %d", src.Ledger.Units, src.Audit.Held)
+	}
+	if !strings.HasPrefix(res.Verdict, "UNSAFE: ") {
+		t.Errorf("verdict %q", res.Verdict)
+	}
+}
+
+func TestRunCountsLockFailures(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	f.FailEvery = 10
+	s := f.Server(t)
+	cfg := testConfig(s.URL)
+	cfg.Workload.RetryShare = 0
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Orders.LockUnavailable != 60 || !res.Safe {
+		t.Errorf("lock_unavailable %d (want 60), safe %v", res.Orders.LockUnavailable, res.Safe)
+	}
+}
+
+func TestRunOpenLoop(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	s := f.Server(t)
+	cfg := testConfig(s.URL)
+	cfg.Orders, cfg.Rate, cfg.Duration, cfg.Concurrency = 0, 400, 500*time.Millisecond, 64
+	start := time.Now()
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Orders.Sent != 200 || res.Workload.Mode != "open" || res.LatencyFrom != "intended_send" {
+		t.Errorf("sent %d mode %s from %s", res.Orders.Sent, res.Workload.Mode, res.LatencyFrom)
+	}
+	// 200 orders due over 0.5 s cannot finish much sooner.
+	if el := time.Since(start); el < 450*time.Millisecond {
+		t.Errorf("open loop finished in %v, before the orders were due", el)
+	}
+}
+
+// TestRunOpenLoopChargesQueueing checks that latency counts from the due
+// time: with one request in flight at a time and a slow service, later
+// orders wait, and their latency must include that wait.
+func TestRunOpenLoopChargesQueueing(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	s := f.Server(t)
+	slow := fakeservice.SlowProxy(t, s.URL, 20*time.Millisecond)
+	cfg := testConfig(slow)
+	cfg.Orders, cfg.Rate, cfg.Duration, cfg.Concurrency = 0, 200, 100*time.Millisecond, 1
+	cfg.Workload.RetryShare = 0
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 orders due within 100 ms, served one at a time at ≥ 20 ms each: the
+	// last waits ≈ 400 ms. A closed-loop measurement would say ≈ 20 ms.
+	if res.LatencyMs.Max < 300 {
+		t.Errorf("max latency %.1f ms: queueing behind a slow service was not charged", res.LatencyMs.Max)
+	}
+}
+
+func TestRunTimeoutSkipsOrders(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	s := f.Server(t)
+	slow := fakeservice.SlowProxy(t, s.URL, 30*time.Millisecond)
+	cfg := testConfig(slow)
+	cfg.Concurrency, cfg.Timeout = 2, 300*time.Millisecond
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.TimedOut || res.Orders.Unsent == 0 || res.Orders.Sent+res.Orders.Unsent != 600 {
+		t.Errorf("timed out %v, sent %d, unsent %d", res.TimedOut, res.Orders.Sent, res.Orders.Unsent)
+	}
+	if !res.Safe {
+		t.Errorf("a partial run must still verify clean: %s", res.Verdict)
+	}
+}
+
+func TestRunRejectsUnreachable(t *testing.T) {
+	cfg := testConfig("http://127.0.0.1:1")
+	if _, err := Execute(fakeservice.Context(t), cfg, nil); err == nil || !strings.Contains(err.Error(), "not up") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestRunRejectsWrongAdminToken(t *testing.T) {
+	s := fakeservice.New("secret", false).Server(t)
+	cfg := testConfig(s.URL)
+	cfg.AdminToken = "wrong"
+	_, err := Execute(fakeservice.Context(t), cfg, nil)
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.Code != "unauthorized" {
+		t.Fatalf("err = %v, want an unauthorized APIError", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"no urls", func(c *Config) { c.URLs = nil }},
+		{"bad url", func(c *Config) { c.URLs = []string{"127.0.0.1:8080"} }},
+		{"no orders", func(c *Config) { c.Orders = 0 }},
+		{"rate without duration", func(c *Config) { c.Rate = 10 }},
+		{"duration without rate", func(c *Config) { c.Duration = time.Second }},
+		{"zero concurrency", func(c *Config) { c.Concurrency = 0 }},
+		{"too many orders", func(c *Config) { c.Orders, c.Rate, c.Duration = 0, 1e6, time.Hour }},
+		{"hold seconds", func(c *Config) { c.HoldSeconds = 0 }},
+	}
+	for _, tt := range tests {
+		c := testConfig("http://127.0.0.1:8080")
+		tt.mod(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: Validate() = nil", tt.name)
+		}
+	}
+}

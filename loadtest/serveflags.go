@@ -1,0 +1,22 @@
+package loadtest
+
+import (
+	"strings"
+)
+
+// serveFlagList is the repeatable --serve-flag of compare (and what bench
+// passes for --coalesce): each value goes verbatim to every instance.
+type serveFlagList []string
+
+func (l *serveFlagList) String() string {
+	if l == nil {
+		return ""
+	}
+	return strings.Join(*l, " ")
+}
+
+// Set appends one flag.
+func (l *serveFlagList) Set(s string) error {
+	*l = append(*l, s)
+	return nil
+}
