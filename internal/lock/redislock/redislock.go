@@ -38,6 +38,7 @@ type Locker struct {
 	cfg  config
 	m    *lockmetrics.Metrics
 	loop *retry.Loop
+	rel  *releaser
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -54,9 +55,11 @@ func New(addr string, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("redis: metrics: %w", err)
 	}
 	n := redisnode.New(addr, cfg.nodeTimeout)
-	return &Locker{node: n, cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
+	l := &Locker{node: n, cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
 		Queue: keyqueue.New(), Metrics: m, Log: cfg.log, DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay,
-		Await: n.AwaitRelease}}, nil
+		Await: n.AwaitRelease}}
+	l.rel = &releaser{l: l}
+	return l, nil
 }
 
 // Name implements lock.Locker.
