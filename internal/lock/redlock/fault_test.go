@@ -228,16 +228,17 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	n := redisnode.New(c.addrs[0], 300*time.Millisecond)
 	t.Cleanup(func() { _ = n.Close() })
 	key := locktest.Key(t)
-	if _, ok, err := n.AcquireIncr(t.Context(), key, "a", time.Minute); err != nil || !ok {
-		t.Fatalf("AcquireIncr = %v, %v", ok, err)
+	holds := []redisnode.Hold{{Key: key, ID: "a"}}
+	if tokens, err := n.AcquireIncr(t.Context(), holds, time.Minute); err != nil || tokens[0] == 0 {
+		t.Fatalf("AcquireIncr = %v, %v", tokens, err)
 	}
 	if err := c.srv[0].Stop(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		deleted, err := n.Release(t.Context(), key, "a", false)
-		if err == nil && !deleted {
+		deleted, err := n.Release(t.Context(), holds, nil)
+		if err == nil && deleted != 1 {
 			err = errors.New("nothing deleted")
 		}
 		done <- err
