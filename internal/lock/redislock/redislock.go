@@ -18,6 +18,12 @@
 // element: Redis hands it to the client blocked longest, so a release wakes
 // one waiter across all processes, at once, instead of leaving the key free
 // until someone's pause ends.
+//
+// AcquireBatch takes many keys in one script call (each its own lease id
+// and token, as if acquired alone); a key whose line in this Locker is busy
+// counts as held and is not sent, so a batch never overtakes a waiter of its
+// own process. Leases released together (lock.Set.Release) go back in one
+// call, wake-ups included.
 package redislock
 
 import (
