@@ -138,11 +138,16 @@ func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 			lost = append(lost, held{a: a, k: k})
 		}
 	}
-	if len(lost) == len(a.keys) {
+	none := len(lost) == len(a.keys)
+	if none {
 		close(a.abort)
 	}
 	if len(lost) > 0 {
-		_ = a.l.release(lost, true)
+		// With nothing obtained, wait for every node: the explanation then
+		// counts all replies. With leases to hand out, return once a
+		// majority is clear, as a lease's release does; the rest finish in
+		// the background.
+		_ = a.l.release(lost, none)
 		t.drain(replies)
 	}
 	return outcome{obtained: t.obtained, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl)), t: t}, nil
