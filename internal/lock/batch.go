@@ -63,3 +63,54 @@ func (s Set) releaseDetached(ctx context.Context) error {
 	defer cancel()
 	return s.Release(rctx)
 }
+
+// BatchHandle is a Handle whose backend can release it together with other
+// handles of the same backend, in one round per lock server: Set.Release
+// passes every handle of the set that has the same Releaser to one
+// ReleaseBatch call instead of calling Release on each.
+type BatchHandle interface {
+	Handle
+	// Releaser is the value that releases this handle with its peers; it
+	// must be comparable (a pointer) and the same for every handle one
+	// ReleaseBatch may take together.
+	Releaser() BatchReleaser
+}
+
+// BatchReleaser releases handles of one backend together. hs are handles
+// whose Releaser it is, each released at most once, as Release would.
+type BatchReleaser interface {
+	ReleaseBatch(ctx context.Context, hs []Handle) error
+}
+
+// release releases every lease of s: those with a BatchHandle grouped by
+// Releaser, one call per group, the others one by one in reverse order.
+// Every lease is detached (its keepalive stopped) before its backend call,
+// as Lease.Release does.
+func (s Set) release(ctx context.Context) error {
+	var errs []error
+	groups := make(map[BatchReleaser][]Handle)
+	var order []BatchReleaser
+	for i := len(s) - 1; i >= 0; i-- {
+		h := s[i].detach()
+		if h == nil {
+			continue
+		}
+		if bh, ok := h.(BatchHandle); ok {
+			r := bh.Releaser()
+			if _, seen := groups[r]; !seen {
+				order = append(order, r)
+			}
+			groups[r] = append(groups[r], h)
+			continue
+		}
+		if err := h.Release(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("lock: release %q: %w", s[i].Key(), err))
+		}
+	}
+	for _, r := range order {
+		if err := r.ReleaseBatch(ctx, groups[r]); err != nil {
+			errs = append(errs, fmt.Errorf("lock: release %d leases: %w", len(groups[r]), err))
+		}
+	}
+	return errors.Join(errs...)
+}

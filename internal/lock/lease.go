@@ -122,6 +122,20 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 // release. Calling it again, or after the lease was lost, is safe: the backend
 // release only ever deletes what this lease owns.
 func (l *Lease) Release(ctx context.Context) error {
+	h := l.detach()
+	if h == nil {
+		return nil
+	}
+	if err := h.Release(ctx); err != nil {
+		return fmt.Errorf("lock: release %q: %w", l.p.Key, err)
+	}
+	return nil
+}
+
+// detach ends the lease for a release: it stops the keepalive, waits for it
+// to exit and marks the lease released. It returns the handle the backend
+// must release, or nil when the lease was released before.
+func (l *Lease) detach() Handle {
 	l.mu.Lock()
 	if l.released {
 		l.mu.Unlock()
@@ -133,10 +147,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.stopKeepalive()
 	<-l.keepaliveDone
 	l.cancel(ErrReleased) // no-op when already lost: the first cause stays
-	if err := l.p.Handle.Release(ctx); err != nil {
-		return fmt.Errorf("lock: release %q: %w", l.p.Key, err)
-	}
-	return nil
+	return l.p.Handle
 }
 
 func (l *Lease) lose(err error) {

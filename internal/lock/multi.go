@@ -79,14 +79,10 @@ func (s Set) Context(parent context.Context) (context.Context, context.CancelFun
 }
 
 // Release releases every lease, in reverse order, and joins the errors.
+// Leases whose backend releases many at once (BatchHandle) are released
+// together, in one round per lock server, after the others.
 func (s Set) Release(ctx context.Context) error {
-	var errs []error
-	for i := len(s) - 1; i >= 0; i-- {
-		if err := s[i].Release(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := s.release(ctx); err != nil {
 		return fmt.Errorf("lock: release set: %w", err)
 	}
 	return nil

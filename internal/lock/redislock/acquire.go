@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
 	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
@@ -22,67 +23,106 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 	return l.loop.Acquire(ctx, key, opts, l.attempt)
 }
 
+// AcquireBatch implements lock.Locker: one script call takes every key
+// whose line in this Locker is free (a key another goroutine of this
+// Locker holds, acquires or waits for counts as held; see
+// retry.Loop.AcquireBatch), each under its own lease id with its own token
+// from its counter, and a lease per key obtained is built as Acquire would.
+// Errors wrap lock.ErrInvalidKey, lock.ErrUnavailable or ctx.Err(); nothing
+// is then held.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return l.loop.AcquireBatch(ctx, keys, opts, l.grab)
+}
+
 // attempt is one try on the server, under a fresh lease id.
 func (l *Locker) attempt(ctx context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error) {
-	id := uuid.New()
-	h, token, deadline, err := l.try(ctx, key, id.String(), o.TTL, turn)
+	leases, err := l.grab(ctx, []string{key}, o, []func(){turn})
+	if err != nil {
+		return nil, err
+	}
+	if leases[0] == nil {
+		return nil, errHeld
+	}
+	return leases[0], nil
+}
+
+// grab takes keys in one script call, each under a fresh lease id, and
+// returns a lease per key obtained (nil where held), aligned with keys.
+func (l *Locker) grab(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
+	holds := make([]redisnode.Hold, len(keys))
+	ids := make([]uuid.UUID, len(keys))
+	for i, k := range keys {
+		ids[i] = uuid.New()
+		holds[i] = redisnode.Hold{Key: k, ID: ids[i].String()}
+	}
+	tokens, deadline, err := l.try(ctx, holds, o.TTL)
 	if err != nil {
 		return nil, err
 	}
 	if cerr := ctx.Err(); cerr != nil {
 		// Granted just as the caller gave up: the caller will not use the
-		// lease, and a cancelled Acquire leaves no key behind.
-		_ = h.Release(ctx)
+		// leases, and a cancelled acquisition leaves no key behind.
+		l.cleanup(context.WithoutCancel(ctx), holds)
 		return nil, cerr
 	}
-	lease, _ := lock.NewLease(lock.LeaseParams{
-		Key: key, Token: token, ID: id, Deadline: deadline,
-		TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: h,
-		OnLost: func(err error) {
-			turn() // the key is free in Redis, or someone else's
-			l.m.Lost()
-			l.cfg.log.Warn("redis: lease lost", "key", key, "token", token, "err", err)
-		},
-	})
-	return lease, nil
+	leases := make([]*lock.Lease, len(keys))
+	for i, tok := range tokens {
+		if tok == 0 {
+			continue
+		}
+		key, token, turn := keys[i], lock.Token(tok), turns[i]
+		leases[i], _ = lock.NewLease(lock.LeaseParams{
+			Key: key, Token: token, ID: ids[i], Deadline: deadline,
+			TTL: o.TTL, Watchdog: !o.NoWatchdog,
+			Handle: &handle{l: l, hold: holds[i], ttl: o.TTL, turn: turn},
+			OnLost: func(err error) {
+				turn() // the key is free in Redis, or someone else's
+				l.m.Lost()
+				l.cfg.log.Warn("redis: lease lost", "key", key, "token", token, "err", err)
+			},
+		})
+	}
+	return leases, nil
 }
 
-// try makes one attempt. The request runs without the caller's
-// cancellation, bounded by the node timeout instead: a command abandoned in
-// flight may still run on the server, and only its reply tells whether there
-// is a key to clean up.
-func (l *Locker) try(ctx context.Context, key, id string, ttl time.Duration, turn func()) (*handle, lock.Token, time.Time, error) {
+// try makes one attempt at every hold, in one call, and returns the tokens
+// (0 where held) and the validity deadline of the keys obtained. The
+// request runs without the caller's cancellation, bounded by the node
+// timeout instead: a command abandoned in flight may still run on the
+// server, and only its reply tells whether there is a key to clean up.
+func (l *Locker) try(ctx context.Context, holds []redisnode.Hold, ttl time.Duration) ([]uint64, time.Time, error) {
 	start := time.Now()
 	nctx := context.WithoutCancel(ctx)
-	token, ok, err := l.node.AcquireIncr(nctx, key, id, ttl)
+	tokens, err := l.node.AcquireIncr(nctx, holds, ttl)
 	if err != nil {
-		// The SET may have run before the reply was lost.
-		l.cleanup(nctx, key, id)
-		return nil, 0, time.Time{}, fmt.Errorf("%w: %w", lock.ErrUnavailable, l.nodeErr(err))
+		// The SETs may have run before the reply was lost.
+		l.cleanup(nctx, holds)
+		return nil, time.Time{}, fmt.Errorf("%w: %w", lock.ErrUnavailable, l.nodeErr(err))
 	}
-	if !ok {
-		return nil, 0, time.Time{}, errHeld
-	}
-	// The key expires no earlier than start+ttl by the server's clock; the
+	// The keys expire no earlier than start+ttl by the server's clock; the
 	// drift allowance covers the two clocks running at different rates.
 	validity := ttl - time.Since(start) - retry.Drift(ttl)
 	if validity <= 0 {
-		l.cleanup(nctx, key, id)
-		return nil, 0, time.Time{}, fmt.Errorf("%w: granted after %v, no validity left of a %v TTL",
+		l.cleanup(nctx, holds)
+		return nil, time.Time{}, fmt.Errorf("%w: granted after %v, no validity left of a %v TTL",
 			lock.ErrUnavailable, time.Since(start), ttl)
 	}
-	h := &handle{l: l, key: key, id: id, ttl: ttl, turn: turn}
-	return h, lock.Token(token), start.Add(ttl - retry.Drift(ttl)), nil
+	return tokens, start.Add(ttl - retry.Drift(ttl)), nil
 }
 
-// cleanup deletes the key if an attempt that failed midway did set it.
-func (l *Locker) cleanup(ctx context.Context, key, id string) {
-	if _, err := l.node.Release(ctx, key, id, true); err != nil {
-		l.cfg.log.Warn("redis: clean-up after a failed attempt", "key", key, "err", err)
+// cleanup deletes, in one call, every key of holds that an attempt that
+// failed midway did set; the compare-and-delete leaves the others alone.
+func (l *Locker) cleanup(ctx context.Context, holds []redisnode.Hold) {
+	if _, err := l.node.Release(ctx, holds, wakeAll(len(holds))); err != nil {
+		l.cfg.log.Warn("redis: clean-up after a failed attempt", "keys", len(holds), "err", err)
 	}
 }
 
-// AcquireBatch implements lock.Locker.
-func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
-	return lock.EachOnce(ctx, l, keys, opts...)
+// wakeAll asks a release to wake a waiter on each of n keys it deletes.
+func wakeAll(n int) []bool {
+	w := make([]bool, n)
+	for i := range w {
+		w[i] = true
+	}
+	return w
 }

@@ -70,3 +70,35 @@ func BenchmarkKeys1000(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkBatch: 16 keys taken and released as one batch (one script call
+// each way) against 16 single acquisitions one after the other; an op is
+// all 16 keys.
+func BenchmarkBatch(b *testing.B) {
+	l := newLocker(b, sharedAddr(b))
+	base := locktest.Key(b)
+	keys := make([]string, 16)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%02d", base, i)
+	}
+	b.Run("batch16", func(b *testing.B) {
+		for b.Loop() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			batch, err := l.AcquireBatch(ctx, keys)
+			if err != nil || len(batch.Held) != 0 {
+				b.Fatalf("batch: %v, %d held", err, len(batch.Held))
+			}
+			if err := batch.Leases.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			cancel()
+		}
+	})
+	b.Run("single16", func(b *testing.B) {
+		for b.Loop() {
+			for _, k := range keys {
+				benchCycle(b, l, k)
+			}
+		}
+	})
+}

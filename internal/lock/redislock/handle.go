@@ -15,24 +15,59 @@ import (
 
 // handle is a held lock; the lease calls it to release and to extend.
 type handle struct {
-	l   *Locker
-	key string
-	id  string
-	ttl time.Duration
+	l    *Locker
+	hold redisnode.Hold
+	ttl  time.Duration
 	// turn hands this Locker's turn on the key to its next waiter.
 	turn func()
 }
+
+var _ lock.BatchHandle = (*handle)(nil)
 
 // Release deletes the lock if it is still ours. The caller's cancellation is
 // ignored (the node timeout bounds the call): a release that never reaches
 // the server leaves the key held for a whole TTL. A lock that is no longer
 // ours (expired, taken by the next holder) is left alone and is no error.
 func (h *handle) Release(ctx context.Context) error {
-	// The next local waiter starts only once the key is gone, or its first
-	// attempt would find it still held and sleep a retry delay.
-	defer h.turn()
-	if _, err := h.l.node.Release(context.WithoutCancel(ctx), h.key, h.id, true); err != nil {
-		return fmt.Errorf("redis: release: %w", h.l.nodeErr(err))
+	return h.l.release(ctx, []*handle{h})
+}
+
+// Releaser implements lock.BatchHandle: the Locker's handles are released
+// together, in one script call.
+func (h *handle) Releaser() lock.BatchReleaser { return h.l.rel }
+
+// releaser releases many of one Locker's handles in one call.
+type releaser struct{ l *Locker }
+
+// ReleaseBatch implements lock.BatchReleaser.
+func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
+	mine := make([]*handle, 0, len(hs))
+	var errs []error
+	for _, h := range hs {
+		if rh, ok := h.(*handle); ok && rh.l == r.l {
+			mine = append(mine, rh)
+		} else if err := h.Release(ctx); err != nil { // not ours: cannot happen through Set.Release
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, r.l.release(ctx, mine))...)
+}
+
+// release deletes the locks of hs that are still theirs in one call, then
+// hands each key's turn on. The next local waiter starts only once the key
+// is gone, or its first attempt would find it still held and sleep a retry
+// delay.
+func (l *Locker) release(ctx context.Context, hs []*handle) error {
+	holds := make([]redisnode.Hold, len(hs))
+	for i, h := range hs {
+		holds[i] = h.hold
+	}
+	_, err := l.node.Release(context.WithoutCancel(ctx), holds, wakeAll(len(holds)))
+	for _, h := range hs {
+		h.turn()
+	}
+	if err != nil {
+		return fmt.Errorf("redis: release %d key(s): %w", len(hs), l.nodeErr(err))
 	}
 	return nil
 }
@@ -44,18 +79,18 @@ func (h *handle) Release(ctx context.Context) error {
 func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	for {
 		start := time.Now()
-		err := h.l.node.Extend(ctx, h.key, h.id, h.ttl)
+		err := h.l.node.Extend(ctx, h.hold.Key, h.hold.ID, h.ttl)
 		if err == nil {
 			h.l.m.Extended(true)
 			return start.Add(h.ttl - retry.Drift(h.ttl)), nil
 		}
 		if errors.Is(err, redisnode.ErrNotHeld) || errors.Is(err, goredis.ErrClosed) {
 			h.l.m.Extended(false)
-			return time.Time{}, fmt.Errorf("redis: extend %q: %w: %w", h.key, lock.ErrLeaseLost, err)
+			return time.Time{}, fmt.Errorf("redis: extend %q: %w: %w", h.hold.Key, lock.ErrLeaseLost, err)
 		}
 		if serr := retry.Sleep(ctx, retry.Jitter(h.l.cfg.retryDelay)); serr != nil {
 			h.l.m.Extended(false)
-			return time.Time{}, fmt.Errorf("redis: extend %q: %w: %w", h.key, lock.ErrUnavailable, h.l.nodeErr(err))
+			return time.Time{}, fmt.Errorf("redis: extend %q: %w: %w", h.hold.Key, lock.ErrUnavailable, h.l.nodeErr(err))
 		}
 	}
 }

@@ -18,6 +18,12 @@
 // element: Redis hands it to the client blocked longest, so a release wakes
 // one waiter across all processes, at once, instead of leaving the key free
 // until someone's pause ends.
+//
+// AcquireBatch takes many keys in one script call (each its own lease id
+// and token, as if acquired alone); a key whose line in this Locker is busy
+// counts as held and is not sent, so a batch never overtakes a waiter of its
+// own process. Leases released together (lock.Set.Release) go back in one
+// call, wake-ups included.
 package redislock
 
 import (
@@ -38,6 +44,7 @@ type Locker struct {
 	cfg  config
 	m    *lockmetrics.Metrics
 	loop *retry.Loop
+	rel  *releaser
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -54,9 +61,11 @@ func New(addr string, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("redis: metrics: %w", err)
 	}
 	n := redisnode.New(addr, cfg.nodeTimeout)
-	return &Locker{node: n, cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
+	l := &Locker{node: n, cfg: cfg, m: m, loop: &retry.Loop{Name: "redis",
 		Queue: keyqueue.New(), Metrics: m, Log: cfg.log, DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay,
-		Await: n.AwaitRelease}}, nil
+		Await: n.AwaitRelease}}
+	l.rel = &releaser{l: l}
+	return l, nil
 }
 
 // Name implements lock.Locker.

@@ -95,52 +95,117 @@ func (n *Node) Ping(ctx context.Context) error {
 	return n.c.Ping(ctx).Err()
 }
 
-// AcquireIncr takes the lock on key for ttl and returns the incremented fence
-// counter, or ok=false when someone else holds the lock.
-func (n *Node) AcquireIncr(ctx context.Context, key, id string, ttl time.Duration) (token uint64, ok bool, err error) {
-	ctx, cancel := n.ctx(ctx)
-	defer cancel()
-	v, err := acquireIncrScript.Run(ctx, n.c, keys(key), id, ttl.Milliseconds()).Int64()
-	if err != nil {
-		return 0, false, err
-	}
-	if v <= 0 {
-		return 0, false, nil
-	}
-	return uint64(v), true, nil
+// Hold is one key under one lease id, the unit of every batch call: each
+// key of a batch keeps its own lease id, as if acquired alone.
+type Hold struct {
+	Key string
+	ID  string // the lease id, stored as the lock's value
 }
 
-// AcquireRead takes the lock on key for ttl and reads the fence counter in
-// the same atomic step; the counter is returned whether or not the lock was
-// taken.
-func (n *Node) AcquireRead(ctx context.Context, key, id string, ttl time.Duration) (acquired bool, fence uint64, err error) {
-	ctx, cancel := n.ctx(ctx)
-	defer cancel()
-	v, err := acquireReadScript.Run(ctx, n.c, keys(key), id, ttl.Milliseconds()).Slice()
-	if err != nil {
-		return false, 0, err
-	}
-	if len(v) != 2 {
-		return false, 0, fmt.Errorf("acquire script: unexpected reply %v", v)
-	}
-	flag, ok1 := v[0].(int64)
-	s, ok2 := v[1].(string)
-	if !ok1 || !ok2 {
-		return false, 0, fmt.Errorf("acquire script: unexpected reply %v", v)
-	}
-	fence, err = strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return false, 0, fmt.Errorf("fence counter %s: %w", FenceKey(key), err)
-	}
-	return flag == 1, fence, nil
+// Grant is one key's answer to AcquireRead.
+type Grant struct {
+	Acquired bool   // the node granted us the lock
+	Fence    uint64 // the node's fence counter, acquired or not
 }
 
-// SetNX takes the lock on key for ttl without touching the fence counter
-// (Redlock without fencing, for comparison with libraries that have none).
-func (n *Node) SetNX(ctx context.Context, key, id string, ttl time.Duration) (bool, error) {
+// lockFenceKeys returns the lock and fence key of every hold, in the order
+// the scripts expect them, and argv: the TTL in ms, then each lease id.
+func lockFenceKeys(holds []Hold, ttl time.Duration) (keys []string, argv []any) {
+	keys = make([]string, 0, 2*len(holds))
+	argv = make([]any, 0, 1+len(holds))
+	argv = append(argv, ttl.Milliseconds())
+	for _, h := range holds {
+		keys = append(keys, LockKey(h.Key), FenceKey(h.Key))
+		argv = append(argv, h.ID)
+	}
+	return keys, argv
+}
+
+// AcquireIncr takes the lock on every hold's key for ttl, in one script
+// call, and returns per hold the incremented fence counter (the token), or
+// 0 where someone else holds the lock.
+func (n *Node) AcquireIncr(ctx context.Context, holds []Hold, ttl time.Duration) ([]uint64, error) {
+	if len(holds) == 0 {
+		return nil, nil
+	}
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
-	return n.c.SetNX(ctx, LockKey(key), id, ttl).Result()
+	keys, argv := lockFenceKeys(holds, ttl)
+	v, err := acquireIncrScript.Run(ctx, n.c, keys, argv...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != len(holds) {
+		return nil, fmt.Errorf("acquire script: %d replies for %d keys", len(v), len(holds))
+	}
+	tokens := make([]uint64, len(v))
+	for i, t := range v {
+		tokens[i] = uint64(max(t, 0))
+	}
+	return tokens, nil
+}
+
+// AcquireRead takes the lock on every hold's key for ttl and reads its fence
+// counter in the same atomic step, in one script call; each counter is
+// returned whether or not its lock was taken.
+func (n *Node) AcquireRead(ctx context.Context, holds []Hold, ttl time.Duration) ([]Grant, error) {
+	if len(holds) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	keys, argv := lockFenceKeys(holds, ttl)
+	v, err := acquireReadScript.Run(ctx, n.c, keys, argv...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != 2*len(holds) {
+		return nil, fmt.Errorf("acquire script: %d replies for %d keys", len(v), len(holds))
+	}
+	grants := make([]Grant, len(holds))
+	for i := range grants {
+		flag, ok1 := v[2*i].(int64)
+		s, ok2 := v[2*i+1].(string)
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("acquire script: unexpected reply %v", v[2*i:2*i+2])
+		}
+		fence, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("fence counter %s: %w", FenceKey(holds[i].Key), err)
+		}
+		grants[i] = Grant{Acquired: flag == 1, Fence: fence}
+	}
+	return grants, nil
+}
+
+// SetNX takes the lock on every hold's key for ttl without touching the
+// fence counters (Redlock without fencing, for comparison with libraries
+// that have none), in one script call; it reports per hold whether it did.
+func (n *Node) SetNX(ctx context.Context, holds []Hold, ttl time.Duration) ([]bool, error) {
+	if len(holds) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	keys := make([]string, len(holds))
+	argv := make([]any, 0, 1+len(holds))
+	argv = append(argv, ttl.Milliseconds())
+	for i, h := range holds {
+		keys[i] = LockKey(h.Key)
+		argv = append(argv, h.ID)
+	}
+	v, err := setNXScript.Run(ctx, n.c, keys, argv...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != len(holds) {
+		return nil, fmt.Errorf("setnx script: %d replies for %d keys", len(v), len(holds))
+	}
+	ok := make([]bool, len(v))
+	for i, f := range v {
+		ok[i] = f == 1
+	}
+	return ok, nil
 }
 
 // ErrFenceAhead means a node's fence counter was not below the token being
@@ -151,51 +216,82 @@ var ErrFenceAhead = errors.New("fence counter not below the token")
 // expired, was deleted, or belongs to another lease).
 var ErrNotHeld = errors.New("lock not held by this lease")
 
-// Fence raises key's fence counter to token while the node still holds our
-// lock. It returns nil when it did, ErrNotHeld or ErrFenceAhead when it did
-// not, or the connection error.
-func (n *Node) Fence(ctx context.Context, key, id string, token uint64) error {
+// Fence raises every hold's fence counter to its token where the counter is
+// below it, whether or not the node holds our lock there, in one script
+// call. Per hold it returns nil when the raise counts (the node holds our
+// lock and the counter was below the token), ErrNotHeld or ErrFenceAhead
+// when it does not; err is the call's failure.
+func (n *Node) Fence(ctx context.Context, holds []Hold, tokens []uint64) (results []error, err error) {
+	if len(holds) != len(tokens) {
+		return nil, fmt.Errorf("fence: %d tokens for %d keys", len(tokens), len(holds))
+	}
+	if len(holds) == 0 {
+		return nil, nil
+	}
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
-	v, err := fenceScript.Run(ctx, n.c, keys(key), id, strconv.FormatUint(token, 10)).Int64()
-	switch {
-	case err != nil:
-		return err
-	case v == 1:
-		return nil
-	case v == 0:
-		return ErrNotHeld
-	default:
-		return ErrFenceAhead
+	keys := make([]string, 0, 2*len(holds))
+	argv := make([]any, 0, 2*len(holds))
+	for i, h := range holds {
+		keys = append(keys, LockKey(h.Key), FenceKey(h.Key))
+		argv = append(argv, h.ID, strconv.FormatUint(tokens[i], 10))
 	}
+	v, err := fenceScript.Run(ctx, n.c, keys, argv...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) != len(holds) {
+		return nil, fmt.Errorf("fence script: %d replies for %d keys", len(v), len(holds))
+	}
+	results = make([]error, len(v))
+	for i, r := range v {
+		switch {
+		case r == 0:
+			results[i] = ErrNotHeld
+		case r < 0:
+			results[i] = ErrFenceAhead
+		}
+	}
+	return results, nil
 }
 
-// Release deletes the lock on key if it holds id; deleted reports whether
-// it did. With wake, a delete also wakes one waiter blocked in AwaitRelease
-// on this node.
+// Release deletes the lock on every hold's key that still holds its lease
+// id, in one script call, and returns how many it deleted. Where wake[i] is
+// true (wake may be nil: none), a delete also wakes one waiter blocked in
+// AwaitRelease on this node.
 //
 // A release that times out is sent again, up to releaseTries times: one that
-// never lands leaves the key held for the rest of its TTL, and every order
-// for that key waits that long, while a compare-and-delete is safe to repeat
+// never lands leaves the keys held for the rest of their TTL, and every order
+// for them waits that long, while a compare-and-delete is safe to repeat
 // (after a delete whose reply was lost, the repeat finds nothing of ours).
 // The node timeout is short, so a server busy for a moment (two saturated
 // cores) is the usual cause.
-func (n *Node) Release(ctx context.Context, key, id string, wake bool) (deleted bool, err error) {
+func (n *Node) Release(ctx context.Context, holds []Hold, wake []bool) (deleted int, err error) {
+	if len(holds) == 0 {
+		return 0, nil
+	}
+	keys := make([]string, 0, 2*len(holds))
+	argv := make([]any, 0, 1+2*len(holds))
+	argv = append(argv, wakeTTLms)
+	for i, h := range holds {
+		flag := "0"
+		if i < len(wake) && wake[i] {
+			flag = "1"
+		}
+		keys = append(keys, LockKey(h.Key), WakeKey(h.Key))
+		argv = append(argv, h.ID, flag)
+	}
 	for try := 1; ; try++ {
 		rctx, cancel := n.ctx(ctx)
 		var v int64
-		if wake {
-			v, err = releaseWakeScript.Run(rctx, n.c, []string{LockKey(key), WakeKey(key)}, id, wakeTTLms).Int64()
-		} else {
-			v, err = releaseScript.Run(rctx, n.c, []string{LockKey(key)}, id).Int64()
-		}
+		v, err = releaseScript.Run(rctx, n.c, keys, argv...).Int64()
 		cancel()
 		if err == nil || try == releaseTries || !retryable(ctx, err) {
-			return v == 1, err
+			return int(v), err
 		}
 		select {
 		case <-ctx.Done():
-			return false, err
+			return 0, err
 		case <-time.After(releasePause):
 		}
 	}

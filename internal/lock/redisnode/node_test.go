@@ -46,21 +46,21 @@ func TestReleaseWakes(t *testing.T) {
 	queued := func() int64 { return n.Client().LLen(ctx, wake).Val() }
 	mustAcquire := func(id string) {
 		t.Helper()
-		if _, ok, err := n.AcquireIncr(ctx, key, id, time.Minute); err != nil || !ok {
-			t.Fatalf("AcquireIncr(%s) = %v, %v", id, ok, err)
+		if tok, err := acquire1(ctx, n, key, id); err != nil || tok == 0 {
+			t.Fatalf("AcquireIncr(%s) = %d, %v", id, tok, err)
 		}
 	}
 
 	mustAcquire("a")
-	if deleted, _ := n.Release(ctx, key, "b", true); deleted || queued() != 0 {
+	if deleted, _ := release1(ctx, n, key, "b", true); deleted || queued() != 0 {
 		t.Fatalf("a non-holder's release: deleted %v, %d wake-ups; want none", deleted, queued())
 	}
-	if deleted, _ := n.Release(ctx, key, "a", false); !deleted || queued() != 0 {
+	if deleted, _ := release1(ctx, n, key, "a", false); !deleted || queued() != 0 {
 		t.Fatalf("a release without wake: deleted %v, %d wake-ups; want none", deleted, queued())
 	}
 	for _, id := range []string{"a", "b"} {
 		mustAcquire(id)
-		if deleted, err := n.Release(ctx, key, id, true); err != nil || !deleted {
+		if deleted, err := release1(ctx, n, key, id, true); err != nil || !deleted {
 			t.Fatalf("Release(%s) = %v, %v", id, deleted, err)
 		}
 	}
@@ -78,8 +78,8 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	n, key := newNode(t)
 	ctx := t.Context()
 	t.Cleanup(func() { n.Client().Del(context.Background(), redisnode.WakeKey(key)) })
-	if _, ok, err := n.AcquireIncr(ctx, key, "a", time.Minute); err != nil || !ok {
-		t.Fatalf("AcquireIncr = %v, %v", ok, err)
+	if tok, err := acquire1(ctx, n, key, "a"); err != nil || tok == 0 {
+		t.Fatalf("AcquireIncr = %d, %v", tok, err)
 	}
 	const wait = time.Second
 	start := time.Now()
@@ -93,7 +93,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		}()
 	}
 	time.Sleep(wait / 5) // both block (a late one would pop the wake-up at once: still one)
-	if deleted, err := n.Release(ctx, key, "a", true); err != nil || !deleted {
+	if deleted, err := release1(ctx, n, key, "a", true); err != nil || !deleted {
 		t.Fatalf("Release = %v, %v", deleted, err)
 	}
 	first, second := <-returned, <-returned
@@ -103,20 +103,35 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	}
 }
 
+// acquire1 is AcquireIncr of one key: its token, 0 when held.
+func acquire1(ctx context.Context, n *redisnode.Node, key, id string) (uint64, error) {
+	tokens, err := n.AcquireIncr(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute)
+	if err != nil {
+		return 0, err
+	}
+	return tokens[0], nil
+}
+
+// release1 is Release of one key.
+func release1(ctx context.Context, n *redisnode.Node, key, id string, wake bool) (bool, error) {
+	d, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []bool{wake})
+	return d == 1, err
+}
+
 func TestAcquireIncr(t *testing.T) {
 	n, key := newNode(t)
 	ctx := t.Context()
-	tok, ok, err := n.AcquireIncr(ctx, key, "a", time.Minute)
-	if err != nil || !ok || tok != 1 {
-		t.Fatalf("first AcquireIncr = %d, %v, %v; want 1, true", tok, ok, err)
+	tok, err := acquire1(ctx, n, key, "a")
+	if err != nil || tok != 1 {
+		t.Fatalf("first AcquireIncr = %d, %v; want 1", tok, err)
 	}
-	if _, ok, err := n.AcquireIncr(ctx, key, "b", time.Minute); err != nil || ok {
-		t.Fatalf("AcquireIncr on a held key = %v, %v; want not ok", ok, err)
+	if tok, err := acquire1(ctx, n, key, "b"); err != nil || tok != 0 {
+		t.Fatalf("AcquireIncr on a held key = %d, %v; want 0", tok, err)
 	}
 	if v, _ := n.Client().Get(ctx, redisnode.FenceKey(key)).Result(); v != "1" {
 		t.Fatalf("a refused acquisition moved the counter to %s", v)
 	}
-	if deleted, err := n.Release(ctx, key, "b", false); err != nil || deleted {
+	if deleted, err := release1(ctx, n, key, "b", false); err != nil || deleted {
 		t.Fatalf("Release by a non-holder = %v, %v", deleted, err)
 	}
 	if err := n.Extend(ctx, key, "b", time.Minute); !errors.Is(err, redisnode.ErrNotHeld) {
@@ -125,25 +140,100 @@ func TestAcquireIncr(t *testing.T) {
 	if err := n.Extend(ctx, key, "a", time.Minute); err != nil {
 		t.Fatalf("Extend by the holder = %v", err)
 	}
-	if deleted, err := n.Release(ctx, key, "a", false); err != nil || !deleted {
+	if deleted, err := release1(ctx, n, key, "a", false); err != nil || !deleted {
 		t.Fatalf("Release by the holder = %v, %v", deleted, err)
 	}
-	if tok, ok, _ := n.AcquireIncr(ctx, key, "b", time.Minute); !ok || tok != 2 {
-		t.Fatalf("next AcquireIncr = %d, %v; want 2", tok, ok)
+	if tok, _ := acquire1(ctx, n, key, "b"); tok != 2 {
+		t.Fatalf("next AcquireIncr = %d; want 2", tok)
 	}
 }
 
-// TestFence checks round 2's conditions: only the lock holder publishes, and
-// only a token above the counter, compared exactly even past 2^53.
+// TestBatchCalls: one call per phase carries many keys, each with its own
+// lease id and outcome; a held key in the batch does not affect the others.
+func TestBatchCalls(t *testing.T) {
+	n, base := newNode(t)
+	ctx := t.Context()
+	holds := []redisnode.Hold{{Key: base + "-a", ID: "a"}, {Key: base + "-b", ID: "b"}, {Key: base + "-c", ID: "c"}}
+	t.Cleanup(func() {
+		for _, h := range holds {
+			n.Client().Del(context.Background(), redisnode.LockKey(h.Key), redisnode.FenceKey(h.Key), redisnode.WakeKey(h.Key))
+		}
+	})
+	if err := n.Client().Set(ctx, redisnode.LockKey(base+"-b"), "other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	grants, err := n.AcquireRead(ctx, holds, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !grants[0].Acquired || grants[1].Acquired || !grants[2].Acquired {
+		t.Fatalf("AcquireRead = %+v; want a and c acquired, b held", grants)
+	}
+	for i, h := range holds {
+		want := h.ID
+		if i == 1 {
+			want = "other"
+		}
+		if v, _ := n.Client().Get(ctx, redisnode.LockKey(h.Key)).Result(); v != want {
+			t.Errorf("%s holds %q, want %q", h.Key, v, want)
+		}
+	}
+	res, err := n.Fence(ctx, holds, []uint64{7, 8, 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0] != nil || !errors.Is(res[1], redisnode.ErrNotHeld) || res[2] != nil {
+		t.Fatalf("Fence = %v; want nil, ErrNotHeld, nil", res)
+	}
+	ok, err := n.SetNX(ctx, holds, time.Minute)
+	if err != nil || ok[0] || ok[1] || ok[2] {
+		t.Fatalf("SetNX on held keys = %v, %v; want all held", ok, err)
+	}
+	deleted, err := n.Release(ctx, holds, []bool{true, true, false})
+	if err != nil || deleted != 2 {
+		t.Fatalf("Release = %d, %v; want a and c deleted", deleted, err)
+	}
+	for i, want := range []int64{1, 0, 0} { // b was not ours, c was not asked to wake
+		if got := n.Client().LLen(ctx, redisnode.WakeKey(holds[i].Key)).Val(); got != want {
+			t.Errorf("%s: %d wake-ups, want %d", holds[i].Key, got, want)
+		}
+	}
+}
+
+// TestFence checks round 2's conditions: the counter is raised on every node
+// that answers, but the raise counts only under our lock and only for a
+// token above the counter, compared exactly even past 2^53.
 func TestFence(t *testing.T) {
 	n, key := newNode(t)
 	ctx := t.Context()
-	ok, fence, err := n.AcquireRead(ctx, key, "a", time.Minute)
-	if err != nil || !ok || fence != 0 {
-		t.Fatalf("AcquireRead on a fresh key = %v, %d, %v", ok, fence, err)
+	fence1 := func(id string, token uint64) error {
+		t.Helper()
+		res, err := n.Fence(ctx, []redisnode.Hold{{Key: key, ID: id}}, []uint64{token})
+		if err != nil {
+			t.Fatalf("Fence(%s, %d): %v", id, token, err)
+		}
+		return res[0]
 	}
-	if err := n.Fence(ctx, key, "b", 5); !errors.Is(err, redisnode.ErrNotHeld) {
-		t.Fatalf("Fence by a non-holder = %v", err)
+	counter := func() string {
+		v, _ := n.Client().Get(ctx, redisnode.FenceKey(key)).Result()
+		return v
+	}
+	read := func(id string) redisnode.Grant {
+		t.Helper()
+		g, err := n.AcquireRead(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g[0]
+	}
+	if g := read("a"); !g.Acquired || g.Fence != 0 {
+		t.Fatalf("AcquireRead on a fresh key = %+v", g)
+	}
+	if err := fence1("b", 5); !errors.Is(err, redisnode.ErrNotHeld) || counter() != "5" {
+		t.Fatalf("Fence by a non-holder = %v, counter %s; want ErrNotHeld and the counter raised to 5", err, counter())
+	}
+	if err := fence1("b", 3); !errors.Is(err, redisnode.ErrNotHeld) || counter() != "5" {
+		t.Fatalf("Fence by a non-holder below the counter = %v, counter %s; want it left at 5", err, counter())
 	}
 	for _, c := range []struct {
 		token uint64
@@ -157,15 +247,14 @@ func TestFence(t *testing.T) {
 		{1 << 53, redisnode.ErrFenceAhead}, // equal as doubles, not as integers
 		{1<<64 - 1, nil},
 	} {
-		if err := n.Fence(ctx, key, "a", c.token); !errors.Is(err, c.want) {
+		if err := fence1("a", c.token); !errors.Is(err, c.want) {
 			t.Fatalf("Fence(%d) = %v, want %v", c.token, err, c.want)
 		}
 	}
-	ok, fence, err = n.AcquireRead(ctx, key, "b", time.Minute)
-	if err != nil || ok || fence != 1<<64-1 {
-		t.Fatalf("AcquireRead on a held key = %v, %d, %v; want false, %d", ok, fence, err, uint64(1<<64-1))
+	if g := read("b"); g.Acquired || g.Fence != 1<<64-1 {
+		t.Fatalf("AcquireRead on a held key = %+v; want not acquired, %d", g, uint64(1<<64-1))
 	}
-	if got, _ := n.Client().Get(ctx, redisnode.FenceKey(key)).Result(); got != strconv.FormatUint(1<<64-1, 10) {
+	if got := counter(); got != strconv.FormatUint(1<<64-1, 10) {
 		t.Fatalf("counter %s", got)
 	}
 }
@@ -186,7 +275,7 @@ func TestTimeout(t *testing.T) {
 	}
 	defer srv.Cont()
 	start := time.Now()
-	if _, _, err := n.AcquireIncr(t.Context(), "k", "a", time.Second); err == nil {
+	if _, err := n.AcquireIncr(t.Context(), []redisnode.Hold{{Key: "k", ID: "a"}}, time.Second); err == nil {
 		t.Fatal("AcquireIncr on a paused server succeeded")
 	}
 	if d := time.Since(start); d > time.Second {

@@ -22,78 +22,113 @@ func FenceKey(key string) string { return "stockguard:{" + key + "}:fence" }
 // WakeKey names the list a release pushes to and waiters block on.
 func WakeKey(key string) string { return "stockguard:{" + key + "}:wake" }
 
-// keys returns the two keys of key in the order every script expects them.
-func keys(key string) []string { return []string{LockKey(key), FenceKey(key)} }
+// Every script takes a batch: any number of keys of one lock operation in
+// one call, so a batch of keys costs one round trip per server per phase.
+// The per-key steps are the same as for a single key and each key keeps its
+// own lease id, token and outcome; the script only saves the round trips.
+// (These servers are independent masters, not a Redis Cluster: a script may
+// touch keys of many slots.)
 
-// acquireIncrScript takes the lock and, only if it did, increments the fence
-// counter; both in one script so that no acquisition can get a token without
-// the lock or the lock without a token. KEYS: lock, fence. ARGV: lease id,
-// TTL in ms. Returns the new counter value, or 0 when the lock is held (INCR
-// never yields 0 on a counter that started at 0).
+// acquireIncrScript takes each lock and, only where it did, increments that
+// key's fence counter; both in one script so that no acquisition can get a
+// token without the lock or the lock without a token. KEYS: lock, fence per
+// key. ARGV: TTL in ms, then a lease id per key. Returns per key the new
+// counter value, or 0 when the lock is held (INCR never yields 0 on a
+// counter that started at 0).
 var acquireIncrScript = goredis.NewScript(`
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('INCR', KEYS[2])
+local out = {}
+for i = 1, #ARGV - 1 do
+  if redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1]) then
+    out[i] = redis.call('INCR', KEYS[2*i])
+  else
+    out[i] = 0
+  end
 end
-return 0
+return out
 `)
 
-// acquireReadScript is Redlock's round 1 on one node: take the lock and read the
-// node's fence counter in one atomic step, so the value read is the counter
-// as of the moment this node granted us the lock. The counter is read (and
+// acquireReadScript is Redlock's round 1 on one node: take each lock and read
+// its fence counter in one atomic step, so the value read is the counter as
+// of the moment this node granted us the lock. The counter is read (and
 // returned) when the lock is held elsewhere too: a larger maximum is still a
-// correct lower bound for the next token. KEYS: lock, fence. ARGV: lease id,
-// TTL in ms. Returns {1, counter} when acquired, {0, counter} when held; the
-// counter as a decimal string so it survives Lua's doubles unrounded.
+// correct lower bound for the next token. KEYS: lock, fence per key. ARGV:
+// TTL in ms, then a lease id per key. Returns per key 1 (acquired) or 0
+// (held) followed by the counter as a decimal string, so it survives Lua's
+// doubles unrounded.
 var acquireReadScript = goredis.NewScript(`
-local ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
-local f = redis.call('GET', KEYS[2]) or '0'
-if ok then return {1, f} end
-return {0, f}
+local out = {}
+for i = 1, #ARGV - 1 do
+  local ok = redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1])
+  out[2*i-1] = ok and 1 or 0
+  out[2*i] = redis.call('GET', KEYS[2*i]) or '0'
+end
+return out
 `)
 
-// fenceScript is Redlock's round 2 on one node: raise the node's counter to the
-// token, only while this node still holds our lock value (so a holder whose
-// lock expired here cannot publish its token) and only if the counter is
-// below the token (so two acquisitions can never both publish one token on a
-// node). Numbers are compared as canonical decimal strings (shorter is
-// smaller, then lexicographic), exact up to 2^64 where Lua's doubles are not.
-// KEYS: lock, fence. ARGV: lease id, token. Returns 1 when raised, 0 when the
+// setNXScript is round 1 without fencing: SET NX PX on each lock. KEYS: lock
+// per key. ARGV: TTL in ms, then a lease id per key. Returns per key 1
+// (acquired) or 0 (held).
+var setNXScript = goredis.NewScript(`
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('SET', KEYS[i], ARGV[i+1], 'NX', 'PX', ARGV[1]) and 1 or 0
+end
+return out
+`)
+
+// fenceScript is Redlock's round 2 on one node: raise each key's counter to
+// its token if the counter is below it — whether or not this node holds our
+// lock, so that every node that answers learns the token (a node that did
+// not grant us the lock still remembers the token after a node that did
+// restarts empty) — and report whether it counts: only a node that still
+// holds our lock value (so a holder whose lock expired here cannot publish
+// its token) and whose counter was below the token (so two acquisitions can
+// never both publish one token on a node). Numbers are compared as canonical
+// decimal strings (shorter is smaller, then lexicographic), exact up to 2^64
+// where Lua's doubles are not. KEYS: lock, fence per key. ARGV: lease id,
+// token per key. Returns per key 1 when raised under our lock, 0 when the
 // lock is not ours, -1 when the counter is not below the token.
 var fenceScript = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local cur = redis.call('GET', KEYS[2]) or '0'
-local tok = ARGV[2]
-if #cur < #tok or (#cur == #tok and cur < tok) then
-  redis.call('SET', KEYS[2], tok)
-  return 1
+local out = {}
+for i = 1, #KEYS / 2 do
+  local cur = redis.call('GET', KEYS[2*i]) or '0'
+  local tok = ARGV[2*i]
+  local below = #cur < #tok or (#cur == #tok and cur < tok)
+  if below then redis.call('SET', KEYS[2*i], tok) end
+  if redis.call('GET', KEYS[2*i-1]) ~= ARGV[2*i-1] then
+    out[i] = 0
+  elseif below then
+    out[i] = 1
+  else
+    out[i] = -1
+  end
 end
-return -1
+return out
 `)
 
-// releaseScript deletes the lock only if it still holds our lease id, so a holder
-// whose lease expired can never delete the next holder's lock. KEYS: lock.
-// ARGV: lease id. Returns 1 when deleted, 0 when the lock was not ours.
+// releaseScript deletes each lock only if it still holds our lease id, so a
+// holder whose lease expired can never delete the next holder's lock, and,
+// where asked to, wakes one waiter: after the delete it leaves one element
+// in the key's wake list, which the waiter blocked longest on it
+// (AwaitRelease) pops. Nobody blocked: the element waits for the next
+// waiter, kept to one and expiring, so a stale wake-up costs one early
+// attempt. A lock that was not ours wakes nobody. KEYS: lock, wake list per
+// key. ARGV: the wake list's TTL in ms, then per key the lease id and "1" to
+// wake or "0". Returns how many locks it deleted.
 var releaseScript = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+local n = 0
+for i = 1, #KEYS / 2 do
+  if redis.call('GET', KEYS[2*i-1]) == ARGV[2*i] then
+    redis.call('DEL', KEYS[2*i-1])
+    n = n + 1
+    if ARGV[2*i+1] == '1' then
+      redis.call('LPUSH', KEYS[2*i], '1')
+      redis.call('LTRIM', KEYS[2*i], 0, 0)
+      redis.call('PEXPIRE', KEYS[2*i], ARGV[1])
+    end
+  end
 end
-return 0
-`)
-
-// releaseWakeScript is releaseScript that also wakes one waiter: after the
-// delete, it leaves one element in the key's wake list, which the waiter
-// blocked longest on it (AwaitRelease) pops. Nobody blocked: the element
-// waits for the next waiter, kept to one and expiring, so a stale wake-up
-// costs one early attempt. KEYS: lock, wake list. ARGV: lease id, the wake
-// list's TTL in ms. Returns 1 when deleted, 0 when the lock was not ours
-// (and then wakes nobody).
-var releaseWakeScript = goredis.NewScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('DEL', KEYS[1])
-redis.call('LPUSH', KEYS[2], '1')
-redis.call('LTRIM', KEYS[2], 0, 0)
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 1
+return n
 `)
 
 // extendScript resets the lock's TTL only if it still holds our lease id: extending

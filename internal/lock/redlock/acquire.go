@@ -17,36 +17,90 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 	return l.loop.Acquire(ctx, key, opts, l.attempt)
 }
 
-// attempt is one round of requests to every node.
+// AcquireBatch implements lock.Locker: one attempt for every key whose line
+// in this Locker is free (a key another goroutine of this Locker holds,
+// acquires or waits for counts as held; see retry.Loop.AcquireBatch), each
+// round one request per node carrying all the keys, each key under its own
+// lease id with its own token, validity and watchdog, as if acquired alone.
+// Keys a majority did not grant (or whose token did not reach a majority)
+// are unlocked on every node that may hold them and reported held. Errors
+// wrap lock.ErrInvalidKey, lock.ErrUnavailable (fewer than a majority
+// answered) or ctx.Err(); nothing is then held on any node.
+func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return l.loop.AcquireBatch(ctx, keys, opts, l.grab)
+}
+
+// attempt is one round of requests to every node for key.
 func (l *Locker) attempt(ctx context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error) {
-	a := l.newAttempt(ctx, key, o.TTL)
-	out, err := a.run(ctx)
+	leases, t, err := l.take(ctx, []string{key}, o, []func(){turn})
 	if err != nil {
 		return nil, err
 	}
-	if cerr := ctx.Err(); cerr != nil {
-		// Granted just as the caller gave up: the caller will not use the
-		// lease, and a cancelled Acquire must leave no key behind.
-		_ = a.release(true)
-		return nil, cerr
+	if leases[0] == nil {
+		return nil, t.err(0)
 	}
-	return l.lease(a, out, o, turn), nil
+	return leases[0], nil
 }
 
-func (l *Locker) lease(a *attempt, out outcome, o lock.Options, turn func()) *lock.Lease {
+// grab is retry.Grab: one attempt for keys.
+func (l *Locker) grab(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
+	leases, t, err := l.take(ctx, keys, o, turns)
+	if err != nil {
+		return nil, err
+	}
+	for _, lease := range leases {
+		if lease != nil {
+			return leases, nil
+		}
+	}
+	// Nothing obtained: because the keys are held, or because the nodes
+	// are down, which the caller must hear as an error, not as "held".
+	if err := t.unavailable(); err != nil {
+		return nil, err
+	}
+	return leases, nil
+}
+
+// take makes one attempt at keys and returns a lease per key obtained (nil
+// for the others, already unlocked), aligned with keys, and the tally that
+// explains the rest.
+func (l *Locker) take(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, *tally, error) {
+	a := l.newAttempt(ctx, keys, o.TTL)
+	out, err := a.run(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// Granted just as the caller gave up: the caller will not use the
+		// leases, and a cancelled acquisition must leave no key behind.
+		var got []held
+		for k, ok := range out.obtained {
+			if ok {
+				got = append(got, held{a: a, k: k})
+			}
+		}
+		_ = l.release(got, true)
+		return nil, nil, cerr
+	}
+	leases := make([]*lock.Lease, len(keys))
+	for k, ok := range out.obtained {
+		if ok {
+			leases[k] = l.lease(a, k, out, o, turns[k])
+		}
+	}
+	return leases, out.t, nil
+}
+
+func (l *Locker) lease(a *attempt, k int, out outcome, o lock.Options, turn func()) *lock.Lease {
+	key, token := a.keys[k], lock.Token(a.tokens[k])
 	lease, _ := lock.NewLease(lock.LeaseParams{
-		Key: a.key, Token: out.token, ID: a.id, Deadline: out.deadline,
-		TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: &handle{a: a, turn: turn},
+		Key: key, Token: token, ID: a.ids[k], Deadline: out.deadline,
+		TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: &handle{a: a, k: k, turn: turn},
 		OnLost: func(err error) {
 			turn() // the key is free on the nodes, or someone else's
 			l.m.Lost()
-			l.cfg.log.Warn("redlock: lease lost", "key", a.key, "token", out.token, "err", err)
+			l.cfg.log.Warn("redlock: lease lost", "key", key, "token", token, "err", err)
 		},
 	})
 	return lease
-}
-
-// AcquireBatch implements lock.Locker.
-func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
-	return lock.EachOnce(ctx, l, keys, opts...)
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
-// What one node's round-1 reply told us about our lock write there.
+// What one node's round-1 reply told us about our lock write of one key there.
 const (
 	writeUnknown  int8 = iota // no reply (timeout, connection error): it may have landed
 	writeAcquired             // the node granted us the lock
@@ -25,13 +25,15 @@ const (
 // make an ErrUnavailable failure also match ErrNotAcquired.
 var errHeldHere = errors.New("held by another lease")
 
-// attempt is one try at the lock on every node, under a lease id of its own:
-// a key left by an earlier, failed attempt can never be mistaken for this
-// one's.
+// attempt is one try at the locks of one or more keys on every node, each
+// key under a lease id of its own (a key left by an earlier, failed attempt
+// can never be mistaken for this one's, and each lease is as if acquired
+// alone). Every round sends one request per node carrying all the keys.
 type attempt struct {
 	l      *Locker
-	key    string
-	id     uuid.UUID
+	keys   []string
+	ids    []uuid.UUID
+	holds  []redisnode.Hold // keys[k] under ids[k]
 	ttl    time.Duration
 	fenced bool
 	// bg carries the caller's values but not its cancellation: a request
@@ -40,206 +42,161 @@ type attempt struct {
 	bg    context.Context
 	start time.Time
 
-	// done[i] is closed once node i has answered, or timed out on, every
-	// lock write this attempt sent it; write[i] is then final.
+	// done[i] is closed once node i has answered, or timed out on, round 1,
+	// the only lock write an attempt sends; write[i][k] is then final.
 	done  []chan struct{}
-	write []int8
+	write [][]int8
 
-	// Round 2 starts on each node that granted the lock once tokenReady is
-	// closed (token is then set); abort tells nodes waiting for it to stop.
+	// Round 2 starts on each node that answered round 1 once tokenReady is
+	// closed (tokens is then set: the token of each key won, 0 for the
+	// others); abort tells nodes waiting for it to stop.
 	tokenReady chan struct{}
 	abort      chan struct{}
-	token      uint64
+	tokens     []uint64
 }
 
 // reply is one node's answer in round 1 or 2.
 type reply struct {
 	node     int
 	round    int
-	ok       bool   // round 1: lock granted; round 2: counter raised
-	answered bool   // the node replied (granted, held, refused): it is up
-	fence    uint64 // round 1: the node's counter
-	err      error  // why not ok
+	answered bool     // the node replied: it is up
+	granted  []bool   // round 1, per key: the node granted us the lock
+	fences   []uint64 // round 1, per key: the node's counter
+	counted  []error  // round 2, per key won: nil when the raise counts
+	err      error    // the request failed
 }
 
-// outcome is a successful attempt.
-type outcome struct {
-	token    lock.Token
-	deadline time.Time
-}
-
-func (l *Locker) newAttempt(ctx context.Context, key string, ttl time.Duration) *attempt {
+func (l *Locker) newAttempt(ctx context.Context, keys []string, ttl time.Duration) *attempt {
 	n := len(l.nodes)
 	a := &attempt{
-		l: l, key: key, id: uuid.New(), ttl: ttl, fenced: !l.cfg.noFencing,
+		l: l, keys: keys, ids: make([]uuid.UUID, len(keys)), holds: make([]redisnode.Hold, len(keys)),
+		ttl: ttl, fenced: !l.cfg.noFencing,
 		bg:         context.WithoutCancel(ctx),
 		done:       make([]chan struct{}, n),
-		write:      make([]int8, n),
+		write:      make([][]int8, n),
 		tokenReady: make(chan struct{}),
 		abort:      make(chan struct{}),
 	}
-	for i := range a.done {
+	for k, key := range keys {
+		a.ids[k] = uuid.New()
+		a.holds[k] = redisnode.Hold{Key: key, ID: a.ids[k].String()}
+	}
+	for i := range n {
 		a.done[i] = make(chan struct{})
+		a.write[i] = make([]int8, len(keys))
 	}
 	return a
 }
 
+// outcome is what an attempt obtained: per key whether it is ours, and the
+// validity deadline they share.
+type outcome struct {
+	obtained []bool
+	deadline time.Time
+	t        *tally // every reply in, for the explanation of keys not obtained
+}
+
 // run makes the attempt: round 1 and, with fencing, round 2, each returning
-// as soon as a majority allows. On failure, or when ctx ends midway, it
-// unlocks every node the attempt may have written before returning, so no
-// key is left behind. Its errors are not prefixed; Acquire adds the key.
+// as soon as a majority has settled every key. Keys not obtained are
+// unlocked on every node that may hold them (one request per node) before
+// run returns, and on an error (ctx ended midway, no validity left)
+// nothing is held. Its errors are not prefixed; callers add the keys.
 func (a *attempt) run(ctx context.Context) (outcome, error) {
-	n, q := len(a.l.nodes), a.l.quorum
+	n := len(a.l.nodes)
 	replies := make(chan reply, 2*n) // at most two per node: nobody blocks
 	a.start = time.Now()
 	for i := range n {
 		a.l.spawn(func() { a.node(i, replies) })
 	}
-	t := tally{reachable: make([]bool, n), r1Pending: n}
-	for {
-		var r reply
+	t := newTally(a)
+	for !t.settled() {
 		select {
-		case r = <-replies:
+		case r := <-replies:
+			t.add(r)
 		case <-ctx.Done():
-			return a.fail(replies, &t, ctx.Err())
-		}
-		t.add(a, r)
-		if r.round == 1 && !t.decided {
-			if t.granted >= q {
-				if !a.fenced {
-					return a.succeed(replies, &t, 0)
-				}
-				a.token = t.maxFence + 1
-				close(a.tokenReady)
-				t.decided, t.r2Pending = true, t.granted
-			} else if t.granted+t.r1Pending < q {
-				return a.fail(replies, &t, nil)
-			}
-			continue
-		}
-		if t.r2OK >= q {
-			return a.succeed(replies, &t, lock.Token(a.token))
-		}
-		// A node still in round 1 may yet grant the lock and publish the token.
-		if t.decided && t.r2OK+t.r2Pending+t.r1Pending < q {
-			return a.fail(replies, &t, nil)
+			return a.fail(replies, t, ctx.Err())
 		}
 	}
-}
-
-// tally is what the replies of one attempt have said so far.
-type tally struct {
-	r1Pending, granted int
-	maxFence           uint64
-	decided            bool
-	r2OK, r2Pending    int
-	reachable          []bool // answered round 1 and, if sent, round 2
-	errs               []error
-}
-
-func (t *tally) add(a *attempt, r reply) {
-	if r.err != nil {
-		t.errs = append(t.errs, a.l.nodeErr(r.node, r.err))
+	if !t.anyObtained() {
+		return a.keep(replies, t)
 	}
-	t.reachable[r.node] = r.answered
-	if r.round == 2 {
-		t.r2Pending--
-		if r.ok {
-			t.r2OK++
-		}
-		return
-	}
-	t.r1Pending--
-	if r.answered {
-		t.maxFence = max(t.maxFence, r.fence)
-	}
-	if r.ok {
-		t.granted++
-		if t.decided {
-			t.r2Pending++ // the node goes on to round 2 by itself
-		}
-	}
-}
-
-// err explains a failed attempt with every reply in: lock.ErrUnavailable when
-// fewer than a majority of nodes answered at all, lock.ErrNotAcquired when
-// they answered but the key was held (or, in round 2, a counter was ahead).
-func (t *tally) err(a *attempt) error {
-	n, q := len(a.l.nodes), a.l.quorum
-	reachable := 0
-	for _, ok := range t.reachable {
-		if ok {
-			reachable++
-		}
-	}
-	errs := joinNodeErrs(t.errs)
-	sentinel := lock.ErrNotAcquired
-	if reachable < q {
-		sentinel = fmt.Errorf("%w (%d/%d answered)", lock.ErrUnavailable, reachable, n)
-	}
-	if t.decided {
-		return fmt.Errorf("token %d published on %d/%d nodes: %w: %w", a.token, t.r2OK, n, sentinel, errs)
-	}
-	return fmt.Errorf("no quorum (%d/%d): %w: %w", t.granted, n, sentinel, errs)
-}
-
-// succeed checks the lease's validity: the majority was reached after
-// elapsed, and the first key a node set expires TTL after a.start by that
-// node's clock, which may run up to drift ahead of ours.
-func (a *attempt) succeed(replies <-chan reply, t *tally, token lock.Token) (outcome, error) {
 	elapsed := time.Since(a.start)
+	// The first key a node set expires TTL after a.start by that node's
+	// clock, which may run up to drift ahead of ours.
 	if validity := a.ttl - elapsed - retry.Drift(a.ttl); validity <= 0 {
 		return a.fail(replies, t, fmt.Errorf("%w: quorum reached after %v, no validity left of a %v TTL",
 			lock.ErrUnavailable, elapsed, a.ttl))
 	}
-	return outcome{token: token, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl))}, nil
+	return a.keep(replies, t)
 }
 
-// fail unlocks what the attempt may hold and returns cause, or (when nil)
-// the explanation the replies give. Since the unlock waits for every node's
-// replies, the explanation counts them all, not just those in when the
-// attempt gave up.
-func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, error) {
-	close(a.abort)
-	_ = a.release(true)
-	if cause != nil {
-		return outcome{}, cause
-	}
-	for {
-		select {
-		case r := <-replies:
-			t.add(a, r)
-		default:
-			return outcome{}, t.err(a)
+// keep unlocks the keys not obtained and returns the outcome.
+func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
+	var lost []held
+	for k := range a.keys {
+		if !t.obtained[k] {
+			lost = append(lost, held{a: a, k: k})
 		}
 	}
+	none := len(lost) == len(a.keys)
+	if none {
+		close(a.abort)
+	}
+	if len(lost) > 0 {
+		// With nothing obtained, wait for every node: the explanation then
+		// counts all replies. With leases to hand out, return once a
+		// majority is clear, as a lease's release does; the rest finish in
+		// the background.
+		_ = a.l.release(lost, none)
+		t.drain(replies)
+	}
+	return outcome{obtained: t.obtained, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl)), t: t}, nil
 }
 
-// node runs this attempt's lock writes on node i, in order: round 1, then
-// round 2 if the node granted the lock and the token gets decided.
+// fail unlocks every key of the attempt and returns cause.
+func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, error) {
+	close(a.abort)
+	all := make([]held, len(a.keys))
+	for k := range a.keys {
+		all[k] = held{a: a, k: k}
+	}
+	_ = a.l.release(all, true)
+	t.drain(replies)
+	return outcome{}, cause
+}
+
+// node runs this attempt's requests to node i, in order: round 1 (the lock
+// writes), then, with fencing, round 2 once the tokens are decided.
 func (a *attempt) node(i int, replies chan<- reply) {
-	defer close(a.done[i])
 	nd := a.l.nodes[i]
 	r := reply{node: i, round: 1}
 	var err error
 	if a.fenced {
-		r.ok, r.fence, err = nd.AcquireRead(a.bg, a.key, a.id.String(), a.ttl)
+		var grants []redisnode.Grant
+		grants, err = nd.AcquireRead(a.bg, a.holds, a.ttl)
+		if err == nil {
+			r.granted, r.fences = make([]bool, len(grants)), make([]uint64, len(grants))
+			for k, g := range grants {
+				r.granted[k], r.fences[k] = g.Acquired, g.Fence
+			}
+		}
 	} else {
-		r.ok, err = nd.SetNX(a.bg, a.key, a.id.String(), a.ttl)
+		r.granted, err = nd.SetNX(a.bg, a.holds, a.ttl)
 	}
-	switch {
-	case err != nil:
-		r.err = err
-		a.write[i] = writeUnknown
-	case r.ok:
+	if err != nil {
+		r.err = err // write[i] stays writeUnknown: the SETs may have landed
+	} else {
 		r.answered = true
-		a.write[i] = writeAcquired
-	default:
-		r.answered, r.err = true, errHeldHere
-		a.write[i] = writeRefused
+		for k, ok := range r.granted {
+			a.write[i][k] = writeRefused
+			if ok {
+				a.write[i][k] = writeAcquired
+			}
+		}
 	}
+	close(a.done[i])
 	replies <- r
-	if !r.ok || !a.fenced {
+	if err != nil || !a.fenced {
 		return
 	}
 	select {
@@ -247,45 +204,18 @@ func (a *attempt) node(i int, replies chan<- reply) {
 	case <-a.abort:
 		return
 	}
-	err = nd.Fence(a.bg, a.key, a.id.String(), a.token)
-	replies <- reply{
-		node: i, round: 2, ok: err == nil, err: err,
-		answered: err == nil || errors.Is(err, redisnode.ErrNotHeld) || errors.Is(err, redisnode.ErrFenceAhead),
-	}
-}
-
-// release compare-and-deletes this attempt's key on every node it may have
-// written: all but those that answered that SET NX found the key held.
-// Each node's delete waits for that node's lock writes to be answered first.
-// With wait it returns when every delete has finished; otherwise once a
-// majority of nodes is clear of our key (the rest finish in the background).
-// It returns the errors of the deletes it waited for, when fewer than that
-// majority could be confirmed.
-func (a *attempt) release(wait bool) error {
-	n := len(a.l.nodes)
-	results := a.l.each(allNodes(n), func(i int) error {
-		<-a.done[i]
-		if a.write[i] == writeRefused {
-			return nil
+	// Round 2 goes to every node that answered round 1, whether it granted
+	// us the lock or not: a node that knows the token keeps the next
+	// acquisition's token above it even after the nodes that granted us the
+	// lock restart empty (see the package doc). Only a raise under our lock
+	// counts towards the token's majority.
+	var holds []redisnode.Hold
+	var tokens []uint64
+	for k, tok := range a.tokens {
+		if tok != 0 {
+			holds, tokens = append(holds, a.holds[k]), append(tokens, tok)
 		}
-		_, err := a.l.nodes[i].Release(a.bg, a.key, a.id.String(), i == a.l.wakeNode(a.key))
-		return err
-	})
-	cleared, pending := 0, n
-	var errs []error
-	for pending > 0 && (wait || cleared < a.l.quorum) {
-		r := <-results
-		pending--
-		if r.err != nil {
-			errs = append(errs, a.l.nodeErr(r.node, r.err))
-			// Debug: with a node down, every release fails there.
-			a.l.cfg.log.Debug("redlock: release", "key", a.key, "node", a.l.nodes[r.node].Addr(), "err", r.err)
-			continue
-		}
-		cleared++
 	}
-	if cleared < a.l.quorum {
-		return fmt.Errorf("released on %d/%d nodes: %w: %w", cleared, n, lock.ErrUnavailable, joinNodeErrs(errs))
-	}
-	return nil
+	counted, err := nd.Fence(a.bg, holds, tokens)
+	replies <- reply{node: i, round: 2, answered: err == nil, counted: counted, err: err}
 }

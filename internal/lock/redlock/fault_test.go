@@ -228,16 +228,17 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	n := redisnode.New(c.addrs[0], 300*time.Millisecond)
 	t.Cleanup(func() { _ = n.Close() })
 	key := locktest.Key(t)
-	if _, ok, err := n.AcquireIncr(t.Context(), key, "a", time.Minute); err != nil || !ok {
-		t.Fatalf("AcquireIncr = %v, %v", ok, err)
+	holds := []redisnode.Hold{{Key: key, ID: "a"}}
+	if tokens, err := n.AcquireIncr(t.Context(), holds, time.Minute); err != nil || tokens[0] == 0 {
+		t.Fatalf("AcquireIncr = %v, %v", tokens, err)
 	}
 	if err := c.srv[0].Stop(); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		deleted, err := n.Release(t.Context(), key, "a", false)
-		if err == nil && !deleted {
+		deleted, err := n.Release(t.Context(), holds, nil)
+		if err == nil && deleted != 1 {
 			err = errors.New("nothing deleted")
 		}
 		done <- err
@@ -250,4 +251,73 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 		t.Fatalf("release across a paused node: %v", err)
 	}
 	waitNoKey(t, raw, key)
+}
+
+// TestEmptyRestartAfterPartialRoundTwo is the case round two's counter on
+// every answering node exists for. Another holder's lock keys sit on nodes 3
+// and 4, so the first lease is granted, and its token counted, on nodes 0-2
+// only. It is released; node 0 restarts empty and nodes 1 and 2 stall, so
+// the next acquisition's majority is nodes 0, 3 and 4. Had round two raised
+// the counter only where the lock was held, none of them would remember the
+// first token and the second lease would get it again.
+func TestEmptyRestartAfterPartialRoundTwo(t *testing.T) {
+	t.Parallel()
+	for _, form := range []string{"single", "batch"} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			c := startCluster(t, 5)
+			raw := rawClients(t, c.addrs)
+			l := newLocker(t, c.addrs, redlock.WithNodeTimeout(300*time.Millisecond))
+			base := locktest.Key(t)
+			keys := []string{base + "-a", base + "-b"}
+			if form == "single" {
+				keys = keys[:1]
+			}
+			acquire := func() lock.Set {
+				t.Helper()
+				if form == "single" {
+					return lock.Set{locktest.MustAcquire(t, l, keys[0], lock.TryOnce())}
+				}
+				b := locktest.MustBatch(t, l, keys)
+				if len(b.Held) != 0 {
+					t.Fatalf("batch: %q held", b.Held)
+				}
+				return b.Leases
+			}
+			for _, k := range keys {
+				for _, i := range []int{3, 4} {
+					if err := raw[i].Set(t.Context(), redisnode.LockKey(k), "other", time.Minute).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			first := acquire()
+			if err := first.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range keys {
+				for _, i := range []int{3, 4} {
+					if err := raw[i].Del(t.Context(), redisnode.LockKey(k)).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := c.srv[0].Restart(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			for _, i := range []int{1, 2} {
+				if err := c.srv[i].Stop(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.srv[i].Cont() })
+			}
+			second := acquire()
+			for j, lease := range second {
+				if lease.Token() <= first[j].Token() {
+					t.Errorf("%s: token %d after %d: an empty restart brought back a token", lease.Key(), lease.Token(), first[j].Token())
+				}
+			}
+			_ = second.Release(t.Context())
+		})
+	}
 }

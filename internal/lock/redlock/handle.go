@@ -11,12 +11,15 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
-// handle is a held lock: the successful attempt, whose per-node state the
-// release needs, and this Locker's turn on the key.
+// handle is a held lock: key k of the successful attempt, whose per-node
+// state the release needs, and this Locker's turn on the key.
 type handle struct {
 	a    *attempt
+	k    int
 	turn func()
 }
+
+var _ lock.BatchHandle = (*handle)(nil)
 
 // Release deletes the lock on every node that may hold it, each after that
 // node's lock writes were answered, and returns once a majority of nodes is
@@ -25,14 +28,12 @@ type handle struct {
 // the node timeout: a release that never reaches the nodes leaves the key
 // held for a whole TTL, the very bug NOTES.md records for redsync.
 func (h *handle) Release(context.Context) error {
-	// The next local waiter starts only once a majority is clear, or its
-	// first attempt would find the key still held and sleep a retry delay.
-	defer h.turn()
-	if err := h.a.release(false); err != nil {
-		return fmt.Errorf("redlock: release %q: %w", h.a.key, err)
-	}
-	return nil
+	return h.a.l.releaseHandles([]*handle{h})
 }
+
+// Releaser implements lock.BatchHandle: the Locker's leases are released
+// together, one request per node.
+func (h *handle) Releaser() lock.BatchReleaser { return h.a.l.rel }
 
 // Extend resets the TTL on every node that still holds our lock, in
 // parallel, and succeeds once a majority did, with the validity recomputed
@@ -41,15 +42,15 @@ func (h *handle) Release(context.Context) error {
 // left; while nodes merely do not answer it retries until ctx (the lease's
 // validity deadline) ends, because the lease is valid until then.
 func (h *handle) Extend(ctx context.Context) (time.Time, error) {
-	a, l := h.a, h.a.l
+	a, l, k := h.a, h.a.l, h.k
 	n, q := len(l.nodes), l.quorum
-	id := a.id.String()
+	key, id := a.keys[k], a.holds[k].ID
 	idx := make([]int, 0, n)
 	refused := 0
 	for i := range n {
 		select {
 		case <-a.done[i]:
-			if a.write[i] == writeRefused { // our lease id was never there
+			if a.write[i][k] == writeRefused { // our lease id was never there
 				refused++
 				continue
 			}
@@ -59,7 +60,7 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	}
 	for {
 		start := time.Now()
-		results := l.each(idx, func(i int) error { return l.nodes[i].Extend(ctx, a.key, id, a.ttl) })
+		results := l.each(idx, func(i int) error { return l.nodes[i].Extend(ctx, key, id, a.ttl) })
 		ok, notHeld, pending := 0, refused, len(idx)
 		var errs []error
 		for pending > 0 && ok < q && ok+pending >= q {
@@ -84,16 +85,16 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 		if notHeld > n-q {
 			l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redlock: extend %q: held on %d/%d nodes: %w: %w",
-				a.key, n-notHeld, n, lock.ErrLeaseLost, joinNodeErrs(errs))
+				key, n-notHeld, n, lock.ErrLeaseLost, joinNodeErrs(errs))
 		}
 		if l.isClosed() {
 			l.m.Extended(false)
-			return time.Time{}, fmt.Errorf("redlock: extend %q: locker closed: %w", a.key, lock.ErrLeaseLost)
+			return time.Time{}, fmt.Errorf("redlock: extend %q: locker closed: %w", key, lock.ErrLeaseLost)
 		}
 		if err := retry.Sleep(ctx, retry.Jitter(l.cfg.retryDelay)); err != nil {
 			l.m.Extended(false)
 			return time.Time{}, fmt.Errorf("redlock: extend %q: no quorum (%d/%d): %w: %w",
-				a.key, ok, n, lock.ErrUnavailable, joinNodeErrs(errs))
+				key, ok, n, lock.ErrUnavailable, joinNodeErrs(errs))
 		}
 	}
 }

@@ -24,6 +24,7 @@ type Locker struct {
 	cfg    config
 	m      *lockmetrics.Metrics
 	loop   *retry.Loop
+	rel    *releaser
 
 	// Requests that outlive the call that started them (the slow nodes after
 	// an early return) are tracked so Close can wait for them.
@@ -62,6 +63,7 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 			DefaultTTL: cfg.ttl, RetryDelay: cfg.retryDelay},
 		work: make(chan func()), quit: make(chan struct{}),
 	}
+	l.rel = &releaser{l: l}
 	for _, a := range addrs {
 		l.nodes = append(l.nodes, redisnode.New(a, cfg.nodeTimeout))
 	}

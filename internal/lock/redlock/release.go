@@ -1,0 +1,109 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
+)
+
+// held is key k of attempt a: what a release must delete, and where.
+type held struct {
+	a *attempt
+	k int
+}
+
+// release compare-and-deletes every key of hs on every node it may have been
+// written to (all but those whose round-1 answer was that SET NX found the
+// key held), in one request per node for all the keys. Each node's delete
+// waits for the round-1 replies of that node for every attempt among hs: a
+// SET that landed after the delete would hold that node for the whole TTL.
+// With wait it returns when every delete has finished; otherwise once a
+// majority of nodes is clear of the keys (the rest finish in the
+// background). It returns the errors of the deletes it waited for, when
+// fewer than that majority could be confirmed.
+func (l *Locker) release(hs []held, wait bool) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	n := len(l.nodes)
+	// The caller's values without its cancellation: a release that never
+	// reaches the nodes leaves the keys held for a whole TTL.
+	ctx := hs[0].a.bg
+	results := l.each(allNodes(n), func(i int) error {
+		holds := make([]redisnode.Hold, 0, len(hs))
+		wake := make([]bool, 0, len(hs))
+		for _, h := range hs {
+			<-h.a.done[i]
+			if h.a.write[i][h.k] == writeRefused {
+				continue
+			}
+			holds = append(holds, h.a.holds[h.k])
+			wake = append(wake, i == l.wakeNode(h.a.keys[h.k]))
+		}
+		_, err := l.nodes[i].Release(ctx, holds, wake)
+		return err
+	})
+	cleared, pending := 0, n
+	var errs []error
+	for pending > 0 && (wait || cleared < l.quorum) {
+		r := <-results
+		pending--
+		if r.err != nil {
+			errs = append(errs, l.nodeErr(r.node, r.err))
+			// Debug: with a node down, every release fails there.
+			l.cfg.log.Debug("redlock: release", "keys", len(hs), "node", l.nodes[r.node].Addr(), "err", r.err)
+			continue
+		}
+		cleared++
+	}
+	if cleared < l.quorum {
+		return fmt.Errorf("released on %d/%d nodes: %w: %w", cleared, n, lock.ErrUnavailable, joinNodeErrs(errs))
+	}
+	return nil
+}
+
+// releaser releases many of one Locker's leases in one request per node.
+type releaser struct{ l *Locker }
+
+// ReleaseBatch implements lock.BatchReleaser.
+func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
+	mine := make([]*handle, 0, len(hs))
+	var errs []error
+	for _, h := range hs {
+		if rh, ok := h.(*handle); ok && rh.a.l == r.l {
+			mine = append(mine, rh)
+		} else if err := h.Release(ctx); err != nil { // not ours: cannot happen through Set.Release
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(append(errs, r.l.releaseHandles(mine))...)
+}
+
+// releaseHandles releases the leases of hs together and then hands each
+// key's turn on: the next local waiter starts only once a majority is
+// clear, or its first attempt would find the key still held and sleep a
+// retry delay.
+func (l *Locker) releaseHandles(hs []*handle) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	items := make([]held, len(hs))
+	for i, h := range hs {
+		items[i] = held{a: h.a, k: h.k}
+	}
+	err := l.release(items, false)
+	for _, h := range hs {
+		h.turn()
+	}
+	switch {
+	case err == nil:
+		return nil
+	case len(hs) == 1:
+		return fmt.Errorf("redlock: release %q: %w", hs[0].a.keys[hs[0].k], err)
+	default:
+		return fmt.Errorf("redlock: release %d keys: %w", len(hs), err)
+	}
+}
