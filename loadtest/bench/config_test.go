@@ -17,7 +17,7 @@ func TestBenchConfigValidate(t *testing.T) {
 		t.Errorf("orders per run %d, want 120000", n)
 	}
 	for name, mut := range map[string]func(*Config){
-		"unknown backend": func(c *Config) { c.Backends = []string{"etcd"} },
+		"unknown backend": func(c *Config) { c.Backends = []string{"memcached"} },
 		"no clients":      func(c *Config) { c.Clients = 0 },
 		"one spread SKU":  func(c *Config) { c.SpreadSKUs = 1 },
 		"no duration":     func(c *Config) { c.Duration = 0 },
