@@ -236,6 +236,7 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	fs.StringVar(&cc.LockTTL, "lock-ttl", "", "--lock-ttl passed to every instance (default: the service's)")
 	fs.StringVar(&cc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS, else the service's default)")
 	fs.StringVar(&cc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS, else the service's default)")
+	fs.StringVar(&cc.EtcdEndpoints, "etcd-endpoints", getenv("STOCKGUARD_ETCD_ENDPOINTS"), "--etcd-endpoints for the instances (default $STOCKGUARD_ETCD_ENDPOINTS, else the service's default)")
 	fs.StringVar(&cc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances (default $STOCKGUARD_DATABASE_URL, else the service's default)")
 	fs.BoolVar(&cc.FreshDB, "fresh-db", true, "give each backend its own scratch database on the --database-url server, dropped after its run (one deployment, one backend: token spaces differ)")
 	fs.StringVar(&cc.LogDir, "logs", "", "keep instance logs in this directory (default: a temporary one, kept only on failure)")

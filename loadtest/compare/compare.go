@@ -55,6 +55,7 @@ type Config struct {
 	LockTTL        string
 	RedisAddrs     string
 	ZKServers      string
+	EtcdEndpoints  string
 	DatabaseURL    string
 	// FreshDB gives each backend a scratch database of its own, dropped after
 	// its run: tokens of different backends are not comparable, and an
@@ -209,7 +210,7 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 	}
 	opts := procs.ServeOptions{
 		Bin: cc.Bin, Lock: backend, Fencing: e.Fencing, LockTTL: cc.LockTTL, AdminToken: token,
-		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, DatabaseURL: dbURL, LogDir: logDir,
+		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, EtcdEndpoints: cc.EtcdEndpoints, DatabaseURL: dbURL, LogDir: logDir,
 		Extra: cc.ServeFlags,
 	}
 	ins, err := procs.Start(ctx, opts, cc.Instances, cc.StartupTimeout)
