@@ -286,7 +286,7 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 		return e
 	}
 	e.Result, e.Verdict = res, res.Verdict
-	fmt.Fprintf(stderr, "== %s: %s\n", backend, res.Verdict)
+	fmt.Fprintf(stderr, "== %s: %s (sent in %.1fs)\n", backend, res.Verdict, res.DurationS)
 	if seed != nil {
 		t := seedtable.MeasureFaults(ctx, cc.faultConfig(backend, token, dbURL, logDir), stderr)
 		t.HotSKU, t.ManySKUs = seed.HotSKU, seed.ManySKUs

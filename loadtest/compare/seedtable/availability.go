@@ -89,7 +89,7 @@ func (r *rig) measureAvailability(ctx context.Context, window time.Duration) Ava
 		return w
 	}
 	if minority == 0 {
-		out.Minority = &Window{NA: fmt.Sprintf("%d server: no minority to lose", n)}
+		out.Minority = &Window{NA: naNoMinority}
 	} else {
 		out.Minority = measure(minority)
 	}

@@ -47,9 +47,9 @@ func MeasureFairness(ctx context.Context, backend string, p backends.Params, d t
 	}
 	switch {
 	case backend == "none":
-		return Fairness{NA: "no lock: nobody waits"}
+		return Fairness{NA: naNoLock}
 	case !b.Distributed:
-		return Fairness{NA: "excludes within one process only: instances never wait for each other"}
+		return Fairness{NA: naInProcess}
 	}
 	p.Logger = slog.New(slog.DiscardHandler)
 	lockers := make([]lock.Locker, 0, fairLockers)

@@ -22,8 +22,8 @@ type Settings struct {
 // DefaultSettings are short enough for make demo on two cores.
 func DefaultSettings() Settings {
 	return Settings{
-		Throughput: ThroughputConfig{Orders: 1500, Concurrency: 48, Timeout: 5 * time.Second, ManySKUs: 1000, Seed: 42},
-		LockTTL:    time.Second, LockWait: time.Second, Window: 1500 * time.Millisecond, Fairness: 1500 * time.Millisecond,
+		Throughput: ThroughputConfig{Orders: 500, Concurrency: 48, Timeout: 5 * time.Second, ManySKUs: 1000, Seed: 42},
+		LockTTL:    time.Second, LockWait: time.Second, Window: time.Second, Fairness: time.Second,
 		Fencing: []string{"redis"},
 	}
 }
@@ -58,19 +58,26 @@ func Footnotes(s Settings) []string {
 		fmt.Sprintf("¹ Closed loop, %d clients, %d one-line one-unit orders (sending bounded by %v) against the comparison's instances on the shared lock servers; "+
 			"hot: every order on one SKU; 1,000 SKUs: spread evenly over %d fresh SKUs. orders/s counts every answered order; p99 is measured from send.",
 			tc.Concurrency, tc.Orders, tc.Timeout, tc.ManySKUs),
-		fmt.Sprintf("² Three instances on lock servers of the run's own, --lock-ttl=%v, --lock-wait=%v: the last instance holds a fresh SKU's lease inside its critical section "+
+		fmt.Sprintf("² Two instances on lock servers of the run's own, --lock-ttl=%v, --lock-wait=%v: the last instance holds a fresh SKU's lease inside its critical section "+
 			"(an order with X-Chaos-Pause, its stall seen in its log), is SIGKILLed, and the first instance sends orders for that SKU until one answers 201. "+
 			"The bound is the lease TTL for redis and redlock, the session for zookeeper (%v) and etcd (its lease, --lock-ttl in whole seconds), "+
 			"the lock connection for postgres (the server ends the session when the socket closes).", s.LockTTL, s.LockWait, ZKSessionTimeout),
 		fmt.Sprintf("³ Three Lockers built from the backends table, as three instances hold them, each with %d goroutines acquiring one fresh key in a loop for %v, holding it %v; "+
 			"shared stack servers. Share: each Locker's share of the acquisitions. FIFO violation: an acquisition overtaken by a waiter that began waiting later "+
 			"(counted per acquisition, as a share of all).", fairGoroutines, s.Fairness, fairHold),
-		fmt.Sprintf("⁴ Two instances on the rig's own servers (never the shared stack's), %d closed-loop clients of one-unit orders; SIGKILL a minority (followers first), "+
+		fmt.Sprintf("⁴ The instance left from ² on the same own servers (never the shared stack's), %d closed-loop clients of one-unit orders; SIGKILL a minority (followers first), "+
 			"wait %v, then up to a majority, wait %v: the share of the orders sent in each window that were answered 201 (the rest 503 lock_unavailable or no answer "+
 			"within --lock-wait).", availabilityClients, s.Window, s.Window),
 		fmt.Sprintf("⁵ load chaos --scenario=pause-holder with fencing on and off (--lock-ttl=%v, own lock servers, 3 instances): one instance is SIGSTOPped past its lease "+
 			"while orders sit between claim and write, then thawed. On: writes the store refused (stockguard_stale_fence_total) and units damaged; off: units oversold + lost.", s.LockTTL),
 		"⁶ Documented properties, not measurements; sources below.",
+		"n/a — " + naNoLock + ": none takes no lock, so nothing is held, waited for or released; " +
+			naInProcess + ": local's mutex lives in one process, so another instance never waits for it; " +
+			naNoServers + ": none and local use no lock server; " +
+			naOneServer + ": postgres is its own lock server and the store, so with it down nothing is served at all; " +
+			naNoMinority + ": a single Redis is all or nothing; " +
+			naNoToken + ": without a token there is nothing to fence; " +
+			naNotRun + ": the pause-holder runs take ~15 s a backend, so the demo runs them for the backends --seed-fencing names.",
 	}
 }
 
