@@ -50,6 +50,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&bc.Bin, "bin", "", "stockguard binary to start instances from (default: this executable)")
 	fs.StringVar(&bc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS)")
 	fs.StringVar(&bc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS)")
+	fs.StringVar(&bc.EtcdEndpoints, "etcd-endpoints", getenv("STOCKGUARD_ETCD_ENDPOINTS"), "--etcd-endpoints for the instances (default $STOCKGUARD_ETCD_ENDPOINTS)")
 	fs.StringVar(&bc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances and the store ceiling (default $STOCKGUARD_DATABASE_URL)")
 	fs.BoolVar(&bc.FreshDB, "fresh-db", true, "run in a scratch database on the --database-url server, dropped at the end (false: the shared database, with other runs' leftovers)")
 	fs.StringVar(&bc.LogDir, "logs", "", "keep every instance log under this directory (default: kept only for failed runs)")

@@ -23,7 +23,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	cc := chaos.DefaultConfig()
 	var scenario, backends, fencing, reportPath, jsonPath, mdPath string
 	fs.StringVar(&scenario, "scenario", "", "scenario to run, or all: "+strings.Join(chaos.Scenarios, ", "))
-	fs.StringVar(&backends, "backend", "", "comma-separated backends to run; default: every backend each scenario supports (pause-holder: redis, redlock, zookeeper, postgres; the others have one each)")
+	fs.StringVar(&backends, "backend", "", "comma-separated backends to run; default: every backend each scenario supports (pause-holder: redis, redlock, zookeeper, etcd, postgres; the others have one each)")
 	fs.StringVar(&fencing, "fencing", "both", "fencing of the instances: on, off, or both (one run each)")
 	fs.IntVar(&cc.Instances, "instances", cc.Instances, "service instances per run (at least 3)")
 	fs.DurationVar(&cc.Duration, "duration", cc.Duration, "least time the order load runs in each run; it runs longer when the faults and --recovery need it")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,7 +47,7 @@ func TestIntegrationCompareLocalAndPostgres(t *testing.T) {
 	args := []string{"compare", "--bin=" + bin, "--backends=local,postgres", "--instances=3",
 		"--orders=1500", "--concurrency=48", "--skus=4", "--stock=100", "--zipf=0.5", "--seed=20250101",
 		"--database-url=" + dsn, "--require-unsafe=local", "--startup-timeout=30s", "--timeout=40s",
-		"--json=" + jsonPath, "--report=" + reportPath, "--progress=off", "--logs=" + filepath.Join(dir, "logs")}
+		"--json=" + jsonPath, "--report=" + reportPath, "--seed-orders=600", "--progress=off", "--logs=" + filepath.Join(dir, "logs")}
 	var stdout, stderr bytes.Buffer
 	start := time.Now()
 	err := Main(ctx, args, func(k string) string { return "" }, &stdout, &stderr)
@@ -85,5 +86,20 @@ func TestIntegrationCompareLocalAndPostgres(t *testing.T) {
 	}
 	if _, err := os.Stat(reportPath); err != nil {
 		t.Errorf("report: %v", err)
+	}
+	// The seed table: local's fault cells do not apply; postgres's are measured.
+	lt, pt := cr.Backends[0].SeedTable, cr.Backends[1].SeedTable
+	if lt == nil || pt == nil {
+		t.Fatalf("seed tables: local %v postgres %v", lt, pt)
+	}
+	if lt.Release.NA == "" || lt.Fairness.NA == "" || lt.Availability.NA == "" || lt.Fencing.NA == "" || lt.HotSKU.Orders == 0 {
+		t.Errorf("local seed table: %+v", lt)
+	}
+	if pt.Release.Ms == nil || pt.Fairness.Acquisitions == 0 || len(pt.Fairness.Shares) != 3 || !pt.HotSKU.Safe || !pt.ManySKUs.Safe ||
+		pt.ManySKUs.SKUs != 1000 || pt.Availability.NA == "" {
+		t.Errorf("postgres seed table: %+v (release %+v)", pt, pt.Release)
+	}
+	if !strings.Contains(stdout.String(), "The article's table, measured") {
+		t.Errorf("no seed table in the terminal output")
 	}
 }

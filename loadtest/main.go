@@ -14,6 +14,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/compare/seedtable"
 	"github.com/stockguard/stockguard/loadtest/progress"
 	"github.com/stockguard/stockguard/loadtest/report"
 	"github.com/stockguard/stockguard/loadtest/run"
@@ -236,10 +237,20 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	fs.StringVar(&cc.LockTTL, "lock-ttl", "", "--lock-ttl passed to every instance (default: the service's)")
 	fs.StringVar(&cc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS, else the service's default)")
 	fs.StringVar(&cc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS, else the service's default)")
+	fs.StringVar(&cc.EtcdEndpoints, "etcd-endpoints", getenv("STOCKGUARD_ETCD_ENDPOINTS"), "--etcd-endpoints for the instances (default $STOCKGUARD_ETCD_ENDPOINTS, else the service's default)")
 	fs.StringVar(&cc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances (default $STOCKGUARD_DATABASE_URL, else the service's default)")
 	fs.BoolVar(&cc.FreshDB, "fresh-db", true, "give each backend its own scratch database on the --database-url server, dropped after its run (one deployment, one backend: token spaces differ)")
 	fs.StringVar(&cc.LogDir, "logs", "", "keep instance logs in this directory (default: a temporary one, kept only on failure)")
 	fs.StringVar(&cc.Label, "label", "", "free text shown in the report")
+	seed := seedtable.DefaultSettings()
+	var seedOn bool
+	var seedFencing string
+	fs.BoolVar(&seedOn, "seed-table", true, "measure the source article's table per backend after its run (throughput, release after the holder dies, fairness, availability, fencing)")
+	fs.StringVar(&seedFencing, "seed-fencing", strings.Join(seed.Fencing, ","), "comma-separated backends whose seed-table fencing cells run chaos pause-holder, fencing on and off")
+	fs.IntVar(&seed.Throughput.Orders, "seed-orders", seed.Throughput.Orders, "orders of each seed-table throughput run (hot SKU, 1,000 SKUs)")
+	fs.DurationVar(&seed.LockTTL, "seed-lock-ttl", seed.LockTTL, "--lock-ttl of the seed table's own instances (release after the holder dies, fencing)")
+	fs.DurationVar(&seed.Window, "seed-window", seed.Window, "how long each seed-table availability cell keeps its servers down")
+	fs.DurationVar(&seed.Fairness, "seed-fairness", seed.Fairness, "how long the seed-table fairness contention runs")
 	fs.Var((*serveFlagList)(&cc.ServeFlags), "serve-flag", "further flag for every instance, repeatable, e.g. --serve-flag=--coalesce=off")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: stockguard load compare [--backends=none,local,...] [--instances=3] [workload flags] [--report=FILE] [--json=FILE]\n\n")
@@ -257,6 +268,11 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	cc.Run = wf.cfg
 	cc.Backends = cliflag.SplitList(backends)
 	cc.RequireUnsafe = cliflag.SplitList(requireUnsafe)
+	if seedOn {
+		seed.Fencing = cliflag.SplitList(seedFencing)
+		seed.Throughput.Seed = cc.Run.Workload.Seed
+		cc.Seed = &seed
+	}
 	if err := orSelf(&cc.Bin); err != nil {
 		return fmt.Errorf("load compare: %w", err)
 	}
@@ -268,6 +284,9 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 		return fmt.Errorf("load compare: %w", err)
 	}
 	compare.PrintTable(stdout, cr)
+	if cr.SeedSettings != nil {
+		seedtable.Print(stdout, cr.SeedTables(), *cr.SeedSettings)
+	}
 	if cc.ReportPath != "" {
 		cr.ReportPath = cc.ReportPath
 		if err := report.WriteFile(cc.ReportPath, compare.Report(cr)); err != nil {

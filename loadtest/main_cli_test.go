@@ -123,7 +123,7 @@ func TestCompareWithFakeServe(t *testing.T) {
 	report, js := filepath.Join(dir, "report.html"), filepath.Join(dir, "compare.json")
 	args := []string{"compare", "--bin=" + exe, "--backends=none,postgres", "--instances=1",
 		"--orders=400", "--concurrency=32", "--skus=3", "--stock=50", "--zipf=0", "--seed=11",
-		"--report=" + report, "--json=" + js, "--require-unsafe=none", "--progress=off", "--logs=" + filepath.Join(dir, "logs")}
+		"--report=" + report, "--json=" + js, "--require-unsafe=none", "--progress=off", "--seed-table=false", "--logs=" + filepath.Join(dir, "logs")}
 	var stdout, stderr bytes.Buffer
 	if err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr); err != nil {
 		t.Fatalf("compare: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
@@ -181,7 +181,7 @@ func TestCompareFailsWhenRequiredDamageIsMissing(t *testing.T) {
 	// One order per SKU with plenty of stock: even the lossy fake cannot lose.
 	args := []string{"compare", "--bin=" + exe, "--backends=local", "--instances=1", "--orders=5", "--concurrency=1",
 		"--skus=5", "--stock=1000", "--retry-share=0", "--report=", "--json=" + filepath.Join(dir, "c.json"),
-		"--require-unsafe=local", "--progress=off"}
+		"--require-unsafe=local", "--progress=off", "--seed-table=false"}
 	var stdout, stderr bytes.Buffer
 	err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr)
 	if !errors.Is(err, errUnsafe) || !strings.Contains(err.Error(), "require-unsafe") {

@@ -47,6 +47,7 @@ type Config struct {
 	Bin             string
 	RedisAddrs      string
 	ZKServers       string
+	EtcdEndpoints   string
 	DatabaseURL     string
 	LogDir          string // empty: temporary, kept only for failed runs
 	StartupTimeout  time.Duration
@@ -283,7 +284,7 @@ func (bc Config) runOne(ctx context.Context, backend, workload, mode string, std
 		ExpectedUnsafe: compare.ExpectedUnsafe(backend), LoadAvg1: loadAvg1()}
 	cc := compare.Config{
 		Backends: []string{backend}, Instances: bc.Instances, Bin: bc.Bin, StartupTimeout: bc.StartupTimeout,
-		RedisAddrs: bc.RedisAddrs, ZKServers: bc.ZKServers, DatabaseURL: bc.DatabaseURL,
+		RedisAddrs: bc.RedisAddrs, ZKServers: bc.ZKServers, EtcdEndpoints: bc.EtcdEndpoints, DatabaseURL: bc.DatabaseURL,
 		Label:      fmt.Sprintf("bench %s %s coalesce=%s", backend, workload, mode),
 		ServeFlags: []string{"--coalesce=" + mode},
 		Run: run.Config{Workload: w, Orders: w.Stock, Concurrency: bc.Clients, Timeout: bc.Duration,

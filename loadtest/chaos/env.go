@@ -35,6 +35,7 @@ type chaosEnv struct {
 	opts  procs.ServeOptions
 	redis []*stack.Redis
 	zk    *stack.ZKEnsemble
+	etcd  *stack.EtcdCluster
 	// failover is the redis-failover topology, nil in other scenarios.
 	failover *failoverRig
 	fwds     []*forwarder
@@ -91,6 +92,8 @@ func (e *chaosEnv) startServers(ctx context.Context) error {
 		}
 		e.zk = zk
 		e.opts.ZKServers = strings.Join(zk.Servers(), ",")
+	case "etcd":
+		return e.startEtcd(ctx)
 	}
 	return nil // postgres: the shared database is the lock server
 }
@@ -278,6 +281,9 @@ func (e *chaosEnv) teardown() []string {
 	}
 	if e.zk != nil {
 		_ = e.zk.Close()
+	}
+	if e.etcd != nil {
+		_ = e.etcd.Close()
 	}
 	e.client.Close()
 	if e.load != nil {

@@ -73,10 +73,11 @@ func (s *scenario) lockTTL(cc Config) time.Duration {
 	return cc.LockTTL
 }
 
-// scenarios in the order `--scenario=all` runs them.
-var scenarios = []*scenario{
+// scenarios in the order `--scenario=all` runs them; those of one system
+// come from their own file (etcdScenarios: etcd.go).
+var scenarios = append([]*scenario{
 	{
-		Name: "pause-holder", Backends: []string{"redis", "redlock", "zookeeper", "postgres"}, DamageUnfenced: true,
+		Name: "pause-holder", Backends: []string{"redis", "redlock", "zookeeper", "etcd", "postgres"}, DamageUnfenced: true,
 		Summary: "SIGSTOP one instance while it holds leases, with orders stalled between claim and write, for longer than the lease lasts; then SIGCONT.",
 		fault:   pauseHolder,
 		check:   needStaleRejected,
@@ -130,7 +131,7 @@ var scenarios = []*scenario{
 		fault:   redisFailover,
 		check:   needStaleRejected,
 	},
-}
+}, etcdScenarios...)
 
 // Scenarios names the scenarios of `load chaos`, in the order
 // --scenario=all runs them.

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -21,6 +22,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/stockguard/stockguard/internal/lock/backends"
+	"github.com/stockguard/stockguard/internal/stack"
+	"github.com/stockguard/stockguard/loadtest/compare/seedtable"
 	"github.com/stockguard/stockguard/loadtest/procs"
 	"github.com/stockguard/stockguard/loadtest/report"
 	"github.com/stockguard/stockguard/loadtest/run"
@@ -55,6 +58,7 @@ type Config struct {
 	LockTTL        string
 	RedisAddrs     string
 	ZKServers      string
+	EtcdEndpoints  string
 	DatabaseURL    string
 	// FreshDB gives each backend a scratch database of its own, dropped after
 	// its run: tokens of different backends are not comparable, and an
@@ -67,6 +71,10 @@ type Config struct {
 	// ServeFlags are further serve flags for every instance, such as
 	// --coalesce=off; see validateServeFlags for those compare owns.
 	ServeFlags []string
+
+	// Seed, if set, measures the source article's table for every backend
+	// (package seedtable) after its run.
+	Seed *seedtable.Settings
 }
 
 // Entry is one backend's outcome in a comparison.
@@ -86,6 +94,9 @@ type Entry struct {
 	// instances, read as each was stopped; InstanceRSSMB is each one's.
 	PeakRSSMB     float64   `json:"peak_rss_mb"`
 	InstanceRSSMB []float64 `json:"instance_peak_rss_mb,omitempty"`
+
+	// SeedTable is the backend's column of the article's table.
+	SeedTable *seedtable.Table `json:"seed_table,omitempty"`
 }
 
 // Result is the JSON written by `load compare --json`.
@@ -100,6 +111,9 @@ type Result struct {
 	Failures    []string         `json:"failures"`
 	ReportPath  string           `json:"report,omitempty"`
 	ServeFlags  []string         `json:"serve_flags,omitempty"`
+	// SeedSettings is how the seed tables were measured; nil when they
+	// were not.
+	SeedSettings *seedtable.Settings `json:"seed_settings,omitempty"`
 }
 
 // Execute starts Instances serve processes per backend, runs the same
@@ -130,7 +144,7 @@ func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) 
 	}
 	token := strings.ReplaceAll(uuid.NewString(), "-", "")
 	out := &Result{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Run.Workload.Seed, Instances: cc.Instances,
-		ServeFlags: cc.ServeFlags}
+		ServeFlags: cc.ServeFlags, SeedSettings: cc.Seed}
 	for _, b := range cc.Backends {
 		if ctx.Err() != nil {
 			break
@@ -182,12 +196,35 @@ func (cc Config) Validate() error {
 	if err := validateServeFlags(cc.ServeFlags); err != nil {
 		return err
 	}
+	if s := cc.Seed; s != nil {
+		for _, b := range s.Fencing {
+			if !backends.Fenced(b) {
+				return fmt.Errorf("seed-fencing %q: want backends with a fencing token (%s)", b, strings.Join(fencedBackends(), ","))
+			}
+		}
+		switch {
+		case s.Throughput.Orders < 1 || s.Throughput.Concurrency < 1 || s.Throughput.ManySKUs < 1:
+			return errors.New("seed table: orders, concurrency and SKUs must be at least 1")
+		case s.LockTTL < 100*time.Millisecond || s.LockWait <= 0 || s.Window <= 0 || s.Fairness <= 0 || s.Throughput.Timeout <= 0:
+			return errors.New("seed table: lock TTL at least 100ms, every other duration > 0")
+		}
+	}
 	if fi, err := os.Stat(cc.Bin); err != nil || fi.IsDir() {
 		return fmt.Errorf("bin %q: not an executable file", cc.Bin)
 	}
 	probe := cc.Run
 	probe.URLs = []string{"http://127.0.0.1:1"}
 	return probe.Validate()
+}
+
+func fencedBackends() []string {
+	var out []string
+	for _, b := range backends.Names() {
+		if backends.Fenced(b) {
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // runBackend starts the instances of one backend, runs the workload and
@@ -209,7 +246,7 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 	}
 	opts := procs.ServeOptions{
 		Bin: cc.Bin, Lock: backend, Fencing: e.Fencing, LockTTL: cc.LockTTL, AdminToken: token,
-		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, DatabaseURL: dbURL, LogDir: logDir,
+		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, EtcdEndpoints: cc.EtcdEndpoints, DatabaseURL: dbURL, LogDir: logDir,
 		Extra: cc.ServeFlags,
 	}
 	ins, err := procs.Start(ctx, opts, cc.Instances, cc.StartupTimeout)
@@ -228,6 +265,12 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 	cfg.Backend, cfg.Fencing, cfg.AdminToken, cfg.ExpectedUnsafe = backend, e.Fencing, token, e.ExpectedUnsafe
 	cfg.Label = cc.Label
 	res, err := run.Execute(ctx, cfg, stderr)
+	var seed *seedtable.Table
+	if cc.Seed != nil && err == nil {
+		fmt.Fprintf(stderr, "== %s: seed table: throughput, one hot SKU and %d SKUs\n", backend, cc.Seed.Throughput.ManySKUs)
+		seed = &seedtable.Table{}
+		seed.HotSKU, seed.ManySKUs = seedtable.MeasureThroughput(ctx, cfg, cc.Seed.Throughput, stderr)
+	}
 	if stopErr := procs.StopAll(ins); stopErr != nil {
 		e.StopError = stopErr.Error()
 		fmt.Fprintf(stderr, "== %s: stopping: %v\n", backend, stopErr)
@@ -243,8 +286,41 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 		return e
 	}
 	e.Result, e.Verdict = res, res.Verdict
-	fmt.Fprintf(stderr, "== %s: %s\n", backend, res.Verdict)
+	fmt.Fprintf(stderr, "== %s: %s (sent in %.1fs)\n", backend, res.Verdict, res.DurationS)
+	if seed != nil {
+		t := seedtable.MeasureFaults(ctx, cc.faultConfig(backend, token, dbURL, logDir), stderr)
+		t.HotSKU, t.ManySKUs = seed.HotSKU, seed.ManySKUs
+		e.SeedTable = &t
+	}
 	return e
+}
+
+// faultConfig is the seed table's fault cells for one backend: servers of
+// their own, the backend's database, the shared stack's servers for the
+// fairness Lockers.
+func (cc Config) faultConfig(backend, token, dbURL, logDir string) seedtable.FaultConfig {
+	s := cc.Seed
+	return seedtable.FaultConfig{
+		Backend: backend, Bin: cc.Bin, AdminToken: token, DatabaseURL: cmp.Or(dbURL, DefaultDatabaseURL),
+		Dir: filepath.Join(logDir, backend+"-seed"), LockTTL: s.LockTTL, LockWait: s.LockWait, Window: s.Window,
+		Fairness: s.Fairness, RequestTimeout: 10 * time.Second, StartupTimeout: cc.StartupTimeout,
+		Fencing: slices.Contains(s.Fencing, backend),
+		Shared: backends.Params{
+			RedisAddrs:    orList(cc.RedisAddrs, stack.RedisAddrs()),
+			ZKServers:     orList(cc.ZKServers, stack.ZKServers()),
+			EtcdEndpoints: orList(cc.EtcdEndpoints, stack.EtcdEndpoints()),
+			DatabaseURL:   cmp.Or(dbURL, DefaultDatabaseURL),
+			TTL:           5 * time.Second,
+		},
+	}
+}
+
+// orList splits a comma-separated list, or returns def for an empty one.
+func orList(s string, def []string) []string {
+	if l := stack.SplitList(s); len(l) > 0 {
+		return l
+	}
+	return def
 }
 
 // failures lists what fails the comparison.
@@ -258,6 +334,9 @@ func (cc Config) failures(entries []Entry) []string {
 			fs = append(fs, fmt.Sprintf("%s: %s", e.Backend, e.Result.Verdict))
 		case slices.Contains(cc.RequireUnsafe, e.Backend) && e.Result.Units.Oversold+e.Result.Units.Lost == 0:
 			fs = append(fs, fmt.Sprintf("%s: expected damage (--require-unsafe) but saw 0 oversold, 0 lost", e.Backend))
+		}
+		if t := e.SeedTable; t != nil && !e.ExpectedUnsafe {
+			fs = append(fs, t.Failures()...)
 		}
 	}
 	return fs
@@ -326,5 +405,39 @@ func Report(cr *Result) report.Report {
 	if len(cr.ServeFlags) > 0 {
 		r.Workload = append(r.Workload, report.Fact{Label: "serve flags", Value: strings.Join(cr.ServeFlags, " ")})
 	}
+	if tables := cr.SeedTables(); len(tables) > 0 && cr.SeedSettings != nil {
+		r.Sections = append(r.Sections, SeedSection(tables, *cr.SeedSettings))
+	}
 	return r
+}
+
+// SeedTables are the backends' seed tables, in report order.
+func (cr *Result) SeedTables() []seedtable.Table {
+	var out []seedtable.Table
+	for _, e := range cr.Backends {
+		if e.SeedTable != nil {
+			out = append(out, *e.SeedTable)
+		}
+	}
+	return out
+}
+
+// SeedSection is the report's section of the article's table: measures
+// as rows, backends as columns, the methods and sources as notes.
+func SeedSection(tables []seedtable.Table, s seedtable.Settings) report.Section {
+	grid := seedtable.Grid(tables, true)
+	t := &report.Table{Columns: grid[0]}
+	for _, line := range grid[1:] {
+		t.Rows = append(t.Rows, report.TableRow{Cells: line, Status: report.StatusNeutral})
+	}
+	notes := seedtable.Footnotes(s)
+	for _, src := range seedtable.Sources(tables) {
+		notes = append(notes, "Source, "+src)
+	}
+	return report.Section{
+		ID: "seed-table", Title: "The article's table, measured",
+		Intro: "The source article ends with a table comparing Redlock and ZooKeeper. Here every backend's column is measured on this machine " +
+			"(the numbered notes say how); n/a says why a cell does not apply. The last two rows are documented facts with their sources.",
+		Table: t, Notes: notes,
+	}
 }

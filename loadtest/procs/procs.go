@@ -37,11 +37,13 @@ type ServeOptions struct {
 	DatabaseURL string
 	LogDir      string   // each instance logs to LogDir/<lock>-<n>.log
 	Extra       []string // further serve flags
+
+	EtcdEndpoints string // --etcd-endpoints; empty: not passed
 }
 
 func (o ServeOptions) args(addr string) []string {
 	args := []string{"serve", "--addr=" + addr, "--lock=" + o.Lock, "--fencing=" + o.Fencing, "--admin-token=" + o.AdminToken}
-	for _, kv := range [][2]string{{"lock-ttl", o.LockTTL}, {"redis-addrs", o.RedisAddrs}, {"zk-servers", o.ZKServers}, {"database-url", o.DatabaseURL}} {
+	for _, kv := range [][2]string{{"lock-ttl", o.LockTTL}, {"redis-addrs", o.RedisAddrs}, {"zk-servers", o.ZKServers}, {"etcd-endpoints", o.EtcdEndpoints}, {"database-url", o.DatabaseURL}} {
 		if kv[1] != "" {
 			args = append(args, "--"+kv[0]+"="+kv[1])
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/compare/seedtable"
 	"github.com/stockguard/stockguard/loadtest/report"
 	"github.com/stockguard/stockguard/loadtest/run"
 	"github.com/stockguard/stockguard/loadtest/tally"
@@ -62,9 +63,40 @@ func sampleReport() report.Report {
 			}},
 			Charts: []report.Chart{report.BarChart("Stale writes rejected", "writes", []report.Bar{{Label: "fencing on", Value: 14, Status: report.StatusSafe}, {Label: "fencing off", Value: 0, Status: report.StatusUnsafe}})},
 			Notes:  []string{"Paused with SIGSTOP for 2 × TTL."},
-		}},
+		}, compare.SeedSection(sampleSeedTables(), seedtable.DefaultSettings())},
 	}
 	return r
+}
+
+// sampleSeedTables are seed-table columns for every backend, with made-up
+// figures and the n/a cells the real ones carry.
+func sampleSeedTables() []seedtable.Table {
+	var out []seedtable.Table
+	for i, b := range compare.AllBackends() {
+		t := seedtable.Table{Backend: b,
+			HotSKU:   seedtable.Throughput{SKUs: 1, Orders: 800, OrdersPerS: float64(900 + 100*i), P99Ms: float64(40 + i), Safe: !compare.ExpectedUnsafe(b)},
+			ManySKUs: seedtable.Throughput{SKUs: 1000, Orders: 800, OrdersPerS: float64(300 + 10*i), P99Ms: float64(200 + i), Safe: !compare.ExpectedUnsafe(b)},
+		}
+		t.CAP, t.LockTypes = seedtable.FactsFor(b)
+		ms := float64(1000 + 97*i)
+		switch b {
+		case "none":
+			t.Release.NA, t.Fairness.NA, t.Availability.NA, t.Fencing.NA = "no lock: nothing to release", "no lock: nobody waits", "no lock servers", "no fencing token"
+		case "local":
+			t.Release.NA, t.Fairness.NA, t.Availability.NA, t.Fencing.NA = "in-process lock", "in-process lock", "no lock servers", "no fencing token"
+		default:
+			t.Release = seedtable.Release{Bound: "lease TTL 1s", Ms: &ms, Attempts: 3}
+			t.Fairness = seedtable.Fairness{Lockers: 3, Goroutines: 4, Acquisitions: 600, Shares: []float64{0.3, 0.37, 0.33}, FIFOViolations: 10 * i, ViolationShare: float64(10*i) / 600}
+			t.Availability = seedtable.Availability{Servers: 3, Minority: &seedtable.Window{Down: 1, Orders: 120, Reserved: 118, Share201: 118. / 120},
+				Majority: &seedtable.Window{Down: 2, Orders: 12, Share201: 0}}
+			t.Fencing = seedtable.Fencing{StaleWritesRefused: 4, OffDamaged: 50}
+			if b == "postgres" {
+				t.Availability = seedtable.Availability{NA: "one server, which is also the store"}
+			}
+		}
+		out = append(out, t)
+	}
+	return out
 }
 
 type errString string
@@ -102,13 +134,7 @@ func TestReportIsSelfContained(t *testing.T) {
 // checks the screenshot shows the verdict colours. Set
 // LOADTEST_SCREENSHOT_DIR to keep the PNG and HTML for a look.
 func TestReportRendersInChromium(t *testing.T) {
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s missing: install it with `apt-get install -y chromium`", chromium)
-		}
-		t.Skipf("%s missing (apt-get install -y chromium); skipping outside CI", chromium)
-	}
+	requireChromium(t)
 	dir := t.TempDir()
 	if keep := os.Getenv("LOADTEST_SCREENSHOT_DIR"); keep != "" {
 		dir = keep
@@ -118,19 +144,10 @@ func TestReportRendersInChromium(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Remove(pngPath)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+t.TempDir(), "--screenshot="+pngPath, "--window-size=1200,1600", "file://"+htmlPath)
-	cmd.WaitDelay = 5 * time.Second
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out)
-	}
+	out := runChromium(t, "--screenshot="+pngPath, "--window-size=1200,1600", "file://"+htmlPath)
 	f, err := os.Open(pngPath)
 	if err != nil {
-		t.Fatalf("no screenshot: %v\nchromium said:\n%s", err, out)
+		t.Fatalf("no screenshot: %v\nchromium printed:\n%s", err, out)
 	}
 	defer f.Close()
 	img, err := png.Decode(f)
@@ -148,6 +165,110 @@ func TestReportRendersInChromium(t *testing.T) {
 	if green < 500 || orange < 500 {
 		t.Errorf("safe-green pixels %d, expected-unsafe-orange pixels %d: charts or cards did not render", green, orange)
 	}
+}
+
+const chromium = "/usr/bin/chromium"
+
+// requireChromium skips outside CI when Chromium is not installed.
+func requireChromium(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat(chromium); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s missing: install it with `apt-get install -y chromium`", chromium)
+		}
+		t.Skipf("%s missing (apt-get install -y chromium); skipping outside CI", chromium)
+	}
+}
+
+// runChromium runs headless Chromium with args, offline, and returns what
+// it printed (the DOM with --dump-dom).
+func runChromium(t *testing.T, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--user-data-dir=" + t.TempDir()}
+	cmd := exec.CommandContext(ctx, chromium, append(base, args...)...)
+	cmd.WaitDelay = 5 * time.Second
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+// TestSeedTableRendersInChromium renders a report holding only the seed
+// table and checks, in the DOM Chromium built, that the section, every
+// backend, the measured cells, the n/a reasons, the footnotes and the
+// sources are there; and that its screenshot shows a table (dark text on
+// many rows), not a blank page.
+func TestSeedTableRendersInChromium(t *testing.T) {
+	requireChromium(t)
+	dir := t.TempDir()
+	if keep := os.Getenv("LOADTEST_SCREENSHOT_DIR"); keep != "" {
+		dir = keep
+	}
+	htmlPath, pngPath := filepath.Join(dir, "seed.html"), filepath.Join(dir, "seed.png")
+	r := report.Report{Title: "seed table", Generated: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC),
+		Sections: []report.Section{compare.SeedSection(sampleSeedTables(), seedtable.DefaultSettings())}}
+	if err := report.WriteFile(htmlPath, r); err != nil {
+		t.Fatal(err)
+	}
+	dom := string(runChromium(t, "--dump-dom", "file://"+htmlPath))
+	if !strings.Contains(dom, `id="seed-table"`) {
+		t.Fatalf("no seed-table section in the DOM:\n%s", dom)
+	}
+	cells := regexp.MustCompile(`<td>`).FindAllStringIndex(dom, -1)
+	if want := 11 * (1 + len(compare.AllBackends())); len(cells) != want {
+		t.Errorf("%d table cells, want %d (11 rows × the label and %d backends)", len(cells), want, len(compare.AllBackends()))
+	}
+	for _, want := range append(compare.AllBackends(),
+		"The article&#39;s table, measured", "900/s, p99 40 ms", "n/a: no lock: nothing to release", "n/a: one server, which is also the store",
+		"98% of 120 (1 of 3 down)", "4 refused, 0 damaged", "50 units", "30/37/33% of 600",
+		"CP: Raft", "https://etcd.io/docs/v3.4/learning/api_guarantees/", "¹ Closed loop", "⁵ load chaos --scenario=pause-holder") {
+		if !strings.Contains(dom, want) && !strings.Contains(dom, strings.ReplaceAll(want, "&#39;", "'")) {
+			t.Errorf("DOM lacks %q", want)
+		}
+	}
+	runChromium(t, "--screenshot="+pngPath, "--window-size=1200,1400", "file://"+htmlPath)
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatalf("no screenshot: %v", err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("screenshot is not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() != 1200 || b.Dy() != 1400 {
+		t.Errorf("screenshot is %dx%d, want 1200x1400", b.Dx(), b.Dy())
+	}
+	// Text is dark on white: a rendered table of 11 rows × 8 columns of
+	// sentences covers many thousands of dark pixels, a blank page none.
+	if dark, rows := darkPixels(img); dark < 20000 || rows < 300 {
+		t.Errorf("%d dark pixels on %d rows: the table did not render", dark, rows)
+	}
+}
+
+// darkPixels counts pixels darker than mid-grey and the rows holding any.
+func darkPixels(img image.Image) (dark, rows int) {
+	b := img.Bounds()
+	for y := b.Min.Y; y < b.Max.Y; y++ {
+		onRow := false
+		for x := b.Min.X; x < b.Max.X; x++ {
+			r, g, bl, _ := img.At(x, y).RGBA()
+			if (r>>8)+(g>>8)+(bl>>8) < 3*110 {
+				dark++
+				onRow = true
+			}
+		}
+		if onRow {
+			rows++
+		}
+	}
+	return dark, rows
 }
 
 // pixelStats counts distinct colours and pixels of the safe green (#2e7d32)
