@@ -88,17 +88,17 @@ type Proxy struct {
 	upstream string
 	ln       net.Listener
 
-	mu      sync.Mutex
-	armed   int
-	match   func(Commit) bool
+	mu    sync.Mutex
+	armed int
+	match func(Commit) bool
 	// implicitArmed and implicitMatch are ArmAutocommit's.
 	implicitArmed int
 	implicitMatch func(Commit) bool
-	commits int
-	dropped []Drop
-	conns   map[*conn]struct{}
-	nextID  uint64
-	closed  bool
+	commits       int
+	dropped       []Drop
+	conns         map[*conn]struct{}
+	nextID        uint64
+	closed        bool
 
 	wg sync.WaitGroup
 }
