@@ -37,6 +37,11 @@ type chaosEnv struct {
 	zk    *stack.ZKEnsemble
 	// failover is the redis-failover topology, nil in other scenarios.
 	failover *failoverRig
+	// pg is the private Postgres (and proxy) of the Postgres scenarios,
+	// hist the recorded history of the scenarios that check one; nil in
+	// the others.
+	pg   *pgRig
+	hist *histRecorder
 	fwds     []*forwarder
 	ins      []*procs.Instance
 	load     *chaosLoad
