@@ -218,3 +218,25 @@ func readFinal(ctx context.Context, dsn string, skus []string) (history.Final, e
 	}
 	return final, rows.Err()
 }
+
+// notes are the report's lines on a run's history: the figures, then the
+// checker's verdict with the first violating sub-history, if any.
+func (h *HistoryCheck) notes() []string {
+	if h == nil {
+		return nil
+	}
+	out := []string{fmt.Sprintf("History: %d recorded operations on %d SKUs of their own (%d ok, %d failed, %d unknown), %d same-key retries, "+
+		"%d answers 503 store_unavailable, %d 503s without Retry-After, %d 500s; %d orders in the final read, %d keys with more than one order; %s. Checked in %.0f ms.",
+		h.Operations, len(h.SKUs), h.OK, h.Failed, h.Unknown, h.Retries, h.StoreUnavailable, h.NoRetryAfter, h.Internal, h.Orders, h.DoubledKeys, h.Expiry, h.CheckMs)}
+	if la := h.LostAcks; la != nil {
+		out = append(out, fmt.Sprintf("Lost commit acknowledgements: %d rounds, %d answers dropped, %d of them after a commit; %d retries returned the committed order, %d did not; at most %d order per key.",
+			la.Rounds, la.Dropped, la.Committed, la.Replayed, la.Mismatched, la.OrdersPerKey))
+	}
+	if h.Error != "" {
+		out = append(out, "History not checked: "+h.Error)
+	}
+	if h.Report != "" {
+		out = append(out, "Checker: "+h.Report)
+	}
+	return out
+}

@@ -211,6 +211,9 @@ func chaosVerdict(r *Run) string {
 	default:
 		s = fmt.Sprintf("UNSAFE: %d units oversold, %d lost", r.Units.Oversold, r.Units.Lost)
 	}
+	if r.History.violated() {
+		s = fmt.Sprintf("UNSAFE: the history checker found %d violations; ", len(r.History.Violations)) + s
+	}
 	if r.Error != "" {
 		s += " (" + firstLine(r.Error) + ")"
 	}
