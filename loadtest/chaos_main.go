@@ -26,7 +26,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&backends, "backend", "", "comma-separated backends to run; default: every backend each scenario supports (pause-holder: redis, redlock, zookeeper, etcd, postgres; the others have one each)")
 	fs.StringVar(&fencing, "fencing", "both", "fencing of the instances: on, off, or both (one run each)")
 	fs.IntVar(&cc.Instances, "instances", cc.Instances, "service instances per run (at least 3)")
-	fs.DurationVar(&cc.Duration, "duration", cc.Duration, "least time the order load runs in each run; it runs longer when the faults and --recovery need it")
+	fs.DurationVar(&cc.Duration, "duration", cc.Duration, "least time the order load runs in each run; it runs longer when the faults and --recovery need it (nemesis: how long it injects faults, default 60s)")
 	fs.DurationVar(&cc.Warmup, "warmup", cc.Warmup, "order load before the first fault")
 	fs.DurationVar(&cc.Recovery, "recovery", cc.Recovery, "order load after the last fault event")
 	fs.DurationVar(&cc.LockTTL, "lock-ttl", cc.LockTTL, "--lock-ttl of the instances (redis-failover uses at least 2s, see CHAOS.md)")
@@ -59,6 +59,12 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	} else if err != nil {
 		return err
 	}
+	// The nemesis runs its faults for --duration when given (60s if not).
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "duration" {
+			cc.NemesisDuration = cc.Duration
+		}
+	})
 	switch scenario {
 	case "":
 		return usageErr(fs, "--scenario is required")

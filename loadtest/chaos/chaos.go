@@ -46,6 +46,9 @@ type Config struct {
 	// Duration is the least time the order load runs in each run; it runs
 	// longer when the scenario's faults and Recovery need it.
 	Duration time.Duration
+	// NemesisDuration is how long the nemesis scenario injects faults
+	// (--duration when given, else defaultNemesis).
+	NemesisDuration time.Duration
 	// Warmup is the load before the first fault; Recovery the load after
 	// the fault heals, in which the time to recover is measured.
 	Warmup, Recovery time.Duration
@@ -76,6 +79,7 @@ const (
 	defaultLockTTL     = time.Second
 	defaultLockWait    = 3 * time.Second
 	defaultDuration    = 6 * time.Second
+	defaultNemesis     = 60 * time.Second
 	defaultWarmup      = time.Second
 	defaultRecovery    = 2 * time.Second
 	defaultConcurrency = 12
@@ -87,20 +91,21 @@ const (
 // DatabaseURL.
 func DefaultConfig() Config {
 	return Config{
-		Fencing:        []string{"on", "off"},
-		Instances:      3,
-		LockTTL:        defaultLockTTL,
-		LockWait:       defaultLockWait,
-		Duration:       defaultDuration,
-		Warmup:         defaultWarmup,
-		Recovery:       defaultRecovery,
-		Concurrency:    defaultConcurrency,
-		SKUs:           defaultSKUs,
-		Stock:          defaultStock,
-		SellOut:        true,
-		RequestTimeout: 20 * time.Second,
-		StartupTimeout: 30 * time.Second,
-		Progress:       progress.Auto,
+		Fencing:         []string{"on", "off"},
+		Instances:       3,
+		LockTTL:         defaultLockTTL,
+		LockWait:        defaultLockWait,
+		Duration:        defaultDuration,
+		NemesisDuration: defaultNemesis,
+		Warmup:          defaultWarmup,
+		Recovery:        defaultRecovery,
+		Concurrency:     defaultConcurrency,
+		SKUs:            defaultSKUs,
+		Stock:           defaultStock,
+		SellOut:         true,
+		RequestTimeout:  20 * time.Second,
+		StartupTimeout:  30 * time.Second,
+		Progress:        progress.Auto,
 	}
 }
 
@@ -142,6 +147,8 @@ func (cc Config) Validate() error {
 		return fmt.Errorf("lock-wait %v: want > 0, at most 1m", cc.LockWait)
 	case cc.Duration < 0 || cc.Duration > 30*time.Minute:
 		return fmt.Errorf("duration %v: want 0..30m", cc.Duration)
+	case cc.NemesisDuration < time.Second || cc.NemesisDuration > 30*time.Minute:
+		return fmt.Errorf("nemesis duration %v: want 1s..30m", cc.NemesisDuration)
 	case cc.Warmup < 0 || cc.Recovery < 0 || cc.Warmup > 10*time.Minute || cc.Recovery > 10*time.Minute:
 		return errors.New("warmup and recovery: want 0..10m")
 	case cc.Concurrency < cc.Instances || cc.Concurrency > 1000:

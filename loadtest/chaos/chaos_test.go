@@ -57,10 +57,10 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + string(e.out) }
 
-// chaosTest runs one scenario with one backend and fencing mode and returns
-// its run. It fails the test if the run could not be made; whether the run
+// chaosTest runs one scenario with one backend and fencing mode, the
+// config changed by mods, and returns its run. It fails the test if the run could not be made; whether the run
 // passed is for the caller to check, with chaosExplain on failure.
-func chaosTest(t *testing.T, scenario, backend, fencing string) Run {
+func chaosTest(t *testing.T, scenario, backend, fencing string, mods ...func(*Config)) Run {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("chaos integration test; -short")
@@ -82,6 +82,9 @@ func chaosTest(t *testing.T, scenario, backend, fencing string) Run {
 	cc.Seed = 20260101
 	cc.LogDir = t.TempDir()
 	cc.Progress = progress.Auto // not a terminal: a line per event, for the test log
+	for _, m := range mods {
+		m(&cc)
+	}
 	var progress bytes.Buffer
 	start := time.Now()
 	res, err := Execute(ctx, cc, &syncWriter{w: &progress})

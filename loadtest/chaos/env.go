@@ -38,10 +38,15 @@ type chaosEnv struct {
 	etcd  *stack.EtcdCluster
 	// failover is the redis-failover topology, nil in other scenarios.
 	failover *failoverRig
-	fwds     []*forwarder
-	ins      []*procs.Instance
-	load     *chaosLoad
-	client   *client.Client // admin calls: creating SKUs, metrics, debug endpoints
+	// pg is the private Postgres (and proxy) of the Postgres scenarios,
+	// hist the recorded history of the scenarios that check one; nil in
+	// the others.
+	pg     *pgRig
+	hist   *histRecorder
+	fwds   []*forwarder
+	ins    []*procs.Instance
+	load   *chaosLoad
+	client *client.Client // admin calls: creating SKUs, metrics, debug endpoints
 
 	mu      sync.Mutex
 	events  []Event

@@ -30,7 +30,7 @@ func chaosCells(r Run) []string {
 
 // shortVerdict is PASS or FAIL and why, in a few words.
 func shortVerdict(r Run) string {
-	damaged := r.Units.Oversold+r.Units.Lost > 0 || !r.Verification.Safe()
+	damaged := r.Units.Oversold+r.Units.Lost > 0 || !r.Verification.Safe() || r.History.violated()
 	switch {
 	case !r.Pass:
 		return "FAIL: " + strings.Join(r.Failures, "; ")
@@ -51,7 +51,7 @@ func chaosStatus(r Run) report.Status {
 		return report.StatusError
 	case !r.Pass:
 		return report.StatusUnsafe
-	case r.Units.Oversold+r.Units.Lost > 0:
+	case r.Units.Oversold+r.Units.Lost > 0 || r.History.violated():
 		return report.StatusExpectedUnsafe
 	}
 	return report.StatusSafe
@@ -104,7 +104,7 @@ func Report(res *Result) report.Report {
 	}
 	r.Summary = fmt.Sprintf("%d runs, %d as required. With fencing on, every scenario must end with 0 units oversold and 0 lost, "+
 		"however the lock failed: the store refuses the stale writes (stale writes rejected). With fencing off, "+
-		"pause-holder and redis-failover must show the damage the fence prevents.", len(res.Runs), passed)
+		"pause-holder, redis-failover, redis-clock-jump and nemesis must show the damage the fence prevents (nemesis: as a violation the history checker reports).", len(res.Runs), passed)
 	if !res.Pass {
 		r.Summary += " FAILED: " + strings.Join(res.Failures, "; ") + "."
 	}
@@ -143,6 +143,7 @@ func chaosRunSection(i int, run Run) report.Section {
 	for n, ev := range run.Events {
 		s.Notes = append(s.Notes, fmt.Sprintf("%d. +%.2fs %s: %s", n+1, ev.AtMs/1000, ev.Kind, ev.What))
 	}
+	s.Notes = append(s.Notes, run.History.notes()...)
 	if run.Error != "" {
 		s.Notes = append(s.Notes, "Error: "+run.Error)
 	}

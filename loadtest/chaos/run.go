@@ -60,6 +60,9 @@ type Run struct {
 	Error        string           `json:"error,omitempty"`
 	Notes        []string         `json:"notes,omitempty"`
 	Logs         string           `json:"logs,omitempty"`
+	// History is the history checker's verdict, for the scenarios whose
+	// clients record every request and answer.
+	History *HistoryCheck `json:"history,omitempty"`
 }
 
 // FaultFigures are the answers received while a fault was in force.
@@ -110,6 +113,9 @@ func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *pro
 	e := newChaosEnv(cc, p, dir, prog)
 	err := e.execute(ctx, &run)
 	run.Notes = append(run.Notes, e.teardown()...)
+	if p.sc.finish != nil {
+		p.sc.finish(ctx, e, &run)
+	}
 	if err != nil {
 		run.Error = err.Error()
 	}
@@ -205,6 +211,9 @@ func chaosVerdict(r *Run) string {
 	default:
 		s = fmt.Sprintf("UNSAFE: %d units oversold, %d lost", r.Units.Oversold, r.Units.Lost)
 	}
+	if r.History.violated() {
+		s = fmt.Sprintf("UNSAFE: the history checker found %d violations; ", len(r.History.Violations)) + s
+	}
 	if r.Error != "" {
 		s += " (" + firstLine(r.Error) + ")"
 	}
@@ -233,10 +242,11 @@ func (r *Run) judge(sc *scenario) {
 			f = append(f, sc.check(r)...)
 		}
 	case ExpectDamage:
-		if r.Error == "" && damage == 0 {
+		if r.Error == "" && damage == 0 && !r.History.violated() {
 			f = append(f, "fencing off, yet 0 oversold and 0 lost: the scenario did not exercise the race")
 		}
 	}
+	f = append(f, r.History.failures(r.Expect)...)
 	r.Failures = f
 	r.Pass = len(f) == 0
 }

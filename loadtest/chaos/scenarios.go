@@ -64,6 +64,10 @@ type scenario struct {
 	fault func(ctx context.Context, e *chaosEnv) error
 	// check lists what else a fenced run must show.
 	check func(r *Run) []string
+	// finish runs once the instances have stopped, whatever happened: it
+	// reads the final state, checks the recorded history into r.History,
+	// and closes what setup started that teardown does not know of.
+	finish func(ctx context.Context, e *chaosEnv, r *Run)
 }
 
 func (s *scenario) lockTTL(cc Config) time.Duration {
@@ -131,6 +135,10 @@ var scenarios = append([]*scenario{
 		fault:   redisFailover,
 		check:   needStaleRejected,
 	},
+	postgresRestartScenario(),
+	lostCommitAckScenario(),
+	clockJumpScenario(),
+	nemesisScenario(),
 }, etcdScenarios...)
 
 // Scenarios names the scenarios of `load chaos`, in the order

@@ -196,8 +196,12 @@ func TestChaosPlanAndValidate(t *testing.T) {
 	if err := cc.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(cc.plan()); n != 18 {
-		t.Fatalf("--scenario=all plans %d runs, want 18 (pause-holder on 4 backends, 5 others; × 2 fencing modes)", n)
+	want := 0
+	for _, sc := range scenarios {
+		want += 2 * len(sc.Backends) // each backend × both fencing modes
+	}
+	if n := len(cc.plan()); n != want || n < 18 {
+		t.Fatalf("--scenario=all plans %d runs, want %d (every scenario's backends × 2 fencing modes)", n, want)
 	}
 	cc.Backends = []string{"postgres"}
 	if n := len(cc.plan()); n != 2 {

@@ -84,7 +84,7 @@ type Kind int
 
 // The kinds of order answers the runner counts separately.
 const (
-	KindUnknown         Kind = iota // no answer: transport error, timeout, or the key still in flight
+	KindUnknown         Kind = iota // no definite answer: transport error, timeout, 503 store_unavailable or timeout, or the key still in flight
 	KindReserved                    // 201
 	KindInsufficient                // 409 insufficient_stock
 	KindStaleFence                  // 409 stale_fence
@@ -115,6 +115,8 @@ type Outcome struct {
 	Code   string // error code of the answer, or the transport error's class
 	Order  *OrderResponse
 	Err    error // nil for 201
+	// RetryAfter is the answer's Retry-After header, "" without one.
+	RetryAfter string
 }
 
 // Client talks to Stockguard instances over keep-alive connections.
@@ -214,20 +216,37 @@ func (c *Client) Audit(ctx context.Context, base, sku string) (Audit, error) {
 // It never returns a Go error: failures are part of the Outcome.
 func (c *Client) PlaceOrder(ctx context.Context, base, key string, body []byte) Outcome {
 	h := http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {key}}
-	status, raw, err := c.do(ctx, http.MethodPost, base+"/v1/orders", body, h)
+	return c.orderCall(ctx, base+"/v1/orders", body, h, http.StatusCreated)
+}
+
+// ConfirmOrder posts a confirm of order id and classifies the answer as
+// PlaceOrder does; a 200 is KindReserved, with the order.
+func (c *Client) ConfirmOrder(ctx context.Context, base, id string) Outcome {
+	return c.orderCall(ctx, base+"/v1/orders/"+url.PathEscape(id)+"/confirm", nil, nil, http.StatusOK)
+}
+
+// CancelOrder posts a cancel of order id, as ConfirmOrder.
+func (c *Client) CancelOrder(ctx context.Context, base, id string) Outcome {
+	return c.orderCall(ctx, base+"/v1/orders/"+url.PathEscape(id)+"/cancel", nil, nil, http.StatusOK)
+}
+
+// orderCall posts to an order endpoint and classifies the answer; ok is the
+// status of success.
+func (c *Client) orderCall(ctx context.Context, u string, body []byte, h http.Header, ok int) Outcome {
+	status, hdr, raw, err := c.doHeaders(ctx, http.MethodPost, u, body, h)
 	if err != nil {
 		return Outcome{Kind: KindUnknown, Code: transportClass(err), Err: err}
 	}
-	if status == http.StatusCreated {
+	if status == ok {
 		var o OrderResponse
 		if err := json.Unmarshal(raw, &o); err != nil || o.OrderID == "" {
-			return Outcome{Kind: KindError, Status: status, Code: "bad_201_body",
-				Err: fmt.Errorf("201 with unreadable body %q: %v", truncate(raw, 200), err)}
+			return Outcome{Kind: KindError, Status: status, Code: fmt.Sprintf("bad_%d_body", status),
+				Err: fmt.Errorf("%d with unreadable body %q: %v", status, truncate(raw, 200), err)}
 		}
 		return Outcome{Kind: KindReserved, Status: status, Order: &o}
 	}
 	apiErr := decodeAPIError(status, raw)
-	out := Outcome{Kind: KindError, Status: status, Code: apiErr.Code, Err: apiErr}
+	out := Outcome{Kind: KindError, Status: status, Code: apiErr.Code, Err: apiErr, RetryAfter: hdr.Get("Retry-After")}
 	switch {
 	case status == http.StatusConflict && apiErr.Code == "insufficient_stock":
 		out.Kind = KindInsufficient
@@ -235,8 +254,11 @@ func (c *Client) PlaceOrder(ctx context.Context, base, key string, body []byte) 
 		out.Kind = KindStaleFence
 	case status == http.StatusServiceUnavailable && apiErr.Code == "lock_unavailable":
 		out.Kind = KindLockUnavailable
-	case status == http.StatusConflict && apiErr.Code == "idempotency_key_in_flight":
+	case status == http.StatusConflict && apiErr.Code == "idempotency_key_in_flight",
 		// The first attempt may still commit: the outcome is not known yet.
+		status == http.StatusServiceUnavailable && (apiErr.Code == "store_unavailable" || apiErr.Code == "timeout"):
+		// The database or the deadline failed, possibly after the write was
+		// sent (a lost commit acknowledgement): it may have landed.
 		out.Kind = KindUnknown
 	}
 	return out
@@ -277,6 +299,12 @@ func (c *Client) getJSON(ctx context.Context, method, u string, body []byte, h h
 // do sends one request bounded by the request timeout and reads the whole
 // (bounded) body so the connection returns to the idle pool.
 func (c *Client) do(ctx context.Context, method, u string, body []byte, h http.Header) (int, []byte, error) {
+	status, _, raw, err := c.doHeaders(ctx, method, u, body, h)
+	return status, raw, err
+}
+
+// doHeaders is do that also returns the answer's headers.
+func (c *Client) doHeaders(ctx context.Context, method, u string, body []byte, h http.Header) (int, http.Header, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.requestTimeout)
 	defer cancel()
 	var r io.Reader
@@ -285,22 +313,22 @@ func (c *Client) do(ctx context.Context, method, u string, body []byte, h http.H
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, r)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: %w", method, u, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	for k, vs := range h {
 		req.Header[k] = vs
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: %w", method, u, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: %w", method, u, err)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
-		return 0, nil, fmt.Errorf("%s %s: read body: %w", method, u, err)
+		return 0, nil, nil, fmt.Errorf("%s %s: read body: %w", method, u, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxBody))
-	return resp.StatusCode, raw, nil
+	return resp.StatusCode, resp.Header, raw, nil
 }
 
 // decodeAPIError reads the service's error shape, tolerating anything else.

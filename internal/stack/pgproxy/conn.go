@@ -19,6 +19,7 @@ type conn struct {
 	stmts   map[string]string // prepared statement name → text
 	portals map[string]string // portal name → statement text
 	txn     []string          // statements of the open transaction
+	inTxn   bool              // an explicit transaction is open (BEGIN seen)
 
 	mu         sync.Mutex
 	server     net.Conn
@@ -195,16 +196,25 @@ func (c *conn) statement(sql string) bool {
 	if sql == "" {
 		return false
 	}
-	if !isCommit(sql) {
-		if endsOrStartsTxn(sql) {
-			c.txn = c.txn[:0]
-		} else if len(c.txn) < maxTxnStatements {
+	var commit Commit
+	switch {
+	case isCommit(sql):
+		commit = Commit{Conn: c.id, Statements: append([]string(nil), c.txn...)}
+		c.txn, c.inTxn = c.txn[:0], false
+	case endsOrStartsTxn(sql):
+		c.txn, c.inTxn = c.txn[:0], startsTxn(sql)
+		return false
+	case c.inTxn:
+		if len(c.txn) < maxTxnStatements {
 			c.txn = append(c.txn, sql)
 		}
 		return false
+	default:
+		if len(c.txn) < maxTxnStatements {
+			c.txn = append(c.txn, sql)
+		}
+		commit = Commit{Conn: c.id, Statements: []string{sql}, Implicit: true}
 	}
-	commit := Commit{Conn: c.id, Statements: append([]string(nil), c.txn...)}
-	c.txn = c.txn[:0]
 	if !c.proxy.shouldDrop(commit) {
 		return false
 	}

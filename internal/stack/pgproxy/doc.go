@@ -12,7 +12,9 @@
 // simple protocol, in database/sql's stdlib wrapper too), and the
 // extended-protocol Execute of a statement whose text is COMMIT. It also
 // keeps the texts of the statements of each connection's open transaction so
-// that a predicate can pick the transaction whose commit to lose. Everything
+// that a predicate can pick the transaction whose commit to lose. Armed with
+// ArmAutocommit instead, it loses the answer of a statement sent outside an
+// explicit transaction, which commits by itself. Everything
 // else is forwarded unchanged. The proxy answers an SSL or GSS encryption
 // request with "no" itself, so the stream it reads is never encrypted: use
 // sslmode=disable or prefer.

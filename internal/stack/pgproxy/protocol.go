@@ -115,3 +115,9 @@ func endsOrStartsTxn(sql string) bool {
 	}
 	return false
 }
+
+// startsTxn reports whether sql opens an explicit transaction.
+func startsTxn(sql string) bool {
+	s := normalize(sql)
+	return s == "begin" || strings.HasPrefix(s, "begin ") || strings.HasPrefix(s, "start transaction")
+}

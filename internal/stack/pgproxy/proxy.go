@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -53,6 +54,10 @@ type Commit struct {
 	// after BEGIN and before COMMIT, as the client sent them (at most
 	// maxTxnStatements).
 	Statements []string
+	// Implicit marks a statement that ran outside an explicit transaction
+	// and so committed on its own (see ArmAutocommit); Statements then holds
+	// it alone.
+	Implicit bool
 }
 
 // Drop records a commit whose answer the proxy dropped.
@@ -67,8 +72,14 @@ type Drop struct {
 	At time.Time
 }
 
-// Committed reports whether the server committed the dropped transaction.
-func (d Drop) Committed() bool { return d.Answer == "COMMIT" }
+// Committed reports whether the server committed the dropped transaction:
+// a COMMIT answered COMMIT, or an autocommitted statement that completed.
+func (d Drop) Committed() bool {
+	if d.Implicit {
+		return d.Answer != "" && !strings.HasPrefix(d.Answer, "error: ")
+	}
+	return d.Answer == "COMMIT"
+}
 
 // Proxy forwards connections from its listen address to one upstream
 // Postgres server. Its methods are safe for concurrent use.
@@ -77,14 +88,17 @@ type Proxy struct {
 	upstream string
 	ln       net.Listener
 
-	mu      sync.Mutex
-	armed   int
-	match   func(Commit) bool
-	commits int
-	dropped []Drop
-	conns   map[*conn]struct{}
-	nextID  uint64
-	closed  bool
+	mu    sync.Mutex
+	armed int
+	match func(Commit) bool
+	// implicitArmed and implicitMatch are ArmAutocommit's.
+	implicitArmed int
+	implicitMatch func(Commit) bool
+	commits       int
+	dropped       []Drop
+	conns         map[*conn]struct{}
+	nextID        uint64
+	closed        bool
 
 	wg sync.WaitGroup
 }
@@ -120,11 +134,25 @@ func (p *Proxy) Arm(n int, match func(Commit) bool) {
 	p.armed, p.match = max(n, 0), match
 }
 
+// ArmAutocommit makes the proxy drop the answers of the next n statements
+// outside an explicit transaction for which match returns true (every such
+// statement when match is nil), replacing any earlier ArmAutocommit. Such a
+// statement commits by itself when it completes, so losing its answer is a
+// lost commit acknowledgement too: the one a single-statement write, which
+// never sends COMMIT, can suffer. The Commit offered to match has Implicit
+// set and the statement as its only Statements. ArmAutocommit(0, nil)
+// disarms; match must not block.
+func (p *Proxy) ArmAutocommit(n int, match func(Commit) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.implicitArmed, p.implicitMatch = max(n, 0), match
+}
+
 // Armed returns how many commits are still to be dropped.
 func (p *Proxy) Armed() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.armed
+	return p.armed + p.implicitArmed
 }
 
 // Commits counts the COMMITs the proxy saw, dropped or forwarded.
@@ -145,6 +173,13 @@ func (p *Proxy) Dropped() []Drop {
 func (p *Proxy) shouldDrop(c Commit) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if c.Implicit {
+		if p.implicitArmed == 0 || (p.implicitMatch != nil && !p.implicitMatch(c)) {
+			return false
+		}
+		p.implicitArmed--
+		return true
+	}
 	p.commits++
 	if p.armed == 0 || (p.match != nil && !p.match(c)) {
 		return false

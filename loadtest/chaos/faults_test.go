@@ -1,0 +1,119 @@
+package chaos
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// The database, clock and nemesis scenarios, bounded like the others. Each
+// fenced run must keep its recorded history clean; each unfenced race must
+// show damage the checker or the verification reports.
+
+func requireHistory(t *testing.T, r Run) *HistoryCheck {
+	t.Helper()
+	h := r.History
+	if h == nil {
+		t.Fatal("no history checked")
+	}
+	t.Logf("history: %d operations (%d ok, %d failed, %d unknown), %d retries, %d store_unavailable, checked in %.0f ms: %s",
+		h.Operations, h.OK, h.Failed, h.Unknown, h.Retries, h.StoreUnavailable, h.CheckMs, h.Report)
+	if h.Operations == 0 {
+		t.Fatal("the recorded clients made no operation")
+	}
+	return h
+}
+
+func TestChaosPostgresRestart(t *testing.T) {
+	r := chaosTest(t, "postgres-restart", "redis", "on")
+	h := requireHistory(t, r)
+	requirePass(t, r)
+	if h.StoreUnavailable == 0 && r.Orders.ErrorCodes["store_unavailable"] == 0 {
+		t.Fatal("no 503 store_unavailable while Postgres was down")
+	}
+	if h.Internal != 0 || h.NoRetryAfter != 0 || h.DoubledKeys != 0 || len(h.Violations) != 0 {
+		t.Fatalf("500s %d, 503s without Retry-After %d, doubled keys %d, violations %v", h.Internal, h.NoRetryAfter, h.DoubledKeys, h.Violations)
+	}
+}
+
+func TestChaosLostCommitAck(t *testing.T) {
+	r := chaosTest(t, "lost-commit-ack", "redis", "on")
+	h := requireHistory(t, r)
+	requirePass(t, r)
+	la := h.LostAcks
+	if la == nil || la.Committed == 0 || la.Replayed != la.Rounds || la.OrdersPerKey != 1 {
+		t.Fatalf("lost acks %+v: want every round committed behind a dropped answer and replayed, one order per key", la)
+	}
+}
+
+func TestChaosRedisClockJumpFencingOn(t *testing.T) {
+	r := chaosTest(t, "redis-clock-jump", "redis", "on")
+	requirePass(t, r)
+	if r.StaleWritesRejected < 1 {
+		t.Fatalf("stale writes rejected %d, want >= 1", r.StaleWritesRejected)
+	}
+}
+
+func TestChaosRedisClockJumpFencingOff(t *testing.T) {
+	r := chaosTest(t, "redis-clock-jump", "redis", "off")
+	requirePass(t, r)
+	if r.Units.Oversold+r.Units.Lost == 0 {
+		t.Fatal("fencing off: no unit oversold or lost after the clock jump")
+	}
+}
+
+// nemesisTest is a short nemesis: the schedule still holds the forced pause.
+func nemesisTest(t *testing.T, fencing string) Run {
+	return chaosTest(t, "nemesis", "redlock", fencing, func(cc *Config) { cc.NemesisDuration = 8 * time.Second })
+}
+
+func TestChaosNemesisFencingOn(t *testing.T) {
+	r := nemesisTest(t, "on")
+	h := requireHistory(t, r)
+	requirePass(t, r)
+	if len(h.Violations) != 0 || len(h.Undecided) != 0 {
+		t.Fatalf("fencing on: %d violations, %d SKUs undecided", len(h.Violations), len(h.Undecided))
+	}
+}
+
+func TestChaosNemesisFencingOff(t *testing.T) {
+	r := nemesisTest(t, "off")
+	h := requireHistory(t, r)
+	requirePass(t, r)
+	if len(h.Violations) == 0 {
+		t.Fatal("fencing off: the history checker found no violation")
+	}
+}
+
+// TestNemesisScheduleReproducible: a seed replays its schedule, which holds
+// exactly one forced pause, at most one Postgres restart, and fits the run.
+func TestNemesisScheduleReproducible(t *testing.T) {
+	const total, holder = 60 * time.Second, 2 * time.Second
+	for seed := uint64(1); seed <= 200; seed++ {
+		a := nemesisSchedule(seed, total, holder, 3, 5, 3)
+		if b := nemesisSchedule(seed, total, holder, 3, 5, 3); !slices.Equal(a, b) {
+			t.Fatalf("seed %d: two schedules differ:\n%v\n%v", seed, a, b)
+		}
+		var at time.Duration
+		forced, restarts := 0, 0
+		for _, s := range a {
+			at += s.Gap + s.For
+			switch s.Kind {
+			case nemPauseHolder:
+				forced++
+			case nemPostgres:
+				restarts++
+			}
+		}
+		if forced != 1 || restarts > 1 || at > total+holder+1200*time.Millisecond {
+			t.Fatalf("seed %d: %d forced pauses, %d restarts, %v of faults: %v", seed, forced, restarts, at, a)
+		}
+	}
+	if slices.Equal(nemesisSchedule(1, total, holder, 3, 5, 3), nemesisSchedule(2, total, holder, 3, 5, 3)) {
+		t.Fatal("seeds 1 and 2 drew the same schedule")
+	}
+	short := nemesisSchedule(7, time.Second, holder, 3, 5, 3)
+	if len(short) != 1 || short[0].Kind != nemPauseHolder {
+		t.Fatalf("a run too short for any step still gets the forced pause alone, got %v", short)
+	}
+}
