@@ -64,6 +64,9 @@ type scenario struct {
 	fault func(ctx context.Context, e *chaosEnv) error
 	// check lists what else a fenced run must show.
 	check func(r *Run) []string
+	// run, when set, replaces the whole run (servers, instances, load,
+	// fault, measures): the partition scenarios build their own network.
+	run func(ctx context.Context, e *chaosEnv, out *Run) error
 }
 
 func (s *scenario) lockTTL(cc Config) time.Duration {
@@ -130,6 +133,9 @@ var scenarios = []*scenario{
 		fault:   redisFailover,
 		check:   needStaleRejected,
 	},
+	partitionHolderScenario,
+	partitionLockMinorityScenario,
+	partitionZKLeaderScenario,
 }
 
 // Scenarios names the scenarios of `load chaos`, in the order
