@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/stack"
 
+	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/run"
 )
 
@@ -96,7 +97,32 @@ func partitionHolder(ctx context.Context, n *netRun) error {
 	}
 	e.heal([]int{v}, "partition healed: instance %d reaches its lock servers again", v+1)
 	e.window(from, e.healAt)
+	// A ZooKeeper instance must first learn that its session expired and
+	// open a new one, which takes seconds on a busy machine: the load goes
+	// on until it has placed an order again.
+	e.background(func() { n.awaitRecovery(ctx, v, 30*time.Second) })
 	return nil
+}
+
+// awaitRecovery waits, at most limit, for instance i's first 201 after
+// the heal and notes it.
+func (n *netRun) awaitRecovery(ctx context.Context, i int, limit time.Duration) {
+	e := n.e
+	e.mu.Lock()
+	healAt := e.healAt
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for ctx.Err() == nil {
+		for _, o := range e.load.snapshot() {
+			if o.inst == i && o.kind == client.KindReserved && o.done >= healAt {
+				e.event(EventNote, "instance %d placed an order again, %v after the heal", i+1, (o.done - healAt).Round(time.Millisecond))
+				return
+			}
+		}
+		run.Sleep(ctx, 100*time.Millisecond)
+	}
+	e.event(EventNote, "instance %d placed no order within %v of the heal", i+1, limit)
 }
 
 func partitionLockMinority(ctx context.Context, n *netRun) error {
