@@ -151,7 +151,7 @@ var Scenarios = func() []string {
 // PrintScenarios writes one line per scenario: its name and summary.
 func PrintScenarios(w io.Writer) {
 	for _, s := range scenarios {
-		fmt.Fprintf(w, "  %-20s %s\n", s.Name, s.Summary)
+		fmt.Fprintf(w, "  %-24s %s\n", s.Name, s.Summary)
 	}
 }
 
