@@ -39,7 +39,18 @@ var ErrZKNotServing = errors.New("not serving requests")
 // four-letter word: leader, follower or standalone. A node without a quorum
 // answers with an error wrapping ErrZKNotServing (`ruok` would still say imok).
 func ZKMode(ctx context.Context, addr string) (string, error) {
-	out, err := zkFourLetterWord(ctx, addr, "srvr")
+	var d net.Dialer
+	return ZKModeDial(ctx, d.DialContext, addr)
+}
+
+// DialFunc opens a connection, as net.Dialer.DialContext does; a
+// netns.Member's DialContext dials from inside a network namespace.
+type DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// ZKModeDial is ZKMode over a connection opened by dial, for a node that
+// only a network namespace reaches.
+func ZKModeDial(ctx context.Context, dial DialFunc, addr string) (string, error) {
+	out, err := zkFourLetterWord(ctx, dial, addr, "srvr")
 	if err != nil {
 		return "", err
 	}
@@ -56,11 +67,10 @@ func ZKMode(ctx context.Context, addr string) (string, error) {
 
 // zkFourLetterWord sends cmd and reads until the server closes the
 // connection, which it does after every four-letter word.
-func zkFourLetterWord(ctx context.Context, addr, cmd string) (string, error) {
+func zkFourLetterWord(ctx context.Context, dial DialFunc, addr, cmd string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	conn, err := dial(ctx, "tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("zookeeper %s: %w", addr, err)
 	}
@@ -276,31 +286,70 @@ func (n *ZKNode) serving(ctx context.Context) error {
 }
 
 func (n *ZKNode) writeConfig(servers string) error {
-	data := filepath.Join(n.dir, "data")
+	return writeZKFiles(n.dir, n.myid, "127.0.0.1", n.clientPort, servers)
+}
+
+// ZKPeer is one server of an ensemble whose nodes listen on addresses the
+// caller chose (a network namespace's, say) instead of loopback.
+type ZKPeer struct {
+	Host                                 string
+	ClientPort, QuorumPort, ElectionPort int
+}
+
+// WriteZKConfig writes, under dir, the configuration of node myid (1-based)
+// of the ensemble peers, with the settings of StartZKEnsemble; start it
+// with ZKCommand(dir).
+func WriteZKConfig(dir string, myid int, peers []ZKPeer) error {
+	if myid < 1 || myid > len(peers) {
+		return fmt.Errorf("stack: zookeeper myid %d of %d peers", myid, len(peers))
+	}
+	var servers strings.Builder
+	if len(peers) > 1 {
+		for i, p := range peers {
+			fmt.Fprintf(&servers, "server.%d=%s:%d:%d\n", i+1, p.Host, p.QuorumPort, p.ElectionPort)
+		}
+	}
+	me := peers[myid-1]
+	return writeZKFiles(dir, myid, me.Host, me.ClientPort, servers.String())
+}
+
+// ZKCommand is the java command line of the node configured under dir by
+// WriteZKConfig, for callers that start the process themselves (inside a
+// network namespace); its log is dir/zookeeper.log.
+func ZKCommand(dir string) (*exec.Cmd, error) {
+	java, err := exec.LookPath("java")
+	if err != nil {
+		return nil, fmt.Errorf("stack: java not found (%w); run scripts/stack.sh up to install it", err)
+	}
+	return exec.Command(java, zkJavaArgs(dir)...), nil
+}
+
+func writeZKFiles(dir string, myid int, host string, clientPort int, servers string) error {
+	data := filepath.Join(dir, "data")
 	if err := os.MkdirAll(data, 0o755); err != nil {
 		return fmt.Errorf("stack: zookeeper dir: %w", err)
 	}
 	files := map[string]string{
-		filepath.Join(data, "myid"): strconv.Itoa(n.myid) + "\n",
-		filepath.Join(n.dir, "zoo.cfg"): fmt.Sprintf(`tickTime=200
+		filepath.Join(data, "myid"): strconv.Itoa(myid) + "\n",
+		filepath.Join(dir, "zoo.cfg"): fmt.Sprintf(`tickTime=200
 initLimit=10
 syncLimit=5
 dataDir=%s
 clientPort=%d
-clientPortAddress=127.0.0.1
+clientPortAddress=%s
 minSessionTimeout=400
 maxSessionTimeout=20000
 maxClientCnxns=0
 admin.enableServer=false
 4lw.commands.whitelist=ruok,srvr,stat,mntr,cons
 preAllocSize=4096
-%s`, data, n.clientPort, servers),
-		filepath.Join(n.dir, "log4j.properties"): fmt.Sprintf(`log4j.rootLogger=INFO, F
+%s`, data, clientPort, host, servers),
+		filepath.Join(dir, "log4j.properties"): fmt.Sprintf(`log4j.rootLogger=INFO, F
 log4j.appender.F=org.apache.log4j.FileAppender
 log4j.appender.F.File=%s
 log4j.appender.F.layout=org.apache.log4j.PatternLayout
 log4j.appender.F.layout.ConversionPattern=%%d{ISO8601} [myid:%%X{myid}] %%-5p [%%t:%%C{1}@%%L] - %%m%%n
-`, filepath.Join(n.dir, "zookeeper.log")),
+`, filepath.Join(dir, "zookeeper.log")),
 	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
@@ -310,15 +359,19 @@ log4j.appender.F.layout.ConversionPattern=%%d{ISO8601} [myid:%%X{myid}] %%-5p [%
 	return nil
 }
 
-func (n *ZKNode) launch() (*process, error) {
-	args := []string{
+func zkJavaArgs(dir string) []string {
+	return []string{
 		// A small heap and the serial GC keep several test JVMs within 2 cores.
 		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
 		"-Djava.net.preferIPv4Stack=true",
-		"-Dlog4j.configuration=file:" + filepath.Join(n.dir, "log4j.properties"),
+		"-Dlog4j.configuration=file:" + filepath.Join(dir, "log4j.properties"),
 		"-cp", zkClassPath,
-		zkMainClass, filepath.Join(n.dir, "zoo.cfg"),
+		zkMainClass, filepath.Join(dir, "zoo.cfg"),
 	}
+}
+
+func (n *ZKNode) launch() (*process, error) {
+	args := zkJavaArgs(n.dir)
 	// The JVM's own output is small (start-up errors); the server log is
 	// zookeeper.log, and the tail quoted on failure comes from there.
 	p, err := startProcess(n.java, args, filepath.Join(n.dir, "zookeeper.log"))

@@ -111,7 +111,11 @@ func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *pro
 	}
 	run.Logs = dir
 	e := newChaosEnv(cc, p, dir, prog)
-	err := e.execute(ctx, &run)
+	execute := e.execute
+	if p.sc.run != nil {
+		execute = func(ctx context.Context, out *Run) error { return p.sc.run(ctx, e, out) }
+	}
+	err := execute(ctx, &run)
 	run.Notes = append(run.Notes, e.teardown()...)
 	if p.sc.finish != nil {
 		p.sc.finish(ctx, e, &run)

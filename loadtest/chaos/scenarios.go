@@ -68,6 +68,9 @@ type scenario struct {
 	// reads the final state, checks the recorded history into r.History,
 	// and closes what setup started that teardown does not know of.
 	finish func(ctx context.Context, e *chaosEnv, r *Run)
+	// run, when set, replaces the whole run (servers, instances, load,
+	// fault, measures): the partition scenarios build their own network.
+	run func(ctx context.Context, e *chaosEnv, out *Run) error
 }
 
 func (s *scenario) lockTTL(cc Config) time.Duration {
@@ -139,6 +142,9 @@ var scenarios = append([]*scenario{
 	lostCommitAckScenario(),
 	clockJumpScenario(),
 	nemesisScenario(),
+	partitionHolderScenario,
+	partitionLockMinorityScenario,
+	partitionZKLeaderScenario,
 }, etcdScenarios...)
 
 // Scenarios names the scenarios of `load chaos`, in the order
@@ -154,7 +160,7 @@ var Scenarios = func() []string {
 // PrintScenarios writes one line per scenario: its name and summary.
 func PrintScenarios(w io.Writer) {
 	for _, s := range scenarios {
-		fmt.Fprintf(w, "  %-20s %s\n", s.Name, s.Summary)
+		fmt.Fprintf(w, "  %-24s %s\n", s.Name, s.Summary)
 	}
 }
 

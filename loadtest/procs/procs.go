@@ -41,6 +41,11 @@ type ServeOptions struct {
 	EtcdEndpoints string // --etcd-endpoints; empty: not passed
 }
 
+// Args is the serve command line (after the binary) of an instance
+// listening on addr, for callers that start the process themselves (chaos
+// runs some inside network namespaces).
+func (o ServeOptions) Args(addr string) []string { return o.args(addr) }
+
 func (o ServeOptions) args(addr string) []string {
 	args := []string{"serve", "--addr=" + addr, "--lock=" + o.Lock, "--fencing=" + o.Fencing, "--admin-token=" + o.AdminToken}
 	for _, kv := range [][2]string{{"lock-ttl", o.LockTTL}, {"redis-addrs", o.RedisAddrs}, {"zk-servers", o.ZKServers}, {"etcd-endpoints", o.EtcdEndpoints}, {"database-url", o.DatabaseURL}} {

@@ -1,0 +1,103 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// pgBinDir is where Debian's PostgreSQL 15 keeps initdb and postgres.
+const pgBinDir = "/usr/lib/postgresql/15/bin"
+
+const pgPort = 5432
+
+// postgresServer is a partition scenario's own PostgreSQL cluster: a
+// scratch data directory owned by the postgres user (initdb and postgres
+// refuse to run as root), the server inside a member. The shared stack's
+// database is never used, so a partition cuts the instances' only store.
+type postgresServer struct {
+	dir string // the scratch directory, outside the run's log directory (which postgres cannot enter)
+	url string
+}
+
+// startPostgres initdb's a cluster and runs postgres inside member, its
+// log in logDir/postgres.log, and waits until it accepts connections from
+// the load tester's member. Durability is off: the cluster lives as long as
+// one run.
+func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*postgresServer, error) {
+	pgUser, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("postgres user: %w (apt-get install -y postgresql)", err)
+	}
+	uid, _ := strconv.Atoi(pgUser.Uid)
+	gid, _ := strconv.Atoi(pgUser.Gid)
+	dir, err := os.MkdirTemp("", "stockguard-chaos-pg-")
+	if err != nil {
+		return nil, err
+	}
+	s := &postgresServer{dir: dir}
+	if err := os.Chown(dir, uid, gid); err != nil {
+		return s, fmt.Errorf("postgres scratch dir: %w", err)
+	}
+	data := filepath.Join(dir, "data")
+	// setpriv execs in place (no fork, unlike runuser), so the PID the
+	// topology holds is postgres's own.
+	asPostgres := func(bin string, args ...string) []string {
+		return append([]string{"--reuid=postgres", "--regid=postgres", "--init-groups", "--", filepath.Join(pgBinDir, bin)}, args...)
+	}
+	initdb := exec.CommandContext(ctx, "setpriv", asPostgres("initdb", "-D", data, "-U", "postgres",
+		"--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C")...)
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return s, fmt.Errorf("initdb: %w: %s", err, out)
+	}
+	// initdb trusts loopback only; the clients are the other members, on
+	// the topology's subnet, which the server is directly connected to.
+	hba, err := os.OpenFile(filepath.Join(data, "pg_hba.conf"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return s, fmt.Errorf("pg_hba.conf: %w", err)
+	}
+	_, err = hba.WriteString("host all all samenet trust\n")
+	if cerr := hba.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return s, fmt.Errorf("pg_hba.conf: %w", err)
+	}
+	addr := r.topo.Member(member).Addr().String()
+	logPath := filepath.Join(logDir, "postgres.log")
+	p, err := r.startLogged(member, exec.Command("setpriv", asPostgres("postgres", "-D", data,
+		"-c", "listen_addresses="+addr, "-p", strconv.Itoa(pgPort), "-c", "unix_socket_directories="+dir,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200")...), logPath)
+	if err != nil {
+		return s, err
+	}
+	s.url = fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", r.addr(member, pgPort))
+	cfg, err := pgx.ParseConfig(s.url)
+	if err != nil {
+		return s, err
+	}
+	cfg.DialFunc = r.dial
+	return s, waitUp(ctx, "postgres "+addr, p, logPath, serverStartLimit, func(ctx context.Context) error {
+		conn, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		return conn.Ping(ctx)
+	})
+}
+
+// remove deletes the scratch directory; the server died with the topology.
+func (s *postgresServer) remove() error {
+	if err := os.RemoveAll(s.dir); err != nil {
+		return fmt.Errorf("removing postgres scratch dir: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,206 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/stack"
+
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/run"
+)
+
+// The partition scenarios build their own network out of namespaces
+// (netenv.go) and cut links with nftables drop rules: the processes keep
+// running, their packets vanish.
+var (
+	partitionHolderScenario = &scenario{
+		Name: "partition-holder", Backends: []string{"redis", "redlock", "zookeeper"}, DamageUnfenced: true,
+		Summary: "Cut the instance holding a lease between claim and write off from its lock servers (it still reaches Postgres and the clients) until its lease is lost and another instance holds the lock; its write goes out; heal.",
+		run:     netScenario(partitionHolder),
+		check: func(r *Run) []string {
+			out := needStaleRejected(r)
+			if r.Metrics[metricVictimLeasesLost] == 0 {
+				out = append(out, "the partitioned instance never saw its lease lost")
+			}
+			return append(out, needRecovery(r)...)
+		},
+	}
+	partitionLockMinorityScenario = &scenario{
+		Name: "partition-lock-minority", Backends: []string{"redlock"},
+		Summary: "Cut 2 of the 5 Redlock masters off from everything else (instances, clients, the other masters), then heal: the majority keeps granting locks, so orders keep succeeding.",
+		run:     netScenario(partitionLockMinority),
+		check: func(r *Run) []string {
+			if r.Fault.ReservedDuring == 0 {
+				return []string{"no order succeeded while 2 of 5 masters were cut off"}
+			}
+			return nil
+		},
+	}
+	partitionZKLeaderScenario = &scenario{
+		Name: "partition-zk-leader", Backends: []string{"zookeeper"},
+		Summary: "Cut the ZooKeeper leader off from the other two nodes and every instance: the majority elects a new leader, sessions move to it, orders resume while the old leader is still cut off; heal.",
+		run:     netScenario(partitionZKLeader),
+		check: func(r *Run) []string {
+			var out []string
+			if r.Fault.ReservedDuring == 0 {
+				out = append(out, "no order succeeded while the old leader was cut off")
+			}
+			return append(out, needRecovery(r)...)
+		},
+	}
+)
+
+// leaseExpiry is how long a lease outlives its holder's silence on the
+// backend of e: the TTL, or the ZooKeeper session timeout.
+func leaseExpiry(e *chaosEnv) (time.Duration, string) {
+	if e.plan.backend == "zookeeper" {
+		return zkSessionTimeout, "ZooKeeper session timeout"
+	}
+	return e.plan.sc.lockTTL(e.cc), "lock TTL"
+}
+
+func partitionHolder(ctx context.Context, n *netRun) error {
+	e, rig, v := n.e, n.rig, n.victim()
+	expiry, what := leaseExpiry(e)
+	// The stall outlasts the lease by as much again as pause-holder's
+	// SIGSTOP does: by then the lock servers have let the lease go and
+	// another instance claimed the row.
+	stall := expiry + max(time.Second, expiry/2)
+	answered := n.stallVictim(ctx, stall)
+	claimed := n.rowTokens(ctx)
+	from := e.event(EventFault, "partition instance %d (%s) from the lock servers (%s) for the rest of its %v stall, past the %s of %v; it still reaches Postgres and the clients",
+		v+1, rig.topo.Member(rig.ins[v].member).Addr(), strings.Join(rig.locks, ", "), stall, what, expiry)
+	if err := rig.topo.Partition(ctx, []string{rig.ins[v].member}, rig.locks); err != nil {
+		return err
+	}
+	select {
+	case <-answered:
+	case <-time.After(stall + e.cc.RequestTimeout):
+		e.event(EventNote, "the stalled order did not answer within %v", stall+e.cc.RequestTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Unfenced writes leave the tokens alone: the note is for fenced runs.
+	if now := n.rowTokens(ctx); now != "" && now != claimed {
+		e.event(EventNote, "rows' fence tokens %s when the stall began, %s now: other instances took the lock during the partition", claimed, now)
+	}
+	lost, err := n.victimLeasesLost(ctx)
+	if err != nil {
+		return err
+	}
+	e.event(EventNote, "instance %d's lock backend reports %.0f leases lost (stockguard_lock_leases_lost_total)", v+1, lost)
+	if err := rig.topo.Heal(ctx); err != nil {
+		return err
+	}
+	e.heal([]int{v}, "partition healed: instance %d reaches its lock servers again", v+1)
+	e.window(from, e.healAt)
+	// A ZooKeeper instance must first learn that its session expired and
+	// open a new one, which takes seconds on a busy machine: the load goes
+	// on until it has placed an order again.
+	e.background(func() { n.awaitRecovery(ctx, v, 30*time.Second) })
+	return nil
+}
+
+// awaitRecovery waits, at most limit, for instance i's first 201 after
+// the heal and notes it.
+func (n *netRun) awaitRecovery(ctx context.Context, i int, limit time.Duration) {
+	e := n.e
+	e.mu.Lock()
+	healAt := e.healAt
+	e.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	for ctx.Err() == nil {
+		for _, o := range e.load.snapshot() {
+			if o.inst == i && o.kind == client.KindReserved && o.done >= healAt {
+				e.event(EventNote, "instance %d placed an order again, %v after the heal", i+1, (o.done - healAt).Round(time.Millisecond))
+				return
+			}
+		}
+		run.Sleep(ctx, 100*time.Millisecond)
+	}
+	e.event(EventNote, "instance %d placed no order within %v of the heal", i+1, limit)
+}
+
+func partitionLockMinority(ctx context.Context, n *netRun) error {
+	e, rig := n.e, n.rig
+	cut := rig.locks[:2]
+	down := max(3*time.Second, 3*e.plan.sc.lockTTL(e.cc))
+	from := e.event(EventFault, "partition Redis masters %s (2 of %d) from every other member (instances, clients, the other masters) for %v; the servers keep running",
+		strings.Join(cut, ", "), len(rig.locks), down)
+	if err := rig.topo.Partition(ctx, cut, rig.others(cut...)); err != nil {
+		return err
+	}
+	run.Sleep(ctx, down)
+	if err := rig.topo.Heal(ctx); err != nil {
+		return err
+	}
+	e.heal(nil, "partition healed: all %d masters reachable again", len(rig.locks))
+	e.window(from, e.healAt)
+	return nil
+}
+
+func partitionZKLeader(ctx context.Context, n *netRun) error {
+	e, rig := n.e, n.rig
+	all := []int{0, 1, 2}
+	leader, err := rig.waitZKLeader(ctx, all, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	old := rig.locks[leader]
+	from := e.event(EventFault, "isolate ZooKeeper leader %s (%s) from the other nodes and every instance; it keeps running",
+		old, rig.topo.Member(old).Addr())
+	if err := rig.topo.Isolate(ctx, old); err != nil {
+		return err
+	}
+	var rest []int
+	for _, i := range all {
+		if i != leader {
+			rest = append(rest, i)
+		}
+	}
+	next, err := rig.waitZKLeader(ctx, rest, 30*time.Second)
+	if err != nil {
+		return err
+	}
+	e.event(EventNote, "%s elected leader by the majority side", rig.locks[next])
+	// Held for a session timeout more: sessions that were on the old
+	// leader must move to the majority or expire, and orders run on them
+	// while the old leader is still cut off.
+	run.Sleep(ctx, zkSessionTimeout)
+	if err := rig.topo.Heal(ctx); err != nil {
+		return err
+	}
+	e.heal(nil, "partition healed: %s reachable again", old)
+	e.window(from, e.healAt)
+	e.background(func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		for wctx.Err() == nil {
+			if mode, err := stack.ZKModeDial(wctx, rig.dial, rig.addr(old, zkClientPort)); err == nil {
+				e.event(EventNote, "old leader %s back in the ensemble as %s", old, mode)
+				return
+			}
+			run.Sleep(wctx, 200*time.Millisecond)
+		}
+		e.event(EventNote, "old leader %s did not rejoin within 30s", old)
+	})
+	return nil
+}
+
+// rowTokens lists the hot SKUs' fence tokens as the store has them, e.g.
+// "s00000=812"; empty if a read fails (the figure is a note, not a check).
+func (n *netRun) rowTokens(ctx context.Context) string {
+	parts := make([]string, 0, len(n.e.load.skus))
+	for _, sku := range n.e.load.skus {
+		st, err := n.e.client.GetSKU(ctx, n.rig.ins[0].url, sku)
+		if err != nil {
+			return ""
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", shortSKU(sku), st.FenceToken))
+	}
+	return strings.Join(parts, " ")
+}
