@@ -85,9 +85,14 @@ func (s *Service) serve(ctx context.Context, src source) {
 }
 
 // acquire locks want for the pendings waiting on it, in sorted order, for as
-// long as the last of them is willing to wait. On failure it answers them
-// (each one's own timer may have answered it first) and returns nil.
+// long as the last of them is willing to wait. Those that name a SKU that
+// does not exist are answered first, and nothing is locked for them
+// (known.go). On failure it answers them (each one's own timer may have
+// answered it first) and returns nil.
 func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending) *hold {
+	if want, waiting = s.dropUnknown(ctx, want, waiting); len(waiting) == 0 {
+		return nil
+	}
 	deadline, paused := waiting[0].deadline, false
 	for _, p := range waiting {
 		deadline = later(deadline, p.deadline)
@@ -269,6 +274,9 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 		}
 		if err != nil {
 			return err
+		}
+		for name := range skus {
+			s.known.add(name)
 		}
 		h.ledger = inventory.NewLedger(skus, byKey, unknown)
 		return nil

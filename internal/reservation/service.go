@@ -64,12 +64,13 @@ type Service struct {
 	// coalesce is nil when coalescing is off.
 	coalesce *coalescer
 	keys     *keys
+	known    *knownSKUs
 }
 
 // New returns a Service.
 func New(c Config) *Service {
 	s := &Service{store: c.Store, locker: c.Locker, obs: c.Observer, log: c.Logger,
-		lockWait: c.LockWait, ttl: c.TTL, now: c.Now, keys: newKeys(c.Store)}
+		lockWait: c.LockWait, ttl: c.TTL, now: c.Now, keys: newKeys(c.Store), known: newKnownSKUs(c.Store, maxKnownSKUs)}
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
