@@ -69,6 +69,13 @@ func (r *PlaceRequest) Validate() error {
 	if len(r.IdempotencyKey) > MaxIdempotency {
 		return invalid("Idempotency-Key is longer than %d bytes", MaxIdempotency)
 	}
+	for i := 0; i < len(r.IdempotencyKey); i++ {
+		// Printable ASCII only: the key is stored as text, and a byte the
+		// database refuses would fail the write of a whole batch.
+		if c := r.IdempotencyKey[i]; c < 0x20 || c > 0x7e {
+			return invalid("Idempotency-Key must be printable ASCII: byte %d is %#x", i, c)
+		}
+	}
 	return nil
 }
 

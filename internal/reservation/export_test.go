@@ -18,3 +18,6 @@ func Queued(s *Service, sku string) int {
 	}
 	return n
 }
+
+// MaxRewrites is maxRewrites, for the tests of a batch's isolation.
+const MaxRewrites = maxRewrites

@@ -73,6 +73,10 @@ type spyStore struct {
 	writes      []int // orders per write
 	afterClaim  func(fences []inventory.Fence)
 	beforeWrite func()
+	// refuse, when set, may refuse a write before it reaches the database,
+	// as the database would; attempts counts the writes tried.
+	refuse   func(w inventory.Write) error
+	attempts int
 }
 
 func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create bool) (map[string]inventory.SKU, error) {
@@ -89,10 +93,16 @@ func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create b
 
 func (s *spyStore) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
 	s.mu.Lock()
-	hook := s.beforeWrite
+	hook, refuse := s.beforeWrite, s.refuse
+	s.attempts++
 	s.mu.Unlock()
 	if hook != nil {
 		hook()
+	}
+	if refuse != nil {
+		if err := refuse(w); err != nil {
+			return err
+		}
 	}
 	err := s.Store.Write(ctx, fences, w)
 	if err == nil {
@@ -108,8 +118,15 @@ func (s *spyStore) counts() (claims int, writes []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	claims, writes = s.claims, s.writes
-	s.claims, s.writes = 0, nil
+	s.claims, s.writes, s.attempts = 0, nil, 0
 	return claims, writes
+}
+
+// tried returns the writes attempted since the last counts.
+func (s *spyStore) tried() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attempts
 }
 
 func (s *spyStore) onClaim(f func(fences []inventory.Fence)) {
