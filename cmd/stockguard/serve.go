@@ -110,6 +110,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	defer cancel()
 	err = srv.Shutdown(shutdownCtx)
 	<-reaped
+	err = errors.Join(err, svc.Close(shutdownCtx)) // batch leaders answer and release what they hold
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

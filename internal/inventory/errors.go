@@ -17,6 +17,9 @@ var (
 	ErrInvalidTransition   = errors.New("invalid order transition")
 	ErrIdempotencyInFlight = errors.New("idempotency key in flight")
 	ErrIdempotencyReused   = errors.New("idempotency key reused with a different request")
+	// ErrOverloaded is work refused because a bound on what waits (requests
+	// in flight, orders queued) is reached; retry later, elsewhere if need be.
+	ErrOverloaded = errors.New("overloaded")
 	// ErrConflict is a write that collided with a concurrent writer the lock
 	// should have kept out (a deadlock between unlocked writers); retryable.
 	ErrConflict = errors.New("concurrent write conflict")

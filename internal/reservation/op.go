@@ -107,6 +107,11 @@ func (p *pending) move(from, to int32) bool { return p.state.CompareAndSwap(from
 // alone runs p as a batch of one, on the request's own goroutine and
 // context: through the same critical section as a coalesced batch.
 func (s *Service) alone(ctx context.Context, p *pending) error {
+	ctx, done, err := s.life.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	s.serve(ctx, &single{p: p})
 	return <-p.answer
 }
