@@ -37,7 +37,9 @@ func (s *expiringStore) ExpiredOrders(_ context.Context, _ time.Time, limit int,
 	return out, nil
 }
 
-func (s *expiringStore) Order(context.Context, uuid.UUID) (*inventory.Order, error) { return nil, errDown }
+func (s *expiringStore) Order(context.Context, uuid.UUID) (*inventory.Order, error) {
+	return nil, errDown
+}
 
 func ids(n int) []uuid.UUID {
 	out := make([]uuid.UUID, n)
