@@ -21,3 +21,6 @@ func Queued(s *Service, sku string) int {
 
 // MaxRewrites is maxRewrites, for the tests of a batch's isolation.
 const MaxRewrites = maxRewrites
+
+// MaxHoldWait is maxHoldWait, for the test of its bound.
+const MaxHoldWait = maxHoldWait

@@ -100,7 +100,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	start := time.Now()
-	set, err := lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
+	set, err := s.acquireAll(actx, want, s.leaseOptions(paused))
 	cancel()
 	s.obs.LockWait(time.Since(start))
 	if err == nil {
