@@ -2,6 +2,7 @@ package reservation_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/reservation"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
@@ -85,6 +87,7 @@ func TestMaxOrdersOnEveryBackend(t *testing.T) {
 			}
 
 			alone := median(t, func() error { return place(on, req("", line(solo, 1))) })
+			var unavailable atomic.Int64
 			stop := make(chan struct{})
 			var bg sync.WaitGroup
 			for i := range 2 {
@@ -95,11 +98,18 @@ func TestMaxOrdersOnEveryBackend(t *testing.T) {
 							return
 						default:
 						}
-						if err := place(on, order((i*extra/2+n)%extra)); err != nil {
+						err := place(on, order((i*extra/2+n)%extra))
+						switch {
+						case err == nil:
+							placed.Add(1)
+						case errors.Is(err, lock.ErrUnavailable):
+							// The lock servers' own timeouts on a starved
+							// machine: load for the measurement, not its subject.
+							unavailable.Add(1)
+						default:
 							errs <- err
 							return
 						}
-						placed.Add(1)
 					}
 				})
 			}
@@ -112,7 +122,8 @@ func TestMaxOrdersOnEveryBackend(t *testing.T) {
 				t.Fatalf("a %d-line order in the background: %v", inventory.MaxLines, err)
 			default:
 			}
-			t.Logf("%s: one-line order median %s alone, %s beside %d-line orders", name, alone, beside, inventory.MaxLines)
+			t.Logf("%s: one-line order median %s alone, %s beside %d-line orders (%d of them lock_unavailable)",
+				name, alone, beside, inventory.MaxLines, unavailable.Load())
 			if beside > maxSlowdown*alone {
 				t.Fatalf("one-line order median %s beside %d-line orders, %s alone: more than %d× slower",
 					beside, inventory.MaxLines, alone, maxSlowdown)

@@ -35,7 +35,7 @@ type Coalescing struct {
 	MaxHold time.Duration
 	// MaxQueued caps the orders waiting in one SKU's queue; an order beyond
 	// it is refused at once with inventory.ErrOverloaded (503 overloaded,
-	// Retry-After). Default 4 × MaxBatch: a leader's next four batches.
+	// Retry-After). Default 1024: four full batches of the default size.
 	MaxQueued int
 	// MaxQueues caps the queues, so the batch leaders (one goroutine each,
 	// each waiting for locks or the store); an order that would start one
@@ -48,6 +48,7 @@ const (
 	DefaultMaxBatch   = 256
 	DefaultMaxBatches = 4
 	DefaultMaxHold    = 50 * time.Millisecond
+	DefaultMaxQueued  = 1024
 	DefaultMaxQueues  = 4096
 )
 
@@ -62,7 +63,7 @@ func (c Coalescing) withDefaults() Coalescing {
 		c.MaxHold = DefaultMaxHold
 	}
 	if c.MaxQueued <= 0 {
-		c.MaxQueued = 4 * c.MaxBatch
+		c.MaxQueued = DefaultMaxQueued
 	}
 	if c.MaxQueues <= 0 {
 		c.MaxQueues = DefaultMaxQueues
