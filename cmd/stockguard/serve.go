@@ -127,6 +127,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		errs = append(errs, shutdown(shutdownCtx, s, log))
 	}
 	<-reaped
+	// Batch leaders may still be acquiring leases for orders whose clients
+	// have gone: they answer and release what they hold.
+	errs = append(errs, svc.Close(shutdownCtx))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -3,6 +3,8 @@ package inventory
 import (
 	"errors"
 	"fmt"
+
+	"github.com/google/uuid"
 )
 
 // Sentinel errors; httpapi maps each to one status and code.
@@ -15,6 +17,9 @@ var (
 	ErrInvalidTransition   = errors.New("invalid order transition")
 	ErrIdempotencyInFlight = errors.New("idempotency key in flight")
 	ErrIdempotencyReused   = errors.New("idempotency key reused with a different request")
+	// ErrOverloaded is work refused because a bound on what waits (requests
+	// in flight, orders queued) is reached; retry later, elsewhere if need be.
+	ErrOverloaded = errors.New("overloaded")
 	// ErrConflict is a write that collided with a concurrent writer the lock
 	// should have kept out (a deadlock between unlocked writers); retryable.
 	ErrConflict = errors.New("concurrent write conflict")
@@ -64,6 +69,19 @@ func (e *KeyTakenError) Error() string {
 // Is makes a KeyTakenError match ErrIdempotencyInFlight: escaping its
 // request, it means the key's first request got there first.
 func (e *KeyTakenError) Is(target error) bool { return target == ErrIdempotencyInFlight }
+
+// OrderError is a write refused because of one order in it (a value of that
+// order the database would not take). Nothing was written: the request
+// path answers that order with Err and writes the rest of its batch again.
+type OrderError struct {
+	ID  uuid.UUID
+	Err error
+}
+
+func (e *OrderError) Error() string { return fmt.Sprintf("order %s: %v", e.ID, e.Err) }
+
+// Unwrap returns why the order was refused.
+func (e *OrderError) Unwrap() error { return e.Err }
 
 // TransitionError is a refused status change.
 type TransitionError struct {

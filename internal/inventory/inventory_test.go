@@ -45,6 +45,10 @@ func TestValidate(t *testing.T) {
 		{"65 chars", PlaceRequest{Lines: []LineRequest{line(strings.Repeat("a", 65), 1)}}, false},
 		{"hold too long", PlaceRequest{Lines: []LineRequest{line("a", 1)}, Hold: MaxHold + time.Second}, false},
 		{"long key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: strings.Repeat("k", 256)}, false},
+		{"printable key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: " !~k-1"}, true},
+		{"non-UTF-8 key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: "k\xff"}, false},
+		{"control byte in key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: "k\x00"}, false},
+		{"non-ASCII key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: "clé"}, false},
 	}
 	for _, c := range cases {
 		err := c.req.Validate()

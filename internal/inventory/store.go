@@ -54,6 +54,10 @@ type Store interface {
 	// OrdersByKey returns, by key, the orders that hold any of keys, with
 	// their lines; a key no order holds is absent.
 	OrdersByKey(ctx context.Context, keys []string) (map[string]*Order, error)
+	// KnownSKUs reports which of names exist, in one statement: a name maps
+	// to true when its row exists and is absent otherwise. SKUs are never
+	// deleted, so a name once seen to exist exists for good.
+	KnownSKUs(ctx context.Context, names []string) (map[string]bool, error)
 
 	// ExpiredOrders lists reserved orders whose hold ended before now, oldest
 	// first, leaving out those in skip.

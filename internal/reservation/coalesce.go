@@ -33,6 +33,14 @@ type Coalescing struct {
 	MaxBatches int
 	// MaxHold caps how long leases are kept for further batches. Default 50ms.
 	MaxHold time.Duration
+	// MaxQueued caps the orders waiting in one SKU's queue; an order beyond
+	// it is refused at once with inventory.ErrOverloaded (503 overloaded,
+	// Retry-After). Default 1024: four full batches of the default size.
+	MaxQueued int
+	// MaxQueues caps the queues, so the batch leaders (one goroutine each,
+	// each waiting for locks or the store); an order that would start one
+	// more is refused with inventory.ErrOverloaded. Default 4096.
+	MaxQueues int
 }
 
 // Coalescing defaults.
@@ -40,6 +48,8 @@ const (
 	DefaultMaxBatch   = 256
 	DefaultMaxBatches = 4
 	DefaultMaxHold    = 50 * time.Millisecond
+	DefaultMaxQueued  = 1024
+	DefaultMaxQueues  = 4096
 )
 
 func (c Coalescing) withDefaults() Coalescing {
@@ -51,6 +61,12 @@ func (c Coalescing) withDefaults() Coalescing {
 	}
 	if c.MaxHold <= 0 {
 		c.MaxHold = DefaultMaxHold
+	}
+	if c.MaxQueued <= 0 {
+		c.MaxQueued = DefaultMaxQueued
+	}
+	if c.MaxQueues <= 0 {
+		c.MaxQueues = DefaultMaxQueues
 	}
 	return c
 }
@@ -80,7 +96,9 @@ type queue struct {
 
 // place queues p and waits for its batch's answer.
 func (c *coalescer) place(ctx context.Context, p *pending) error {
-	c.enqueue(ctx, p)
+	if err := c.enqueue(ctx, p); err != nil {
+		return err
+	}
 	wait := time.NewTimer(c.s.lockWait)
 	defer wait.Stop()
 	for {
@@ -103,22 +121,38 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 	}
 }
 
-// enqueue appends p to its queue, starting the queue's leader if none runs.
-// The leader works for every order in the queue, not for the request that
-// happened to start it, so it runs on a context that outlives that request.
-func (c *coalescer) enqueue(ctx context.Context, p *pending) {
+// enqueue appends p to its queue, starting the queue's leader if none runs,
+// or refuses it (inventory.ErrOverloaded) past the queue bounds. The leader
+// works for every order in the queue, not for the request that happened to
+// start it, so it runs on a context that outlives that request (but not a
+// Close that gives up waiting).
+func (c *coalescer) enqueue(ctx context.Context, p *pending) error {
 	key := p.op.skus[0]
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	q, running := c.queues[key]
-	if !running {
-		q = &queue{c: c, key: key}
-		c.queues[key] = q
+	if running {
+		q.prune()
+		if len(q.items) >= c.cfg.MaxQueued {
+			return fmt.Errorf("reservation: %d orders queued for %q: %w", len(q.items), key, inventory.ErrOverloaded)
+		}
+		q.items = append(q.items, p)
+		return nil
 	}
-	q.items = append(q.items, p)
-	c.mu.Unlock()
-	if !running {
-		go c.s.serve(context.WithoutCancel(ctx), q)
+	if len(c.queues) >= c.cfg.MaxQueues {
+		return fmt.Errorf("reservation: %d batch queues busy: %w", len(c.queues), inventory.ErrOverloaded)
 	}
+	lctx, done, err := c.s.life.enter(context.WithoutCancel(ctx))
+	if err != nil {
+		return err
+	}
+	q = &queue{c: c, key: key, items: []*pending{p}}
+	c.queues[key] = q
+	go func() {
+		defer done()
+		c.s.serve(lctx, q)
+	}()
+	return nil
 }
 
 // usable reports whether another batch may run under h without a new

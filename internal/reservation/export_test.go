@@ -18,3 +18,9 @@ func Queued(s *Service, sku string) int {
 	}
 	return n
 }
+
+// MaxRewrites is maxRewrites, for the tests of a batch's isolation.
+const MaxRewrites = maxRewrites
+
+// MaxHoldWait is maxHoldWait, for the test of its bound.
+const MaxHoldWait = maxHoldWait

@@ -73,6 +73,10 @@ type spyStore struct {
 	writes      []int // orders per write
 	afterClaim  func(fences []inventory.Fence)
 	beforeWrite func()
+	// refuse, when set, may refuse a write before it reaches the database,
+	// as the database would; attempts counts the writes tried.
+	refuse   func(w inventory.Write) error
+	attempts int
 }
 
 func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create bool) (map[string]inventory.SKU, error) {
@@ -89,10 +93,16 @@ func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create b
 
 func (s *spyStore) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
 	s.mu.Lock()
-	hook := s.beforeWrite
+	hook, refuse := s.beforeWrite, s.refuse
+	s.attempts++
 	s.mu.Unlock()
 	if hook != nil {
 		hook()
+	}
+	if refuse != nil {
+		if err := refuse(w); err != nil {
+			return err
+		}
 	}
 	err := s.Store.Write(ctx, fences, w)
 	if err == nil {
@@ -108,8 +118,15 @@ func (s *spyStore) counts() (claims int, writes []int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	claims, writes = s.claims, s.writes
-	s.claims, s.writes = 0, nil
+	s.claims, s.writes, s.attempts = 0, nil, 0
 	return claims, writes
+}
+
+// tried returns the writes attempted since the last counts.
+func (s *spyStore) tried() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.attempts
 }
 
 func (s *spyStore) onClaim(f func(fences []inventory.Fence)) {
@@ -135,8 +152,14 @@ func (c *lossCounter) LeaseLost()           { c.lost.Add(1) }
 // newPGStore opens the real store on a fresh, migrated database.
 func newPGStore(t *testing.T) *postgres.Store {
 	t.Helper()
+	return newPGStoreAt(t, stacktest.NewDatabase(t, context.Background()))
+}
+
+// newPGStoreAt opens the real store on the database at url and migrates it.
+func newPGStoreAt(t *testing.T, url string) *postgres.Store {
+	t.Helper()
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, stacktest.NewDatabase(t, ctx), postgres.WithMaxConns(16))
+	st, err := postgres.Open(ctx, url, postgres.WithMaxConns(16))
 	if err != nil {
 		t.Fatal(err)
 	}

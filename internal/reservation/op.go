@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/stockguard/stockguard/internal/inventory"
 )
 
@@ -21,6 +23,9 @@ type op struct {
 	// key is the idempotency key of an order to place: a write may refuse it
 	// alone (*inventory.KeyTakenError).
 	key string
+	// order is the id of the order to place: a write may refuse it alone
+	// (*inventory.OrderError).
+	order uuid.UUID
 	// decide applies the change to the ledger, all of it or none, and adds
 	// to w what the store must record with the ledger's changes. An error
 	// refuses this op alone.
@@ -29,7 +34,7 @@ type op struct {
 
 // placeOp reserves o's lines and inserts o.
 func placeOp(o *inventory.Order) *op {
-	return &op{skus: sortedSKUs(o), key: o.IdempotencyKey, decide: func(l *inventory.Ledger, w *inventory.Write) error {
+	return &op{skus: sortedSKUs(o), key: o.IdempotencyKey, order: o.ID, decide: func(l *inventory.Ledger, w *inventory.Write) error {
 		if err := l.Reserve(o); err != nil {
 			return err
 		}
@@ -102,6 +107,11 @@ func (p *pending) move(from, to int32) bool { return p.state.CompareAndSwap(from
 // alone runs p as a batch of one, on the request's own goroutine and
 // context: through the same critical section as a coalesced batch.
 func (s *Service) alone(ctx context.Context, p *pending) error {
+	ctx, done, err := s.life.enter(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
 	s.serve(ctx, &single{p: p})
 	return <-p.answer
 }

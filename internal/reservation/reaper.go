@@ -16,7 +16,7 @@ import (
 func (s *Service) Reap(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	r := reaper{s: s, interval: interval, failing: make(map[uuid.UUID]retry)}
+	r := reaper{s: s, interval: interval, limit: maxReapFailing, failing: make(map[uuid.UUID]retry)}
 	for {
 		select {
 		case <-ctx.Done():
@@ -31,6 +31,11 @@ func (s *Service) Reap(ctx context.Context, interval time.Duration) {
 // between attempts.
 const maxReapBackoff = 5 * time.Minute
 
+// maxReapFailing bounds the orders the reaper remembers failing (and so
+// leaves out of its listing while they back off). Past it, the one due
+// soonest is forgotten: it is only retried earlier than its backoff says.
+const maxReapFailing = 1000
+
 // reaper remembers the orders it failed to expire and backs off on each, so
 // a few that cannot be expired (a SKU fenced by another deployment's token
 // space, a backend that is down) neither flood the log every interval nor
@@ -38,6 +43,7 @@ const maxReapBackoff = 5 * time.Minute
 type reaper struct {
 	s        *Service
 	interval time.Duration
+	limit    int
 	failing  map[uuid.UUID]retry
 }
 
@@ -61,6 +67,18 @@ func (r *reaper) once(ctx context.Context) {
 		}
 		return
 	}
+	// An order due again that the listing left out has left the reserved
+	// state (confirmed, cancelled, expired elsewhere) or is past this
+	// round's limit: either way its backoff can go.
+	listed := make(map[uuid.UUID]bool, len(ids))
+	for _, id := range ids {
+		listed[id] = true
+	}
+	for id, f := range r.failing {
+		if !now.Before(f.next) && !listed[id] {
+			delete(r.failing, id)
+		}
+	}
 	for _, id := range ids {
 		err := r.s.Expire(ctx, id)
 		if err == nil || errors.Is(err, inventory.ErrInvalidTransition) || ctx.Err() != nil {
@@ -68,6 +86,9 @@ func (r *reaper) once(ctx context.Context) {
 			continue
 		}
 		f, seen := r.failing[id]
+		if !seen && len(r.failing) >= r.limit {
+			r.forgetSoonest()
+		}
 		f.wait = min(max(2*f.wait, r.interval), maxReapBackoff)
 		f.next = now.Add(f.wait)
 		r.failing[id] = f
@@ -77,4 +98,16 @@ func (r *reaper) once(ctx context.Context) {
 		}
 		level("reaper: expire order", "order_id", id, "retry_in", f.wait, "err", err)
 	}
+}
+
+// forgetSoonest drops the remembered failure due soonest.
+func (r *reaper) forgetSoonest() {
+	var soonest uuid.UUID
+	var at time.Time
+	for id, f := range r.failing {
+		if at.IsZero() || f.next.Before(at) {
+			soonest, at = id, f.next
+		}
+	}
+	delete(r.failing, soonest)
 }

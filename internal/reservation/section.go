@@ -85,9 +85,14 @@ func (s *Service) serve(ctx context.Context, src source) {
 }
 
 // acquire locks want for the pendings waiting on it, in sorted order, for as
-// long as the last of them is willing to wait. On failure it answers them
-// (each one's own timer may have answered it first) and returns nil.
+// long as the last of them is willing to wait. Those that name a SKU that
+// does not exist are answered first, and nothing is locked for them
+// (known.go). On failure it answers them (each one's own timer may have
+// answered it first) and returns nil.
 func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending) *hold {
+	if want, waiting = s.dropUnknown(ctx, want, waiting); len(waiting) == 0 {
+		return nil
+	}
 	deadline, paused := waiting[0].deadline, false
 	for _, p := range waiting {
 		deadline = later(deadline, p.deadline)
@@ -95,7 +100,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	start := time.Now()
-	set, err := lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
+	set, err := s.acquireAll(actx, want, s.leaseOptions(paused))
 	cancel()
 	s.obs.LockWait(time.Since(start))
 	if err == nil {
@@ -150,51 +155,99 @@ func (s *Service) run(ctx context.Context, src source, h *hold, batch []*pending
 
 // decideAndWrite claims (only under a fresh acquisition), decides each op in
 // arrival order on the ledger, checks the leases, stalls if an op asked for
-// a chaos pause, and writes every change in one fenced transaction. Any
-// failure of the claim, the leases or the write is every op's answer, those
-// the ledger refused included: they were judged against a batch that did
-// not happen. The one exception is a write refused for idempotency keys
-// that other instances' orders took meanwhile: those orders are answered
-// with the refusal (their requests replay the first), and the rest are
-// decided and written again, under fences that still stand since nothing
-// landed.
+// a chaos pause, and writes every change in one fenced transaction. A
+// failure of the claim or the leases, or a write failure that belongs to no
+// op in particular (a stale fence, a database that does not answer), is
+// every op's answer, those the ledger refused included: they were judged
+// against a batch that did not happen. A write refused for some of its ops
+// (blame) answers those alone, and the rest are decided and written again,
+// under fences that still stand since nothing landed: one op's failure
+// never fails its neighbours.
 func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pending) []verdict {
 	var done []verdict
-	all := func(err error) []verdict {
+	fail := func(err error, groups ...[]*pending) []verdict {
 		h.broken = true
-		for _, p := range decided {
-			done = append(done, verdict{p, err})
+		for _, g := range groups {
+			for _, p := range g {
+				done = append(done, verdict{p, err})
+			}
 		}
 		return done
 	}
 	if err := s.claim(ctx, h, decided); err != nil {
-		return all(s.failed(h.set, err))
+		return fail(s.failed(h.set, err), decided)
 	}
 	stalled := false
-	for {
-		verdicts, err := s.write(ctx, h, decided, &stalled)
-		var taken *inventory.KeyTakenError
-		// Under a lost lease nothing is written again (failed has counted
-		// the loss once; a second write would count it twice).
-		if errors.As(err, &taken) && !errors.Is(err, lock.ErrLeaseLost) {
-			rest := make([]*pending, 0, len(decided))
-			for _, p := range decided {
-				if k := p.op.key; k != "" && slices.Contains(taken.Keys, k) {
-					done = append(done, verdict{p, err})
-				} else {
-					rest = append(rest, p)
-				}
-			}
-			if len(rest) < len(decided) {
-				decided = rest
-				continue
-			}
+	// groups are the ops still to write, in arrival order, one write each.
+	groups := [][]*pending{decided}
+	for rewrites := 0; len(groups) > 0; {
+		verdicts, err := s.write(ctx, h, groups[0], &stalled)
+		if err == nil {
+			done = append(done, verdicts...)
+			groups = groups[1:]
+			continue
 		}
-		if err != nil {
-			return all(err)
+		blamed, rest, ok := blame(err, groups[0])
+		if !ok || rewrites == maxRewrites {
+			return fail(err, groups...)
 		}
-		return append(done, verdicts...)
+		rewrites++
+		for _, p := range blamed {
+			done = append(done, verdict{p, err})
+		}
+		groups = append(rest, groups[1:]...)
 	}
+	return done
+}
+
+// maxRewrites bounds the writes a batch makes again after a write was
+// refused for some of its ops; past it, the ops not yet written fail with
+// the last refusal. Halving finds one culprit the store cannot name among
+// MaxBatch (256) ops in 2·log2(256) = 16 writes.
+const maxRewrites = 16
+
+// blame splits a refused write's ops g into those the refusal belongs to
+// and the groups to write again; ok is false when the refusal is the whole
+// write's. A store names the ops it can: the orders whose idempotency keys
+// other orders took (*inventory.KeyTakenError), an order it refused
+// (*inventory.OrderError). A value it refused as invalid without saying
+// whose (invalid text) belongs to some op: g is halved until the op is
+// alone. A lost lease, a stale fence or an unreachable database belong to
+// every op.
+func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bool) {
+	if errors.Is(err, lock.ErrLeaseLost) {
+		return nil, nil, false
+	}
+	var taken *inventory.KeyTakenError
+	var refused *inventory.OrderError
+	var named func(p *pending) bool
+	switch {
+	case errors.As(err, &taken):
+		named = func(p *pending) bool { return p.op.key != "" && slices.Contains(taken.Keys, p.op.key) }
+	case errors.As(err, &refused):
+		named = func(p *pending) bool { return p.op.order == refused.ID }
+	case errors.Is(err, inventory.ErrInvalid) && len(g) == 1:
+		return g, nil, true
+	case errors.Is(err, inventory.ErrInvalid):
+		return nil, [][]*pending{g[:len(g)/2], g[len(g)/2:]}, true
+	default:
+		return nil, nil, false
+	}
+	var others []*pending
+	for _, p := range g {
+		if named(p) {
+			blamed = append(blamed, p)
+		} else {
+			others = append(others, p)
+		}
+	}
+	if len(blamed) == 0 {
+		return nil, nil, false // it names none of these: not theirs to answer
+	}
+	if len(others) > 0 {
+		rest = [][]*pending{others}
+	}
+	return blamed, rest, true
 }
 
 // write decides decided on a copy of h's ledger and writes what they
@@ -270,6 +323,9 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 		if err != nil {
 			return err
 		}
+		for name := range skus {
+			s.known.add(name)
+		}
 		h.ledger = inventory.NewLedger(skus, byKey, unknown)
 		return nil
 	}
@@ -320,7 +376,10 @@ func (s *Service) failed(set lock.Set, err error) error {
 	}
 	if lerr := set.Err(); lerr != nil && errors.Is(lerr, lock.ErrLeaseLost) {
 		s.obs.LeaseLost()
-		return fmt.Errorf("%w (%w)", lerr, err)
+		// The store's error is kept as text only: under a lost lease it is
+		// not what the ops failed of (a replay's taken key would otherwise
+		// make every op of the batch read as idempotency_key_in_flight).
+		return fmt.Errorf("%w (store: %v)", lerr, err)
 	}
 	return err
 }

@@ -64,12 +64,15 @@ type Service struct {
 	// coalesce is nil when coalescing is off.
 	coalesce *coalescer
 	keys     *keys
+	known    *knownSKUs
+	life     *lifecycle
 }
 
 // New returns a Service.
 func New(c Config) *Service {
 	s := &Service{store: c.Store, locker: c.Locker, obs: c.Observer, log: c.Logger,
-		lockWait: c.LockWait, ttl: c.TTL, now: c.Now, keys: newKeys(c.Store)}
+		lockWait: c.LockWait, ttl: c.TTL, now: c.Now, keys: newKeys(c.Store), known: newKnownSKUs(c.Store, maxKnownSKUs),
+		life: newLifecycle()}
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
@@ -119,7 +122,7 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 	} else {
 		err = s.alone(ctx, p)
 	}
-	if err != nil && o.IdempotencyKey != "" && ctx.Err() == nil {
+	if err != nil && o.IdempotencyKey != "" && ctx.Err() == nil && !errors.Is(err, inventory.ErrOverloaded) {
 		// Nothing of this request landed. Its key may be held by an earlier
 		// request (a replay, refused by the write as *KeyTakenError, or by
 		// the ledger if the stock has gone since) or by one that another

@@ -1,0 +1,87 @@
+package reservation
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// ErrClosed refuses work after Close: the instance is shutting down. It is
+// an inventory.ErrOverloaded (503 with Retry-After): another instance can
+// take the request.
+var ErrClosed = fmt.Errorf("reservation: the service is shutting down: %w", inventory.ErrOverloaded)
+
+// lifecycle counts the runs of the critical section — batch leaders and
+// ops alone — so that Close can wait for them: a leader may still be
+// acquiring leases for orders whose requests have already gone.
+type lifecycle struct {
+	// ctx ends every run when Close gives up waiting.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool
+	running int
+	// drained is closed when running drops to zero after Close began.
+	drained chan struct{}
+}
+
+func newLifecycle() *lifecycle {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &lifecycle{ctx: ctx, cancel: cancel}
+}
+
+// enter starts a run on a child of ctx that also ends if Close gives up;
+// done ends the run. After Close it refuses with ErrClosed.
+func (l *lifecycle) enter(ctx context.Context) (run context.Context, done func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, nil, ErrClosed
+	}
+	l.running++
+	run, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(l.ctx, cancel)
+	return run, func() {
+		stop()
+		cancel()
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.running--
+		if l.running == 0 && l.drained != nil {
+			close(l.drained)
+			l.drained = nil
+		}
+	}, nil
+}
+
+// Close stops accepting stock changes (ErrClosed), then waits until every
+// batch leader and every op alone has answered its orders and released its
+// leases. If ctx ends first it cancels them: each gives up its lock wait or
+// store call, answers its orders and releases what it holds on a short
+// detached context, and Close returns ctx's error once all have. Call it
+// after the HTTP server has drained and the reaper has stopped.
+func (s *Service) Close(ctx context.Context) error {
+	l := s.life
+	l.mu.Lock()
+	l.closed = true
+	if l.running == 0 {
+		l.mu.Unlock()
+		return nil
+	}
+	if l.drained == nil {
+		l.drained = make(chan struct{})
+	}
+	drained := l.drained
+	l.mu.Unlock()
+	select {
+	case <-drained:
+		return nil
+	case <-ctx.Done():
+	}
+	l.cancel()
+	<-drained
+	return fmt.Errorf("reservation: close: batches cut short: %w", ctx.Err())
+}

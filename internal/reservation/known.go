@@ -1,0 +1,117 @@
+package reservation
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// An order for a SKU that does not exist must never reach a lock server:
+// taking its lock would leave counters, wake keys or znodes behind for a
+// name a client made up, and a client can make up any number of them. So
+// before any lock is taken the section drops the ops that name an unknown
+// SKU (section.go, acquire). SKUs are never deleted, so a name once seen to
+// exist is remembered and costs nothing again; the rest are looked up with
+// one store call per acquisition, whatever the number of orders and lines
+// waiting on it.
+
+// maxKnownSKUs bounds the names a Service remembers as existing. A name is
+// at most 64 bytes, so the set stays within about 10 MB. Past the bound no
+// new name is remembered: those SKUs are looked up in every acquisition
+// that names them, one statement each time, never a wrong answer.
+const maxKnownSKUs = 100_000
+
+// knownSKUs is the set of SKU names seen to exist.
+type knownSKUs struct {
+	store inventory.Store
+	limit int
+
+	mu    sync.Mutex
+	names map[string]struct{}
+}
+
+func newKnownSKUs(store inventory.Store, limit int) *knownSKUs {
+	return &knownSKUs{store: store, limit: limit, names: make(map[string]struct{})}
+}
+
+// add remembers that names exist, up to the bound.
+func (k *knownSKUs) add(names ...string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, n := range names {
+		if len(k.names) >= k.limit {
+			return
+		}
+		k.names[n] = struct{}{}
+	}
+}
+
+// unknown returns those of names that do not exist. It asks the store only
+// about the names it does not remember, in one call, and none when it
+// remembers them all.
+func (k *knownSKUs) unknown(ctx context.Context, names []string) (map[string]bool, error) {
+	k.mu.Lock()
+	var ask []string
+	for _, n := range names {
+		if _, ok := k.names[n]; !ok {
+			ask = append(ask, n)
+		}
+	}
+	k.mu.Unlock()
+	if len(ask) == 0 {
+		return nil, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	found, err := k.store.KnownSKUs(lctx, ask)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("reservation: look up skus: %w", err)
+	}
+	var known []string
+	unknown := make(map[string]bool)
+	for _, n := range ask {
+		if found[n] {
+			known = append(known, n)
+		} else {
+			unknown[n] = true
+		}
+	}
+	k.add(known...)
+	return unknown, nil
+}
+
+// dropUnknown answers, without locking anything, the ops of waiting that
+// name a SKU that does not exist (unknown_sku), or every op with the
+// lookup's error; it returns the rest and the SKUs they need. Ops that
+// create SKUs (setting stock) are not checked: creating a SKU takes its
+// lock like any other stock change.
+func (s *Service) dropUnknown(ctx context.Context, want []string, waiting []*pending) ([]string, []*pending) {
+	if slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.create }) {
+		return want, waiting
+	}
+	unknown, err := s.known.unknown(ctx, want)
+	if err == nil && len(unknown) == 0 {
+		return want, waiting
+	}
+	var rest []*pending
+	want = nil
+	for _, p := range waiting {
+		ans := err
+		if ans == nil {
+			if i := slices.IndexFunc(p.op.skus, func(n string) bool { return unknown[n] }); i >= 0 {
+				ans = &inventory.SKUError{SKU: p.op.skus[i], Err: inventory.ErrUnknownSKU}
+			}
+		}
+		if ans == nil {
+			rest, want = append(rest, p), mergeSorted(want, p.op.skus)
+			continue
+		}
+		if p.move(stateQueued, stateDecided) {
+			p.answer <- ans
+		}
+	}
+	return want, rest
+}
