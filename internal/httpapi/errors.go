@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -19,7 +20,7 @@ var (
 	errMediaType        = errors.New("request body must be application/json")
 	errClientGone       = errors.New("request cancelled by the client")
 	errServiceUnhealthy = errors.New("not ready")
-	errOverloaded       = errors.New("too many requests in flight on this instance")
+	errOverloaded       = fmt.Errorf("too many requests in flight on this instance: %w", inventory.ErrOverloaded)
 )
 
 // errorTable is the one place that knows HTTP statuses; first match wins,
@@ -49,7 +50,7 @@ var errorTable = []struct {
 	{lock.ErrUnavailable, http.StatusServiceUnavailable, "lock_unavailable"},
 	{lock.ErrNotAcquired, http.StatusServiceUnavailable, "lock_unavailable"},
 	{inventory.ErrStoreUnavailable, http.StatusServiceUnavailable, "store_unavailable"},
-	{errOverloaded, http.StatusServiceUnavailable, "overloaded"},
+	{inventory.ErrOverloaded, http.StatusServiceUnavailable, "overloaded"},
 	// Writers the lock failed to serialise deadlocked: as retryable as a busy lock.
 	{inventory.ErrConflict, http.StatusServiceUnavailable, "lock_unavailable"},
 	{errServiceUnhealthy, http.StatusServiceUnavailable, "not_ready"},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/reservation"
 )
 
 func TestClassify(t *testing.T) {
@@ -39,6 +40,7 @@ func TestClassify(t *testing.T) {
 		{fmt.Errorf("postgres: claim: %w: conn closed", inventory.ErrStoreUnavailable), 503, "store_unavailable", ""},
 		{fmt.Errorf("postgres: write: %w: %w", inventory.ErrInvalid, errors.New("invalid byte sequence")), 400, "invalid_request", ""},
 		{errOverloaded, 503, "overloaded", ""},
+		{reservation.ErrClosed, 503, "overloaded", ""},
 		{errNotFound, 404, "not_found", ""},
 		{errMethod, 405, "method_not_allowed", ""},
 		{fmt.Errorf("%w: %w", errServiceUnhealthy, errors.New("ping")), 503, "not_ready", ""},
