@@ -38,12 +38,24 @@ var etcdHTTP = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 // member is unhealthy or knows no leader. It speaks plain HTTP to /health and
 // the gateway's /v3/maintenance/status, so probing needs no etcd client.
 func EtcdRole(ctx context.Context, addr string) (string, error) {
+	return etcdRole(ctx, etcdHTTP, addr)
+}
+
+// EtcdRoleDial is EtcdRole over connections opened by dial, e.g. from
+// inside a network namespace.
+func EtcdRoleDial(ctx context.Context, dial DialFunc, addr string) (string, error) {
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil, DialContext: dial}}
+	defer c.CloseIdleConnections()
+	return etcdRole(ctx, c, addr)
+}
+
+func etcdRole(ctx context.Context, c *http.Client, addr string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	var health struct {
 		Health string `json:"health"`
 	}
-	if err := etcdCall(ctx, addr, http.MethodGet, "/health", &health); err != nil {
+	if err := etcdCall(ctx, c, addr, http.MethodGet, "/health", &health); err != nil {
 		return "", err
 	}
 	if health.Health != "true" {
@@ -56,7 +68,7 @@ func EtcdRole(ctx context.Context, addr string) (string, error) {
 		} `json:"header"`
 		Leader string `json:"leader"`
 	}
-	if err := etcdCall(ctx, addr, http.MethodPost, "/v3/maintenance/status", &status); err != nil {
+	if err := etcdCall(ctx, c, addr, http.MethodPost, "/v3/maintenance/status", &status); err != nil {
 		return "", err
 	}
 	switch {
@@ -69,7 +81,7 @@ func EtcdRole(ctx context.Context, addr string) (string, error) {
 	}
 }
 
-func etcdCall(ctx context.Context, addr, method, path string, out any) error {
+func etcdCall(ctx context.Context, c *http.Client, addr, method, path string, out any) error {
 	var body io.Reader
 	if method == http.MethodPost {
 		body = strings.NewReader("{}")
@@ -79,7 +91,7 @@ func etcdCall(ctx context.Context, addr, method, path string, out any) error {
 		return fmt.Errorf("etcd %s: %w", addr, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := etcdHTTP.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		return fmt.Errorf("etcd %s: %w", addr, err)
 	}

@@ -56,7 +56,7 @@ const netDialTimeout = 5 * time.Second
 // touched. close removes all of it.
 type netRig struct {
 	topo *netns.Topology
-	// locks are the lock servers' members in order (redis1..5, zk1..3).
+	// locks are the lock servers' members in order (redis1..5, zk1..3, etcd1..3).
 	locks []string
 	pg    *postgresServer
 	ins   []*netInstance
@@ -114,6 +114,8 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 		r.locks = []string{"redis1", "redis2", "redis3", "redis4", "redis5"}
 	case "zookeeper":
 		r.locks = []string{"zk1", "zk2", "zk3"}
+	case "etcd":
+		r.locks = []string{"etcd1", "etcd2", "etcd3"}
 	default:
 		return nil, fmt.Errorf("partition scenarios: backend %q has no lock servers to cut off", e.plan.backend)
 	}
@@ -136,6 +138,11 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 			return r, err
 		}
 		e.opts.ZKServers = strings.Join(r.lockAddrs(zkClientPort), ",")
+	case "etcd":
+		if err := r.startEtcd(ctx, e.dir); err != nil {
+			return r, err
+		}
+		e.opts.EtcdEndpoints = strings.Join(r.lockAddrs(etcdClientPort), ",")
 	default:
 		if err := r.startRedis(ctx, e.dir); err != nil {
 			return r, err

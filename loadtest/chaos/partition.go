@@ -17,7 +17,7 @@ import (
 // running, their packets vanish.
 var (
 	partitionHolderScenario = &scenario{
-		Name: "partition-holder", Backends: []string{"redis", "redlock", "zookeeper"}, DamageUnfenced: true,
+		Name: "partition-holder", Backends: []string{"redis", "redlock", "zookeeper", "etcd"}, DamageUnfenced: true,
 		Summary: "Cut the instance holding a lease between claim and write off from its lock servers (it still reaches Postgres and the clients) until its lease is lost and another instance holds the lock; its write goes out; heal.",
 		run:     netScenario(partitionHolder),
 		check: func(r *Run) []string {
@@ -54,12 +54,17 @@ var (
 )
 
 // leaseExpiry is how long a lease outlives its holder's silence on the
-// backend of e: the TTL, or the ZooKeeper session timeout.
+// backend of e: the TTL, the ZooKeeper session timeout, or the etcd
+// session's lease, which etcd counts in whole seconds.
 func leaseExpiry(e *chaosEnv) (time.Duration, string) {
-	if e.plan.backend == "zookeeper" {
+	ttl := e.plan.sc.lockTTL(e.cc)
+	switch e.plan.backend {
+	case "zookeeper":
 		return zkSessionTimeout, "ZooKeeper session timeout"
+	case "etcd":
+		return (ttl + time.Second - 1).Truncate(time.Second), "etcd session TTL"
 	}
-	return e.plan.sc.lockTTL(e.cc), "lock TTL"
+	return ttl, "lock TTL"
 }
 
 func partitionHolder(ctx context.Context, n *netRun) error {
