@@ -31,6 +31,8 @@ type config struct {
 	dbMaxConns   int
 	coalesce     string
 	coalesceCfg  inventory.Coalescing
+	migrate      bool
+	debugAddr    string
 }
 
 func (c *config) register(fs *flag.FlagSet) {
@@ -54,6 +56,8 @@ func (c *config) register(fs *flag.FlagSet) {
 		"most batches run under one lock acquisition before other instances get their turn")
 	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", inventory.DefaultMaxHold,
 		"longest a batch leader keeps its leases for further batches")
+	fs.BoolVar(&c.migrate, "migrate", true, "apply pending migrations at start (false: a migration job owns the schema)")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
 }
 
 // parseFlags applies STOCKGUARD_<FLAG> environment values, then args, which win.
@@ -99,7 +103,7 @@ func (c *config) validate() error {
 	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
 		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)
 	}
-	return nil
+	return checkDebugAddr(c.debugAddr)
 }
 
 func (c *config) logger(w io.Writer) (*slog.Logger, error) {

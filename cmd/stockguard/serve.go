@@ -63,13 +63,23 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer store.Close()
-	if applied, err := postgres.Migrate(ctx, store.DB()); err != nil {
+	if !c.migrate {
+		log.Info("not applying migrations (--migrate=false)")
+	} else if applied, err := postgres.Migrate(ctx, store.DB()); err != nil {
 		return err
 	} else if len(applied) > 0 {
 		log.Info("migrations applied", "files", applied)
 	}
+	stopDebug, err := startDebug(c.debugAddr, log)
+	if err != nil {
+		return err
+	}
+	defer stopDebug()
 
 	m := metrics.New(reg, c.lock)
+	metrics.RegisterBuildInfo(reg, metrics.BuildInfo{Version: readVersion().Version, Backend: c.lock,
+		Fencing: fenced, Coalesce: !c.coalesceCfg.Disabled})
+	metrics.RegisterPool(reg, store.DB())
 	svc := inventory.New(inventory.Config{Store: store, Locker: locker, Observer: m, Logger: log,
 		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg})
 	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg, Logger: log,
@@ -79,7 +89,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: m.InFlight(handler), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 
 	reapCtx, stopReaper := context.WithCancel(context.WithoutCancel(ctx))
