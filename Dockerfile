@@ -9,9 +9,14 @@ COPY go.mod go.sum ./
 RUN --mount=type=cache,target=/go/pkg/mod \
     go mod download
 COPY . .
+# The build context has no .git: the version and commit come as arguments
+# (docker build --build-arg VERSION=$(git describe --tags --always) ...).
+ARG VERSION=devel
+ARG COMMIT=unknown
 RUN --mount=type=cache,target=/go/pkg/mod \
     --mount=type=cache,target=/root/.cache/go-build \
-    CGO_ENABLED=0 go build -trimpath -buildvcs=false -ldflags="-s -w" \
+    CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+        -ldflags="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" \
         -o /out/stockguard ./cmd/stockguard
 
 # debian-slim rather than distroless: the compose healthcheck needs curl.

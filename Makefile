@@ -7,16 +7,23 @@ GO ?= go
 BIN := bin/stockguard
 OUT ?= out
 STACK := scripts/stack.sh
+# Installs the spec linter, promtool and helm once per machine and prints
+# the path of each (deploy/tools.sh says where they go).
+TOOLS := bash deploy/tools.sh
+# Stamped into the binary for `stockguard version` and stockguard_build_info.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Each recipe line is its own shell: the stack's addresses are exported
 # into the same line that uses them.
 WITH_STACK = eval "$$(bash $(STACK) up)" &&
 
-.PHONY: all build lint model tools test unit demo bench stack-up stack-down stack-status clean
+.PHONY: all build lint model tools spec-lint rules-test deploy-test test unit demo bench stack-up stack-down stack-status clean
 
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/stockguard
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/stockguard
 
 lint:
 	@files=$$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './bench/*'); \
@@ -34,9 +41,27 @@ tools:
 model: tools
 	$(GO) test -count=1 -v ./models/ | grep -E '^(ok|FAIL|---|\s+---)'
 
-# Unit, integration (real Redis, ZooKeeper, PostgreSQL), the models and
-# the load smoke.
-test: lint tools
+
+# The OpenAPI document, linted by @redocly/cli with api/redocly.yaml's rules.
+spec-lint:
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		"$$($(TOOLS) redocly)" lint --config=api/redocly.yaml api/openapi.yaml
+
+# The Prometheus rules: syntax, then their unit tests.
+rules-test:
+	promtool=$$($(TOOLS) promtool) && "$$promtool" check rules deploy/prometheus/rules.yml \
+		&& cd deploy/prometheus && "$$promtool" test rules rules_test.yml
+
+# deploy/ is a module of its own (Kubernetes and Prometheus types stay out
+# of the service's go.mod): the chart rendered by helm and strict-decoded,
+# the dashboard's and the rules' queries parsed and checked against the
+# service's registry.
+deploy-test:
+	helm=$$($(TOOLS) helm) && cd deploy && STOCKGUARD_HELM="$$helm" $(GO) test -count=1 ./...
+
+# Unit, integration (real Redis, ZooKeeper, etcd, PostgreSQL), the models,
+# the load smoke, and the deploy checks.
+test: lint tools spec-lint rules-test deploy-test
 	$(WITH_STACK) $(GO) test -race -count=1 -timeout 14m ./...
 
 # Only the tests that need no server.

@@ -33,6 +33,8 @@ type config struct {
 	coalesce      string
 	coalesceCfg   reservation.Coalescing
 	limits        serverLimits
+	migrate       bool
+	debugAddr     string
 }
 
 func (c *config) register(fs *flag.FlagSet) {
@@ -60,6 +62,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", reservation.DefaultMaxHold,
 		"longest a batch leader keeps its leases for further batches")
 	c.limits.register(fs)
+	fs.BoolVar(&c.migrate, "migrate", true, "apply pending migrations at start (false: a migration job owns the schema)")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
 }
 
 // parseFlags applies STOCKGUARD_<FLAG> environment values, then args, which win.
@@ -104,6 +108,9 @@ func (c *config) validate() error {
 	}
 	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
 		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)
+	}
+	if err := checkDebugAddr(c.debugAddr); err != nil {
+		return err
 	}
 	return c.limits.validate()
 }

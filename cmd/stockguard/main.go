@@ -43,6 +43,7 @@ commands:
   serve     run the HTTP service
   migrate   apply database migrations and exit
   load      load tester: run, compare, chaos (stockguard load -h)
+  version   print the version, commit and Go version
 
 Every flag can also be set as STOCKGUARD_<FLAG> (dashes become underscores).
 Run "stockguard <command> -h" for its flags.
@@ -62,6 +63,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, args[1:], getenv, stdout, stderr)
 	case "load":
 		return load(ctx, args[1:], getenv, stdout, stderr)
+	case "version", "--version":
+		return versionCmd(args[1:], getenv, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -61,13 +61,23 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer store.Close()
-	if applied, err := postgres.Migrate(ctx, store.DB()); err != nil {
+	if !c.migrate {
+		log.Info("not applying migrations (--migrate=false)")
+	} else if applied, err := postgres.Migrate(ctx, store.DB()); err != nil {
 		return err
 	} else if len(applied) > 0 {
 		log.Info("migrations applied", "files", applied)
 	}
+	stopDebug, err := startDebug(c.debugAddr, log)
+	if err != nil {
+		return err
+	}
+	defer stopDebug()
 
 	m := metrics.New(reg, c.lock)
+	metrics.RegisterBuildInfo(reg, metrics.BuildInfo{Version: readVersion().Version, Backend: c.lock,
+		Fencing: fenced, Coalesce: !c.coalesceCfg.Disabled})
+	metrics.RegisterPool(reg, store.DB())
 	svc := reservation.New(reservation.Config{Store: store, Locker: locker, Observer: m, Logger: log,
 		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg})
 	reqTimeout := requestTimeout(c.lockWait, c.chaos)
@@ -83,7 +93,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	srv := c.limits.server(handler, reqTimeout, log)
+	srv := c.limits.server(m.InFlight(handler), reqTimeout, log)
 	servers := []*http.Server{srv}
 	if c.limits.metricsAddr != "" {
 		msrv, err := serveMetrics(c.limits.metricsAddr, reg, &c.limits, log)

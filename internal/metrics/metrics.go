@@ -3,11 +3,29 @@
 package metrics
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
+
+// Reaper outcomes, the values of stockguard_reaper_orders_total's outcome.
+const (
+	// ReapExpired: the hold ran out and its units went back to stock.
+	ReapExpired = "expired"
+	// ReapSkipped: the order had moved on (confirmed, cancelled) first.
+	ReapSkipped = "skipped"
+	// ReapFailed: the expiry failed (locks, database) and will be retried.
+	ReapFailed = "failed"
+)
+
+// orderCodes are the outcomes an order placement can have, created up front
+// so that a rate over the first event of each is not lost.
+var orderCodes = []string{"created", "replayed", "invalid_request", "unknown_sku", "insufficient_stock",
+	"stale_fence", "idempotency_key_in_flight", "idempotency_key_reused", "body_too_large",
+	"unsupported_media_type", "lock_unavailable", "store_unavailable", "overloaded", "timeout", "internal"}
 
 // Metrics implements reservation.Observer and records HTTP and order outcomes.
 type Metrics struct {
@@ -18,6 +36,9 @@ type Metrics struct {
 	lockWait    *prometheus.HistogramVec
 	staleFences prometheus.Counter
 	leasesLost  *prometheus.CounterVec
+	inFlight    prometheus.Gauge
+	batchSize   prometheus.Histogram
+	reaped      *prometheus.CounterVec
 }
 
 // New registers the collectors on reg for a service using the named backend.
@@ -44,10 +65,45 @@ func New(reg prometheus.Registerer, backend string) *Metrics {
 		leasesLost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockguard_leases_lost_total", Help: "Leases found lost while an operation held them.",
 		}, []string{"backend"}),
+		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stockguard_http_requests_in_flight", Help: "HTTP requests being served.",
+		}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stockguard_batch_orders", Help: "Orders placed by one coalesced batch write.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9), // 1 .. 256, past the largest batch
+		}),
+		reaped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockguard_reaper_orders_total", Help: "Expired holds the reaper handled, by outcome (expired, skipped, failed).",
+		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.orders, m.lockWait, m.staleFences, m.leasesLost)
+	reg.MustRegister(m.requests, m.latency, m.orders, m.lockWait, m.staleFences, m.leasesLost,
+		m.inFlight, m.batchSize, m.reaped)
+	// Every labelled series exists from the start at 0: rate() and
+	// increase() need a sample before the first event to count it.
+	for _, c := range orderCodes {
+		m.orders.WithLabelValues(c)
+	}
+	for _, o := range []string{ReapExpired, ReapSkipped, ReapFailed} {
+		m.reaped.WithLabelValues(o)
+	}
+	m.lockWait.WithLabelValues(backend)
+	m.leasesLost.WithLabelValues(backend)
 	return m
 }
+
+// InFlight wraps h so that stockguard_http_requests_in_flight counts the
+// requests it is serving.
+func (m *Metrics) InFlight(h http.Handler) http.Handler {
+	return promhttp.InstrumentHandlerInFlight(m.inFlight, h)
+}
+
+// Batch implements reservation.BatchObserver: the orders one coalesced batch
+// wrote.
+func (m *Metrics) Batch(orders int) { m.batchSize.Observe(float64(orders)) }
+
+// Reaped implements reservation.ReapObserver: it records the outcome of one expired hold the reaper handled:
+// ReapExpired, ReapSkipped or ReapFailed.
+func (m *Metrics) Reaped(outcome string) { m.reaped.WithLabelValues(outcome).Inc() }
 
 // HTTP records one served request.
 func (m *Metrics) HTTP(method, route string, status int, d time.Duration) {

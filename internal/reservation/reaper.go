@@ -81,6 +81,7 @@ func (r *reaper) once(ctx context.Context) {
 	}
 	for _, id := range ids {
 		err := r.s.Expire(ctx, id)
+		r.observe(err)
 		if err == nil || errors.Is(err, inventory.ErrInvalidTransition) || ctx.Err() != nil {
 			delete(r.failing, id)
 			continue
@@ -110,4 +111,18 @@ func (r *reaper) forgetSoonest() {
 		}
 	}
 	delete(r.failing, soonest)
+}
+
+// observe counts one expiry's outcome, when the Observer wants it.
+func (r *reaper) observe(err error) {
+	ro, ok := r.s.obs.(ReapObserver)
+	switch {
+	case !ok:
+	case err == nil:
+		ro.Reaped("expired")
+	case errors.Is(err, inventory.ErrInvalidTransition):
+		ro.Reaped("skipped")
+	default:
+		ro.Reaped("failed")
+	}
 }

@@ -289,6 +289,9 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 	}
 	work.Written()
 	h.ledger = work
+	if bo, ok := s.obs.(BatchObserver); ok && len(w.Orders) > 0 {
+		bo.Batch(len(w.Orders))
+	}
 	return verdicts, nil
 }
 

@@ -45,6 +45,19 @@ type Observer interface {
 	LeaseLost()
 }
 
+// BatchObserver may be implemented by an Observer that also wants the
+// number of orders in every batch written.
+type BatchObserver interface {
+	Batch(orders int)
+}
+
+// ReapObserver may be implemented by an Observer that also wants the outcome
+// of every expiry the reaper tried: "expired", "skipped" (the order had
+// moved on first) or "failed" (retried later).
+type ReapObserver interface {
+	Reaped(outcome string)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) LockWait(time.Duration) {}

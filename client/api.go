@@ -1,0 +1,127 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"github.com/google/uuid"
+)
+
+// NewIdempotencyKey returns a fresh key for one logical order.
+func NewIdempotencyKey() string { return uuid.NewString() }
+
+// SetStock creates sku or sets its available units (PUT /v1/skus/{sku}).
+func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SKU, error) {
+	body, _ := json.Marshal(map[string]int64{"available": available})
+	h := http.Header{}
+	if c.adminToken != "" {
+		h.Set("Authorization", "Bearer "+c.adminToken)
+	}
+	var out SKU
+	_, err := c.do(ctx, call{op: "setStock", method: http.MethodPut, path: "/v1/skus/" + url.PathEscape(sku),
+		body: body, header: h, want: http.StatusOK, out: &out})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SKU reads sku's counters (GET /v1/skus/{sku}).
+func (c *Client) SKU(ctx context.Context, sku string) (*SKU, error) {
+	var out SKU
+	if _, err := c.do(ctx, call{op: "getSKU", method: http.MethodGet, path: "/v1/skus/" + url.PathEscape(sku),
+		want: http.StatusOK, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Audit recomputes sku from its order lines (GET /v1/skus/{sku}/audit).
+func (c *Client) Audit(ctx context.Context, sku string) (*Audit, error) {
+	var out Audit
+	if _, err := c.do(ctx, call{op: "auditSKU", method: http.MethodGet, path: "/v1/skus/" + url.PathEscape(sku) + "/audit",
+		want: http.StatusOK, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+type orderBody struct {
+	Lines       []lineBody `json:"lines"`
+	HoldSeconds int        `json:"hold_seconds,omitempty"`
+}
+
+type lineBody struct {
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+}
+
+// PlaceOrder reserves every line of req or none (POST /v1/orders). Every
+// attempt carries req's idempotency key, or one made for this call, so a
+// retry after a lost answer replays the order instead of placing it twice;
+// the key is in the returned Order.
+func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, error) {
+	key := req.IdempotencyKey
+	if key == "" {
+		key = NewIdempotencyKey()
+	}
+	b := orderBody{Lines: make([]lineBody, len(req.Lines)), HoldSeconds: req.HoldSeconds}
+	for i, l := range req.Lines {
+		b.Lines[i] = lineBody{SKU: l.SKU, Quantity: l.Quantity}
+	}
+	body, err := json.Marshal(b)
+	if err != nil {
+		return nil, fmt.Errorf("client: placeOrder: %w", err)
+	}
+	var out Order
+	h, err := c.do(ctx, call{op: "placeOrder", method: http.MethodPost, path: "/v1/orders", body: body,
+		header: http.Header{"Idempotency-Key": {key}}, want: http.StatusCreated, out: &out})
+	if err != nil {
+		return nil, err
+	}
+	out.IdempotencyKey = key
+	out.Replayed = h.Get("Idempotent-Replayed") == "true"
+	return &out, nil
+}
+
+// Order reads an order in any status (GET /v1/orders/{id}).
+func (c *Client) Order(ctx context.Context, id string) (*Order, error) {
+	return c.order(ctx, "getOrder", http.MethodGet, "/v1/orders/"+url.PathEscape(id))
+}
+
+// Confirm turns a reserved order's held units into sold ones (POST
+// /v1/orders/{id}/confirm); confirming a confirmed order changes nothing.
+func (c *Client) Confirm(ctx context.Context, id string) (*Order, error) {
+	return c.order(ctx, "confirmOrder", http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/confirm")
+}
+
+// Cancel returns a reserved order's held units to stock (POST
+// /v1/orders/{id}/cancel); cancelling a cancelled order changes nothing.
+func (c *Client) Cancel(ctx context.Context, id string) (*Order, error) {
+	return c.order(ctx, "cancelOrder", http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/cancel")
+}
+
+func (c *Client) order(ctx context.Context, op, method, path string) (*Order, error) {
+	var out Order
+	if _, err := c.do(ctx, call{op: op, method: method, path: path, want: http.StatusOK, out: &out}); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Healthz returns nil while the service's process serves HTTP (GET /healthz).
+func (c *Client) Healthz(ctx context.Context) error {
+	_, err := c.do(ctx, call{op: "healthz", method: http.MethodGet, path: "/healthz", want: http.StatusOK})
+	return err
+}
+
+// Ready returns nil when the instance can serve (GET /readyz); a 503 is an
+// *APIError matching ErrNotReady. Ready is not retried: the answer is the
+// point.
+func (c *Client) Ready(ctx context.Context) error {
+	_, err := c.do(ctx, call{op: "readyz", method: http.MethodGet, path: "/readyz", want: http.StatusOK, once: true})
+	return err
+}

@@ -1,0 +1,111 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Sentinels of the API's error codes: errors.Is(err, ErrInsufficientStock)
+// holds for an *APIError with that code.
+var (
+	ErrInvalidRequest         = errors.New("invalid_request")
+	ErrUnauthorized           = errors.New("unauthorized")
+	ErrUnknownSKU             = errors.New("unknown_sku")
+	ErrUnknownOrder           = errors.New("unknown_order")
+	ErrNotFound               = errors.New("not_found")
+	ErrMethodNotAllowed       = errors.New("method_not_allowed")
+	ErrInsufficientStock      = errors.New("insufficient_stock")
+	ErrStaleFence             = errors.New("stale_fence")
+	ErrInvalidTransition      = errors.New("invalid_transition")
+	ErrIdempotencyKeyInFlight = errors.New("idempotency_key_in_flight")
+	ErrBodyTooLarge           = errors.New("body_too_large")
+	ErrUnsupportedMediaType   = errors.New("unsupported_media_type")
+	ErrIdempotencyKeyReused   = errors.New("idempotency_key_reused")
+	ErrLockUnavailable        = errors.New("lock_unavailable")
+	ErrStoreUnavailable       = errors.New("store_unavailable")
+	ErrOverloaded             = errors.New("overloaded")
+	ErrNotReady               = errors.New("not_ready")
+	ErrTimeout                = errors.New("timeout")
+	ErrInternal               = errors.New("internal")
+)
+
+// codes maps each code the API answers with to its sentinel.
+var codes = func() map[string]error {
+	m := map[string]error{}
+	for _, e := range []error{ErrInvalidRequest, ErrUnauthorized, ErrUnknownSKU, ErrUnknownOrder, ErrNotFound,
+		ErrMethodNotAllowed, ErrInsufficientStock, ErrStaleFence, ErrInvalidTransition, ErrIdempotencyKeyInFlight,
+		ErrBodyTooLarge, ErrUnsupportedMediaType, ErrIdempotencyKeyReused, ErrLockUnavailable, ErrStoreUnavailable,
+		ErrOverloaded, ErrNotReady, ErrTimeout, ErrInternal} {
+		m[e.Error()] = e
+	}
+	return m
+}()
+
+// APIError is an error answer of the service.
+type APIError struct {
+	// Status is the HTTP status.
+	Status int
+	// Code is the API's error code (error.code); "" for an answer without
+	// the API's error body (a proxy's, for instance).
+	Code    string
+	Message string
+	// SKU is the SKU the error is about (insufficient_stock, unknown_sku,
+	// stale_fence), when the service named it.
+	SKU string
+	// Requested and Available are insufficient_stock's quantities.
+	Requested, Available int64
+	// RequestID is the request's X-Request-Id, for the service's log.
+	RequestID string
+	// RetryAfter is the answer's Retry-After (every 503 has one); 0 when
+	// absent.
+	RetryAfter time.Duration
+}
+
+// Error reports the status, code, SKU and message.
+func (e *APIError) Error() string {
+	s := fmt.Sprintf("stockguard: %d %s", e.Status, e.Code)
+	if e.SKU != "" {
+		s += fmt.Sprintf(" (sku %q)", e.SKU)
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}
+
+// Unwrap returns the sentinel of e's code, so that errors.Is matches it.
+func (e *APIError) Unwrap() error { return codes[e.Code] }
+
+// retryable tells whether the service said a later attempt may succeed.
+func (e *APIError) retryable() bool {
+	return e.Status == http.StatusServiceUnavailable || e.Code == ErrIdempotencyKeyInFlight.Error()
+}
+
+// errorBody is the API's error answer.
+type errorBody struct {
+	Error struct {
+		Code      string `json:"code"`
+		Message   string `json:"message"`
+		SKU       string `json:"sku"`
+		Requested int64  `json:"requested"`
+		Available int64  `json:"available"`
+		RequestID string `json:"request_id"`
+	} `json:"error"`
+}
+
+// parseRetryAfter reads Retry-After as delay-seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if v == "" {
+		return 0
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}

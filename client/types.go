@@ -1,0 +1,73 @@
+package client
+
+import "time"
+
+// SKU is a SKU's counters as stored.
+type SKU struct {
+	SKU       string `json:"sku"`
+	Available int64  `json:"available"`
+	Reserved  int64  `json:"reserved"`
+	Sold      int64  `json:"sold"`
+	// Received is every unit ever put on sale: Available + Reserved + Sold.
+	Received int64 `json:"received"`
+	// FenceToken is the token of the last lease that wrote the row; 0 for
+	// backends without tokens.
+	FenceToken uint64 `json:"fence_token"`
+}
+
+// Audit is a SKU recomputed from its order lines.
+type Audit struct {
+	SKU       string `json:"sku"`
+	Received  int64  `json:"received"`
+	Held      int64  `json:"held"`
+	Sold      int64  `json:"sold"`
+	Available int64  `json:"available"`
+	Oversold  int64  `json:"oversold"`
+	// LostUnits is Received - Held - Sold - Available; non-zero means a
+	// lost update.
+	LostUnits  int64 `json:"lost_units"`
+	Consistent bool  `json:"consistent"`
+}
+
+// Order statuses.
+const (
+	StatusReserved  = "reserved"
+	StatusConfirmed = "confirmed"
+	StatusCancelled = "cancelled"
+	StatusExpired   = "expired"
+)
+
+// Line is one line of an order.
+type Line struct {
+	SKU      string `json:"sku"`
+	Quantity int64  `json:"quantity"`
+	// FenceToken is the token of the lease that reserved the line (answers
+	// only).
+	FenceToken uint64 `json:"fence_token,omitempty"`
+}
+
+// OrderRequest is an order to place.
+type OrderRequest struct {
+	Lines []Line
+	// HoldSeconds is how long the reservation holds; 0 means the service's
+	// default (900).
+	HoldSeconds int
+	// IdempotencyKey identifies the logical order: the same key with the
+	// same lines replays the first answer. Empty means PlaceOrder makes one
+	// (a random UUID) and sends it on every attempt.
+	IdempotencyKey string
+}
+
+// Order is an order as the service answered it.
+type Order struct {
+	ID        string    `json:"order_id"`
+	Status    string    `json:"status"`
+	Lines     []Line    `json:"lines"`
+	ExpiresAt time.Time `json:"expires_at"`
+	// IdempotencyKey is the key the order was placed with (PlaceOrder only);
+	// send it again to replay the order.
+	IdempotencyKey string `json:"-"`
+	// Replayed is true when PlaceOrder's answer replays an earlier request
+	// with the same key (Idempotent-Replayed: true).
+	Replayed bool `json:"-"`
+}

@@ -1,0 +1,219 @@
+package deploy
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	"sigs.k8s.io/yaml"
+)
+
+const (
+	chart = "helm/stockguard"
+	// kubeVersion is the cluster version rendered for: a helm built with go
+	// install assumes v1.20, older than the chart's kubeVersion.
+	kubeVersion = "--kube-version=1.31.0"
+)
+
+// helmBinary is the helm that deploy/tools.sh built; make test passes it
+// as STOCKGUARD_HELM.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("STOCKGUARD_HELM"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("helm"); err == nil {
+		return p
+	}
+	t.Fatal("no helm: run `make test`, or build it with `bash deploy/tools.sh helm` and set STOCKGUARD_HELM to the path it prints")
+	return ""
+}
+
+func helm(t *testing.T, args ...string) []byte {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd := exec.Command(helmBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+	}
+	return out.Bytes()
+}
+
+// rendered is every object of one `helm template`, strict-decoded.
+type rendered struct {
+	deployments    []appsv1.Deployment
+	jobs           []batchv1.Job
+	services       []corev1.Service
+	secrets        []corev1.Secret
+	pdbs           []policyv1.PodDisruptionBudget
+	serviceMonitor []monitoringv1.ServiceMonitor
+}
+
+// decode strict-decodes each document into its Kubernetes type: a field the
+// API does not know, or a value of the wrong type, fails.
+func decode(t *testing.T, manifest []byte) rendered {
+	t.Helper()
+	var r rendered
+	for i, doc := range bytes.Split(manifest, []byte("\n---")) {
+		if len(bytes.TrimSpace(bytes.TrimPrefix(doc, []byte("---")))) == 0 {
+			continue
+		}
+		var head struct {
+			APIVersion string `json:"apiVersion"`
+			Kind       string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &head); err != nil {
+			t.Fatalf("document %d: %v\n%s", i, err, doc)
+		}
+		var err error
+		switch head.APIVersion + " " + head.Kind {
+		case "apps/v1 Deployment":
+			r.deployments, err = strictAppend(doc, r.deployments)
+		case "batch/v1 Job":
+			r.jobs, err = strictAppend(doc, r.jobs)
+		case "v1 Service":
+			r.services, err = strictAppend(doc, r.services)
+		case "v1 Secret":
+			r.secrets, err = strictAppend(doc, r.secrets)
+		case "policy/v1 PodDisruptionBudget":
+			r.pdbs, err = strictAppend(doc, r.pdbs)
+		case "monitoring.coreos.com/v1 ServiceMonitor":
+			r.serviceMonitor, err = strictAppend(doc, r.serviceMonitor)
+		default:
+			err = errors.New("a kind this test does not know: add it")
+		}
+		if err != nil {
+			t.Fatalf("document %d (%s %s): %v\n%s", i, head.APIVersion, head.Kind, err, doc)
+		}
+	}
+	return r
+}
+
+func strictAppend[T any](doc []byte, list []T) ([]T, error) {
+	var v T
+	if err := yaml.UnmarshalStrict(doc, &v); err != nil {
+		return list, err
+	}
+	return append(list, v), nil
+}
+
+func TestChartLint(t *testing.T) {
+	helm(t, "lint", "--strict", kubeVersion, chart, "--set", "database.url=postgres://u:p@db:5432/stockguard")
+	helm(t, "lint", "--strict", kubeVersion, chart, "--set", "database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true")
+}
+
+func TestChartDefaults(t *testing.T) {
+	r := decode(t, helm(t, "template", "sg", chart, kubeVersion,
+		"--set", "database.url=postgres://u:p@db:5432/stockguard,adminToken.value=s3cret,lock.redisAddrs=r1:6379\\,r2:6379"))
+	if len(r.deployments) != 1 || len(r.jobs) != 1 || len(r.services) != 1 || len(r.secrets) != 1 || len(r.pdbs) != 1 {
+		t.Fatalf("rendered %d deployments, %d jobs, %d services, %d secrets, %d PDBs; want one each",
+			len(r.deployments), len(r.jobs), len(r.services), len(r.secrets), len(r.pdbs))
+	}
+	if len(r.serviceMonitor) != 0 {
+		t.Fatal("a ServiceMonitor by default: it needs the operator's CRDs")
+	}
+	d := r.deployments[0]
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+	if !slices.Contains(c.Args, "--migrate=false") {
+		t.Errorf("the service's args %q: instances must not own the schema", c.Args)
+	}
+	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+		t.Errorf("liveness probe %+v, want GET /healthz", p)
+	}
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
+		t.Errorf("readiness probe %+v, want GET /readyz", p)
+	}
+	// serve drains for up to 20 s after SIGTERM, which comes after preStop.
+	const drain = 20
+	preStop := int64(0)
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
+		preStop = c.Lifecycle.PreStop.Sleep.Seconds
+	}
+	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= preStop+drain {
+		t.Errorf("termination grace %v s is not longer than preStop %d s + drain %d s", g, preStop, drain)
+	}
+	psc, csc := pod.SecurityContext, c.SecurityContext
+	if psc == nil || csc == nil || !isTrue(psc.RunAsNonRoot) || psc.RunAsUser == nil || *psc.RunAsUser == 0 ||
+		!isTrue(csc.ReadOnlyRootFilesystem) || csc.AllowPrivilegeEscalation == nil || *csc.AllowPrivilegeEscalation {
+		t.Errorf("security contexts: pod %+v, container %+v; want non-root, no escalation, read-only root", psc, csc)
+	}
+	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
+		t.Errorf("resource requests %v", c.Resources.Requests)
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	secret := r.secrets[0].Name
+	for _, name := range []string{"STOCKGUARD_ADMIN_TOKEN", "STOCKGUARD_DATABASE_URL"} {
+		e := env[name]
+		if e.Value != "" || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != secret {
+			t.Errorf("%s = %+v, want it from Secret %s", name, e, secret)
+		}
+	}
+	if env["STOCKGUARD_REDIS_ADDRS"].Value != "r1:6379,r2:6379" {
+		t.Errorf("STOCKGUARD_REDIS_ADDRS = %+v", env["STOCKGUARD_REDIS_ADDRS"])
+	}
+	if r.secrets[0].StringData["admin-token"] != "s3cret" {
+		t.Errorf("secret data %v", r.secrets[0].StringData)
+	}
+
+	job := r.jobs[0].Spec.Template.Spec
+	if a := job.Containers[0].Args; !slices.Equal(a, []string{"migrate"}) || job.SecurityContext == nil || !isTrue(job.SecurityContext.RunAsNonRoot) {
+		t.Errorf("migration job runs %q, security context %+v", a, job.SecurityContext)
+	}
+	// The PDB and the Service select the service's pods, not the job's.
+	for what, sel := range map[string]map[string]string{"pdb": r.pdbs[0].Spec.Selector.MatchLabels, "service": r.services[0].Spec.Selector} {
+		jobSelected := true
+		for k, v := range sel {
+			if d.Spec.Template.Labels[k] != v {
+				t.Errorf("%s selects %s=%s, which the pods lack", what, k, v)
+			}
+			jobSelected = jobSelected && r.jobs[0].Spec.Template.Labels[k] == v
+		}
+		if jobSelected {
+			t.Errorf("%s also selects the migration job's pods", what)
+		}
+	}
+}
+
+func TestChartExistingSecretsAndServiceMonitor(t *testing.T) {
+	r := decode(t, helm(t, "template", "sg", chart, kubeVersion, "--set",
+		"database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true,migration.enabled=false"))
+	if len(r.secrets) != 0 || len(r.jobs) != 0 || len(r.serviceMonitor) != 1 {
+		t.Fatalf("rendered %d secrets, %d jobs, %d service monitors; want 0, 0, 1", len(r.secrets), len(r.jobs), len(r.serviceMonitor))
+	}
+	refs := map[string]string{}
+	for _, e := range r.deployments[0].Spec.Template.Spec.Containers[0].Env {
+		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+			refs[e.Name] = e.ValueFrom.SecretKeyRef.Name
+		}
+	}
+	if refs["STOCKGUARD_DATABASE_URL"] != "db" || refs["STOCKGUARD_ADMIN_TOKEN"] != "admin" {
+		t.Fatalf("secret references %v", refs)
+	}
+	if ep := r.serviceMonitor[0].Spec.Endpoints; len(ep) != 1 || ep[0].Path != "/metrics" || ep[0].Port != "http" {
+		t.Fatalf("service monitor endpoints %+v", ep)
+	}
+}
+
+func TestChartRefusesNoDatabase(t *testing.T) {
+	cmd := exec.Command(helmBinary(t), "template", "sg", chart, kubeVersion)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "database.url") {
+		t.Fatalf("helm template without a database = %v\n%s", err, out)
+	}
+}
+
+func isTrue(b *bool) bool { return b != nil && *b }
