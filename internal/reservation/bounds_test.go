@@ -20,7 +20,9 @@ func TestQueueBounds(t *testing.T) {
 	for _, sku := range []string{"a", "b", "c"} {
 		f.stock(sku, 10)
 	}
-	releaseA, releaseB := f.hold("a"), f.hold("b")
+	// c is held too: an order whose key is free is gathered (gather.go),
+	// not queued; one whose key is held elsewhere needs its queue.
+	releaseA, releaseB, releaseC := f.hold("a"), f.hold("b"), f.hold("c")
 	queuedA := f.queue(f.svc, "a", req("", line("a", 1)), req("", line("a", 1)))
 	queuedB := f.queue(f.svc, "b", req("", line("b", 1)))
 	start := time.Now()
@@ -35,6 +37,7 @@ func TestQueueBounds(t *testing.T) {
 	}
 	releaseA()
 	releaseB()
+	releaseC()
 	for _, r := range append(queuedA(), queuedB()...) {
 		if r.err != nil {
 			t.Fatalf("a queued order: %v", r.err)

@@ -41,6 +41,11 @@ type Coalescing struct {
 	// each waiting for locks or the store); an order that would start one
 	// more is refused with inventory.ErrOverloaded. Default 4096.
 	MaxQueues int
+	// Gatherers is how many gathered batches (orders of any SKUs, gather.go)
+	// an instance runs at once: one keeps the lock servers and the
+	// database busy while another decides. Default 2. The intake they take
+	// from holds at most MaxQueued orders.
+	Gatherers int
 }
 
 // Coalescing defaults.
@@ -50,6 +55,7 @@ const (
 	DefaultMaxHold    = 50 * time.Millisecond
 	DefaultMaxQueued  = 1024
 	DefaultMaxQueues  = 4096
+	DefaultGatherers  = 2
 )
 
 func (c Coalescing) withDefaults() Coalescing {
@@ -68,6 +74,9 @@ func (c Coalescing) withDefaults() Coalescing {
 	if c.MaxQueues <= 0 {
 		c.MaxQueues = DefaultMaxQueues
 	}
+	if c.Gatherers <= 0 {
+		c.Gatherers = DefaultGatherers
+	}
 	return c
 }
 
@@ -76,7 +85,7 @@ func (c Coalescing) withDefaults() Coalescing {
 // alone may have MaxLines of them.
 const maxBatchSKUs = inventory.MaxLines
 
-// coalescer holds the per-SKU queues of one Service.
+// coalescer holds the intake and the per-SKU queues of one Service.
 type coalescer struct {
 	s   *Service
 	cfg Coalescing
@@ -84,6 +93,10 @@ type coalescer struct {
 	mu sync.Mutex
 	// queues has an entry exactly while a batch leader serves it.
 	queues map[string]*queue
+	// intake is the orders waiting for a gatherer, in arrival order.
+	intake []*pending
+	// gatherers counts the gatherers running.
+	gatherers int
 }
 
 // queue is the orders waiting for one SKU, in arrival order; guarded by
@@ -121,15 +134,26 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 	}
 }
 
-// enqueue appends p to its queue, starting the queue's leader if none runs,
-// or refuses it (inventory.ErrOverloaded) past the queue bounds. The leader
-// works for every order in the queue, not for the request that happened to
-// start it, so it runs on a context that outlives that request (but not a
-// Close that gives up waiting).
+// enqueue hands p to the queue of its lowest SKU when one runs (a hot SKU:
+// its leader may hold the lease already) or when p asks for a chaos pause
+// (its leases need no watchdog); any other order goes to the intake, whose
+// gatherers batch orders of every SKU (gather.go).
 func (c *coalescer) enqueue(ctx context.Context, p *pending) error {
-	key := p.op.skus[0]
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if _, running := c.queues[p.op.skus[0]]; !running && p.pause == 0 {
+		return c.gather(ctx, p)
+	}
+	return c.enqueueLocked(ctx, p)
+}
+
+// enqueueLocked appends p to its queue, starting the queue's leader if none
+// runs, or refuses it (inventory.ErrOverloaded) past the queue bounds. The
+// leader works for every order in the queue, not for the request that
+// happened to start it, so it runs on a context that outlives that request
+// (but not a Close that gives up waiting). c.mu is held.
+func (c *coalescer) enqueueLocked(ctx context.Context, p *pending) error {
+	key := p.op.skus[0]
 	q, running := c.queues[key]
 	if running {
 		q.prune()
@@ -231,6 +255,8 @@ func (q *queue) keep(h *hold) bool {
 	q.prune()
 	return len(q.items) > 0 && h.covers(q.items[0])
 }
+
+func (*queue) tries() bool { return false }
 
 // prune forgets the orders at the head that are no longer queued.
 func (q *queue) prune() {

@@ -24,3 +24,17 @@ const MaxRewrites = maxRewrites
 
 // MaxHoldWait is maxHoldWait, for the test of its bound.
 const MaxHoldWait = maxHoldWait
+
+// Gathering returns how many orders wait in the intake for a gatherer.
+func Gathering(s *Service) int {
+	c := s.coalesce
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, p := range c.intake {
+		if p.state.Load() == stateQueued {
+			n++
+		}
+	}
+	return n
+}

@@ -278,3 +278,9 @@ func req(key string, lines ...inventory.LineRequest) inventory.PlaceRequest {
 func line(sku string, q int64) inventory.LineRequest {
 	return inventory.LineRequest{SKU: sku, Quantity: q}
 }
+
+// AcquireBatch takes each key through Acquire, so that a batch's leases get
+// this locker's tokens too.
+func (l *fencedLocker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}

@@ -131,3 +131,4 @@ func (o *single) next(h *hold) (batch []*pending, want []string, waiting []*pend
 }
 
 func (*single) keep(*hold) bool { return false }
+func (*single) tries() bool     { return false }

@@ -34,6 +34,10 @@ type source interface {
 	next(h *hold) (batch []*pending, want []string, waiting []*pending)
 	// keep reports whether h should serve the next batch at once.
 	keep(h *hold) bool
+	// tries reports whether the section takes the keys of want in one try
+	// (lock.Locker.AcquireBatch: the keys held elsewhere are left out of
+	// the hold, not waited for) instead of waiting for every one of them.
+	tries() bool
 }
 
 // hold is the leases a section runs batches under, kept across batches
@@ -50,6 +54,30 @@ type hold struct {
 	// broken is set when the ledger may no longer match the rows: a write
 	// failed, so whether it landed is not known. The leases are then let go.
 	broken bool
+	// spare is the leases a try obtained that no op of the batch needs
+	// (their ops also need a key held elsewhere): not claimed, released
+	// with set in the same round.
+	spare lock.Set
+}
+
+// keepOnly moves the leases of h that no op of batch needs to h.spare, so
+// the claim stamps only the rows the batch writes.
+func (h *hold) keepOnly(batch []*pending) {
+	need := make(map[string]bool, len(h.set))
+	for _, p := range batch {
+		for _, k := range p.op.skus {
+			need[k] = true
+		}
+	}
+	kept := h.set[:0:0]
+	for _, l := range h.set {
+		if need[l.Key()] {
+			kept = append(kept, l)
+		} else {
+			h.spare = append(h.spare, l)
+		}
+	}
+	h.set = kept
 }
 
 // covers reports whether h's leases cover p: all its SKUs, and, for a
@@ -76,7 +104,7 @@ func (s *Service) serve(ctx context.Context, src source) {
 			h = s.run(ctx, src, h, batch)
 		case want != nil:
 			s.release(ctx, h)
-			h = s.acquire(ctx, want, waiting)
+			h = s.acquire(ctx, want, waiting, src.tries())
 		default:
 			s.release(ctx, h)
 			return
@@ -85,11 +113,12 @@ func (s *Service) serve(ctx context.Context, src source) {
 }
 
 // acquire locks want for the pendings waiting on it, in sorted order, for as
-// long as the last of them is willing to wait. Those that name a SKU that
-// does not exist are answered first, and nothing is locked for them
-// (known.go). On failure it answers them (each one's own timer may have
-// answered it first) and returns nil.
-func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending) *hold {
+// long as the last of them is willing to wait; with try, it takes in one
+// round per lock server those of want that are free and leaves out the
+// rest. Those that name a SKU that does not exist are answered first, and
+// nothing is locked for them (known.go). On failure it answers them (each
+// one's own timer may have answered it first) and returns nil.
+func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending, try bool) *hold {
 	if want, waiting = s.dropUnknown(ctx, want, waiting); len(waiting) == 0 {
 		return nil
 	}
@@ -100,7 +129,15 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	}
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	start := time.Now()
-	set, err := s.acquireAll(actx, want, s.leaseOptions(paused))
+	var set lock.Set
+	var err error
+	if try {
+		var b lock.Batch
+		b, err = s.locker.AcquireBatch(actx, want, s.leaseOptions(paused)...)
+		set = b.Leases
+	} else {
+		set, err = s.acquireAll(actx, want, s.leaseOptions(paused))
+	}
 	cancel()
 	s.obs.LockWait(time.Since(start))
 	if err == nil {
@@ -340,10 +377,17 @@ func (s *Service) release(ctx context.Context, h *hold) {
 	if h == nil {
 		return
 	}
+	set := h.set
+	if len(h.spare) > 0 {
+		set = append(slices.Clip(set), h.spare...)
+	}
+	if len(set) == 0 {
+		return
+	}
 	rctx, cancel := detached(ctx)
 	defer cancel()
-	if err := h.set.Release(rctx); err != nil {
-		s.log.Warn("release leases", "skus", leaseKeys(h.set), "err", err)
+	if err := set.Release(rctx); err != nil {
+		s.log.Warn("release leases", "skus", leaseKeys(set), "err", err)
 	}
 }
 

@@ -201,7 +201,13 @@ func (s *session) createNodes(keys []string) ([]*node, error) {
 				return nil, s.classify(err)
 			}
 		case !isParent[j] && errors.Is(res[j].Error, zk.ErrNoNode):
-			s.l.parents.set(k, false)
+			// A parent we knew went with its last node; the multi names only
+			// the first such key, and under churn others went too: ensure
+			// them all in the next try's one pipelined round, rather than
+			// learning one per try.
+			for _, k := range keys {
+				s.l.parents.set(k, false)
+			}
 		default:
 			return nil, s.classify(err)
 		}

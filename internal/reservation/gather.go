@@ -1,0 +1,156 @@
+package reservation
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// Orders spread over many SKUs are the ordinary workload, and a queue per
+// SKU serves them badly: each order pays its own lock rounds, claim and
+// write. So an order whose SKU has no queue goes to the instance's intake
+// instead, and a gatherer takes whatever the intake holds — orders of any
+// SKUs — as one batch: it takes the free keys of all of them in one try
+// (one round per lock server per phase, lock.Locker.AcquireBatch), places
+// the orders whose keys it all obtained with one claim and one write, and
+// releases everything in one round. An order with a key held elsewhere is
+// not retried: it moves to the queue of its lowest SKU, whose leader waits
+// in that key's line (woken by the backend, not polling) holding nothing
+// else, exactly as a hot SKU's orders do. A gatherer never waits for a key
+// while it holds one, so gatherers of different instances cannot deadlock.
+//
+// There is no gathering window: an idle instance's first order starts a
+// gatherer at once, and a busy instance gathers for as long as its
+// gatherers are busy with the batches before (group commit's natural
+// batching), so batches grow with the load and latency does not.
+
+// maxGatherSKUs caps the keys one gathered batch tries: each is per-key
+// work on every lock server and a row in the claim. A hundred-line order
+// always fits alone.
+const maxGatherSKUs = 4 * inventory.MaxLines
+
+// gather queues p in the intake and starts a gatherer if fewer than the
+// configured number run; or refuses it (inventory.ErrOverloaded) when the
+// intake is full. c.mu is held.
+func (c *coalescer) gather(ctx context.Context, p *pending) error {
+	c.pruneIntake()
+	if len(c.intake) >= c.cfg.MaxQueued {
+		return fmt.Errorf("reservation: %d orders gathering: %w", len(c.intake), inventory.ErrOverloaded)
+	}
+	c.intake = append(c.intake, p)
+	if c.gatherers >= c.cfg.Gatherers {
+		return nil
+	}
+	lctx, done, err := c.s.life.enter(context.WithoutCancel(ctx))
+	if err != nil {
+		c.intake = c.intake[:len(c.intake)-1]
+		return err
+	}
+	c.gatherers++
+	go func() {
+		defer done()
+		for {
+			g := c.takeIntake()
+			if g == nil {
+				return
+			}
+			c.s.serve(lctx, g)
+		}
+	}()
+	return nil
+}
+
+// takeIntake returns the next gathered batch: the queued orders at the
+// head of the intake, up to MaxBatch and maxGatherSKUs keys; or nil, the
+// gatherer then ending, when the intake is empty.
+func (c *coalescer) takeIntake() *gathered {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pruneIntake()
+	if len(c.intake) == 0 {
+		c.gatherers--
+		return nil
+	}
+	g := &gathered{c: c}
+	n := 0
+	for ; n < len(c.intake) && len(g.orders) < c.cfg.MaxBatch; n++ {
+		p := c.intake[n]
+		if p.state.Load() != stateQueued {
+			continue
+		}
+		union := mergeSorted(g.want, p.op.skus)
+		if len(g.orders) > 0 && len(union) > maxGatherSKUs {
+			break
+		}
+		g.want, g.orders = union, append(g.orders, p)
+	}
+	clear(c.intake[:n])
+	c.intake = c.intake[n:]
+	return g
+}
+
+// pruneIntake forgets the orders at the head of the intake that are no
+// longer queued (their clients left, or their lock wait ran out). c.mu is
+// held.
+func (c *coalescer) pruneIntake() {
+	n := 0
+	for n < len(c.intake) && c.intake[n].state.Load() != stateQueued {
+		n++
+	}
+	clear(c.intake[:n])
+	c.intake = c.intake[n:]
+}
+
+// gathered is the source of one gathered batch: the keys of all its orders
+// in one try, then the orders whose keys were all obtained; the others go
+// to their queues.
+type gathered struct {
+	c      *coalescer
+	want   []string
+	orders []*pending
+	// tried is set once the section has tried want.
+	tried bool
+}
+
+func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pending) {
+	if !g.tried {
+		g.tried = true
+		return nil, g.want, g.orders
+	}
+	if h == nil || h.batches > 0 {
+		return nil, nil, nil // the try failed and answered them, or the batch ran
+	}
+	for _, p := range g.orders {
+		if p.state.Load() != stateQueued {
+			continue // answered by the unknown-SKU check, or gone
+		}
+		if !h.covers(p) {
+			g.c.requeue(p)
+			continue
+		}
+		if p.move(stateQueued, stateBatched) {
+			batch = append(batch, p)
+		}
+	}
+	h.keepOnly(batch)
+	if len(batch) == 0 {
+		return nil, nil, nil
+	}
+	return batch, nil, nil
+}
+
+func (*gathered) keep(*hold) bool { return false }
+func (*gathered) tries() bool     { return true }
+
+// requeue moves p, which a gathered batch could not place because one of
+// its keys is held elsewhere, to the queue of its lowest SKU; or answers it
+// inventory.ErrOverloaded past the queue bounds.
+func (c *coalescer) requeue(p *pending) {
+	c.mu.Lock()
+	err := c.enqueueLocked(context.Background(), p)
+	c.mu.Unlock()
+	if err != nil && p.move(stateQueued, stateDecided) {
+		p.answer <- err
+	}
+}

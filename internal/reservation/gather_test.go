@@ -1,0 +1,76 @@
+package reservation_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/reservation"
+)
+
+// TestGatherAcrossSKUs: orders for different SKUs that arrive while the
+// instance's gatherer is busy are placed together: one try of all their
+// keys, one claim, one write; an order whose key is held elsewhere leaves
+// the batch for its SKU's queue and is placed once the key is free, and an
+// order refused by the ledger fails alone.
+func TestGatherAcrossSKUs(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{Gatherers: 1})
+	ctx := context.Background()
+	const n = 8
+	for i := range n {
+		f.stock(fmt.Sprintf("s%d", i), 2)
+	}
+	f.stock("first", 1)
+	f.stock("held", 1)
+	f.store.counts()
+
+	// The first order's write waits until the others have gathered.
+	gathered := make(chan struct{})
+	var once sync.Once
+	f.store.onWrite(func() { once.Do(func() { <-gathered }) })
+	first := make(chan error, 1)
+	go func() { _, _, err := f.svc.Place(ctx, req("", line("first", 1))); first <- err }()
+	waitFor(t, "the first batch to write", func() bool { return f.store.tried() == 1 })
+
+	release := f.hold("held")
+	var wg, onHeld sync.WaitGroup
+	errs := make([]error, n+1)
+	for i := range n {
+		q := int64(1)
+		if i == 3 {
+			q = 3 // more than s3 has: refused alone
+		}
+		wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, req("", line(fmt.Sprintf("s%d", i), q))) })
+	}
+	onHeld.Go(func() { _, _, errs[n] = f.svc.Place(ctx, req("", line("s0", 1), line("held", 1))) })
+	waitFor(t, "nine orders gathered", func() bool { return reservation.Gathering(f.svc) == n+1 })
+	close(gathered)
+	if err := <-first; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	wg.Wait()
+	if got := reservation.Queued(f.svc, "held"); got != 1 {
+		t.Fatalf("%d orders queued on the held key, want the one that needs it", got)
+	}
+	claims, writes := f.store.counts()
+	// The first order's claim and write, then the gathered batch's.
+	if claims != 2 || len(writes) != 2 || writes[1] != n-1 {
+		t.Fatalf("claims %d, writes %v; want the gathered %d orders in one claim and one write", claims, writes, n-1)
+	}
+	release()
+	onHeld.Wait()
+	for i, err := range errs {
+		switch {
+		case i == 3 && !errors.Is(err, inventory.ErrInsufficientStock):
+			t.Fatalf("order on s3 = %v, want insufficient stock", err)
+		case i != 3 && err != nil:
+			t.Fatalf("order %d: %v", i, err)
+		}
+	}
+	if a := f.audit("s0"); !a.Consistent || a.Held != 2 {
+		t.Fatalf("audit s0 = %+v, want both its orders held", a)
+	}
+}
