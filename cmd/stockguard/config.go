@@ -55,7 +55,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.reapInterval, "reap-interval", time.Second, "how often expired holds are returned to stock")
 	fs.IntVar(&c.dbMaxConns, "db-max-conns", postgres.DefaultMaxConns, "database connection pool size per instance")
-	fs.StringVar(&c.coalesce, "coalesce", "on", "batch concurrent orders per SKU under one lease and one transaction: on or off")
+	fs.StringVar(&c.coalesce, "coalesce", "on", "batch concurrent orders, of any SKUs or of one hot SKU, under one acquisition and one transaction: on or off")
+	fs.IntVar(&c.coalesceCfg.Gatherers, "coalesce-gatherers", reservation.DefaultGatherers, "gathered batches (orders of any SKUs) an instance runs at once")
 	fs.IntVar(&c.coalesceCfg.MaxBatch, "coalesce-max-batch", reservation.DefaultMaxBatch, "most orders in one coalesced batch")
 	fs.IntVar(&c.coalesceCfg.MaxBatches, "coalesce-max-batches", reservation.DefaultMaxBatches,
 		"most batches run under one lock acquisition before other instances get their turn")
@@ -103,8 +104,8 @@ func (c *config) validate() error {
 		return fmt.Errorf("%w: --coalesce=%q: want on or off", errUsage, c.coalesce)
 	}
 	c.coalesceCfg.Disabled = c.coalesce == "off"
-	if c.coalesceCfg.MaxBatch < 1 || c.coalesceCfg.MaxBatches < 1 || c.coalesceCfg.MaxHold <= 0 {
-		return fmt.Errorf("%w: --coalesce-max-batch and --coalesce-max-batches must be >= 1, --coalesce-max-hold > 0", errUsage)
+	if c.coalesceCfg.MaxBatch < 1 || c.coalesceCfg.MaxBatches < 1 || c.coalesceCfg.MaxHold <= 0 || c.coalesceCfg.Gatherers < 1 {
+		return fmt.Errorf("%w: --coalesce-max-batch, --coalesce-max-batches and --coalesce-gatherers must be >= 1, --coalesce-max-hold > 0", errUsage)
 	}
 	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
 		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)
