@@ -53,7 +53,13 @@ type Options struct {
 	// NoWatchdog disables the keepalive that extends a TTL lease at TTL/3.
 	// Used to reproduce a holder that stops renewing (a GC pause).
 	NoWatchdog bool
+	// HoldWait bounds how long a multi-key AcquireAll holds some keys while
+	// it waits for the rest (see AcquireAll). Default DefaultHoldWait.
+	HoldWait time.Duration
 }
+
+// DefaultHoldWait is the hold-wait bound of AcquireAll when none is given.
+const DefaultHoldWait = time.Second
 
 // Option sets one field of Options.
 type Option func(*Options)
@@ -69,6 +75,9 @@ func TryOnce() Option { return func(o *Options) { o.TryOnce = true } }
 // every TTL/3 until released (Redisson's watchdog).
 func WithoutWatchdog() Option { return func(o *Options) { o.NoWatchdog = true } }
 
+// WithHoldWait sets the hold-wait bound of a multi-key AcquireAll.
+func WithHoldWait(d time.Duration) Option { return func(o *Options) { o.HoldWait = d } }
+
 // Apply returns the options with defaults filled in.
 func Apply(defaultTTL time.Duration, opts []Option) Options {
 	o := Options{TTL: defaultTTL}
@@ -77,6 +86,9 @@ func Apply(defaultTTL time.Duration, opts []Option) Options {
 	}
 	if o.TTL <= 0 {
 		o.TTL = defaultTTL
+	}
+	if o.HoldWait <= 0 {
+		o.HoldWait = DefaultHoldWait
 	}
 	return o
 }

@@ -22,9 +22,6 @@ func Queued(s *Service, sku string) int {
 // MaxRewrites is maxRewrites, for the tests of a batch's isolation.
 const MaxRewrites = maxRewrites
 
-// MaxHoldWait is maxHoldWait, for the test of its bound.
-const MaxHoldWait = maxHoldWait
-
 // Gathering returns how many orders wait in the intake for a gatherer.
 func Gathering(s *Service) int {
 	c := s.coalesce

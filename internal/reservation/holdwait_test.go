@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/reservation"
 )
 
@@ -28,8 +29,8 @@ func TestHoldWaitIsBounded(t *testing.T) {
 	if _, _, err := f.svc.Place(ctx, req("", line("a", 1))); err != nil {
 		t.Fatalf("an order on a alone: %v", err)
 	}
-	if d := time.Since(start); d > 3*reservation.MaxHoldWait {
-		t.Fatalf("an order on a alone waited %s behind an order holding a for b; bound %s", d, reservation.MaxHoldWait)
+	if d := time.Since(start); d > 3*lock.DefaultHoldWait {
+		t.Fatalf("an order on a alone waited %s behind an order holding a for b; bound %s", d, lock.DefaultHoldWait)
 	}
 	releaseB()
 	if err := <-big; err != nil {

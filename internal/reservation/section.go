@@ -136,7 +136,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 		b, err = s.locker.AcquireBatch(actx, want, s.leaseOptions(paused)...)
 		set = b.Leases
 	} else {
-		set, err = s.acquireAll(actx, want, s.leaseOptions(paused))
+		set, err = lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
 	}
 	cancel()
 	s.obs.LockWait(time.Since(start))

@@ -27,7 +27,7 @@ var errHoldWait = errors.New("held keys past the hold-wait bound while waiting f
 // locked in key order by one statement (then the tokens, in the same
 // pipeline), so a multi-key operation needs one connection however many
 // keys it has. While it holds some keys and waits for others, it keeps them
-// at most the hold-wait bound (WithHoldWait) at a time: then it ends the
+// at most the hold-wait bound (lock.WithHoldWait) at a time: then it ends the
 // session, which frees them for their other waiters, and queues again. With
 // TryOnce it is all or nothing, in one statement.
 func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...lock.Option) (lock.Set, error) {
@@ -183,7 +183,7 @@ func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) 
 		// The bound counts the whole statement, the wait for the first key
 		// (holding nothing) included: the server cannot tell us, mid-
 		// statement, how many keys it has granted.
-		wctx, cancel := context.WithTimeout(ctx, l.holdWait)
+		wctx, cancel := context.WithTimeout(ctx, o.HoldWait)
 		err := l.send(wctx, c, pb, fmt.Sprintf("%d keys from %q", len(keys), keys[0]))
 		cancel()
 		switch {
@@ -227,7 +227,7 @@ func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Con
 			return err // attempt handed the connection back
 		case errors.Is(err, errHoldWait):
 			destroy(c)
-			l.log.Debug("multi-key wait gave up its keys past the hold-wait bound; queueing again", "hold_wait", l.holdWait)
+			l.log.Debug("multi-key wait gave up its keys past the hold-wait bound; queueing again")
 			continue
 		}
 		closed := c.Conn().IsClosed()

@@ -123,7 +123,7 @@ func TestManyKeysOneConnection(t *testing.T) {
 func TestHoldWaitBound(t *testing.T) {
 	const holdWait = 200 * time.Millisecond
 	url := stacktest.NewDatabase(t, t.Context())
-	a, b, c := newLocker(t, url), newLocker(t, url, WithHoldWait(holdWait)), newLocker(t, url)
+	a, b, c := newLocker(t, url), newLocker(t, url), newLocker(t, url)
 	base := locktest.Key(t)
 	first, second := base+"-1", base+"-2"
 	held := locktest.MustAcquire(t, a, second)
@@ -136,7 +136,7 @@ func TestHoldWaitBound(t *testing.T) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		set, err := lock.AcquireAll(ctx, b, []string{second, first})
+		set, err := lock.AcquireAll(ctx, b, []string{second, first}, lock.WithHoldWait(holdWait))
 		res <- result{set, err}
 	}()
 	// b takes first at once and waits for second; c must get first within

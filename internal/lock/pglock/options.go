@@ -10,13 +10,11 @@ import (
 const (
 	defaultTTL      = 10 * time.Second
 	defaultMaxConns = 64
-	defaultHoldWait = time.Second
 )
 
 type options struct {
 	ttl      time.Duration
 	maxConns int32
-	holdWait time.Duration
 	reg      prometheus.Registerer
 	log      *slog.Logger
 }
@@ -38,12 +36,6 @@ func WithTTL(d time.Duration) Option { return func(o *options) { o.ttl = d } }
 // database URL (pool_max_conns) do not apply: the URL is shared with the store.
 // Default: 64.
 func WithMaxConns(n int) Option { return func(o *options) { o.maxConns = int32(n) } }
-
-// WithHoldWait bounds how long a multi-key AcquireAll may hold some of its
-// keys while it waits for the rest: past it, the acquisition gives up every
-// lock it took (the keys' other waiters go first) and queues again, until
-// its context ends. Default: 1s.
-func WithHoldWait(d time.Duration) Option { return func(o *options) { o.holdWait = d } }
 
 // WithRegisterer registers the Locker's metrics on reg. Lockers sharing a
 // registry share the collectors. Default: nil, metrics are not exported.

@@ -9,7 +9,7 @@
 // a hundred lines needs one connection, not a hundred. Each lease still
 // releases its own key; the connection returns to the pool with the last.
 // A multi-key AcquireAll that holds some keys while it waits for the rest
-// gives them all up after WithHoldWait (default 1s) and queues again, so it
+// gives them all up after the hold-wait bound (lock.WithHoldWait, default 1s) and queues again, so it
 // never keeps other orders off its keys for longer than that at a time.
 //
 // A lease lives exactly as long as its database session. Each lease sets its
@@ -130,11 +130,10 @@ type Locker struct {
 	pool *pgxpool.Pool // lock connections: one per acquisition, held or waiting
 	// ctl serves Ping and setup. It is separate so that a pool full of
 	// waiters, normal under contention, does not fail readiness probes.
-	ctl      *pgxpool.Pool
-	ttl      time.Duration
-	holdWait time.Duration
-	log      *slog.Logger
-	m        *lockmetrics.Metrics
+	ctl *pgxpool.Pool
+	ttl time.Duration
+	log *slog.Logger
+	m   *lockmetrics.Metrics
 
 	// closing is cancelled by Close, ending every wait and keepalive in
 	// flight, so that Close can end their connections.
@@ -153,15 +152,12 @@ var _ lock.Locker = (*Locker)(nil)
 // stockguard_lock_fence if it does not exist. An unreachable server is an
 // error wrapping lock.ErrUnavailable.
 func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, error) {
-	o := options{ttl: defaultTTL, maxConns: defaultMaxConns, holdWait: defaultHoldWait}
+	o := options{ttl: defaultTTL, maxConns: defaultMaxConns}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	if o.ttl <= 0 {
 		return nil, fmt.Errorf("pglock: TTL %v is not positive", o.ttl)
-	}
-	if o.holdWait <= 0 {
-		return nil, fmt.Errorf("pglock: hold wait %v is not positive", o.holdWait)
 	}
 	if o.maxConns < 1 {
 		return nil, fmt.Errorf("pglock: max connections %d is below 1", o.maxConns)
@@ -215,7 +211,7 @@ func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, erro
 	}
 	closing, shutdown := context.WithCancel(context.Background())
 	return &Locker{
-		pool: pool, ctl: ctl, ttl: o.ttl, holdWait: o.holdWait,
+		pool: pool, ctl: ctl, ttl: o.ttl,
 		log: o.log.With("backend", backendName), m: m,
 		closing: closing, shutdown: shutdown,
 		live: make(map[*session]struct{}),
