@@ -46,6 +46,12 @@ func (l *tokenLocker) Acquire(ctx context.Context, key string, opts ...lock.Opti
 	return lease, nil
 }
 
+// AcquireBatch takes each key through Acquire, so that a batch's leases get
+// this locker's tokens too.
+func (l *tokenLocker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, l, keys, opts...)
+}
+
 type releaser struct{ l *lock.Lease }
 
 func (r releaser) Release(ctx context.Context) error { return r.l.Release(ctx) }
