@@ -94,7 +94,7 @@ func (c *Client) do(ctx context.Context, cl call) (http.Header, error) {
 		retry = retry && !cl.once && n <= c.retries && ctx.Err() == nil
 		if c.observer != nil {
 			a := Attempt{Op: cl.op, N: n, Status: status, Err: err, Duration: time.Since(start), Retry: retry}
-			if ae := (*APIError)(nil); errors.As(err, &ae) {
+			if ae, ok := err.(*APIError); ok {
 				a.Code = ae.Code
 			}
 			c.observer(a)
@@ -127,10 +127,13 @@ func (c *Client) retryWait(err error, inFlight, noAnswer *int) (time.Duration, b
 		*k++
 		return d
 	}
-	var ae *APIError
+	// attempt answers an *APIError as it is, never wrapped: a type
+	// assertion finds it without errors.As, whose target would escape to
+	// the heap on every call.
+	ae, _ := err.(*APIError)
 	var wait time.Duration
 	switch {
-	case errors.As(err, &ae) && !ae.retryable():
+	case ae != nil && !ae.retryable():
 		return 0, false
 	case ae == nil:
 		wait = backoff(noAnswer)
