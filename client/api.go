@@ -64,10 +64,6 @@ type lineBody struct {
 // retry after a lost answer replays the order instead of placing it twice;
 // the key is in the returned Order.
 func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, error) {
-	key := req.IdempotencyKey
-	if key == "" {
-		key = NewIdempotencyKey()
-	}
 	b := orderBody{Lines: make([]lineBody, len(req.Lines)), HoldSeconds: req.HoldSeconds}
 	for i, l := range req.Lines {
 		b.Lines[i] = lineBody{SKU: l.SKU, Quantity: l.Quantity}
@@ -76,9 +72,22 @@ func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, erro
 	if err != nil {
 		return nil, fmt.Errorf("client: placeOrder: %w", err)
 	}
+	return c.PlaceOrderJSON(ctx, req.IdempotencyKey, body)
+}
+
+// PlaceOrderJSON is PlaceOrder for a body the caller encoded already, the
+// JSON of POST /v1/orders ({"lines":[{"sku","quantity"}],"hold_seconds"}):
+// a load generator encodes each order once and sends it again on a retry
+// of its own. key is the order's idempotency key; "" makes one. The body is
+// sent as it is: a body the API refuses is an *APIError matching
+// ErrInvalidRequest.
+func (c *Client) PlaceOrderJSON(ctx context.Context, key string, body []byte) (*Order, error) {
+	if key == "" {
+		key = NewIdempotencyKey()
+	}
 	var out Order
 	h, err := c.do(ctx, call{op: "placeOrder", method: http.MethodPost, path: "/v1/orders", body: body,
-		header: http.Header{"Idempotency-Key": {key}}, want: http.StatusCreated, out: &out})
+		key: key, want: http.StatusCreated, out: &out})
 	if err != nil {
 		return nil, err
 	}

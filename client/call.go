@@ -39,6 +39,16 @@ type Attempt struct {
 // call's last answer, the observer sees them all.
 type Observer func(Attempt)
 
+// Header values every request shares. net/http only reads them, and an
+// Add to a one-element slice of capacity one copies it, so no request can
+// change another's; sharing them saves two allocations a request.
+var (
+	acceptJSON  = []string{"application/json"}
+	contentJSON = []string{"application/json"}
+	// acceptText asks /metrics for the text exposition format.
+	acceptText = []string{"text/plain"}
+)
+
 // call is one API operation.
 type call struct {
 	op     string
@@ -46,10 +56,32 @@ type call struct {
 	path   string
 	body   []byte // nil: no body
 	header http.Header
-	want   int  // the success status
-	out    any  // decoded from a success answer; nil to ignore it
-	once   bool // never retried
+	// key is the Idempotency-Key header, "" for none: a field rather than
+	// a header map, as an order sends it on every request.
+	key  string
+	want int  // the success status
+	out  any  // decoded from a success answer; nil to ignore it
+	raw  bool // out is a *[]byte that gets the success answer as sent
+	once bool // never retried
 }
+
+// callError is a call's failure. Its message is built only when asked for:
+// a load generator counts refused orders by the million and reads few
+// messages.
+type callError struct {
+	op       string
+	attempts int
+	err      error
+}
+
+func (e *callError) Error() string {
+	if e.attempts > 1 {
+		return fmt.Sprintf("client: %s: %d attempts: %v", e.op, e.attempts, e.err)
+	}
+	return fmt.Sprintf("client: %s: %v", e.op, e.err)
+}
+
+func (e *callError) Unwrap() error { return e.err }
 
 // do runs c's attempts until one succeeds, one fails for good, the retries
 // are spent or ctx is done; it returns the last answer's header.
@@ -62,7 +94,7 @@ func (c *Client) do(ctx context.Context, cl call) (http.Header, error) {
 		retry = retry && !cl.once && n <= c.retries && ctx.Err() == nil
 		if c.observer != nil {
 			a := Attempt{Op: cl.op, N: n, Status: status, Err: err, Duration: time.Since(start), Retry: retry}
-			if ae := (*APIError)(nil); errors.As(err, &ae) {
+			if ae, ok := err.(*APIError); ok {
 				a.Code = ae.Code
 			}
 			c.observer(a)
@@ -71,10 +103,7 @@ func (c *Client) do(ctx context.Context, cl call) (http.Header, error) {
 			return header, nil
 		}
 		if !retry {
-			if n > 1 {
-				return header, fmt.Errorf("client: %s: %d attempts: %w", cl.op, n, err)
-			}
-			return header, fmt.Errorf("client: %s: %w", cl.op, err)
+			return header, &callError{op: cl.op, attempts: n, err: err}
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -98,10 +127,13 @@ func (c *Client) retryWait(err error, inFlight, noAnswer *int) (time.Duration, b
 		*k++
 		return d
 	}
-	var ae *APIError
+	// attempt answers an *APIError as it is, never wrapped: a type
+	// assertion finds it without errors.As, whose target would escape to
+	// the heap on every call.
+	ae, _ := err.(*APIError)
 	var wait time.Duration
 	switch {
-	case errors.As(err, &ae) && !ae.retryable():
+	case ae != nil && !ae.retryable():
 		return 0, false
 	case ae == nil:
 		wait = backoff(noAnswer)
@@ -120,17 +152,23 @@ func (c *Client) attempt(ctx context.Context, cl call) (int, http.Header, error)
 		body = bytes.NewReader(cl.body)
 	}
 	// cl.path is escaped already: joined as text, not through url.URL.Path.
-	req, err := http.NewRequestWithContext(ctx, cl.method, c.base.String()+cl.path, body)
+	req, err := http.NewRequestWithContext(ctx, cl.method, c.baseURL+cl.path, body)
 	if err != nil {
 		return 0, nil, err
 	}
 	for k, v := range cl.header {
 		req.Header[k] = v
 	}
-	if cl.body != nil {
-		req.Header.Set("Content-Type", "application/json")
+	if cl.key != "" {
+		req.Header["Idempotency-Key"] = []string{cl.key}
 	}
-	req.Header.Set("Accept", "application/json")
+	if cl.body != nil {
+		req.Header["Content-Type"] = contentJSON
+	}
+	req.Header["Accept"] = acceptJSON
+	if cl.raw {
+		req.Header["Accept"] = acceptText
+	}
 	res, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -141,9 +179,12 @@ func (c *Client) attempt(ctx context.Context, cl call) (int, http.Header, error)
 		return res.StatusCode, res.Header, fmt.Errorf("read answer: %w", err)
 	}
 	if res.StatusCode == cl.want {
-		if cl.out != nil {
+		switch {
+		case cl.raw:
+			*cl.out.(*[]byte) = raw
+		case cl.out != nil:
 			if err := json.Unmarshal(raw, cl.out); err != nil {
-				return res.StatusCode, res.Header, fmt.Errorf("decode %d answer: %w", res.StatusCode, err)
+				return res.StatusCode, res.Header, fmt.Errorf("%w: decode %d answer: %w", ErrBadAnswer, res.StatusCode, err)
 			}
 		}
 		return res.StatusCode, res.Header, nil
@@ -152,7 +193,7 @@ func (c *Client) attempt(ctx context.Context, cl call) (int, http.Header, error)
 }
 
 func apiError(res *http.Response, raw []byte) *APIError {
-	e := &APIError{Status: res.StatusCode, RequestID: res.Header.Get("X-Request-Id"),
+	e := &APIError{Status: res.StatusCode, Header: res.Header, RequestID: res.Header.Get("X-Request-Id"),
 		RetryAfter: parseRetryAfter(res.Header.Get("Retry-After"), time.Now())}
 	var b errorBody
 	if json.Unmarshal(raw, &b) == nil && b.Error.Code != "" {

@@ -38,7 +38,9 @@ const (
 // Client calls one Stockguard service (or a load balancer in front of
 // several instances). It is safe for concurrent use.
 type Client struct {
-	base            *url.URL
+	// baseURL is the base URL as text, with no trailing slash: every
+	// request's URL is it and an escaped path, joined without formatting.
+	baseURL         string
 	http            *http.Client
 	adminToken      string
 	retries         int
@@ -86,7 +88,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		return nil, fmt.Errorf("client: base URL %q: want http(s)://host[:port]", baseURL)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
-	c := &Client{base: u, retries: DefaultRetries, maxRetryWait: DefaultMaxRetryWait,
+	c := &Client{baseURL: u.String(), retries: DefaultRetries, maxRetryWait: DefaultMaxRetryWait,
 		inFlightBackoff: DefaultInFlightBackoff}
 	for _, o := range opts {
 		o(c)

@@ -232,7 +232,8 @@ func TestRetriesOff(t *testing.T) {
 	f.hold("a")
 	_, err := c.PlaceOrder(context.Background(), client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 1}}})
 	var ae *client.APIError
-	if !errors.Is(err, client.ErrLockUnavailable) || !errors.As(err, &ae) || ae.RetryAfter != time.Second {
+	if !errors.Is(err, client.ErrLockUnavailable) || !errors.As(err, &ae) || ae.RetryAfter != time.Second ||
+		ae.Header.Get("Retry-After") != "1" {
 		t.Fatalf("held lock = %v (%+v), want lock_unavailable with Retry-After 1s", err, ae)
 	}
 	if all := seen.list(); len(all) != 2 || all[1].Retry || all[1].Status != http.StatusServiceUnavailable {

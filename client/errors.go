@@ -32,6 +32,12 @@ var (
 	ErrInternal               = errors.New("internal")
 )
 
+// ErrBadAnswer matches the error of an answer that has the call's success
+// status but a body that does not decode: the service answered, and said
+// something this client cannot read. It is retried as an attempt that got no
+// answer.
+var ErrBadAnswer = errors.New("client: undecodable answer")
+
 // codes maps each code the API answers with to its sentinel.
 var codes = func() map[string]error {
 	m := map[string]error{}
@@ -62,6 +68,9 @@ type APIError struct {
 	// RetryAfter is the answer's Retry-After (every 503 has one); 0 when
 	// absent.
 	RetryAfter time.Duration
+	// Header is the answer's header as received, for what the fields above
+	// leave out (Retry-After exactly as sent, to tell a 0 from none).
+	Header http.Header
 }
 
 // Error reports the status, code, SKU and message.

@@ -36,6 +36,10 @@ const (
 	// lockWait is the service's lock wait: short, so a held lock answers
 	// 503 quickly.
 	lockWait = 300 * time.Millisecond
+	// zkSessionID is the session GET /debug/zk-session answers: the
+	// fixture's lock has none, so the test stands in for ZooKeeper's, with
+	// an id past 2^53 as real ones are.
+	zkSessionID = 0x1000a2b3c4d5e6f
 )
 
 // fixture is one service under test.
@@ -68,7 +72,9 @@ func newFixture(t *testing.T) *fixture {
 	m := metrics.New(reg, lk.Name())
 	svc := reservation.New(reservation.Config{Store: store, Locker: lk, Observer: m, LockWait: lockWait})
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg,
-		AdminToken: adminToken, Chaos: true}))
+		AdminToken: adminToken, Chaos: true, ZKSession: func() (int64, []byte, bool) {
+			return zkSessionID, []byte("0123456789abcdef"), true
+		}}))
 	t.Cleanup(srv.Close)
 	tr := &validatingTransport{t: t, v: specValidator(t), next: srv.Client().Transport}
 	return &fixture{t: t, url: srv.URL, locker: lk, http: &http.Client{Transport: tr}, tr: tr}

@@ -1,0 +1,114 @@
+package client_test
+
+// Tests of what a load generator uses beyond the typed calls: an order body
+// encoded once, the metrics text, a GET of any path, and an answer that
+// breaks the spec.
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stockguard/stockguard/client"
+)
+
+func TestPlaceOrderJSON(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c := f.newClient(client.WithRetries(0))
+	mustStock(t, c, "a", 5)
+	body := []byte(`{"lines":[{"sku":"a","quantity":2}],"hold_seconds":60}`)
+
+	o, err := c.PlaceOrderJSON(ctx, "k-json", body)
+	if err != nil || o.Status != client.StatusReserved || o.Replayed || o.IdempotencyKey != "k-json" ||
+		len(o.Lines) != 1 || o.Lines[0].SKU != "a" || o.Lines[0].Quantity != 2 {
+		t.Fatalf("PlaceOrderJSON = %+v, %v", o, err)
+	}
+	again, err := c.PlaceOrderJSON(ctx, "k-json", body)
+	if err != nil || !again.Replayed || again.ID != o.ID {
+		t.Fatalf("replay = %+v, %v; want order %s replayed", again, err, o.ID)
+	}
+	fresh, err := c.PlaceOrderJSON(ctx, "", body)
+	if err != nil || fresh.IdempotencyKey == "" || fresh.ID == o.ID {
+		t.Fatalf("without a key = %+v, %v; want a new order under a key of its own", fresh, err)
+	}
+	if _, err := c.PlaceOrderJSON(ctx, "k-bad", []byte(`{"lines":[]}`)); !errors.Is(err, client.ErrInvalidRequest) {
+		t.Fatalf("no lines = %v, want invalid_request", err)
+	}
+	if _, err := c.PlaceOrderJSON(ctx, "k-over", []byte(`{"lines":[{"sku":"a","quantity":9}]}`)); !errors.Is(err, client.ErrInsufficientStock) {
+		t.Fatalf("over stock = %v, want insufficient_stock", err)
+	}
+	var keys []string
+	for _, x := range f.tr.exchanges() {
+		if x.path == "/v1/orders" {
+			keys = append(keys, x.idempotencyKey)
+		}
+	}
+	if len(keys) != 5 || keys[0] != "k-json" || keys[1] != "k-json" || keys[2] == "" || keys[3] != "k-bad" {
+		t.Fatalf("keys sent = %q", keys)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	f := newFixture(t)
+	c := f.newClient()
+	mustStock(t, c, "a", 1)
+	raw, err := c.Metrics(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(raw), "# TYPE stockguard_") {
+		t.Fatalf("metrics are not the text format:\n%.300s", raw)
+	}
+}
+
+func TestGetJSON(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	var seen attempts
+	c := f.newClient(client.WithObserver(seen.observe))
+	var s struct {
+		SessionID    int64  `json:"session_id"`
+		SessionIDHex string `json:"session_id_hex"`
+		PasswordHex  string `json:"password_hex"`
+	}
+	if err := c.GetJSON(ctx, "/debug/zk-session", &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.SessionID != zkSessionID || s.SessionIDHex != "0x1000a2b3c4d5e6f" || s.PasswordHex != "30313233343536373839616263646566" {
+		t.Fatalf("zk session = %+v", s)
+	}
+	if err := c.GetJSON(ctx, "/v1/skus/nope", &s); !errors.Is(err, client.ErrUnknownSKU) {
+		t.Fatalf("GET of an unknown SKU = %v, want unknown_sku", err)
+	}
+	if err := c.GetJSON(ctx, "debug/zk-session", &s); err == nil {
+		t.Fatal("a path without its leading slash was sent")
+	}
+	if all := seen.list(); len(all) != 2 || all[0].Op != "GET /debug/zk-session" {
+		t.Fatalf("attempts = %+v", all)
+	}
+}
+
+// TestBadAnswer: a success status with a body that is not the API's is
+// ErrBadAnswer, not an APIError nor a transport error. The server breaks
+// the spec on purpose, so no validating transport stands in between.
+func TestBadAnswer(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`<html>proxy page</html>`))
+	}))
+	t.Cleanup(srv.Close)
+	c, err := client.New(srv.URL, client.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.PlaceOrderJSON(context.Background(), "k", []byte(`{"lines":[{"sku":"a","quantity":1}]}`))
+	var ae *client.APIError
+	if !errors.Is(err, client.ErrBadAnswer) || errors.As(err, &ae) {
+		t.Fatalf("err = %v, want ErrBadAnswer", err)
+	}
+}

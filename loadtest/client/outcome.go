@@ -1,0 +1,151 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	api "github.com/stockguard/stockguard/client"
+)
+
+// Kind classifies the answer to one order.
+type Kind int
+
+// The kinds of order answers the runner counts separately.
+const (
+	KindUnknown         Kind = iota // no definite answer: transport error, timeout, 503 store_unavailable or timeout, or the key still in flight
+	KindReserved                    // 201
+	KindInsufficient                // 409 insufficient_stock
+	KindStaleFence                  // 409 stale_fence
+	KindLockUnavailable             // 503 lock_unavailable
+	KindError                       // any other answer
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindReserved:
+		return "reserved"
+	case KindInsufficient:
+		return "insufficient_stock"
+	case KindStaleFence:
+		return "stale_fence"
+	case KindLockUnavailable:
+		return "lock_unavailable"
+	case KindError:
+		return "error"
+	}
+	return "unknown"
+}
+
+// Outcome is what one POST /v1/orders produced.
+type Outcome struct {
+	Kind   Kind
+	Status int    // HTTP status, 0 without an answer
+	Code   string // error code of the answer, or the transport error's class
+	Order  *OrderResponse
+	Err    error // nil for 201
+	// RetryAfter is the answer's Retry-After header, "" without one.
+	RetryAfter string
+}
+
+// outcome classifies the public client's answer to one order call; ok is
+// the call's success status.
+func outcome(o *api.Order, err error, ok int) Outcome {
+	if err == nil {
+		if o.ID == "" {
+			return Outcome{Kind: KindError, Status: ok, Code: badBody(ok),
+				Err: fmt.Errorf("%d answer without an order_id: %+v", ok, *o)}
+		}
+		return Outcome{Kind: KindReserved, Status: ok, Order: response(o)}
+	}
+	ae := apiError(err)
+	switch {
+	case ae != nil:
+	case errors.Is(err, api.ErrBadAnswer):
+		return Outcome{Kind: KindError, Status: ok, Code: badBody(ok), Err: err}
+	default:
+		return Outcome{Kind: KindUnknown, Code: transportClass(err), Err: err}
+	}
+	out := Outcome{Kind: KindError, Status: ae.Status, Code: ae.Code, Err: err, RetryAfter: ae.Header.Get("Retry-After")}
+	if out.Code == "" {
+		// Not the API's error body (a proxy's, say): named by its status.
+		out.Code = "http_" + strconv.Itoa(ae.Status)
+	}
+	switch {
+	case ae.Status == http.StatusConflict && ae.Code == "insufficient_stock":
+		out.Kind = KindInsufficient
+	case ae.Status == http.StatusConflict && ae.Code == "stale_fence":
+		out.Kind = KindStaleFence
+	case ae.Status == http.StatusServiceUnavailable && ae.Code == "lock_unavailable":
+		out.Kind = KindLockUnavailable
+	case ae.Status == http.StatusConflict && ae.Code == "idempotency_key_in_flight",
+		// The first attempt may still commit: the outcome is not known yet.
+		ae.Status == http.StatusServiceUnavailable && (ae.Code == "store_unavailable" || ae.Code == "timeout"):
+		// The database or the deadline failed, possibly after the write was
+		// sent (a lost commit acknowledgement): it may have landed.
+		out.Kind = KindUnknown
+	}
+	return out
+}
+
+// apiError finds the *APIError in err. The public client wraps it once; a
+// walk down single wraps finds it there without errors.As, whose target
+// would escape to the heap on every refused order.
+func apiError(err error) *APIError {
+	for e := err; e != nil; {
+		if ae, ok := e.(*APIError); ok {
+			return ae
+		}
+		u, ok := e.(interface{ Unwrap() error })
+		if !ok {
+			break
+		}
+		e = u.Unwrap()
+	}
+	return apiErrorAs(err)
+}
+
+// apiErrorAs is errors.As, for the rarer chains with several wraps.
+func apiErrorAs(err error) *APIError {
+	var ae *APIError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return nil
+}
+
+// response is o in the load tester's shape: the quantities as the requests
+// have them, the expiry as the service wrote it (RFC 3339).
+func response(o *api.Order) *OrderResponse {
+	r := &OrderResponse{OrderID: o.ID, Status: o.Status, ExpiresAt: o.ExpiresAt.Format(time.RFC3339Nano)}
+	r.Lines = make([]struct {
+		SKU        string `json:"sku"`
+		Quantity   int    `json:"quantity"`
+		FenceToken uint64 `json:"fence_token"`
+	}, len(o.Lines))
+	for i, l := range o.Lines {
+		r.Lines[i].SKU, r.Lines[i].Quantity, r.Lines[i].FenceToken = l.SKU, int(l.Quantity), l.FenceToken
+	}
+	return r
+}
+
+func badBody(status int) string { return "bad_" + strconv.Itoa(status) + "_body" }
+
+// transportClass names a transport error for the error breakdown.
+func transportClass(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case strings.Contains(err.Error(), "connection refused"):
+		return "connection_refused"
+	}
+	return "transport"
+}
