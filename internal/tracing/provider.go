@@ -21,7 +21,8 @@ import (
 
 // Provider is the service's tracer provider and the way to flush it.
 type Provider struct {
-	sdk *sdktrace.TracerProvider // nil when tracing is off
+	settings Settings
+	sdk      *sdktrace.TracerProvider // nil when tracing is off
 }
 
 // New builds the provider the variables read through getenv ask for, with
@@ -34,8 +35,11 @@ type Provider struct {
 // environment themselves, as the spec has them.
 func New(ctx context.Context, getenv func(string) string, version string) (*Provider, error) {
 	s, err := ParseEnv(getenv)
-	if err != nil || !s.Enabled {
-		return &Provider{}, err
+	if err != nil {
+		return nil, err
+	}
+	if !s.Enabled {
+		return &Provider{settings: s}, nil
 	}
 	var opts []otlptracehttp.Option
 	if s.Endpoint != "" {
@@ -51,7 +55,7 @@ func New(ctx context.Context, getenv func(string) string, version string) (*Prov
 	if err != nil {
 		return nil, err
 	}
-	return &Provider{sdk: sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))}, nil
+	return &Provider{settings: s, sdk: sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))}, nil
 }
 
 // newResource describes this process. OTEL_RESOURCE_ATTRIBUTES may add to
@@ -68,6 +72,9 @@ func newResource(ctx context.Context, name, version string) (*resource.Resource,
 	}
 	return res, nil
 }
+
+// Settings is what the variables asked for.
+func (p *Provider) Settings() Settings { return p.settings }
 
 // Enabled reports whether spans are recorded and exported.
 func (p *Provider) Enabled() bool { return p.sdk != nil }

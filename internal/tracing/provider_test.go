@@ -2,16 +2,10 @@ package tracing_test
 
 import (
 	"context"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	"google.golang.org/protobuf/proto"
-
 	"github.com/stockguard/stockguard/internal/tracing"
+	"github.com/stockguard/stockguard/internal/tracing/tracingtest"
 )
 
 func TestNewOffInstallsNothing(t *testing.T) {
@@ -33,39 +27,13 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}
 }
 
-// collector is an OTLP/HTTP receiver that keeps what it was sent.
-type collector struct {
-	mu   sync.Mutex
-	reqs []*collectortrace.ExportTraceServiceRequest
-	path string
-}
-
-func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	req := new(collectortrace.ExportTraceServiceRequest)
-	if err == nil {
-		err = proto.Unmarshal(body, req)
-	}
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	c.mu.Lock()
-	c.reqs, c.path = append(c.reqs, req), r.URL.Path
-	c.mu.Unlock()
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	_, _ = w.Write([]byte{}) // an empty ExportTraceServiceResponse
-}
-
 // TestShutdownFlushes checks the whole export path: the variables turn
 // tracing on, the span reaches an OTLP endpoint with the service's
 // resource, and Shutdown is what sends it (the batcher would wait 5 s).
 func TestShutdownFlushes(t *testing.T) {
-	c := &collector{}
-	srv := httptest.NewServer(c)
-	defer srv.Close()
+	c := tracingtest.NewCollector(t)
 	ctx := context.Background()
-	p, err := tracing.New(ctx, env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": srv.URL,
+	p, err := tracing.New(ctx, env(map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": c.URL,
 		"OTEL_SERVICE_NAME": "stock-test"}), "v1.2.3")
 	if err != nil {
 		t.Fatalf("New: %v", err)
@@ -79,12 +47,11 @@ func TestShutdownFlushes(t *testing.T) {
 		t.Fatalf("Shutdown: %v", err)
 	}
 
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.reqs) != 1 || c.path != "/v1/traces" {
-		t.Fatalf("collector got %d requests (last on %q), want 1 on /v1/traces", len(c.reqs), c.path)
+	reqs, paths := c.Requests()
+	if len(reqs) != 1 || paths[0] != "/v1/traces" {
+		t.Fatalf("collector got %d requests on %v, want 1 on /v1/traces", len(reqs), paths)
 	}
-	rs := c.reqs[0].GetResourceSpans()
+	rs := reqs[0].GetResourceSpans()
 	if len(rs) != 1 {
 		t.Fatalf("%d resource spans, want 1", len(rs))
 	}
