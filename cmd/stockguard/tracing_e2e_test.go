@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/stockguard/stockguard/internal/tracing"
 	"github.com/stockguard/stockguard/internal/tracing/tracingtest"
 )
 
@@ -46,5 +50,21 @@ func TestServeExportsTraces(t *testing.T) {
 	}
 	if orderTrace != traceID {
 		t.Errorf("order span in trace %s, want the traceparent's %s", orderTrace, traceID)
+	}
+}
+
+// TestTracingUsageError: an OTEL_* value this build cannot honour stops
+// serve at start with the usage exit status, before it touches any server.
+func TestTracingUsageError(t *testing.T) {
+	var out, errOut strings.Builder
+	getenv := func(k string) string {
+		if k == "OTEL_TRACES_EXPORTER" {
+			return "zipkin"
+		}
+		return ""
+	}
+	err := run(context.Background(), []string{"serve"}, getenv, &out, &errOut)
+	if !errors.Is(err, tracing.ErrConfig) || exitCode(err) != 2 {
+		t.Fatalf("serve with OTEL_TRACES_EXPORTER=zipkin = %v (exit %d), want a usage error", err, exitCode(err))
 	}
 }
