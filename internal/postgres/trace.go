@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"strings"
+	"unicode"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -58,8 +59,11 @@ var operations = map[string]bool{"SELECT": true, "INSERT": true, "UPDATE": true,
 
 // statement is the name and operation of sql.
 func (t *queryTracer) statement(sql string) (name, op string) {
-	op, _, _ = strings.Cut(strings.TrimSpace(sql), " ")
-	op = strings.ToUpper(strings.TrimRight(op, ";\n\t"))
+	op = strings.TrimSpace(sql)
+	if i := strings.IndexFunc(op, func(r rune) bool { return unicode.IsSpace(r) || r == ';' }); i >= 0 {
+		op = op[:i]
+	}
+	op = strings.ToUpper(op)
 	if !operations[op] {
 		op = "OTHER"
 	}

@@ -64,3 +64,17 @@ func TestStatementSpans(t *testing.T) {
 		t.Fatalf("write spans' rows = %v, want one write that changed rows", got)
 	}
 }
+
+func TestStatementNames(t *testing.T) {
+	for sql, want := range map[string]string{
+		"SELECT 1":                  "postgres select",
+		"  select\n\tsku FROM skus": "postgres select",
+		"begin;":                    "postgres begin",
+		"VACUUM skus":               "postgres other",
+		"":                          "postgres other",
+	} {
+		if got := postgres.StatementSpanName(sql); got != want {
+			t.Errorf("span name of %q = %q, want %q", sql, got, want)
+		}
+	}
+}
