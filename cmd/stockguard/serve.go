@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/stockguard/stockguard/internal/httpapi"
+	"github.com/stockguard/stockguard/internal/lock/locktrace"
 	"github.com/stockguard/stockguard/internal/metrics"
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/reservation"
@@ -37,6 +38,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log = log.With("backend", c.lock)
+	tracer, flushTraces, err := startTracing(ctx, getenv, log)
+	if err != nil {
+		return err
+	}
+	// Deferred first, so it runs last: the spans of the leases released
+	// and the connections closed on the way out are exported too.
+	defer flushTraces()
+	tp := tracer.TracerProvider() // nil when off: then nothing below installs any tracing
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -45,6 +54,10 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	defer locker.Close()
+	zkSession := httpapi.ZKSessionOf(locker) // of the backend: the decorator does not forward it
+	if tp != nil {
+		locker = locktrace.Wrap(locker, tp)
+	}
 	// Whether writes are fenced is the locker's to say: a backend without a
 	// token source cannot be fenced whatever the flag asks.
 	fenced := c.fencing == "on" && locker.Fenced()
@@ -56,7 +69,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 
 	store, err := postgres.Open(ctx, c.databaseURL, postgres.WithFencing(fenced),
-		postgres.WithMaxConns(c.dbMaxConns), postgres.WithLogger(log))
+		postgres.WithMaxConns(c.dbMaxConns), postgres.WithLogger(log), postgres.WithTracer(tp))
 	if err != nil {
 		return err
 	}
@@ -86,8 +99,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		gatherer = nil // served on its own listener below
 	}
 	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: gatherer, Logger: log,
-		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: httpapi.ZKSessionOf(locker),
-		MaxInFlight: c.limits.maxInFlight, RequestTimeout: reqTimeout})
+		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: zkSession,
+		MaxInFlight: c.limits.maxInFlight, RequestTimeout: reqTimeout, TracerProvider: tp})
 
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {

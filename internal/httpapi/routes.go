@@ -7,6 +7,7 @@ import (
 
 // routes is the whole API surface.
 func (s *server) routes(r *gin.Engine) {
+	s.useTracing(r) // first: its span covers the other middleware
 	r.Use(s.requestID, s.recover, s.observe, s.renderErrors)
 	r.NoRoute(func(c *gin.Context) { _ = c.Error(errNotFound) })
 	r.NoMethod(func(c *gin.Context) { _ = c.Error(errMethod) })

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/metrics"
@@ -48,6 +49,9 @@ type Config struct {
 	// RequestTimeout bounds how long a /v1 request runs before it answers
 	// 503 timeout. 0 is no bound.
 	RequestTimeout time.Duration
+	// TracerProvider, when set, gives every request a server span (see
+	// tracing.go); nil installs nothing.
+	TracerProvider trace.TracerProvider
 }
 
 type server struct {

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 	"time"
 
-	"gorm.io/driver/postgres"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -32,6 +32,7 @@ type config struct {
 	fencing  bool
 	maxConns int
 	log      *slog.Logger
+	tracer   trace.TracerProvider
 }
 
 // WithFencing turns the fence condition on writes on or off. Default on; off
@@ -64,7 +65,7 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		gl = logger.New(slog.NewLogLogger(c.log.Handler(), slog.LevelWarn), logger.Config{
 			SlowThreshold: 500 * time.Millisecond, LogLevel: logger.Warn, IgnoreRecordNotFoundError: true})
 	}
-	db, err := gorm.Open(postgres.Open(url), &gorm.Config{
+	db, err := gorm.Open(dialector(url, c), &gorm.Config{
 		// Each statement we send is either alone (and autocommits) or inside
 		// an explicit transaction; gorm's implicit one would only add round trips.
 		SkipDefaultTransaction: true,

@@ -1,0 +1,233 @@
+package locktrace_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/lock/locktrace"
+	"github.com/stockguard/stockguard/internal/lock/memlock"
+	"github.com/stockguard/stockguard/internal/lock/redislock"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+)
+
+func newRecorder() (*tracetest.SpanRecorder, *sdktrace.TracerProvider) {
+	rec := tracetest.NewSpanRecorder()
+	return rec, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+}
+
+func TestConformanceAroundMemlock(t *testing.T) {
+	_, tp := newRecorder()
+	locktest.Run(t, locktest.Config{
+		New:       func(testing.TB) lock.Locker { return locktrace.Wrap(memlock.New(), tp) },
+		Exclusive: true,
+	})
+}
+
+// TestConformanceAroundRedis runs the suite around a fenced, expiring
+// backend whose leases release together (lock.BatchHandle) and can be lost.
+func TestConformanceAroundRedis(t *testing.T) {
+	addr := stacktest.RequireRedis(t)[0]
+	raw := goredis.NewClient(&goredis.Options{Addr: addr, MaxRetries: -1, DisableIdentity: true})
+	t.Cleanup(func() { _ = raw.Close() })
+	_, tp := newRecorder()
+	locktest.Run(t, locktest.Config{
+		New: func(tb testing.TB) lock.Locker {
+			l, err := redislock.New(addr, redislock.WithTTL(1500*time.Millisecond), redislock.WithNodeTimeout(time.Second))
+			if err != nil {
+				tb.Fatalf("redislock.New: %v", err)
+			}
+			return locktrace.Wrap(l, tp)
+		},
+		Exclusive:   true,
+		Distributed: true,
+		Expiring:    true,
+		Lose: func(t *testing.T, _ lock.Locker, lease *lock.Lease) {
+			if err := raw.Del(t.Context(), redisnode.LockKey(lease.Key())).Err(); err != nil {
+				t.Fatalf("delete lock key: %v", err)
+			}
+		},
+	})
+}
+
+// attrs is a span's attributes by key.
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+func byName(rec *tracetest.SpanRecorder, name string) []sdktrace.ReadOnlySpan {
+	var out []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == name {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func TestSpans(t *testing.T) {
+	rec, tp := newRecorder()
+	l := locktrace.Wrap(memlock.New(), tp)
+	ctx, parent := tp.Tracer("test").Start(context.Background(), "request")
+
+	lease := locktest.MustAcquire(t, l, "sku-a")
+	other := locktest.MustAcquire(t, l, "sku-held") // the batch finds it held
+	b := locktest.MustBatch(t, l, []string{"sku-b", "sku-c", "sku-held"})
+	if _, err := l.Acquire(ctx, "sku-held", lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce on a held key = %v, want ErrNotAcquired", err)
+	}
+	locktest.MustRelease(t, lease)
+	if err := b.Leases.Release(ctx); err != nil {
+		t.Fatalf("release batch: %v", err)
+	}
+	locktest.MustRelease(t, other)
+	parent.End()
+
+	acq := byName(rec, locktrace.SpanAcquire)
+	if len(acq) != 3 { // sku-a, sku-held (the holder), the refused TryOnce
+		t.Fatalf("%d acquire spans, want 3", len(acq))
+	}
+	a := attrs(acq[0])
+	if a[locktrace.AttrBackend].AsString() != "local" || a[locktrace.AttrKey].AsString() != "sku-a" ||
+		a[locktrace.AttrObtained].AsInt64() != 1 || a[locktrace.AttrToken].AsInt64() != int64(lease.Token()) {
+		t.Fatalf("acquire span attributes = %v", a)
+	}
+	refused := acq[2]
+	if r := attrs(refused)[locktrace.AttrReason].AsString(); r != "not_acquired" {
+		t.Fatalf("refused acquire reason = %q, want not_acquired", r)
+	}
+	if refused.Status().Code == codes.Error {
+		t.Fatal("a key held elsewhere marked the span as failed")
+	}
+	if refused.Parent().SpanID() != parent.SpanContext().SpanID() {
+		t.Fatal("acquire span is not the caller's span's child")
+	}
+
+	batch := byName(rec, locktrace.SpanAcquireBatch)
+	if len(batch) != 1 {
+		t.Fatalf("%d batch spans, want 1", len(batch))
+	}
+	ba := attrs(batch[0])
+	if ba[locktrace.AttrKeys].AsInt64() != 3 || ba[locktrace.AttrObtained].AsInt64() != 2 || ba[locktrace.AttrHeld].AsInt64() != 1 ||
+		len(ba[locktrace.AttrTokens].AsInt64Slice()) != 2 {
+		t.Fatalf("batch span attributes = %v", ba)
+	}
+
+	rel := byName(rec, locktrace.SpanRelease)
+	keys := make([]int64, 0, len(rel))
+	for _, s := range rel {
+		keys = append(keys, attrs(s)[locktrace.AttrKeys].AsInt64())
+	}
+	// One span per lone lease, and one for the batch's two leases released as a set.
+	if !slices.Equal(keys, []int64{1, 2, 1}) {
+		t.Fatalf("release spans cover %v keys, want [1 2 1]", keys)
+	}
+}
+
+func TestFailedAcquireMarksSpan(t *testing.T) {
+	rec, tp := newRecorder()
+	l := locktrace.Wrap(memlock.New(), tp)
+	held := locktest.MustAcquire(t, l, "k")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := l.Acquire(ctx, "k"); err == nil {
+		t.Fatal("Acquire of a held key returned a lease")
+	}
+	locktest.MustRelease(t, held)
+	acq := byName(rec, locktrace.SpanAcquire)
+	last := acq[len(acq)-1]
+	if last.Status().Code != codes.Error || len(last.Events()) == 0 {
+		t.Fatalf("acquire cut by its deadline: status %v, %d events; want an error with the error recorded",
+			last.Status(), len(last.Events()))
+	}
+}
+
+// multi is a backend with a multi-key form of its own, as pglock has.
+type multi struct {
+	lock.Locker
+	calls atomic.Int32
+}
+
+func (m *multi) AcquireAll(ctx context.Context, keys []string, opts ...lock.Option) (lock.Set, error) {
+	m.calls.Add(1)
+	return lock.AcquireAll(ctx, m.Locker, keys, opts...)
+}
+
+func TestOptionalInterfaces(t *testing.T) {
+	rec, tp := newRecorder()
+	if _, ok := locktrace.Wrap(memlock.New(), tp).(lock.MultiAcquirer); ok {
+		t.Fatal("the wrapper of a backend without AcquireAll is a MultiAcquirer")
+	}
+	m := &multi{Locker: memlock.New()}
+	l := locktrace.Wrap(m, tp)
+	if _, ok := l.(lock.MultiAcquirer); !ok {
+		t.Fatal("the wrapper of a MultiAcquirer is not one")
+	}
+	set, err := lock.AcquireAll(context.Background(), l, []string{"b", "a"})
+	if err != nil {
+		t.Fatalf("AcquireAll: %v", err)
+	}
+	if m.calls.Load() != 1 || len(set) != 2 || set[0].Key() != "a" {
+		t.Fatalf("AcquireAll went through the backend's own %d times and got %d leases", m.calls.Load(), len(set))
+	}
+	if err := set.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	acq := byName(rec, locktrace.SpanAcquire)
+	if len(acq) != 1 || attrs(acq[0])[locktrace.AttrKeys].AsInt64() != 2 {
+		t.Fatalf("AcquireAll made %d acquire spans, want one for both keys", len(acq))
+	}
+}
+
+// lossy is a backend whose leases the test can lose, as a backend's
+// session watcher would.
+type lossy struct {
+	lock.Locker
+	lose func(error)
+}
+
+func (l *lossy) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	lease, lose := lock.NewLease(lock.LeaseParams{Key: key, Token: 7, Handle: nopHandle{}})
+	l.lose = lose
+	return lease, nil
+}
+
+type nopHandle struct{}
+
+func (nopHandle) Release(context.Context) error { return nil }
+
+func TestLossReachesTheWrapper(t *testing.T) {
+	_, tp := newRecorder()
+	inner := &lossy{Locker: memlock.New()}
+	l := locktrace.Wrap(inner, tp)
+	lease := locktest.MustAcquire(t, l, "k")
+	if lease.Token() != 7 {
+		t.Fatalf("token %d, want the backend's 7", lease.Token())
+	}
+	inner.lose(lock.ErrLeaseLost)
+	select {
+	case <-lease.Done():
+	case <-time.After(time.Second):
+		t.Fatal("wrapper lease not done a second after the backend's was lost")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() = %v, want ErrLeaseLost", lease.Err())
+	}
+	locktest.MustRelease(t, lease)
+}

@@ -1,0 +1,8 @@
+package postgres
+
+// StatementSpanName is the span name the pgx tracer gives sql when it is
+// none of the named statements.
+func StatementSpanName(sql string) string {
+	name, _ := (&queryTracer{}).statement(sql)
+	return "postgres " + name
+}

@@ -1,0 +1,95 @@
+package postgres
+
+import (
+	"context"
+	"strings"
+	"unicode"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+)
+
+// traceScope is the instrumentation scope of the statement spans.
+const traceScope = "github.com/stockguard/stockguard/internal/postgres"
+
+// attrRows is the row count of the statement's command tag: rows returned
+// by a SELECT, rows changed by an UPDATE or INSERT (RETURNING or not).
+const attrRows = attribute.Key("stockguard.db.rows")
+
+// WithTracer gives every statement a span on tp: the hot ones by name
+// (claim, read, write), the others by their first keyword. Default: none,
+// and then no tracer is installed on the connections at all.
+func WithTracer(tp trace.TracerProvider) Option { return func(c *config) { c.tracer = tp } }
+
+// queryTracer is the pgx tracer of every pooled connection. A span is
+// named by the statement, never by its text: the text is long and, for
+// gorm's statements, ours to keep out of a collector.
+type queryTracer struct {
+	tracer trace.Tracer
+	names  map[string]string // SQL as pgx sees it → statement name
+}
+
+// dialector opens the pool with a pgx tracer when the store has a tracer
+// provider: the tracer is part of each connection's config, set before it
+// connects, so gorm's statements and the hot path's alike get spans.
+func dialector(url string, c config) gorm.Dialector {
+	if c.tracer == nil {
+		return postgres.Open(url)
+	}
+	_, write := writeStatements(c.fencing)
+	t := &queryTracer{tracer: c.tracer.Tracer(traceScope), names: map[string]string{
+		numbered(claimSQL): "claim", numbered(readSQL): "read", write: "write"}}
+	return postgres.New(postgres.Config{DSN: url, OptionOpenDB: []stdlib.OptionOpenDB{
+		stdlib.OptionBeforeConnect(func(_ context.Context, cc *pgx.ConnConfig) error {
+			cc.Tracer = t
+			return nil
+		})}})
+}
+
+// operations are the statement kinds the service sends, the names of
+// every statement that is not one of the hot ones.
+var operations = map[string]bool{"SELECT": true, "INSERT": true, "UPDATE": true, "DELETE": true, "WITH": true,
+	"BEGIN": true, "COMMIT": true, "ROLLBACK": true, "SAVEPOINT": true, "RELEASE": true, "SET": true}
+
+// statement is the name and operation of sql.
+func (t *queryTracer) statement(sql string) (name, op string) {
+	op = strings.TrimSpace(sql)
+	if i := strings.IndexFunc(op, func(r rune) bool { return unicode.IsSpace(r) || r == ';' }); i >= 0 {
+		op = op[:i]
+	}
+	op = strings.ToUpper(op)
+	if !operations[op] {
+		op = "OTHER"
+	}
+	if name, ok := t.names[sql]; ok {
+		return name, op
+	}
+	return strings.ToLower(op), op
+}
+
+// TraceQueryStart implements pgx.QueryTracer.
+func (t *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	name, op := t.statement(d.SQL)
+	ctx, _ = t.tracer.Start(ctx, "postgres "+name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.DBSystemNamePostgreSQL, semconv.DBOperationName(op), semconv.DBQuerySummary(name)))
+	return ctx
+}
+
+// TraceQueryEnd implements pgx.QueryTracer. pgx calls it when the rows are
+// closed, so a query's span covers reading its rows.
+func (t *queryTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
+	span := trace.SpanFromContext(ctx)
+	defer span.End()
+	if d.Err != nil {
+		span.RecordError(d.Err)
+		span.SetStatus(codes.Error, "statement failed")
+		return
+	}
+	span.SetAttributes(attrRows.Int64(d.CommandTag.RowsAffected()))
+}
