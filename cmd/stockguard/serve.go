@@ -17,6 +17,7 @@ import (
 	"github.com/stockguard/stockguard/internal/metrics"
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/reservation"
+	"github.com/stockguard/stockguard/internal/tracing"
 )
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -92,7 +93,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		Fencing: fenced, Coalesce: !c.coalesceCfg.Disabled})
 	metrics.RegisterPool(reg, store.DB())
 	svc := reservation.New(reservation.Config{Store: store, Locker: locker, Observer: m, Logger: log,
-		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg})
+		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg, Tracer: tracing.NewTracer(tp)})
 	reqTimeout := requestTimeout(c.lockWait, c.chaos)
 	var gatherer prometheus.Gatherer = reg
 	if c.limits.metricsAddr != "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -95,11 +96,15 @@ type pending struct {
 	pause  time.Duration
 	state  atomic.Int32
 	answer chan error // buffered: the section sends once and never waits
+	// span is its request's span (a no-op one when tracing is off), linked
+	// to the batch that decides it.
+	span trace.Span
 }
 
 // pending wraps o for the request whose context is ctx.
 func (s *Service) pending(ctx context.Context, o *op) *pending {
-	return &pending{op: o, deadline: time.Now().Add(s.lockWait), pause: pauseOf(ctx), answer: make(chan error, 1)}
+	return &pending{op: o, deadline: time.Now().Add(s.lockWait), pause: pauseOf(ctx), answer: make(chan error, 1),
+		span: trace.SpanFromContext(ctx)}
 }
 
 func (p *pending) move(from, to int32) bool { return p.state.CompareAndSwap(from, to) }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // This file is the one critical section. Every stock change runs through
@@ -43,6 +44,10 @@ type source interface {
 // hold is the leases a section runs batches under, kept across batches
 // while the source asks for it.
 type hold struct {
+	// ctx is the section's context with the hold's span (tracing.StartBatch):
+	// the lock, claim and write spans of its batches are that span's children.
+	ctx      context.Context
+	span     trace.Span
 	set      lock.Set
 	acquired time.Time
 	batches  int
@@ -123,10 +128,15 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 		return nil
 	}
 	deadline, paused := waiting[0].deadline, false
+	var reqs []trace.SpanContext
 	for _, p := range waiting {
 		deadline = later(deadline, p.deadline)
 		paused = paused || p.pause > 0
+		if s.tracer != nil {
+			reqs = append(reqs, p.span.SpanContext())
+		}
 	}
+	ctx, span := s.tracer.StartBatch(ctx, reqs, len(waiting))
 	actx, cancel := context.WithDeadline(ctx, deadline)
 	start := time.Now()
 	var set lock.Set
@@ -141,8 +151,10 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	cancel()
 	s.obs.LockWait(time.Since(start))
 	if err == nil {
-		return &hold{set: set, acquired: time.Now(), unwatched: paused}
+		return &hold{ctx: ctx, span: span, set: set, acquired: time.Now(), unwatched: paused}
 	}
+	span.RecordError(err)
+	span.End()
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		err = notAcquired(s.lockWait, err)
 	}
@@ -165,12 +177,17 @@ type verdict struct {
 // released.
 func (s *Service) run(ctx context.Context, src source, h *hold, batch []*pending) *hold {
 	h.batches++
+	ctx = h.ctx
 	var decided []*pending
 	for _, p := range batch {
 		// An op whose client left before its decision is dropped here;
 		// after it, the op stands or falls with the batch.
 		if p.move(stateBatched, stateDecided) {
 			decided = append(decided, p)
+			if s.tracer != nil {
+				// The request's trace shows the batch that placed it.
+				p.span.AddLink(trace.Link{SpanContext: h.span.SpanContext()})
+			}
 		}
 	}
 	var verdicts []verdict
@@ -377,6 +394,8 @@ func (s *Service) release(ctx context.Context, h *hold) {
 	if h == nil {
 		return
 	}
+	defer h.span.End()
+	ctx = h.ctx
 	set := h.set
 	if len(h.spare) > 0 {
 		set = append(slices.Clip(set), h.spare...)

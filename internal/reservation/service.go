@@ -17,6 +17,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/tracing"
 )
 
 // Config wires a Service.
@@ -36,6 +37,9 @@ type Config struct {
 	Now func() time.Time
 	// Coalescing batches concurrent orders per SKU; the zero value is on.
 	Coalescing Coalescing
+	// Tracer makes a span per acquisition and its batches, linked to and
+	// from every request it serves; nil: none.
+	Tracer *tracing.Tracer
 }
 
 // Observer receives the service's events worth counting.
@@ -79,13 +83,14 @@ type Service struct {
 	keys     *keys
 	known    *knownSKUs
 	life     *lifecycle
+	tracer   *tracing.Tracer
 }
 
 // New returns a Service.
 func New(c Config) *Service {
 	s := &Service{store: c.Store, locker: c.Locker, obs: c.Observer, log: c.Logger,
 		lockWait: c.LockWait, ttl: c.TTL, now: c.Now, keys: newKeys(c.Store), known: newKnownSKUs(c.Store, maxKnownSKUs),
-		life: newLifecycle()}
+		life: newLifecycle(), tracer: c.Tracer}
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
