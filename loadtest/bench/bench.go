@@ -86,25 +86,25 @@ type Settings struct {
 
 // Result is out/bench.json.
 type Result struct {
-	GeneratedAt     time.Time       `json:"generated_at"`
-	DurationS       float64         `json:"duration_s"`
-	Machine         MachineInfo     `json:"machine"`
-	LoadAvg         LoadSummary     `json:"load_avg_1m"`
-	Settings        Settings        `json:"settings"`
-	LockBenchmarks  *GoBenchOutput  `json:"lock_benchmarks,omitempty"`
-	StoreBenchmarks *GoBenchOutput  `json:"store_benchmarks,omitempty"`
-	StoreCeiling    StoreCeiling    `json:"store_ceiling"`
+	GeneratedAt     time.Time      `json:"generated_at"`
+	DurationS       float64        `json:"duration_s"`
+	Machine         MachineInfo    `json:"machine"`
+	LoadAvg         LoadSummary    `json:"load_avg_1m"`
+	Settings        Settings       `json:"settings"`
+	LockBenchmarks  *GoBenchOutput `json:"lock_benchmarks,omitempty"`
+	StoreBenchmarks *GoBenchOutput `json:"store_benchmarks,omitempty"`
+	StoreCeiling    StoreCeiling   `json:"store_ceiling"`
 	// Limits are the spread ceiling, the naive loops and the HTTP floor,
 	// each measured next to the backend's runs it is compared with.
 	Limits []Limits `json:"limits"`
 	// ServersMissing names servers whose process was not found: their CPU
 	// is not in the per-order figures.
-	ServersMissing []string `json:"servers_missing,omitempty"`
-	Runs           []Run    `json:"runs"`
-	Backends        []BackendRatios `json:"backends"`
-	Targets         []TargetResult  `json:"targets"`
-	Pass            bool            `json:"pass"`
-	Failures        []string        `json:"failures"`
+	ServersMissing []string        `json:"servers_missing,omitempty"`
+	Runs           []Run           `json:"runs"`
+	Backends       []BackendRatios `json:"backends"`
+	Targets        []TargetResult  `json:"targets"`
+	Pass           bool            `json:"pass"`
+	Failures       []string        `json:"failures"`
 }
 
 // Validate reports the first invalid field.
