@@ -3,9 +3,12 @@
 // (pgx, no service and no lock), applies the service's migrations with
 // `stockguard migrate`, then runs every backend with coalescing on and off
 // on one hot SKU and on many through compare (which starts the instances
-// and a scratch database), and reports ratios, targets, peak RSS and the
-// machine's load. It does not start lock servers: those of the local stack
-// are used.
+// and a scratch database), judges each run's instances with an outside
+// generator (vegeta) while reading every process class's CPU, measures
+// next to the runs the limits they are compared with (the spread ceiling,
+// naive lock loops, an HTTP floor), and reports ratios, targets, peak RSS
+// and the machine's load. It does not start lock servers: those of the
+// local stack are used.
 package bench
 
 import (

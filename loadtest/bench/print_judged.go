@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -31,16 +32,17 @@ func printLimits(w io.Writer, res *Result) {
 		if l.NaiveSpread != nil {
 			lib, ns, nsf = l.NaiveSpread.Library, fmt.Sprintf("%.0f", l.NaiveSpread.OrdersPerS), fmt.Sprint(l.NaiveSpread.LockFailures)
 		}
+		errs := slices.Clone(l.Errors)
 		if l.Floor != nil && l.Floor.Error == "" {
 			fl, fp = fmt.Sprintf("%.0f", l.Floor.OrdersPerS), fmt.Sprintf("%.1f", l.Floor.LatencyMs.P99)
 		} else if l.Floor != nil {
-			l.Errors = append(l.Errors, "floor: "+l.Floor.Error)
+			errs = append(errs, "floor: "+l.Floor.Error)
 		}
 		sc := "–"
 		if l.SpreadCeiling != nil {
 			sc = fmt.Sprintf("%.0f", l.SpreadCeiling.PerS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, strings.Join(l.Errors, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, strings.Join(errs, "; "))
 	}
 	_ = tw.Flush()
 }
@@ -48,11 +50,7 @@ func printLimits(w io.Writer, res *Result) {
 // printJudged is every run's attack by the outside generator beside the
 // project's own generator's figures, and the CPU per order of the window.
 func printJudged(w io.Writer, res *Result) {
-	any := false
-	for _, r := range res.Runs {
-		any = any || r.Judge != nil
-	}
-	if !any {
+	if !slices.ContainsFunc(res.Runs, func(r Run) bool { return r.Judge != nil }) {
 		return
 	}
 	fmt.Fprintf(w, "\n== the judge: vegeta after each run on the same instances (Rate{Freq:0}, %d workers, round-robin, fresh Idempotency-Key per order)\n", res.Settings.Clients)
