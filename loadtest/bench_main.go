@@ -21,6 +21,9 @@ import (
 // samples of 3 s took 265 s on the 2-core machine, and the whole of make
 // bench (the go test benchmarks first) 7.5 minutes: under the ~10 minutes
 // the suite may take. --quick took 105 s, too long for a test to run it.
+// The judge after every run (2 s + 10 s), the naive loops, the floor and
+// the spread ceilings add about 8 minutes to the full suite; --quick with
+// them took 400 s on the machine shared with other runs (load average 27).
 const (
 	benchRunDuration      = 8 * time.Second
 	benchCeilingDuration  = 3 * time.Second

@@ -26,6 +26,10 @@ type Judged struct {
 // what 12 s of any backend can sell.
 const judgeStock = 1_000_000_000
 
+// putTries is how many times a judged SKU's PUT is sent before the judge
+// gives up on the run.
+const putTries = 3
+
 // judgeConfig is the attack of one workload on urls.
 func (bc Config) judgeConfig(urls, skus []string) judge.Config {
 	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow,
@@ -80,7 +84,16 @@ func (bc Config) judgeService(workload string, servers serverPIDs, dst **Judged,
 		defer c.Close()
 		err := run.ForEach(ctx, n, 16, func(ctx context.Context, i int) error {
 			u := cfg.URLs[i%len(cfg.URLs)]
-			if _, err := c.PutSKU(ctx, u, skus[i], judgeStock); err != nil {
+			var err error
+			// A PUT sets the stock, so sending it again is safe; on a
+			// saturated machine a lock node's timeout can refuse one.
+			for range putTries {
+				if _, err = c.PutSKU(ctx, u, skus[i], judgeStock); err == nil || ctx.Err() != nil {
+					break
+				}
+				run.Sleep(ctx, 100*time.Millisecond)
+			}
+			if err != nil {
 				return fmt.Errorf("judge: create SKUs on %s: %w", u, err)
 			}
 			return nil

@@ -36,13 +36,13 @@ func printLimits(w io.Writer, res *Result) {
 		if l.Floor != nil && l.Floor.Error == "" {
 			fl, fp = fmt.Sprintf("%.0f", l.Floor.OrdersPerS), fmt.Sprintf("%.1f", l.Floor.LatencyMs.P99)
 		} else if l.Floor != nil {
-			errs = append(errs, "floor: "+l.Floor.Error)
+			errs = append(errs, "floor: "+benchFirstLine(l.Floor.Error))
 		}
 		sc := "–"
 		if l.SpreadCeiling != nil {
 			sc = fmt.Sprintf("%.0f", l.SpreadCeiling.PerS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, strings.Join(errs, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, benchFirstLine(strings.Join(errs, "; ")))
 	}
 	_ = tw.Flush()
 }
@@ -66,7 +66,7 @@ func printJudged(w io.Writer, res *Result) {
 			cpuCols = formatCPU(*j.CPU)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%.1f\t%s\t%.0f\t%.1f\t%s %s\n", r.Backend, r.SKUs, r.Coalesce, j.OrdersPerS,
-			j.LatencyMs.P50, j.LatencyMs.P99, formatStatus(j.Status), r.ReservedPerS, r.LatencyMs.P99, cpuCols, j.Error)
+			j.LatencyMs.P50, j.LatencyMs.P99, formatStatus(j.Status), r.ReservedPerS, r.LatencyMs.P99, cpuCols, benchFirstLine(j.Error))
 	}
 	for _, l := range res.Limits {
 		if f := l.Floor; f != nil && f.CPU != nil {
