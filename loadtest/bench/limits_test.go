@@ -27,12 +27,8 @@ const floorChildEnv = "STOCKGUARD_BENCH_FLOOR_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(floorChildEnv) == "1" {
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		go func() { // Stop's SIGTERM ends the process; the default action suffices
-			<-ctx.Done()
-		}()
-		if err := floor.Serve(ctx, "127.0.0.1:0", os.Stdout); err != nil {
+		// Stop's SIGTERM ends the child by the signal's default action.
+		if err := floor.Serve(context.Background(), "127.0.0.1:0", os.Stdout); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
