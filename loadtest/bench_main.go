@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/loadtest/bench"
+	"github.com/stockguard/stockguard/loadtest/bench/floor"
 	"github.com/stockguard/stockguard/loadtest/compare"
 	"github.com/stockguard/stockguard/loadtest/report"
 )
@@ -20,6 +21,9 @@ import (
 // samples of 3 s took 265 s on the 2-core machine, and the whole of make
 // bench (the go test benchmarks first) 7.5 minutes: under the ~10 minutes
 // the suite may take. --quick took 105 s, too long for a test to run it.
+// The judge after every run (2 s + 10 s), the naive loops, the floor and
+// the spread ceilings add about 8 minutes to the full suite; --quick with
+// them took 400 s on the machine shared with other runs (load average 27).
 const (
 	benchRunDuration      = 8 * time.Second
 	benchCeilingDuration  = 3 * time.Second
@@ -27,6 +31,13 @@ const (
 	quickCeilingDuration  = time.Second
 	benchDefaultMaxRate   = 15_000
 	benchDefaultSpreadSKU = 1000
+	// The outside generator's (and the naive loops' and floor's) warm-up
+	// and window: issue 13's 2 s and 10 s; --quick's are long enough for
+	// every connection to be open and a few thousand orders to pass.
+	judgeWarmup      = 2 * time.Second
+	judgeWindow      = 10 * time.Second
+	quickJudgeWarmup = 500 * time.Millisecond
+	quickJudgeWindow = 2 * time.Second
 )
 
 func mainBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -55,10 +66,14 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	fs.BoolVar(&bc.FreshDB, "fresh-db", true, "run in a scratch database on the --database-url server, dropped at the end (false: the shared database, with other runs' leftovers)")
 	fs.StringVar(&bc.LogDir, "logs", "", "keep every instance log under this directory (default: kept only for failed runs)")
 	fs.DurationVar(&bc.StartupTimeout, "startup-timeout", 30*time.Second, "how long instances get to answer /healthz")
+	fs.DurationVar(&bc.JudgeWarmup, "judge-warmup", judgeWarmup, "vegeta's warm-up after each run (also the naive loops' and the floor's)")
+	fs.DurationVar(&bc.JudgeWindow, "judge-duration", judgeWindow, "vegeta's measured window after each run, the naive loops' and the floor's; 0 skips all three")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: stockguard load bench [--out=out/bench.json] [--quick] [flags]\n\n"+
 			"Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n"+
-			"--skus SKUs with coalescing on and off, and prints ratios and targets. Exits non-zero if a safe\n"+
+			"--skus SKUs with coalescing on and off, each run judged after by vegeta (64 workers) with the CPU\n"+
+			"per order of every process class; next to the runs it measures the spread ceiling, the naive\n"+
+			"go-redsync and zk.Lock loops and a bare gin floor, and prints ratios and targets. Exits non-zero if a safe\n"+
 			"backend oversold or lost units or a run did not complete; a missed target is reported, not fatal.\n\n")
 		fs.PrintDefaults()
 	}
@@ -74,6 +89,12 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		if !set["ceiling-duration"] {
 			bc.CeilingDuration = quickCeilingDuration
+		}
+		if !set["judge-warmup"] {
+			bc.JudgeWarmup = quickJudgeWarmup
+		}
+		if !set["judge-duration"] {
+			bc.JudgeWindow = quickJudgeWindow
 		}
 	}
 	bc.Backends = cliflag.SplitList(backends)
@@ -99,4 +120,18 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load bench: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
 	}
 	return nil
+}
+
+// mainFloor is the hidden `stockguard load floor`: one process of the
+// bench's HTTP floor, which bench starts as many times as it starts
+// instances. It prints the line floor.Start waits for, then serves until
+// interrupted.
+func mainFloor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", "127.0.0.1:0", "listen address (port 0: a free one, printed)")
+	if _, err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return floor.Serve(ctx, *addr, stdout)
 }

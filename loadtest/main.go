@@ -62,6 +62,8 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 		return mainChaos(ctx, args[1:], getenv, stdout, stderr)
 	case "bench":
 		return mainBench(ctx, args[1:], getenv, stdout, stderr)
+	case "floor": // hidden: started by bench
+		return mainFloor(ctx, args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil

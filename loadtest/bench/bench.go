@@ -3,9 +3,12 @@
 // (pgx, no service and no lock), applies the service's migrations with
 // `stockguard migrate`, then runs every backend with coalescing on and off
 // on one hot SKU and on many through compare (which starts the instances
-// and a scratch database), and reports ratios, targets, peak RSS and the
-// machine's load. It does not start lock servers: those of the local stack
-// are used.
+// and a scratch database), judges each run's instances with an outside
+// generator (vegeta) while reading every process class's CPU, measures
+// next to the runs the limits they are compared with (the spread ceiling,
+// naive lock loops, an HTTP floor), and reports ratios, targets, peak RSS
+// and the machine's load. It does not start lock servers: those of the
+// local stack are used.
 package bench
 
 import (
@@ -59,6 +62,12 @@ type Config struct {
 	// on the server DatabaseURL names, dropped at the end.
 	FreshDB bool
 	Quick   bool
+	// JudgeWarmup and JudgeWindow are the outside generator's warm-up and
+	// measured window after each run, and the naive loops' and the
+	// floor's. A zero window skips the judge, the naive loops and the
+	// floor.
+	JudgeWarmup time.Duration
+	JudgeWindow time.Duration
 }
 
 // Settings records the configuration in the result.
@@ -74,23 +83,31 @@ type Settings struct {
 	Seed             uint64   `json:"seed"`
 	FreshDB          bool     `json:"fresh_db"`
 	Quick            bool     `json:"quick"`
+	JudgeWarmupS     float64  `json:"judge_warmup_s"`
+	JudgeWindowS     float64  `json:"judge_window_s"`
 }
 
 // Result is out/bench.json.
 type Result struct {
-	GeneratedAt     time.Time       `json:"generated_at"`
-	DurationS       float64         `json:"duration_s"`
-	Machine         MachineInfo     `json:"machine"`
-	LoadAvg         LoadSummary     `json:"load_avg_1m"`
-	Settings        Settings        `json:"settings"`
-	LockBenchmarks  *GoBenchOutput  `json:"lock_benchmarks,omitempty"`
-	StoreBenchmarks *GoBenchOutput  `json:"store_benchmarks,omitempty"`
-	StoreCeiling    StoreCeiling    `json:"store_ceiling"`
-	Runs            []Run           `json:"runs"`
-	Backends        []BackendRatios `json:"backends"`
-	Targets         []TargetResult  `json:"targets"`
-	Pass            bool            `json:"pass"`
-	Failures        []string        `json:"failures"`
+	GeneratedAt     time.Time      `json:"generated_at"`
+	DurationS       float64        `json:"duration_s"`
+	Machine         MachineInfo    `json:"machine"`
+	LoadAvg         LoadSummary    `json:"load_avg_1m"`
+	Settings        Settings       `json:"settings"`
+	LockBenchmarks  *GoBenchOutput `json:"lock_benchmarks,omitempty"`
+	StoreBenchmarks *GoBenchOutput `json:"store_benchmarks,omitempty"`
+	StoreCeiling    StoreCeiling   `json:"store_ceiling"`
+	// Limits are the spread ceiling, the naive loops and the HTTP floor,
+	// each measured next to the backend's runs it is compared with.
+	Limits []Limits `json:"limits"`
+	// ServersMissing names servers whose process was not found: their CPU
+	// is not in the per-order figures.
+	ServersMissing []string        `json:"servers_missing,omitempty"`
+	Runs           []Run           `json:"runs"`
+	Backends       []BackendRatios `json:"backends"`
+	Targets        []TargetResult  `json:"targets"`
+	Pass           bool            `json:"pass"`
+	Failures       []string        `json:"failures"`
 }
 
 // Validate reports the first invalid field.
@@ -120,6 +137,8 @@ func (bc Config) Validate() error {
 		return errors.New("no stockguard binary: set --bin")
 	case bc.StartupTimeout <= 0:
 		return fmt.Errorf("startup-timeout %v: want > 0", bc.StartupTimeout)
+	case bc.JudgeWarmup < 0 || bc.JudgeWindow < 0:
+		return errors.New("judge-warmup and judge-duration must be ≥ 0")
 	}
 	return nil
 }
@@ -131,7 +150,8 @@ func (bc Config) ordersPerRun() int {
 func (bc Config) settings() Settings {
 	return Settings{Backends: bc.Backends, Instances: bc.Instances, Clients: bc.Clients, SpreadSKUs: bc.SpreadSKUs,
 		RunDurationS: bc.Duration.Seconds(), OrdersPerRun: bc.ordersPerRun(), CeilingDurationS: bc.CeilingDuration.Seconds(),
-		CeilingConns: bc.CeilingConns, Seed: bc.Seed, FreshDB: bc.FreshDB, Quick: bc.Quick}
+		CeilingConns: bc.CeilingConns, Seed: bc.Seed, FreshDB: bc.FreshDB, Quick: bc.Quick,
+		JudgeWarmupS: bc.JudgeWarmup.Seconds(), JudgeWindowS: bc.JudgeWindow.Seconds()}
 }
 
 // Execute runs the suite. Progress goes to stderr. Damage and missed
@@ -185,6 +205,10 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 		return res, fmt.Errorf("bench: %w", err)
 	}
 	defer probe.close()
+	servers := bc.findServers()
+	res.ServersMissing = servers.Missing
+	kit := &limitsKit{bc: bc, servers: servers}
+	defer kit.close()
 	ceilings := map[string]float64{}
 	for _, b := range bc.Backends {
 		if ctx.Err() != nil {
@@ -198,15 +222,22 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 		fmt.Fprintf(stderr, "bench: store ceiling %.0f orders/s (load %.2f)\n", s.PerS, s.LoadAvg1)
 		res.StoreCeiling.Samples = append(res.StoreCeiling.Samples, s)
 		ceilings[b] = s.PerS
+		lim := Limits{Backend: b}
 		for _, w := range []string{benchHot, benchSpread} {
+			if bc.judging() && w == benchHot {
+				kit.beforeHot(ctx, &lim, stderr)
+			} else if bc.judging() {
+				kit.beforeSpread(ctx, probe, &lim, stderr)
+			}
 			for _, mode := range []string{"on", "off"} {
 				if ctx.Err() != nil {
 					break
 				}
 				fmt.Fprintf(stderr, "bench [%d/%d] %s, %s, coalesce %s\n", len(res.Runs)+1, runs, b, bc.describe(w), mode)
-				res.Runs = append(res.Runs, bc.runOne(ctx, b, w, mode, stderr))
+				res.Runs = append(res.Runs, bc.runOne(ctx, b, w, mode, servers, stderr))
 			}
 		}
+		res.Limits = append(res.Limits, lim)
 	}
 	var per []float64
 	for _, s := range res.StoreCeiling.Samples {
@@ -214,6 +245,7 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 	}
 	res.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
 	res.Backends = benchRatios(bc.Backends, res.Runs, ceilings)
+	addLimitRatios(res.Backends, res.Runs, res.Limits)
 	res.Targets = evaluateTargets(res.Backends)
 	res.Failures = runFailures(res.Runs)
 	if res.LockBenchmarks != nil {
@@ -247,15 +279,18 @@ func (bc Config) migrate(ctx context.Context, stderr io.Writer) error {
 }
 
 func (bc Config) ceilingSample(ctx context.Context, p *ceilingProbe, before string) (CeilingSample, error) {
-	s := CeilingSample{Before: before, At: time.Now().UTC(), LoadAvg1: loadAvg1()}
-	n, elapsed, err := p.measure(ctx, bc.CeilingDuration)
+	s := CeilingSample{Before: before, At: time.Now().UTC(), LoadAvg1: loadAvg1(), Rows: 1}
+	n, elapsed, err := p.measure(ctx, bc.CeilingDuration, 1)
 	if err != nil {
 		return s, err
 	}
-	s.Writes, s.DurationS = n, tally.Round(elapsed.Seconds(), 3)
-	s.PerS = tally.Round(float64(n)/elapsed.Seconds(), 1)
+	s.Writes, s.DurationS, s.PerS = n, roundS(elapsed), perS(n, elapsed)
 	return s, nil
 }
+
+// judging says whether the outside generator, the naive loops and the
+// floor run.
+func (bc Config) judging() bool { return bc.JudgeWindow > 0 }
 
 func (bc Config) describe(workload string) string {
 	if workload == benchHot {
@@ -278,7 +313,7 @@ func (bc Config) workload(kind string) run.Workload {
 }
 
 // runOne is one compare of one backend with --coalesce=mode.
-func (bc Config) runOne(ctx context.Context, backend, workload, mode string, stderr io.Writer) Run {
+func (bc Config) runOne(ctx context.Context, backend, workload, mode string, servers serverPIDs, stderr io.Writer) Run {
 	w := bc.workload(workload)
 	br := Run{Backend: backend, Workload: workload, SKUs: w.SKUs, Coalesce: mode, Fencing: compare.FencingFor(backend),
 		ExpectedUnsafe: compare.ExpectedUnsafe(backend), LoadAvg1: loadAvg1()}
@@ -289,6 +324,9 @@ func (bc Config) runOne(ctx context.Context, backend, workload, mode string, std
 		ServeFlags: []string{"--coalesce=" + mode},
 		Run: run.Config{Workload: w, Orders: w.Stock, Concurrency: bc.Clients, Timeout: bc.Duration,
 			RequestTimeout: 30 * time.Second, HoldSeconds: 900, Progress: progress.Off},
+	}
+	if bc.judging() {
+		cc.AfterRun = bc.judgeService(workload, servers, &br.Judge, stderr)
 	}
 	if bc.LogDir != "" {
 		// One directory a run: compare names logs <backend>-<n>.log.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,9 +12,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
-// ceilingWrite is the fenced conditional write of one order on the hot row,
+// ceilingWrite is the fenced conditional write of one order on a row,
 // the statement shape the service's final write has (DESIGN.md, "Fenced
 // writes"); sent on its own, each is one transaction.
 const ceilingWrite = `UPDATE %s SET available = available - 1, reserved = reserved + 1, updated_at = now()
@@ -28,7 +31,14 @@ type CeilingSample struct {
 	Writes    int64     `json:"writes"`
 	PerS      float64   `json:"orders_per_s"`
 	LoadAvg1  float64   `json:"load_avg_1m"`
+	// Rows is how many rows the writes were spread over at random; 1 (or
+	// absent, in older results) is the hot row.
+	Rows int `json:"rows,omitempty"`
 }
+
+func roundS(d time.Duration) float64 { return tally.Round(d.Seconds(), 3) }
+
+func perS(n int64, d time.Duration) float64 { return tally.Round(float64(n)/d.Seconds(), 1) }
 
 // StoreCeiling is the physical limit of one hot SKU: fenced single-row
 // conditional writes, one order per transaction, no lock, from Conns
@@ -69,15 +79,20 @@ func openCeiling(ctx context.Context, databaseURL string, conns int) (*ceilingPr
 	return p, nil
 }
 
-// measure runs the hot-row writes from every connection for d and returns
-// the writes completed and the time they took.
-func (p *ceilingProbe) measure(ctx context.Context, d time.Duration) (int64, time.Duration, error) {
+// measure runs the writes from every connection for d, each to one of
+// rows fresh rows chosen at random (one: the hot row), and returns the
+// writes completed and the time they took.
+func (p *ceilingProbe) measure(ctx context.Context, d time.Duration, rows int) (int64, time.Duration, error) {
 	p.n++
-	sku, holder, token := fmt.Sprintf("hot-%d", p.n), uuid.New(), int64(1)
+	holder, token := uuid.New(), int64(1)
+	skus := make([]string, rows)
+	for i := range skus {
+		skus[i] = fmt.Sprintf("c%d-%d", p.n, i)
+	}
 	if _, err := p.conns[0].Exec(ctx, "INSERT INTO "+p.table+
-		" (sku, available, received, fence_token, fence_holder) VALUES ($1, $2, $2, $3, $4)",
-		sku, int64(1)<<50, token, holder); err != nil {
-		return 0, 0, fmt.Errorf("store ceiling: hot row: %w", err)
+		" (sku, available, received, fence_token, fence_holder) SELECT k, $2, $2, $3, $4 FROM unnest($1::text[]) k",
+		skus, int64(1)<<50, token, holder); err != nil {
+		return 0, 0, fmt.Errorf("store ceiling: rows: %w", err)
 	}
 	q := fmt.Sprintf(ceilingWrite, p.table)
 	// Prepare outside the timed window (pgx caches the statement per
@@ -94,8 +109,9 @@ func (p *ceilingProbe) measure(ctx context.Context, d time.Duration) (int64, tim
 	stop := start.Add(d)
 	for i, c := range p.conns {
 		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(p.n), uint64(i)))
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				tag, err := c.Exec(ctx, "ceiling", sku, token, holder)
+				tag, err := c.Exec(ctx, "ceiling", skus[rng.IntN(rows)], token, holder)
 				if err == nil && tag.RowsAffected() != 1 {
 					err = fmt.Errorf("fenced write matched %d rows", tag.RowsAffected())
 				}

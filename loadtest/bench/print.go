@@ -32,8 +32,11 @@ func Print(w io.Writer, res *Result) {
 		}
 	}
 	printCeiling(w, res.StoreCeiling)
+	printLimits(w, res)
 	printBenchRuns(w, res)
+	printJudged(w, res)
 	printBenchRatios(w, res)
+	printJudgedRatios(w, res)
 	if res.Pass {
 		fmt.Fprintln(w, "\nPASS: no safe backend oversold or lost a unit, every run completed")
 	} else {

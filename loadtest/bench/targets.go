@@ -43,6 +43,9 @@ type Run struct {
 	Verdict       string               `json:"verdict"`
 	PeakRSSMB     float64              `json:"peak_rss_mb"`
 	InstanceRSSMB []float64            `json:"instance_peak_rss_mb,omitempty"`
+	// Judge is the outside generator's attack on the same instances after
+	// the run, with the CPU per order; nil when it did not run.
+	Judge *Judged `json:"judge,omitempty"`
 }
 
 // BackendRatios are one backend's ratios, all from the same suite run. A
@@ -75,6 +78,10 @@ type BackendRatios struct {
 	Lost     int64 `json:"lost"`
 	// Missing names the runs that did not complete ("hot/off").
 	Missing []string `json:"missing,omitempty"`
+
+	// Judged are the figures of the outside generator and the limits
+	// measured next to the runs (issue 13's targets).
+	Judged JudgedRatios `json:"judged"`
 }
 
 // benchRatios computes every backend's ratios from the runs, in the order
@@ -201,7 +208,7 @@ func backendIs(names ...string) func(BackendRatios) bool {
 func evaluateTargets(ratios []BackendRatios) []TargetResult {
 	var out []TargetResult
 	for _, r := range ratios {
-		for _, t := range benchTargets {
+		for _, t := range slices.Concat(benchTargets, judgedTargets) {
 			if !t.applies(r) {
 				continue
 			}

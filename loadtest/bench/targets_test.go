@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -85,6 +86,9 @@ func TestEvaluateTargets(t *testing.T) {
 	}
 	var got []row
 	for _, r := range evaluateTargets(ratios) {
+		if !slices.ContainsFunc(benchTargets, func(t benchTarget) bool { return t.id == r.ID }) {
+			continue // issue 13's: TestJudgedTargets
+		}
 		got = append(got, row{r.Backend, r.ID, r.Want, r.Status})
 		if (r.Status == TargetNoData) != (r.Value == nil) {
 			t.Errorf("%s %s: status %s with value %v", r.Backend, r.ID, r.Status, r.Value)
@@ -133,7 +137,7 @@ func TestPrintBench(t *testing.T) {
 	Print(&buf, res)
 	out := buf.String()
 	for _, s := range []string{"Uncontended/fenced", "2000", "8", "≥5× met", "1.33", "≥1× met", "≤1× met", "<150 MB met",
-		"missing runs: spread/on, spread/off", "targets met: 4 of 4", "FAIL:", "did not run: x"} {
+		"missing runs: spread/on, spread/off", "targets met: 4 of 8", "FAIL:", "did not run: x"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("output lacks %q:\n%s", s, out)
 		}

@@ -75,6 +75,11 @@ type Config struct {
 	// Seed, if set, measures the source article's table for every backend
 	// (package seedtable) after its run.
 	Seed *seedtable.Settings
+
+	// AfterRun, if set, is called once the workload has run and verified,
+	// before the instances stop, with the run's configuration (URLs, admin
+	// token) and the instances: bench sends its outside generator there.
+	AfterRun func(ctx context.Context, cfg run.Config, ins []*procs.Instance)
 }
 
 // Entry is one backend's outcome in a comparison.
@@ -265,6 +270,9 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 	cfg.Backend, cfg.Fencing, cfg.AdminToken, cfg.ExpectedUnsafe = backend, e.Fencing, token, e.ExpectedUnsafe
 	cfg.Label = cc.Label
 	res, err := run.Execute(ctx, cfg, stderr)
+	if cc.AfterRun != nil && err == nil {
+		cc.AfterRun(ctx, cfg, ins)
+	}
 	var seed *seedtable.Table
 	if cc.Seed != nil && err == nil {
 		fmt.Fprintf(stderr, "== %s: seed table: throughput, one hot SKU and %d SKUs\n", backend, cc.Seed.Throughput.ManySKUs)

@@ -1,0 +1,139 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// statLine is a /proc/<pid>/stat line with the given fields and a name
+// that holds a space and parentheses, as "(sd-pam)" or "tmux: server" do.
+func statLine(pid, ppid int, utime, stime, cutime, cstime int64) string {
+	return fmt.Sprintf("%d (my (odd) name) S %d %d %d 0 -1 4194560 100 0 0 0 %d %d %d %d 20 0 1 0 42 1000 10\n",
+		pid, ppid, pid, pid, utime, stime, cutime, cstime)
+}
+
+func TestParseStat(t *testing.T) {
+	got, err := ParseStat(statLine(812, 1, 250, 50, 7, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Stat{PID: 812, PPID: 1, Own: 3 * time.Second, Reaped: 100 * time.Millisecond}
+	if got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"", "812 S 1", "x (a) S 1 2", "812 (a) S 1 2 3 4 5 6 7 8 9 10 u 12 13 14 15 16"} {
+		if _, err := ParseStat(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%q: err %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+// fakeProc writes a /proc with the given stat lines (pid → line).
+func fakeProc(t *testing.T, dir string, stats map[int]string) {
+	t.Helper()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+	for pid, line := range stats {
+		d := filepath.Join(dir, fmt.Sprint(pid))
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, "stat"), []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestBetween checks the window's arithmetic: a child that exits in the
+// window counts only what it used after the first snapshot (its total
+// reaches the root's reaped time), a child born in it counts whole, and
+// a process of no class counts nothing.
+func TestBetween(t *testing.T) {
+	dir := t.TempDir()
+	m := newMeter(dir, []Class{
+		{Name: "postgres", Roots: []int{100}, Children: true},
+		{Name: "instances", Roots: []int{200, 201}},
+		{Name: "zookeeper"}, // no roots: left out
+	})
+	fakeProc(t, dir, map[int]string{
+		100: statLine(100, 1, 100, 0, 0, 0),
+		101: statLine(101, 100, 50, 0, 0, 0), // exits in the window
+		102: statLine(102, 100, 30, 0, 0, 0),
+		200: statLine(200, 1, 10, 10, 0, 0),
+		201: statLine(201, 1, 0, 0, 0, 0),
+		300: statLine(300, 1, 999, 0, 0, 0), // of no class
+	})
+	before, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeProc(t, dir, map[int]string{
+		100: statLine(100, 1, 110, 0, 60, 5), // reaped 101: 60+5 ticks in all
+		102: statLine(102, 100, 40, 0, 0, 0),
+		103: statLine(103, 100, 20, 0, 0, 0), // born in the window
+		200: statLine(200, 1, 30, 20, 0, 0),
+		201: statLine(201, 1, 5, 5, 0, 0),
+		300: statLine(300, 1, 5000, 0, 0, 0),
+	})
+	after, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after.At = before.At.Add(2 * time.Second)
+	w := m.Between(before, after, 100)
+	// postgres: root 10 + reaped 65 − 101's 50 before + 102's 10 + 103's 20 = 55 ticks.
+	// instances: 30 + 10 = 40 ticks.
+	want := []Usage{{Class: "postgres", Processes: 3, CPUS: 0.55, PerOrderUs: 5500}, {Class: "instances", Processes: 2, CPUS: 0.4, PerOrderUs: 4000}}
+	if fmt.Sprint(w.Classes) != fmt.Sprint(want) || w.TotalPerOrderUs != 9500 || w.DurationS != 2 || w.Orders != 100 {
+		t.Errorf("got %+v, want classes %+v, total 9500 µs, 2 s, 100 orders", w, want)
+	}
+	if none := m.Between(before, after, 0); none.Classes[0].PerOrderUs != 0 || none.TotalPerOrderUs != 0 {
+		t.Errorf("no orders: %+v, want no per-order figures", none)
+	}
+}
+
+func TestParseListeners(t *testing.T) {
+	table := `  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0100007F:18F7 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 31337 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:18F7 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 4444 1 0000000000000000 20 4 30 10 -1
+   2: 00000000:0885 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 555 1 0000000000000000 100 0 0 10 0
+`
+	got, err := parseListeners(strings.NewReader(table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "map[2181:[555] 6391:[31337]]" {
+		t.Errorf("got %v", got)
+	}
+}
+
+// TestListenerPIDs finds this test's own listening socket in the real /proc.
+func TestListenerPIDs(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc on this system: the bench measures CPU on Linux only")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	got, err := ListenerPIDs([]int{port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[port] != os.Getpid() {
+		t.Errorf("port %d: pid %d, want %d", port, got[port], os.Getpid())
+	}
+	if _, err := ListenerPIDs([]int{1}); !errors.Is(err, ErrNoListener) {
+		t.Errorf("port 1: err %v, want ErrNoListener", err)
+	}
+}

@@ -1,0 +1,90 @@
+// Package cpu measures the CPU time each class of process (the service's
+// instances, Postgres, Redis, ZooKeeper, etcd, the load generator) spends
+// over a measured window, from /proc/<pid>/stat, so that the bench can say
+// what one order costs each of them.
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// userHZ is the unit of the clock-tick fields of /proc/<pid>/stat. The
+// kernel reports them in USER_HZ, which is 100 on every architecture Linux
+// exposes to user space, whatever its internal HZ.
+const userHZ = 100
+
+// ErrMalformed is returned for a /proc/<pid>/stat line that does not parse.
+var ErrMalformed = errors.New("malformed /proc stat line")
+
+// Stat is the part of /proc/<pid>/stat the measurement needs.
+type Stat struct {
+	PID  int
+	PPID int
+	// Own is utime+stime: the CPU the process itself has used.
+	Own time.Duration
+	// Reaped is cutime+cstime: the CPU of children it has waited for.
+	// Postgres backends that exit during a window are counted through it.
+	Reaped time.Duration
+}
+
+// ParseStat parses one /proc/<pid>/stat line. The command name is
+// parenthesised and may itself hold spaces and parentheses, so the fields
+// are counted from the last ')'.
+func ParseStat(line string) (Stat, error) {
+	open, end := strings.IndexByte(line, '('), strings.LastIndexByte(line, ')')
+	if open < 1 || end < open {
+		return Stat{}, fmt.Errorf("%w: %q", ErrMalformed, line)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(line[:open]))
+	if err != nil {
+		return Stat{}, fmt.Errorf("%w: pid: %v", ErrMalformed, err)
+	}
+	// After the name: state(3) ppid(4) … utime(14) stime(15) cutime(16) cstime(17).
+	f := strings.Fields(line[end+1:])
+	if len(f) < 15 {
+		return Stat{}, fmt.Errorf("%w: %d fields after the name", ErrMalformed, len(f))
+	}
+	var v [5]int64
+	for i, idx := range []int{1, 11, 12, 13, 14} {
+		if v[i], err = strconv.ParseInt(f[idx], 10, 64); err != nil {
+			return Stat{}, fmt.Errorf("%w: field %d: %v", ErrMalformed, idx+3, err)
+		}
+	}
+	return Stat{PID: pid, PPID: int(v[0]), Own: ticks(v[1] + v[2]), Reaped: ticks(v[3] + v[4])}, nil
+}
+
+func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / userHZ }
+
+// readStat reads one process's stat; an error for a process that is gone.
+func readStat(proc string, pid int) (Stat, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/stat", proc, pid))
+	if err != nil {
+		return Stat{}, err
+	}
+	return ParseStat(string(b))
+}
+
+// readAll reads the stat of every process under proc; processes that
+// vanish while it reads are skipped.
+func readAll(proc string) ([]Stat, error) {
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return nil, fmt.Errorf("cpu: %w", err)
+	}
+	var out []Stat
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if s, err := readStat(proc, pid); err == nil {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,130 @@
+package cpu
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// Class is one class of process measured together: its root processes
+// and, with Children, their direct children too (Postgres: the postmaster
+// and its backends, which come and go with connections).
+type Class struct {
+	Name     string
+	Roots    []int
+	Children bool
+}
+
+// classSnap is one class at one instant: each process's own CPU and the
+// roots' reaped children's CPU.
+type classSnap struct {
+	own    map[int]time.Duration
+	reaped time.Duration
+}
+
+// Snapshot is every class at one instant.
+type Snapshot struct {
+	At      time.Time
+	classes map[string]classSnap
+}
+
+// Meter takes snapshots of a fixed set of classes.
+type Meter struct {
+	proc    string
+	classes []Class
+}
+
+// NewMeter measures the classes; a class with no roots is left out.
+func NewMeter(classes []Class) *Meter { return newMeter("/proc", classes) }
+
+func newMeter(proc string, classes []Class) *Meter {
+	m := &Meter{proc: proc}
+	for _, c := range classes {
+		if len(c.Roots) > 0 {
+			m.classes = append(m.classes, c)
+		}
+	}
+	return m
+}
+
+// Snapshot reads the CPU of every class now.
+func (m *Meter) Snapshot() (Snapshot, error) {
+	s := Snapshot{At: time.Now(), classes: map[string]classSnap{}}
+	var all []Stat
+	for _, c := range m.classes {
+		if c.Children && all == nil {
+			var err error
+			if all, err = readAll(m.proc); err != nil {
+				return s, err
+			}
+		}
+	}
+	for _, c := range m.classes {
+		cs := classSnap{own: map[int]time.Duration{}}
+		for _, pid := range c.Roots {
+			st, err := readStat(m.proc, pid)
+			if err != nil {
+				return s, fmt.Errorf("cpu: %s pid %d: %w", c.Name, pid, err)
+			}
+			cs.own[pid], cs.reaped = st.Own, cs.reaped+st.Reaped
+		}
+		if c.Children {
+			for _, st := range all {
+				if slices.Contains(c.Roots, st.PPID) {
+					cs.own[st.PID] = st.Own
+				}
+			}
+		}
+		s.classes[c.Name] = cs
+	}
+	return s, nil
+}
+
+// Usage is one class's CPU over a window.
+type Usage struct {
+	Class     string  `json:"class"`
+	Processes int     `json:"processes"` // at the end of the window
+	CPUS      float64 `json:"cpu_s"`
+	// PerOrderUs is CPUS divided by the orders placed in the window, in µs.
+	PerOrderUs float64 `json:"per_order_us"`
+}
+
+// Window is the CPU of every class between two snapshots.
+type Window struct {
+	DurationS float64 `json:"duration_s"`
+	Orders    int64   `json:"orders"`
+	Classes   []Usage `json:"classes"`
+	// TotalPerOrderUs sums the classes: the machine's CPU an order costs.
+	TotalPerOrderUs float64 `json:"total_per_order_us"`
+}
+
+// Between is the CPU each class used from before to after, divided by the
+// orders placed in between. A process present only at the end started
+// within the window and counts whole; a child present only at the start
+// exited, its final total is in its root's reaped time, and what it had
+// used before the window is taken back out.
+func (m *Meter) Between(before, after Snapshot, orders int64) Window {
+	w := Window{DurationS: tally.Round(after.At.Sub(before.At).Seconds(), 3), Orders: orders}
+	for _, c := range m.classes {
+		b, a := before.classes[c.Name], after.classes[c.Name]
+		used := a.reaped - b.reaped
+		for pid, t := range a.own {
+			used += t - b.own[pid]
+		}
+		for pid, t := range b.own {
+			if _, alive := a.own[pid]; !alive && !slices.Contains(c.Roots, pid) {
+				used -= t
+			}
+		}
+		u := Usage{Class: c.Name, Processes: len(a.own), CPUS: tally.Round(max(used, 0).Seconds(), 3)}
+		if orders > 0 {
+			u.PerOrderUs = tally.Round(float64(max(used, 0).Microseconds())/float64(orders), 1)
+			w.TotalPerOrderUs += u.PerOrderUs
+		}
+		w.Classes = append(w.Classes, u)
+	}
+	w.TotalPerOrderUs = tally.Round(w.TotalPerOrderUs, 1)
+	return w
+}

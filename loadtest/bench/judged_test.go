@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/stockguard/stockguard/loadtest/bench/cpu"
+	"github.com/stockguard/stockguard/loadtest/bench/judge"
+	"github.com/stockguard/stockguard/loadtest/bench/naive"
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// judgedRun is a completed run judged at perS with p99.
+func judgedRun(backend, workload, coalesce string, perS, p99 float64) Run {
+	r := benchRunOf(backend, workload, coalesce, perS/2, p99*2, 40)
+	r.Judge = &Judged{Result: judge.Result{OrdersPerS: perS, Created: int64(perS * 10), LatencyMs: tally.LatencySummary{P99: p99},
+		Status: map[string]int{"201": int(perS * 10)}},
+		CPU: &cpu.Window{Orders: int64(perS * 10), TotalPerOrderUs: 900, Classes: []cpu.Usage{{Class: "instances", PerOrderUs: 400}, {Class: "redis", PerOrderUs: 500}}}}
+	return r
+}
+
+func TestJudgedRatiosAndTargets(t *testing.T) {
+	runs := []Run{
+		judgedRun("redlock", benchHot, "on", 3800, 20),
+		judgedRun("redlock", benchSpread, "on", 3000, 90),
+		judgedRun("redlock", benchSpread, "off", 600, 300),
+		judgedRun("zookeeper", benchHot, "on", 3799, 30),
+		judgedRun("zookeeper", benchSpread, "on", 1500, 100.1),
+		judgedRun("postgres", benchSpread, "on", 2000, 50),
+		judgedRun("redis", benchSpread, "on", 1900, 50),
+	}
+	limits := []Limits{
+		{Backend: "redlock", NaiveSpread: &naive.Result{Library: "go-redsync", OrdersPerS: 2000}, NaiveHot: &naive.Result{OrdersPerS: 200},
+			Floor: &Judged{Result: judge.Result{OrdersPerS: 12000}}},
+		{Backend: "zookeeper", NaiveSpread: &naive.Result{OrdersPerS: 1010}, Floor: &Judged{Error: "did not start"}},
+		{Backend: "postgres", SpreadCeiling: &CeilingSample{PerS: 8000}},
+	}
+	ratios := benchRatios([]string{"redlock", "zookeeper", "postgres", "redis"}, runs, nil)
+	addLimitRatios(ratios, runs, limits)
+	rl := ratios[0].Judged
+	if *rl.SpreadOverNaive != 1.5 || *rl.HotOverNaive != 19 || *rl.HotOverFloor != 0.317 || rl.SpreadOffPerS != 600 ||
+		rl.HotCPUUs["total"] != 900 || rl.HotCPUUs["redis"] != 500 {
+		t.Errorf("redlock: %s", dumpRatios(ratios[:1]))
+	}
+	if ratios[1].Judged.HotOverFloor != nil { // the floor failed
+		t.Errorf("zookeeper ÷floor %v, want none", *ratios[1].Judged.HotOverFloor)
+	}
+	if *ratios[2].Judged.SpreadOverSpreadCeiling != 0.25 || *ratios[3].Judged.SpreadOverPostgres != 0.95 {
+		t.Errorf("postgres/redis: %s", dumpRatios(ratios[2:]))
+	}
+	got := map[string]TargetStatus{}
+	for _, tr := range evaluateTargets(ratios) {
+		got[tr.Backend+"/"+tr.ID] = tr.Status
+	}
+	checks := []struct {
+		key  string
+		want TargetStatus
+	}{
+		{"redlock/naive-spread", TargetMet}, {"redlock/spread-p99", TargetMet}, {"redlock/hot-rate", TargetMet}, {"redlock/floor", TargetMet},
+		{"zookeeper/naive-spread", TargetMissed}, {"zookeeper/spread-p99", TargetMissed}, {"zookeeper/hot-rate", TargetMissed},
+		{"zookeeper/floor", TargetNoData}, {"postgres/spread-ceiling", TargetMet}, {"postgres/spread-p99", TargetMet}, {"redis/over-postgres", TargetMissed},
+	}
+	for _, c := range checks {
+		if got[c.key] != c.want {
+			t.Errorf("%s: %s, want %s", c.key, got[c.key], c.want)
+		}
+	}
+	res := &Result{Pass: true, Settings: Settings{Instances: 3, Clients: 64, SpreadSKUs: 1000, JudgeWindowS: 10, JudgeWarmupS: 2},
+		Runs: runs, Limits: limits, Backends: ratios, Targets: evaluateTargets(ratios)}
+	var buf bytes.Buffer
+	Print(&buf, res)
+	for _, s := range []string{"== limits", "go-redsync", "12000", "== the judge", "201:38000", "== ratios and targets, the judge", "≥1.5× met", "≥3800/s MISSED"} {
+		if !strings.Contains(buf.String(), s) {
+			t.Errorf("output lacks %q:\n%s", s, buf.String())
+		}
+	}
+}

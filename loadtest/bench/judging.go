@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/bench/cpu"
+	"github.com/stockguard/stockguard/loadtest/bench/judge"
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/procs"
+	"github.com/stockguard/stockguard/loadtest/run"
+)
+
+// Judged is one attack of the outside generator with the CPU each class
+// of process spent in its measured window.
+type Judged struct {
+	judge.Result
+	CPU *cpu.Window `json:"cpu,omitempty"`
+	// Error says why the attack or the CPU reading failed.
+	Error string `json:"error,omitempty"`
+}
+
+// judgeStock is each judged SKU's stock: the most PUT accepts, far above
+// what 12 s of any backend can sell.
+const judgeStock = 1_000_000_000
+
+// putTries is how many times a judged SKU's PUT is sent before the judge
+// gives up on the run.
+const putTries = 3
+
+// judgeConfig is the attack of one workload on urls.
+func (bc Config) judgeConfig(urls, skus []string) judge.Config {
+	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow,
+		KeyPrefix: run.NewRunID(), HoldSeconds: 900, Seed: bc.Seed, RequestTimeout: 30 * time.Second}
+}
+
+// judgeWorkload attacks processes already serving, reading the CPU of
+// every class around the window. pids are the instances' (or the floor's).
+func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int, servers serverPIDs) *Judged {
+	meter := cpu.NewMeter(servers.classes(pids))
+	var before, after cpu.Snapshot
+	var cpuErr error
+	jc.OnWindow = func(begin bool) {
+		var err error
+		if begin {
+			before, err = meter.Snapshot()
+		} else {
+			after, err = meter.Snapshot()
+		}
+		if err != nil && cpuErr == nil {
+			cpuErr = err
+		}
+	}
+	res, err := judge.Attack(ctx, jc)
+	j := &Judged{Result: res}
+	switch {
+	case err != nil:
+		j.Error = err.Error()
+	case cpuErr != nil:
+		j.Error = cpuErr.Error()
+	default:
+		w := meter.Between(before, after, res.Created)
+		j.CPU = &w
+	}
+	return j
+}
+
+// judgeService is compare's AfterRun for one bench run: fresh SKUs of the
+// run's workload, then the attack.
+func (bc Config) judgeService(workload string, servers serverPIDs, dst **Judged, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
+	return func(ctx context.Context, cfg run.Config, ins []*procs.Instance) {
+		n := 1
+		if workload == benchSpread {
+			n = bc.SpreadSKUs
+		}
+		skus := make([]string, n)
+		id := run.NewRunID()
+		for i := range skus {
+			skus[i] = run.SKUName(id, i)
+		}
+		c := client.New(16, cfg.AdminToken, 10*time.Second)
+		defer c.Close()
+		err := run.ForEach(ctx, n, 16, func(ctx context.Context, i int) error {
+			u := cfg.URLs[i%len(cfg.URLs)]
+			var err error
+			// A PUT sets the stock, so sending it again is safe; on a
+			// saturated machine a lock node's timeout can refuse one.
+			for range putTries {
+				if _, err = c.PutSKU(ctx, u, skus[i], judgeStock); err == nil || ctx.Err() != nil {
+					break
+				}
+				run.Sleep(ctx, 100*time.Millisecond)
+			}
+			if err != nil {
+				return fmt.Errorf("judge: create SKUs on %s: %w", u, err)
+			}
+			return nil
+		})
+		if err != nil {
+			*dst = &Judged{Error: err.Error()}
+			return
+		}
+		pids := make([]int, len(ins))
+		for i, in := range ins {
+			pids[i] = in.PID()
+		}
+		fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
+		*dst = bc.judgeWorkload(ctx, bc.judgeConfig(cfg.URLs, skus), pids, servers)
+	}
+}

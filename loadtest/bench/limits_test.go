@@ -1,0 +1,149 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/stockguard/stockguard/internal/postgres"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+	"github.com/stockguard/stockguard/loadtest/bench/cpu"
+	"github.com/stockguard/stockguard/loadtest/bench/floor"
+	"github.com/stockguard/stockguard/loadtest/bench/judge"
+	"github.com/stockguard/stockguard/loadtest/bench/naive"
+	"github.com/stockguard/stockguard/loadtest/client"
+)
+
+// floorChildEnv makes this test binary serve the floor, as `stockguard
+// load floor` does, when floor.Start runs it.
+const floorChildEnv = "STOCKGUARD_BENCH_FLOOR_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(floorChildEnv) == "1" {
+		// Stop's SIGTERM ends the child by the signal's default action.
+		if err := floor.Serve(context.Background(), "127.0.0.1:0", os.Stdout); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// migratedDatabase is a fresh database with the service's schema.
+func migratedDatabase(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	dsn := stacktest.NewDatabase(t, ctx)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	defer db.Close()
+	if _, err := postgres.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// TestNaiveLoops runs both naive loops for about a second each, on the
+// hot key and on many, and checks every order counted reached the table.
+func TestNaiveLoops(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	redisAddrs, zkServers := stacktest.RequireRedis(t), stacktest.RequireZK(t)
+	dsn := migratedDatabase(t, ctx)
+	const keys = 100
+	tbl, err := naive.OpenTable(ctx, dsn, keys, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	rs, err := naive.NewRedsync(ctx, redisAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	zk, err := naive.NewZooKeeper(ctx, zkServers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zk.Close()
+	for _, lk := range []naive.Locker{rs, zk} {
+		for _, n := range []int{1, keys} {
+			r, err := tbl.Run(ctx, lk, naive.Config{Goroutines: 8, Keys: n, Warmup: 100 * time.Millisecond, Window: 700 * time.Millisecond, Seed: 1})
+			if err != nil {
+				t.Fatalf("%s, %d keys: %v", lk.Name(), n, err)
+			}
+			t.Logf("%s, %d keys: %.0f orders/s, %d lock failures", lk.Name(), n, r.OrdersPerS, r.LockFailures)
+			if r.Orders < 1 || r.OrdersPerS <= 0 || r.Library != lk.Name() || r.Keys != n {
+				t.Errorf("%s, %d keys: %+v", lk.Name(), n, r)
+			}
+		}
+	}
+}
+
+// TestFloorJudged starts the floor as processes, checks one answer has
+// the service's shape, and judges it for a second with the CPU meter.
+func TestFloorJudged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	t.Setenv(floorChildEnv, "1")
+	ps, err := floor.Start(ctx, os.Args[0], nil, 2, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer floor.StopAll(ps)
+
+	resp, err := http.Post(ps[0].URL+"/v1/orders", "application/json", bytes.NewReader([]byte(`{"lines":[{"sku":"a-1","quantity":1}],"hold_seconds":60}`)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var o client.OrderResponse
+	dec := json.NewDecoder(resp.Body)
+	dec.DisallowUnknownFields()
+	err = dec.Decode(&o)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != http.StatusCreated || o.Status != "reserved" || len(o.Lines) != 1 || o.Lines[0].SKU != "a-1" ||
+		o.ExpiresAt == "" || o.OrderID == "" || resp.Header.Get("Location") != "/v1/orders/"+o.OrderID {
+		t.Fatalf("floor answer: %d %+v %v", resp.StatusCode, o, err)
+	}
+
+	var urls []string
+	var pids []int
+	for _, p := range ps {
+		urls, pids = append(urls, p.URL), append(pids, p.PID())
+	}
+	meter := cpu.NewMeter([]cpu.Class{{Name: "instances", Roots: pids}, {Name: "client", Roots: []int{os.Getpid()}}})
+	var before, after cpu.Snapshot
+	var edges int
+	res, err := judge.Attack(ctx, judge.Config{URLs: urls, SKUs: []string{"a-1", "b-2"}, Workers: 8, Warmup: 200 * time.Millisecond,
+		Window: time.Second, KeyPrefix: "t", RequestTimeout: 5 * time.Second, Seed: 3,
+		OnWindow: func(begin bool) {
+			edges++
+			var err error
+			if begin {
+				before, err = meter.Snapshot()
+			} else {
+				after, err = meter.Snapshot()
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := meter.Between(before, after, res.Created)
+	t.Logf("floor: %.0f orders/s, p99 %.1f ms, %v; CPU %+v", res.OrdersPerS, res.LatencyMs.P99, res.Status, w.Classes)
+	if edges != 2 || res.Created < 1 || int(res.Created) != res.Status["201"] || len(res.Status) != 1 || res.WarmupCreated < 1 ||
+		res.LatencyMs.P99 <= 0 || w.Classes[0].CPUS <= 0 || w.TotalPerOrderUs <= 0 {
+		t.Errorf("judged floor: %+v, CPU %+v, %d window edges", res, w, edges)
+	}
+}

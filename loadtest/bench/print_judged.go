@@ -1,0 +1,140 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/stockguard/stockguard/loadtest/bench/cpu"
+)
+
+// cpuClasses are the CPU table's columns, in order.
+var cpuClasses = []string{"instances", "postgres", "redis", "zookeeper", "etcd", "client"}
+
+// printLimits is the limits measured next to each backend's runs.
+func printLimits(w io.Writer, res *Result) {
+	if len(res.Limits) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers)\n",
+		res.Settings.JudgeWindowS, res.Settings.JudgeWarmupS, res.Settings.Clients)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock failures\tnaive %d keys/s\tlock failures\tHTTP floor/s\tfloor p99 ms\t errors\n",
+		res.Settings.SpreadSKUs, res.Settings.SpreadSKUs)
+	for _, l := range res.Limits {
+		lib, nh, nhf, ns, nsf, fl, fp := "–", "–", "–", "–", "–", "–", "–"
+		if l.NaiveHot != nil {
+			lib, nh, nhf = l.NaiveHot.Library, fmt.Sprintf("%.0f", l.NaiveHot.OrdersPerS), fmt.Sprint(l.NaiveHot.LockFailures)
+		}
+		if l.NaiveSpread != nil {
+			lib, ns, nsf = l.NaiveSpread.Library, fmt.Sprintf("%.0f", l.NaiveSpread.OrdersPerS), fmt.Sprint(l.NaiveSpread.LockFailures)
+		}
+		errs := slices.Clone(l.Errors)
+		if l.Floor != nil && l.Floor.Error == "" {
+			fl, fp = fmt.Sprintf("%.0f", l.Floor.OrdersPerS), fmt.Sprintf("%.1f", l.Floor.LatencyMs.P99)
+		} else if l.Floor != nil {
+			errs = append(errs, "floor: "+benchFirstLine(l.Floor.Error))
+		}
+		sc := "–"
+		if l.SpreadCeiling != nil {
+			sc = fmt.Sprintf("%.0f", l.SpreadCeiling.PerS)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, benchFirstLine(strings.Join(errs, "; ")))
+	}
+	_ = tw.Flush()
+}
+
+// printJudged is every run's attack by the outside generator beside the
+// project's own generator's figures, and the CPU per order of the window.
+func printJudged(w io.Writer, res *Result) {
+	if !slices.ContainsFunc(res.Runs, func(r Run) bool { return r.Judge != nil }) {
+		return
+	}
+	fmt.Fprintf(w, "\n== the judge: vegeta after each run on the same instances (Rate{Freq:0}, %d workers, round-robin, fresh Idempotency-Key per order)\n", res.Settings.Clients)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\tvegeta orders/s\tp50 ms\tp99 ms\tstatus\tload run reserved/s\tload p99 ms\tCPU µs/order: %s\ttotal\t errors\n", strings.Join(cpuClasses, "\t"))
+	for _, r := range res.Runs {
+		j := r.Judge
+		if j == nil {
+			continue
+		}
+		cpuCols := strings.Repeat("–\t", len(cpuClasses)+1)
+		if j.CPU != nil {
+			cpuCols = formatCPU(*j.CPU)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%.1f\t%s\t%.0f\t%.1f\t%s %s\n", r.Backend, r.SKUs, r.Coalesce, j.OrdersPerS,
+			j.LatencyMs.P50, j.LatencyMs.P99, formatStatus(j.Status), r.ReservedPerS, r.LatencyMs.P99, cpuCols, benchFirstLine(j.Error))
+	}
+	for _, l := range res.Limits {
+		if f := l.Floor; f != nil && f.CPU != nil {
+			fmt.Fprintf(tw, "floor (before %s)\t1\t–\t%.0f\t%.1f\t%.1f\t%s\t–\t–\t%s\n", l.Backend, f.OrdersPerS, f.LatencyMs.P50, f.LatencyMs.P99,
+				formatStatus(f.Status), formatCPU(*f.CPU))
+		}
+	}
+	_ = tw.Flush()
+	if len(res.ServersMissing) > 0 {
+		fmt.Fprintf(w, "  CPU not read for (no process found listening): %s\n", strings.Join(res.ServersMissing, ", "))
+	}
+}
+
+// formatCPU is a window's per-order µs in cpuClasses' order, then the total.
+func formatCPU(win cpu.Window) string {
+	by := map[string]float64{}
+	for _, c := range win.Classes {
+		by[c.Class] = c.PerOrderUs
+	}
+	var b strings.Builder
+	for _, c := range cpuClasses {
+		if v, ok := by[c]; ok {
+			fmt.Fprintf(&b, "%.0f\t", v)
+		} else {
+			b.WriteString("–\t")
+		}
+	}
+	fmt.Fprintf(&b, "%.0f\t", win.TotalPerOrderUs)
+	return b.String()
+}
+
+// formatStatus is "201:1234 503:5", by status.
+func formatStatus(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s:%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+// printJudgedRatios is issue 13's table: the judge's rates against the
+// limits of the same run, each target marked.
+func printJudgedRatios(w io.Writer, res *Result) {
+	fmt.Fprintf(w, "\n== ratios and targets, the judge (vegeta orders/s, coalescing on; limits from this run)\n")
+	marks := map[string]string{}
+	for _, t := range res.Targets {
+		marks[t.Backend+"/"+t.ID] = t.Want + " " + string(t.Status)
+	}
+	mark := func(backend, id string) string {
+		if m, ok := marks[backend+"/"+id]; ok {
+			return m
+		}
+		return "–"
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "backend\t%d SKUs/s\tp99 ms\ttarget\toff/s\tnaive/s\t÷naive\ttarget\tspread ceiling/s\t÷ceiling\ttarget\t÷postgres\ttarget\thot/s\ttarget\toff/s\tfloor/s\t÷floor\ttarget\tCPU µs/order hot\tspread\t\n", res.Settings.SpreadSKUs)
+	for _, r := range res.Backends {
+		j := r.Judged
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%.0f\t\n", r.Backend,
+			j.SpreadPerS, j.SpreadP99Ms, mark(r.Backend, "spread-p99"), j.SpreadOffPerS, j.NaiveSpreadPerS, fmtRatio(j.SpreadOverNaive), mark(r.Backend, "naive-spread"),
+			j.SpreadCeilingPerS, fmtRatio(j.SpreadOverSpreadCeiling), mark(r.Backend, "spread-ceiling"), fmtRatio(j.SpreadOverPostgres), mark(r.Backend, "over-postgres"),
+			j.HotPerS, mark(r.Backend, "hot-rate"), j.HotOffPerS, j.FloorPerS, fmtRatio(j.HotOverFloor), mark(r.Backend, "floor"),
+			j.HotCPUUs["total"], j.SpreadCPUUs["total"])
+	}
+	_ = tw.Flush()
+}
