@@ -145,24 +145,39 @@ func (n *Node) AcquireIncr(ctx context.Context, holds []Hold, ttl time.Duration)
 	return tokens, nil
 }
 
-// AcquireRead takes the lock on every hold's key for ttl and reads its fence
-// counter in the same atomic step, in one script call; each counter is
-// returned whether or not its lock was taken.
-func (n *Node) AcquireRead(ctx context.Context, holds []Hold, ttl time.Duration) ([]Grant, error) {
-	if len(holds) == 0 {
+// Call is the Redis keys and arguments of one batch script call, built once
+// and sent to every node: a Redlock round asks all N nodes the same thing,
+// and building the arguments per node cost as many allocations as the rest
+// of the round. A Call is read-only once built and safe to share.
+type Call struct {
+	holds int
+	keys  []string
+	argv  []any
+}
+
+// AcquireCall is AcquireRead's call for holds and ttl.
+func AcquireCall(holds []Hold, ttl time.Duration) Call {
+	keys, argv := lockFenceKeys(holds, ttl)
+	return Call{holds: len(holds), keys: keys, argv: argv}
+}
+
+// AcquireRead takes the lock on every hold's key of c (see AcquireCall) and
+// reads its fence counter in the same atomic step, in one script call; each
+// counter is returned whether or not its lock was taken.
+func (n *Node) AcquireRead(ctx context.Context, c Call) ([]Grant, error) {
+	if c.holds == 0 {
 		return nil, nil
 	}
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
-	keys, argv := lockFenceKeys(holds, ttl)
-	v, err := acquireReadScript.Run(ctx, n.c, keys, argv...).Slice()
+	v, err := acquireReadScript.Run(ctx, n.c, c.keys, c.argv...).Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(v) != 2*len(holds) {
-		return nil, fmt.Errorf("acquire script: %d replies for %d keys", len(v), len(holds))
+	if len(v) != 2*c.holds {
+		return nil, fmt.Errorf("acquire script: %d replies for %d keys", len(v), c.holds)
 	}
-	grants := make([]Grant, len(holds))
+	grants := make([]Grant, c.holds)
 	for i := range grants {
 		flag, ok1 := v[2*i].(int64)
 		s, ok2 := v[2*i+1].(string)
@@ -171,7 +186,7 @@ func (n *Node) AcquireRead(ctx context.Context, holds []Hold, ttl time.Duration)
 		}
 		fence, err := strconv.ParseUint(s, 10, 64)
 		if err != nil {
-			return nil, fmt.Errorf("fence counter %s: %w", FenceKey(holds[i].Key), err)
+			return nil, fmt.Errorf("fence counter %s: %w", c.keys[2*i+1], err)
 		}
 		grants[i] = Grant{Acquired: flag == 1, Fence: fence}
 	}
@@ -216,32 +231,38 @@ var ErrFenceAhead = errors.New("fence counter not below the token")
 // expired, was deleted, or belongs to another lease).
 var ErrNotHeld = errors.New("lock not held by this lease")
 
-// Fence raises every hold's fence counter to its token where the counter is
-// below it, whether or not the node holds our lock there, in one script
-// call. Per hold it returns nil when the raise counts (the node holds our
-// lock and the counter was below the token), ErrNotHeld or ErrFenceAhead
-// when it does not; err is the call's failure.
-func (n *Node) Fence(ctx context.Context, holds []Hold, tokens []uint64) (results []error, err error) {
+// FenceCall is Fence's call: raise every hold's fence counter to its token
+// (tokens aligned with holds).
+func FenceCall(holds []Hold, tokens []uint64) (Call, error) {
 	if len(holds) != len(tokens) {
-		return nil, fmt.Errorf("fence: %d tokens for %d keys", len(tokens), len(holds))
+		return Call{}, fmt.Errorf("fence: %d tokens for %d keys", len(tokens), len(holds))
 	}
-	if len(holds) == 0 {
-		return nil, nil
-	}
-	ctx, cancel := n.ctx(ctx)
-	defer cancel()
 	keys := make([]string, 0, 2*len(holds))
 	argv := make([]any, 0, 2*len(holds))
 	for i, h := range holds {
 		keys = append(keys, LockKey(h.Key), FenceKey(h.Key))
 		argv = append(argv, h.ID, strconv.FormatUint(tokens[i], 10))
 	}
-	v, err := fenceScript.Run(ctx, n.c, keys, argv...).Int64Slice()
+	return Call{holds: len(holds), keys: keys, argv: argv}, nil
+}
+
+// Fence raises every hold's fence counter of c (see FenceCall) to its token
+// where the counter is below it, whether or not the node holds our lock
+// there, in one script call. Per hold it returns nil when the raise counts
+// (the node holds our lock and the counter was below the token),
+// ErrNotHeld or ErrFenceAhead when it does not; err is the call's failure.
+func (n *Node) Fence(ctx context.Context, c Call) (results []error, err error) {
+	if c.holds == 0 {
+		return nil, nil
+	}
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	v, err := fenceScript.Run(ctx, n.c, c.keys, c.argv...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(v) != len(holds) {
-		return nil, fmt.Errorf("fence script: %d replies for %d keys", len(v), len(holds))
+	if len(v) != c.holds {
+		return nil, fmt.Errorf("fence script: %d replies for %d keys", len(v), c.holds)
 	}
 	results = make([]error, len(v))
 	for i, r := range v {

@@ -162,7 +162,7 @@ func TestBatchCalls(t *testing.T) {
 	if err := n.Client().Set(ctx, redisnode.LockKey(base+"-b"), "other", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	grants, err := n.AcquireRead(ctx, holds, time.Minute)
+	grants, err := n.AcquireRead(ctx, redisnode.AcquireCall(holds, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +178,7 @@ func TestBatchCalls(t *testing.T) {
 			t.Errorf("%s holds %q, want %q", h.Key, v, want)
 		}
 	}
-	res, err := n.Fence(ctx, holds, []uint64{7, 8, 9})
+	res, err := n.Fence(ctx, mustFenceCall(t, holds, []uint64{7, 8, 9}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +208,7 @@ func TestFence(t *testing.T) {
 	ctx := t.Context()
 	fence1 := func(id string, token uint64) error {
 		t.Helper()
-		res, err := n.Fence(ctx, []redisnode.Hold{{Key: key, ID: id}}, []uint64{token})
+		res, err := n.Fence(ctx, mustFenceCall(t, []redisnode.Hold{{Key: key, ID: id}}, []uint64{token}))
 		if err != nil {
 			t.Fatalf("Fence(%s, %d): %v", id, token, err)
 		}
@@ -220,7 +220,7 @@ func TestFence(t *testing.T) {
 	}
 	read := func(id string) redisnode.Grant {
 		t.Helper()
-		g, err := n.AcquireRead(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute)
+		g, err := n.AcquireRead(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: id}}, time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,4 +281,14 @@ func TestTimeout(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("a paused server held the call for %v with a 100 ms node timeout", d)
 	}
+}
+
+// mustFenceCall is redisnode.FenceCall, failing the test on its error.
+func mustFenceCall(tb testing.TB, holds []redisnode.Hold, tokens []uint64) redisnode.Call {
+	tb.Helper()
+	c, err := redisnode.FenceCall(holds, tokens)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return c
 }

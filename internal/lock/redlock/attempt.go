@@ -43,27 +43,37 @@ type attempt struct {
 	start time.Time
 
 	// done[i] is closed once node i has answered, or timed out on, round 1,
-	// the only lock write an attempt sends; write[i][k] is then final.
+	// the only lock write an attempt sends; wrote(i, k) is then final.
 	done  []chan struct{}
-	write [][]int8
+	write []int8 // [i*len(keys)+k]: see wrote
 
 	// Round 2 starts on each node that answered round 1 once tokenReady is
 	// closed (tokens is then set: the token of each key won, 0 for the
-	// others); abort tells nodes waiting for it to stop.
+	// others; r2Keys are the keys won, r2 the call that publishes their
+	// tokens, or r2Err why it could not be built); abort tells nodes waiting
+	// for it to stop.
 	tokenReady chan struct{}
 	abort      chan struct{}
 	tokens     []uint64
+	r2Keys     []int
+	r2         redisnode.Call
+	r2Err      error
+	// r1 is round 1's call with fencing, the same for every node.
+	r1 redisnode.Call
 }
+
+// wrote is what node i's round-1 reply said of our lock write of key k;
+// final once done[i] is closed.
+func (a *attempt) wrote(i, k int) int8 { return a.write[i*len(a.keys)+k] }
 
 // reply is one node's answer in round 1 or 2.
 type reply struct {
 	node     int
 	round    int
-	answered bool     // the node replied: it is up
-	granted  []bool   // round 1, per key: the node granted us the lock
-	fences   []uint64 // round 1, per key: the node's counter
-	counted  []error  // round 2, per key won: nil when the raise counts
-	err      error    // the request failed
+	answered bool              // the node replied: it is up
+	grants   []redisnode.Grant // round 1, per key: granted us the lock, and the node's counter
+	counted  []error           // round 2, per key of r2Keys: nil when the raise counts
+	err      error             // the request failed
 }
 
 func (l *Locker) newAttempt(ctx context.Context, keys []string, ttl time.Duration) *attempt {
@@ -73,7 +83,7 @@ func (l *Locker) newAttempt(ctx context.Context, keys []string, ttl time.Duratio
 		ttl: ttl, fenced: !l.cfg.noFencing,
 		bg:         context.WithoutCancel(ctx),
 		done:       make([]chan struct{}, n),
-		write:      make([][]int8, n),
+		write:      make([]int8, n*len(keys)),
 		tokenReady: make(chan struct{}),
 		abort:      make(chan struct{}),
 	}
@@ -81,9 +91,11 @@ func (l *Locker) newAttempt(ctx context.Context, keys []string, ttl time.Duratio
 		a.ids[k] = uuid.New()
 		a.holds[k] = redisnode.Hold{Key: key, ID: a.ids[k].String()}
 	}
+	if a.fenced {
+		a.r1 = redisnode.AcquireCall(a.holds, ttl)
+	}
 	for i := range n {
 		a.done[i] = make(chan struct{})
-		a.write[i] = make([]int8, len(keys))
 	}
 	return a
 }
@@ -133,8 +145,9 @@ func (a *attempt) run(ctx context.Context) (outcome, error) {
 // keep unlocks the keys not obtained and returns the outcome.
 func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 	var lost []held
+	obtained := make([]bool, len(a.keys))
 	for k := range a.keys {
-		if !t.obtained[k] {
+		if obtained[k] = t.keys[k].obtained; !obtained[k] {
 			lost = append(lost, held{a: a, k: k})
 		}
 	}
@@ -150,7 +163,7 @@ func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 		_ = a.l.release(lost, none)
 		t.drain(replies)
 	}
-	return outcome{obtained: t.obtained, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl)), t: t}, nil
+	return outcome{obtained: obtained, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl)), t: t}, nil
 }
 
 // fail unlocks every key of the attempt and returns cause.
@@ -172,25 +185,25 @@ func (a *attempt) node(i int, replies chan<- reply) {
 	r := reply{node: i, round: 1}
 	var err error
 	if a.fenced {
-		var grants []redisnode.Grant
-		grants, err = nd.AcquireRead(a.bg, a.holds, a.ttl)
-		if err == nil {
-			r.granted, r.fences = make([]bool, len(grants)), make([]uint64, len(grants))
-			for k, g := range grants {
-				r.granted[k], r.fences[k] = g.Acquired, g.Fence
+		r.grants, err = nd.AcquireRead(a.bg, a.r1)
+	} else {
+		var ok []bool
+		if ok, err = nd.SetNX(a.bg, a.holds, a.ttl); err == nil {
+			r.grants = make([]redisnode.Grant, len(ok))
+			for k := range ok {
+				r.grants[k].Acquired = ok[k]
 			}
 		}
-	} else {
-		r.granted, err = nd.SetNX(a.bg, a.holds, a.ttl)
 	}
 	if err != nil {
-		r.err = err // write[i] stays writeUnknown: the SETs may have landed
+		r.err = err // the writes stay writeUnknown: the SETs may have landed
 	} else {
 		r.answered = true
-		for k, ok := range r.granted {
-			a.write[i][k] = writeRefused
-			if ok {
-				a.write[i][k] = writeAcquired
+		w := a.write[i*len(a.keys) : (i+1)*len(a.keys)]
+		for k, g := range r.grants {
+			w[k] = writeRefused
+			if g.Acquired {
+				w[k] = writeAcquired
 			}
 		}
 	}
@@ -209,13 +222,10 @@ func (a *attempt) node(i int, replies chan<- reply) {
 	// acquisition's token above it even after the nodes that granted us the
 	// lock restart empty (see the package doc). Only a raise under our lock
 	// counts towards the token's majority.
-	var holds []redisnode.Hold
-	var tokens []uint64
-	for k, tok := range a.tokens {
-		if tok != 0 {
-			holds, tokens = append(holds, a.holds[k]), append(tokens, tok)
-		}
+	var counted []error
+	err = a.r2Err
+	if err == nil {
+		counted, err = nd.Fence(a.bg, a.r2)
 	}
-	counted, err := nd.Fence(a.bg, holds, tokens)
 	replies <- reply{node: i, round: 2, answered: err == nil, counted: counted, err: err}
 }

@@ -25,15 +25,41 @@ var benchModes = []struct {
 }
 
 func benchCycle(b *testing.B, l lock.Locker, key string) {
+	timedCycle(b, l, key, nil)
+}
+
+// phases sums the time a cycle spends in Acquire and in Release.
+type phases struct{ acquire, release time.Duration }
+
+func (p *phases) report(b *testing.B) {
+	b.ReportMetric(float64(p.acquire.Microseconds())/float64(b.N), "acquire-µs/op")
+	b.ReportMetric(float64(p.release.Microseconds())/float64(b.N), "release-µs/op")
+}
+
+// timedCycle is one acquire→release cycle, its phases added to p unless nil.
+func timedCycle(b *testing.B, l lock.Locker, key string, p *phases) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	start := time.Now()
 	lease, err := l.Acquire(ctx, key)
 	if err != nil {
 		b.Fatal(err)
 	}
+	mid := time.Now()
 	if err := lease.Release(ctx); err != nil {
 		b.Fatal(err)
 	}
+	if p != nil {
+		p.acquire += mid.Sub(start)
+		p.release += time.Since(mid)
+	}
+}
+
+// reportCPU adds the client's CPU time per op since start (cpu-µs/op): on a
+// machine shared with other work, wall time per op swings with the load,
+// CPU time much less.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64((cpuTime()-start).Microseconds())/float64(b.N), "cpu-µs/op")
 }
 
 // BenchmarkUncontended: one goroutine, one key, acquire then release.
@@ -43,19 +69,24 @@ func BenchmarkUncontended(b *testing.B) {
 		b.Run(m.name, func(b *testing.B) {
 			l := newLocker(b, addrs, m.opts...)
 			key := locktest.Key(b)
+			var p phases
+			cpu := cpuTime()
 			for b.Loop() {
-				benchCycle(b, l, key)
+				timedCycle(b, l, key, &p)
 			}
+			reportCPU(b, cpu)
+			p.report(b)
 		})
 	}
 }
 
 // BenchmarkContended16: 16 goroutines on one key, sharing one Locker (one
-// service instance) or each with its own (sixteen instances).
+// service instance), spread over three (the hot SKU of three instances), or
+// each with its own (sixteen instances).
 func BenchmarkContended16(b *testing.B) {
 	addrs := stacktest.RequireRedis(b)
 	for _, m := range benchModes {
-		for _, lockers := range []int{1, 16} {
+		for _, lockers := range []int{1, 3, 16} {
 			b.Run(fmt.Sprintf("%s/lockers=%d", m.name, lockers), func(b *testing.B) {
 				ls := make([]*redlock.Locker, lockers)
 				for i := range ls {
@@ -64,12 +95,14 @@ func BenchmarkContended16(b *testing.B) {
 				key := locktest.Key(b)
 				var next atomic.Int64
 				b.SetParallelism(max(1, 16/runtimeProcs()))
+				cpu := cpuTime()
 				b.RunParallel(func(pb *testing.PB) {
 					l := ls[int(next.Add(1)-1)%lockers]
 					for pb.Next() {
 						benchCycle(b, l, key)
 					}
 				})
+				reportCPU(b, cpu)
 			})
 		}
 	}
@@ -103,9 +136,11 @@ func BenchmarkBatch(b *testing.B) {
 			l := newLocker(b, addrs, m.opts...)
 			keys := benchKeys(b, 16)
 			b.Run("batch16", func(b *testing.B) {
+				cpu := cpuTime()
 				for b.Loop() {
 					benchBatchCycle(b, l, keys)
 				}
+				reportCPU(b, cpu)
 			})
 			b.Run("single16", func(b *testing.B) {
 				for b.Loop() {

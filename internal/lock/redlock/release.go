@@ -33,11 +33,24 @@ func (l *Locker) release(hs []held, wait bool) error {
 	// reaches the nodes leaves the keys held for a whole TTL.
 	ctx := hs[0].a.bg
 	results := l.each(allNodes(n), func(i int) error {
+		if len(hs) == 1 { // a lone lease: no per-node slices to build
+			h := hs[0]
+			<-h.a.done[i]
+			if h.a.wrote(i, h.k) == writeRefused {
+				return nil
+			}
+			var wake []bool
+			if i == l.wakeNode(h.a.keys[h.k]) {
+				wake = []bool{true}
+			}
+			_, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], wake)
+			return err
+		}
 		holds := make([]redisnode.Hold, 0, len(hs))
 		wake := make([]bool, 0, len(hs))
 		for _, h := range hs {
 			<-h.a.done[i]
-			if h.a.write[i][h.k] == writeRefused {
+			if h.a.wrote(i, h.k) == writeRefused {
 				continue
 			}
 			holds = append(holds, h.a.holds[h.k])

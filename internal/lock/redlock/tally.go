@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
 )
 
 // tally is what the replies of one attempt have said so far, per node and
@@ -17,34 +18,36 @@ type tally struct {
 	n, q int
 
 	r1Pending int
-	grantedOn [][]bool // [node][key]: granted us the lock in round 1
-	granted   []int    // per key: nodes that granted it
-	maxFence  []uint64 // per key: the largest counter read
-	decided   bool     // round 1 settled every key
-	won       []bool
-	round2    bool   // tokens published: nodes that answered round 1 run round 2
-	r2Waiting []bool // per node: in round 2, no reply yet
-	r2OK      []int  // per key: nodes where the raise counted
+	decided   bool // round 1 settled every key
+	round2    bool // tokens published: nodes that answered round 1 run round 2
+	keys      []keyTally
+	nodes     []nodeTally
+	errs      []error
+}
 
-	obtained, lost []bool
-	reachable      []bool // answered round 1 and, if sent, round 2
-	errs           []error
-	keyErrs        [][]error // per key: nodes that held it elsewhere, refused its token
+// keyTally is what the replies said of one key. Per-key and per-node state
+// live in one slice each, so that an attempt costs a couple of allocations
+// whatever its size: a single-key attempt is the hot path of a hot SKU.
+type keyTally struct {
+	granted             int    // nodes that granted it in round 1
+	maxFence            uint64 // the largest counter read
+	r2OK                int    // nodes where the raise counted
+	won, obtained, lost bool
+	errs                []error // nodes that held it elsewhere, refused its token
+}
+
+// nodeTally is what the replies said of one node.
+type nodeTally struct {
+	reachable bool // answered round 1 and, if sent, round 2
+	r2Waiting bool // in round 2, no reply yet
 }
 
 func newTally(a *attempt) *tally {
-	n, k := len(a.l.nodes), len(a.keys)
-	t := &tally{
+	n := len(a.l.nodes)
+	return &tally{
 		a: a, n: n, q: a.l.quorum, r1Pending: n,
-		grantedOn: make([][]bool, n), granted: make([]int, k), maxFence: make([]uint64, k),
-		won: make([]bool, k), r2Waiting: make([]bool, n), r2OK: make([]int, k),
-		obtained: make([]bool, k), lost: make([]bool, k), reachable: make([]bool, n),
-		keyErrs: make([][]error, k),
+		keys: make([]keyTally, len(a.keys)), nodes: make([]nodeTally, n),
 	}
-	for i := range t.grantedOn {
-		t.grantedOn[i] = make([]bool, k)
-	}
-	return t
 }
 
 func (t *tally) add(r reply) {
@@ -52,23 +55,18 @@ func (t *tally) add(r reply) {
 	if r.err != nil {
 		t.errs = append(t.errs, a.l.nodeErr(r.node, r.err))
 	}
-	t.reachable[r.node] = r.answered
+	t.nodes[r.node].reachable = r.answered
 	if r.round == 2 {
-		t.r2Waiting[r.node] = false
+		t.nodes[r.node].r2Waiting = false
 		if !r.answered {
 			return
 		}
-		j := 0
-		for k, tok := range a.tokens {
-			if tok == 0 {
-				continue
-			}
+		for j, k := range a.r2Keys {
 			if err := r.counted[j]; err == nil {
-				t.r2OK[k]++
+				t.keys[k].r2OK++
 			} else {
-				t.keyErrs[k] = append(t.keyErrs[k], a.l.nodeErr(r.node, err))
+				t.keys[k].errs = append(t.keys[k].errs, a.l.nodeErr(r.node, err))
 			}
-			j++
 		}
 		return
 	}
@@ -76,19 +74,17 @@ func (t *tally) add(r reply) {
 	if !r.answered {
 		return
 	}
-	for k, ok := range r.granted {
-		if r.fences != nil { // none without fencing
-			t.maxFence[k] = max(t.maxFence[k], r.fences[k])
-		}
-		if ok {
-			t.granted[k]++
-			t.grantedOn[r.node][k] = true
+	for k, g := range r.grants {
+		kt := &t.keys[k]
+		kt.maxFence = max(kt.maxFence, g.Fence) // 0 without fencing
+		if g.Acquired {
+			kt.granted++
 		} else {
-			t.keyErrs[k] = append(t.keyErrs[k], a.l.nodeErr(r.node, errHeldHere))
+			kt.errs = append(kt.errs, a.l.nodeErr(r.node, errHeldHere))
 		}
 	}
 	if t.round2 {
-		t.r2Waiting[r.node] = true // the node goes on to round 2 by itself
+		t.nodes[r.node].r2Waiting = true // the node goes on to round 2 by itself
 	}
 }
 
@@ -96,23 +92,24 @@ func (t *tally) add(r reply) {
 // publishing the tokens) once every key's vote is in.
 func (t *tally) settled() bool {
 	if !t.decided {
-		for k := range t.a.keys {
-			if t.granted[k] < t.q && t.granted[k]+t.r1Pending >= t.q {
+		for _, kt := range t.keys {
+			if kt.granted < t.q && kt.granted+t.r1Pending >= t.q {
 				return false
 			}
 		}
 		t.decide()
 	}
 	all := true
-	for k := range t.a.keys {
-		if !t.won[k] || t.obtained[k] || t.lost[k] {
+	for k := range t.keys {
+		kt := &t.keys[k]
+		if !kt.won || kt.obtained || kt.lost {
 			continue
 		}
 		switch {
-		case t.r2OK[k] >= t.q:
-			t.obtained[k] = true
-		case t.r2OK[k]+t.r2Possible(k) < t.q:
-			t.lost[k] = true
+		case kt.r2OK >= t.q:
+			kt.obtained = true
+		case kt.r2OK+t.r2Possible(k) < t.q:
+			kt.lost = true
 		default:
 			all = false
 		}
@@ -127,26 +124,36 @@ func (t *tally) decide() {
 	t.decided = true
 	a := t.a
 	a.tokens = make([]uint64, len(a.keys))
-	any := false
-	for k := range a.keys {
-		t.won[k] = t.granted[k] >= t.q
+	for k := range t.keys {
+		kt := &t.keys[k]
+		kt.won = kt.granted >= t.q
 		switch {
-		case !t.won[k]:
-			t.lost[k] = true
+		case !kt.won:
+			kt.lost = true
 		case !a.fenced:
-			t.obtained[k] = true
+			kt.obtained = true
 		default:
-			a.tokens[k] = t.maxFence[k] + 1
-			any = true
+			a.tokens[k] = kt.maxFence + 1
+			a.r2Keys = append(a.r2Keys, k)
 		}
 	}
-	if !any {
+	if len(a.r2Keys) == 0 {
 		return
 	}
+	// Round 2's call, the same on every node, built once here rather than
+	// by each node's goroutine.
+	holds, tokens := a.holds, a.tokens
+	if len(a.r2Keys) < len(a.keys) {
+		holds, tokens = make([]redisnode.Hold, 0, len(a.r2Keys)), make([]uint64, 0, len(a.r2Keys))
+		for _, k := range a.r2Keys {
+			holds, tokens = append(holds, a.holds[k]), append(tokens, a.tokens[k])
+		}
+	}
+	a.r2, a.r2Err = redisnode.FenceCall(holds, tokens)
 	t.round2 = true
-	for i := range t.n {
+	for i := range t.nodes {
 		// Nodes that answered round 1 by now; later ones join in add.
-		t.r2Waiting[i] = t.reachable[i]
+		t.nodes[i].r2Waiting = t.nodes[i].reachable
 	}
 	close(a.tokenReady)
 }
@@ -155,15 +162,22 @@ func (t *tally) decide() {
 // that granted it and are still in round 2, and nodes still in round 1.
 func (t *tally) r2Possible(k int) int {
 	p := t.r1Pending
-	for i := range t.n {
-		if t.r2Waiting[i] && t.grantedOn[i][k] {
+	for i, nt := range t.nodes {
+		if nt.r2Waiting && t.a.wrote(i, k) == writeAcquired {
 			p++
 		}
 	}
 	return p
 }
 
-func (t *tally) anyObtained() bool { return slices.Contains(t.obtained, true) }
+func (t *tally) anyObtained() bool {
+	for _, kt := range t.keys {
+		if kt.obtained {
+			return true
+		}
+	}
+	return false
+}
 
 // drain adds the replies already in.
 func (t *tally) drain(replies <-chan reply) {
@@ -179,8 +193,8 @@ func (t *tally) drain(replies <-chan reply) {
 
 func (t *tally) answered() int {
 	n := 0
-	for _, ok := range t.reachable {
-		if ok {
+	for _, nt := range t.nodes {
+		if nt.reachable {
 			n++
 		}
 	}
@@ -202,13 +216,14 @@ func (t *tally) unavailable() error {
 // 2, a counter was ahead).
 func (t *tally) err(k int) error {
 	a := t.a
-	errs := joinNodeErrs(append(slices.Clone(t.errs), t.keyErrs[k]...))
+	kt := &t.keys[k]
+	errs := joinNodeErrs(append(slices.Clone(t.errs), kt.errs...))
 	sentinel := lock.ErrNotAcquired
 	if r := t.answered(); r < t.q {
 		sentinel = fmt.Errorf("%w (%d/%d answered)", lock.ErrUnavailable, r, t.n)
 	}
-	if t.won[k] && a.fenced {
-		return fmt.Errorf("token %d published on %d/%d nodes: %w: %w", a.tokens[k], t.r2OK[k], t.n, sentinel, errs)
+	if kt.won && a.fenced {
+		return fmt.Errorf("token %d published on %d/%d nodes: %w: %w", a.tokens[k], kt.r2OK, t.n, sentinel, errs)
 	}
-	return fmt.Errorf("no quorum (%d/%d): %w: %w", t.granted[k], t.n, sentinel, errs)
+	return fmt.Errorf("no quorum (%d/%d): %w: %w", kt.granted, t.n, sentinel, errs)
 }
