@@ -3,7 +3,6 @@ package loadtest
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -30,8 +29,7 @@ const (
 )
 
 func mainBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("bench", stdout, stderr)
 	var bc bench.Config
 	var backends, outPath string
 	fs.StringVar(&outPath, "out", "out/bench.json", "write the suite's result as JSON here")
@@ -48,31 +46,27 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&bc.LockBenchPath, "lock-bench", "", "go test -bench output (a file) of the lock micro-benchmarks to include")
 	fs.StringVar(&bc.StoreBenchPath, "store-bench", "", "go test -bench output (a file) of the store benchmarks to include")
 	fs.StringVar(&bc.Bin, "bin", "", "stockguard binary to start instances from (default: this executable)")
-	fs.StringVar(&bc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS)")
-	fs.StringVar(&bc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS)")
-	fs.StringVar(&bc.EtcdEndpoints, "etcd-endpoints", getenv("STOCKGUARD_ETCD_ENDPOINTS"), "--etcd-endpoints for the instances (default $STOCKGUARD_ETCD_ENDPOINTS)")
-	fs.StringVar(&bc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances and the store ceiling (default $STOCKGUARD_DATABASE_URL)")
+	fs.StringVar(&bc.RedisAddrs, "redis-addrs", "", "--redis-addrs for the instances (none: the service's default)")
+	fs.StringVar(&bc.ZKServers, "zk-servers", "", "--zk-servers for the instances (none: the service's default)")
+	fs.StringVar(&bc.EtcdEndpoints, "etcd-endpoints", "", "--etcd-endpoints for the instances (none: the service's default)")
+	fs.StringVar(&bc.DatabaseURL, "database-url", "", "--database-url for the instances and the store ceiling (none: the service's default)")
 	fs.BoolVar(&bc.FreshDB, "fresh-db", true, "run in a scratch database on the --database-url server, dropped at the end (false: the shared database, with other runs' leftovers)")
 	fs.StringVar(&bc.LogDir, "logs", "", "keep every instance log under this directory (default: kept only for failed runs)")
 	fs.DurationVar(&bc.StartupTimeout, "startup-timeout", 30*time.Second, "how long instances get to answer /healthz")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: stockguard load bench [--out=out/bench.json] [--quick] [flags]\n\n"+
-			"Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n"+
-			"--skus SKUs with coalescing on and off, and prints ratios and targets. Exits non-zero if a safe\n"+
-			"backend oversold or lost units or a run did not complete; a missed target is reported, not fatal.\n\n")
-		fs.PrintDefaults()
-	}
-	set, err := parseFlags(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	fs.Synopsis("[--out=out/bench.json] [--quick] [flags]")
+	fs.About("Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n" +
+		"--skus SKUs with coalescing on and off, and prints ratios and targets. Exits 3 if a safe backend\n" +
+		"oversold or lost units, 1 if a run did not complete; a missed target is reported, not fatal.")
+	fs.Example("stockguard load bench --quick --backends=redis,redlock")
+	fs.Example("STOCKGUARD_DATABASE_URL=postgres://postgres@db:5432/stockguard stockguard load bench --out=out/bench.json")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
 	if bc.Quick {
-		if !set["duration"] {
+		if !fs.IsSet("duration") {
 			bc.Duration = quickRunDuration
 		}
-		if !set["ceiling-duration"] {
+		if !fs.IsSet("ceiling-duration") {
 			bc.CeilingDuration = quickCeilingDuration
 		}
 	}
@@ -81,7 +75,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load bench: %w", err)
 	}
 	if err := bc.Validate(); err != nil {
-		return usageErr(fs, "%v", err)
+		return fs.Fail("%v", err)
 	}
 	res, runErr := bench.Execute(ctx, bc, stderr)
 	if res == nil {
@@ -96,7 +90,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load bench: %w", runErr)
 	}
 	if !res.Pass {
-		return fmt.Errorf("load bench: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
+		return fmt.Errorf("load bench: %w: %s", ErrUnsafe, strings.Join(res.Failures, "; "))
 	}
 	return nil
 }
