@@ -20,6 +20,13 @@ const envPrefix = "STOCKGUARD_"
 // defaultDatabaseURL is the local stack's database.
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable"
 
+// The lock backend's health probe: a Ping every lockProbeInterval, each
+// bounded by lockProbeTimeout so a partitioned server cannot stall /readyz.
+const (
+	lockProbeInterval = 5 * time.Second
+	lockProbeTimeout  = 2 * time.Second
+)
+
 // config is every serve/migrate setting.
 type config struct {
 	addr          string

@@ -79,6 +79,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	metrics.RegisterPool(reg, store.DB())
 	svc := reservation.New(reservation.Config{Store: store, Locker: locker, Observer: m, Logger: log,
 		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg})
+	probe := metrics.NewLockProbe(reg, c.lock, locker.Ping, lockProbeTimeout)
 	reqTimeout := requestTimeout(c.lockWait, c.chaos)
 	var gatherer prometheus.Gatherer = reg
 	if c.limits.metricsAddr != "" {
@@ -86,7 +87,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: gatherer, Logger: log,
 		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: httpapi.ZKSessionOf(locker),
-		MaxInFlight: c.limits.maxInFlight, RequestTimeout: reqTimeout})
+		MaxInFlight: c.limits.maxInFlight, RequestTimeout: reqTimeout, LockProbe: probe})
 
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
@@ -109,6 +110,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		defer close(reaped)
 		svc.Reap(reapCtx, c.reapInterval)
 	}()
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		probe.Run(reapCtx, lockProbeInterval)
+	}()
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -120,6 +126,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case err := <-served:
 		stopReaper()
 		<-reaped
+		<-probed
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -136,6 +143,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		errs = append(errs, shutdown(shutdownCtx, s, log))
 	}
 	<-reaped
+	<-probed
 	// Batch leaders may still be acquiring leases for orders whose clients
 	// have gone: they answer and release what they hold.
 	errs = append(errs, svc.Close(shutdownCtx))
