@@ -115,6 +115,8 @@ func TestParseRate(t *testing.T) {
 // the service (see TestMain): real child processes, health checks, SIGTERM.
 func TestCompareWithFakeServe(t *testing.T) {
 	t.Setenv(fakeservice.Env, "1")
+	t.Setenv("STOCKGUARD_COALESCE", "off") // stray: must not reach the instances
+
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +147,19 @@ func TestCompareWithFakeServe(t *testing.T) {
 	if !cr.Pass || len(cr.Backends) != 2 || cr.Seed != 11 {
 		t.Fatalf("compare json: pass %v backends %d seed %d failures %v", cr.Pass, len(cr.Backends), cr.Seed, cr.Failures)
 	}
+	for _, e := range cr.Backends {
+		if e.Setup == nil {
+			t.Fatalf("%s: no setup recorded", e.Backend)
+		}
+		rec := strings.Join(append(e.Setup.Args, e.Setup.Env...), " ")
+		if !strings.Contains(rec, "--lock="+e.Backend) || !strings.Contains(rec, "STOCKGUARD_ADMIN_TOKEN=<redacted>") ||
+			strings.Contains(rec, "COALESCE") {
+			t.Errorf("%s setup: %s", e.Backend, rec)
+		}
+	}
+	if !strings.Contains(out, "postgres environment: ") {
+		t.Errorf("the terminal output does not show the instances' environment:\n%s", out)
+	}
 	none, pg := cr.Backends[0].Result, cr.Backends[1].Result
 	if none.Fencing != "off" || pg.Fencing != "on" || none.Safe || !pg.Safe {
 		t.Errorf("none: fencing %s safe %v; postgres: fencing %s safe %v", none.Fencing, none.Safe, pg.Fencing, pg.Safe)
@@ -165,7 +180,7 @@ func TestCompareWithFakeServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"<svg", "postgres", "safe: 0 oversold, 0 lost", "UNSAFE: "} {
+	for _, want := range []string{"<svg", "postgres", "safe: 0 oversold, 0 lost", "UNSAFE: ", "How the instances were started", "STOCKGUARD_ADMIN_TOKEN=&lt;redacted&gt;"} {
 		if !strings.Contains(string(html), want) {
 			t.Errorf("report lacks %q", want)
 		}

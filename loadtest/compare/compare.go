@@ -88,7 +88,10 @@ type Entry struct {
 	StopError      string      `json:"stop_error,omitempty"`
 	Logs           []string    `json:"logs,omitempty"`
 	Result         *run.Result `json:"result,omitempty"`
-	err            error
+	// Setup is how the instances were started: flags and the whole
+	// environment they were given, secrets redacted.
+	Setup *report.InstanceSetup `json:"setup,omitempty"`
+	err   error
 
 	// PeakRSSMB is the largest peak RSS (VmHWM, MiB) of the backend's
 	// instances, read as each was stopped; InstanceRSSMB is each one's.
@@ -249,6 +252,8 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, EtcdEndpoints: cc.EtcdEndpoints, DatabaseURL: dbURL, LogDir: logDir,
 		Extra: cc.ServeFlags,
 	}
+	setup := opts.Setup()
+	e.Setup = &setup
 	ins, err := procs.Start(ctx, opts, cc.Instances, cc.StartupTimeout)
 	if err != nil {
 		e.err = err
@@ -364,6 +369,25 @@ func PrintTable(w io.Writer, cr *Result) {
 			r.Orders.StaleFence, r.Orders.LockUnavailable, r.Orders.Errors, e.PeakRSSMB, v)
 	}
 	_ = tw.Flush()
+	if setups := cr.setups(); len(setups) > 0 {
+		fmt.Fprintln(w, "instances started with exactly this environment (secrets redacted):")
+		for _, e := range cr.Backends {
+			if e.Setup != nil {
+				e.Setup.Print(w, e.Backend)
+			}
+		}
+	}
+}
+
+// setups maps each backend to how its instances were started.
+func (cr *Result) setups() map[string]report.InstanceSetup {
+	out := map[string]report.InstanceSetup{}
+	for _, e := range cr.Backends {
+		if e.Setup != nil {
+			out[e.Backend] = *e.Setup
+		}
+	}
+	return out
 }
 
 // Report builds the HTML report's data from a comparison.
@@ -407,6 +431,9 @@ func Report(cr *Result) report.Report {
 	}
 	if tables := cr.SeedTables(); len(tables) > 0 && cr.SeedSettings != nil {
 		r.Sections = append(r.Sections, SeedSection(tables, *cr.SeedSettings))
+	}
+	if setups := cr.setups(); len(setups) > 0 {
+		r.Sections = append(r.Sections, report.SetupSection(setups))
 	}
 	return r
 }
