@@ -205,7 +205,9 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 		return fs.Fail("%v", err)
 	}
 	res, err := run.Execute(ctx, cfg, stderr)
-	if err != nil {
+	if errors.Is(err, run.ErrInterrupted) {
+		fmt.Fprintln(stdout, "interrupted: what was measured so far (not verified)")
+	} else if err != nil {
 		return fmt.Errorf("load run: %w", err)
 	}
 	res.PrintTable(stdout)
@@ -214,6 +216,9 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 			return fmt.Errorf("load run: %w", err)
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", jsonPath)
+	}
+	if err != nil {
+		return fmt.Errorf("load run: %w: %w", ErrInterrupted, err)
 	}
 	if res.Damaged() && !expectUnsafe {
 		return fmt.Errorf("load run: %w: %s", ErrUnsafe, res.Verdict)
@@ -278,7 +283,10 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 		return fs.Fail("%v", err)
 	}
 	cr, err := compare.Execute(ctx, cc, stderr)
-	if err != nil {
+	interrupted := err != nil && cr != nil && ctx.Err() != nil
+	if interrupted {
+		fmt.Fprintln(stdout, "interrupted: the backends measured so far (the last one partly, not verified)")
+	} else if err != nil {
 		return fmt.Errorf("load compare: %w", err)
 	}
 	compare.PrintTable(stdout, cr)
@@ -297,6 +305,9 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 			return fmt.Errorf("load compare: %w", err)
 		}
 		fmt.Fprintf(stdout, "json: %s\n", cc.JSONPath)
+	}
+	if interrupted {
+		return fmt.Errorf("load compare: %w: %w", ErrInterrupted, err)
 	}
 	if !cr.Pass {
 		return fmt.Errorf("load compare: %w: %s", ErrUnsafe, strings.Join(cr.Failures, "; "))

@@ -238,3 +238,43 @@ func TestChaosCLIUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareInterruptedPrintsPartialTable: when its context ends (Ctrl-C
+// in stockguard), compare stops, prints the table of what it measured and
+// returns ErrInterrupted; its instances are stopped.
+func TestCompareInterruptedPrintsPartialTable(t *testing.T) {
+	t.Setenv(fakeservice.Env, "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	js := filepath.Join(dir, "compare.json")
+	args := []string{"compare", "--bin=" + exe, "--backends=postgres,redis", "--instances=1", "--rate=40/s", "--duration=2m",
+		"--skus=3", "--stock=1000", "--report=", "--json=" + js, "--progress=off", "--seed-table=false"}
+	ctx, cancel := context.WithCancel(fakeservice.Context(t))
+	time.AfterFunc(4*time.Second, cancel)
+	var stdout, stderr bytes.Buffer
+	err = Main(ctx, args, func(string) string { return "" }, &stdout, &stderr)
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"interrupted: the backends measured so far", "postgres", "INTERRUPTED after", "json: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "redis ") {
+		t.Errorf("the backend after the interruption ran:\n%s", out)
+	}
+	var cr compare.Result
+	if b, err := os.ReadFile(js); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &cr); err != nil {
+		t.Fatal(err)
+	}
+	if cr.Pass || len(cr.Backends) != 1 || cr.Backends[0].Result == nil || cr.Backends[0].Result.Orders.Sent == 0 {
+		t.Errorf("json: pass %v, backends %+v", cr.Pass, cr.Backends)
+	}
+}

@@ -285,7 +285,7 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 		e.PeakRSSMB = max(e.PeakRSSMB, in.PeakRSSMB)
 	}
 	if err != nil {
-		e.err = err
+		e.err, e.Result = err, res // an interrupted run's partial result, else nil
 		e.Error, e.Verdict = err.Error(), "ERROR: the run did not complete"
 		fmt.Fprintf(stderr, "== %s: %v\n", backend, err)
 		return e
@@ -333,7 +333,7 @@ func (cc Config) failures(entries []Entry) []string {
 	var fs []string
 	for _, e := range entries {
 		switch {
-		case e.Result == nil:
+		case e.Result == nil || e.err != nil: // an interrupted run has a partial Result
 			fs = append(fs, fmt.Sprintf("%s: did not run: %s", e.Backend, e.Error))
 		case !e.ExpectedUnsafe && e.Result.Damaged():
 			fs = append(fs, fmt.Sprintf("%s: %s", e.Backend, e.Result.Verdict))
