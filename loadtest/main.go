@@ -310,7 +310,7 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 		return fmt.Errorf("load compare: %w: %w", ErrInterrupted, err)
 	}
 	if !cr.Pass {
-		return fmt.Errorf("load compare: %w: %s", ErrUnsafe, strings.Join(cr.Failures, "; "))
+		return fmt.Errorf("load compare: %w%s", unsafeIf(compareDamaged(cr)), strings.Join(cr.Failures, "; "))
 	}
 	return nil
 }
@@ -327,4 +327,26 @@ func orSelf(bin *string) error {
 	}
 	*bin = exe
 	return nil
+}
+
+// errFailed marks a failure that is not damage: stockguard exits 1 for it.
+var errFailed = errors.New("failed")
+
+// unsafeIf is the failure's sentinel, ErrUnsafe only when units were
+// oversold or lost where none were allowed (exit 3): a backend that did not
+// start or a --require-unsafe backend that came out clean is a plain failure.
+func unsafeIf(damaged bool) error {
+	if damaged {
+		return fmt.Errorf("%w: ", ErrUnsafe)
+	}
+	return fmt.Errorf("%w: ", errFailed)
+}
+
+func compareDamaged(cr *compare.Result) bool {
+	for _, e := range cr.Backends {
+		if e.Result != nil && !e.ExpectedUnsafe && e.Result.Damaged() {
+			return true
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -199,8 +200,9 @@ func TestCompareFailsWhenRequiredDamageIsMissing(t *testing.T) {
 		"--require-unsafe=local", "--progress=off", "--seed-table=false"}
 	var stdout, stderr bytes.Buffer
 	err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr)
-	if !errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "require-unsafe") {
-		t.Fatalf("err = %v, want ErrUnsafe about --require-unsafe", err)
+	// Missing damage is a failure, not damage: exit 1, not 3.
+	if !errors.Is(err, errFailed) || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "require-unsafe") {
+		t.Fatalf("err = %v, want errFailed about --require-unsafe", err)
 	}
 }
 
@@ -251,11 +253,14 @@ func TestCompareInterruptedPrintsPartialTable(t *testing.T) {
 	dir := t.TempDir()
 	js := filepath.Join(dir, "compare.json")
 	args := []string{"compare", "--bin=" + exe, "--backends=postgres,redis", "--instances=1", "--rate=40/s", "--duration=2m",
-		"--skus=3", "--stock=1000", "--report=", "--json=" + js, "--progress=off", "--seed-table=false"}
+		"--skus=3", "--stock=1000", "--report=", "--json=" + js, "--progress=on", "--seed-table=false"}
 	ctx, cancel := context.WithCancel(fakeservice.Context(t))
-	time.AfterFunc(4*time.Second, cancel)
-	var stdout, stderr bytes.Buffer
-	err = Main(ctx, args, func(string) string { return "" }, &stdout, &stderr)
+	defer cancel()
+	// Interrupt two seconds after the progress bar shows orders being sent,
+	// however long the instances took to start.
+	var stdout bytes.Buffer
+	stderr := &onFirst{match: "orders", fn: func() { time.AfterFunc(2*time.Second, cancel) }}
+	err = Main(ctx, args, func(string) string { return "" }, &stdout, stderr)
 	if !errors.Is(err, ErrInterrupted) {
 		t.Fatalf("err = %v, want ErrInterrupted\n%s", err, stderr.String())
 	}
@@ -277,4 +282,49 @@ func TestCompareInterruptedPrintsPartialTable(t *testing.T) {
 	if cr.Pass || len(cr.Backends) != 1 || cr.Backends[0].Result == nil || cr.Backends[0].Result.Orders.Sent == 0 {
 		t.Errorf("json: pass %v, backends %+v", cr.Pass, cr.Backends)
 	}
+}
+
+// TestCompareDamagedOnlyForSafeBackends: damage of none or local, which is
+// expected, does not make a comparison unsafe; damage of a safe backend does.
+func TestCompareDamagedOnlyForSafeBackends(t *testing.T) {
+	damaged := &run.Result{Verification: run.Verification{Oversold: 3}}
+	clean := &run.Result{}
+	for _, tc := range []struct {
+		entries []compare.Entry
+		want    bool
+	}{
+		{[]compare.Entry{{Backend: "none", ExpectedUnsafe: true, Result: damaged}, {Backend: "redis", Result: clean}}, false},
+		{[]compare.Entry{{Backend: "redis", Result: damaged}}, true},
+		{[]compare.Entry{{Backend: "redis", Error: "did not start"}}, false},
+	} {
+		if got := compareDamaged(&compare.Result{Backends: tc.entries}); got != tc.want {
+			t.Errorf("%+v: damaged %v, want %v", tc.entries, got, tc.want)
+		}
+	}
+}
+
+// onFirst is a writer that calls fn once, when match is first written.
+type onFirst struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	match string
+	fn    func()
+	done  bool
+}
+
+func (w *onFirst) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.done && strings.Contains(w.buf.String(), w.match) {
+		w.done = true
+		w.fn()
+	}
+	return len(p), nil
+}
+
+func (w *onFirst) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -80,12 +81,20 @@ func TestExitStatus(t *testing.T) {
 // sending, prints what was measured so far and exits 130.
 func TestInterruptPrintsPartialSummary(t *testing.T) {
 	s := fakeservice.New("", false).Server(t)
-	cmd, stdout, stderr := stockguardCmd("load", "run", "--urls="+s.URL, "--rate=40/s", "--duration=2m",
-		"--skus=3", "--stock=1000", "--progress=off")
+	cmd, stdout, _ := stockguardCmd("load", "run", "--urls="+s.URL, "--rate=40/s", "--duration=2m",
+		"--skus=3", "--stock=1000", "--progress=on")
+	stderr := lockedWriter{&strings.Builder{}, &sync.Mutex{}}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(2 * time.Second) // SKUs created, orders on their way
+	// The progress bar names its unit once orders are being sent.
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(stderr.String(), "orders"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no progress within 30 s:\n%s", stderr)
+		}
+	}
+	time.Sleep(time.Second)
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
