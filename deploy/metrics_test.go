@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"context"
 	"database/sql"
 	"encoding/json"
 	"os"
@@ -32,6 +33,7 @@ func registered(t *testing.T) map[string]bool {
 	m := metrics.New(reg, "redlock")
 	metrics.RegisterBuildInfo(reg, metrics.BuildInfo{Version: "test", Backend: "redlock", Fencing: true, Coalesce: true})
 	metrics.RegisterPool(reg, fakePool{})
+	metrics.NewLockProbe(reg, "redlock", func(context.Context) error { return nil }, time.Second)
 	lm, err := lockmetrics.New(reg, "redlock")
 	if err != nil {
 		t.Fatal(err)

@@ -3,7 +3,6 @@ package loadtest
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -41,8 +40,7 @@ const (
 )
 
 func mainBench(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("bench", stdout, stderr)
 	var bc bench.Config
 	var backends, outPath string
 	fs.StringVar(&outPath, "out", "out/bench.json", "write the suite's result as JSON here")
@@ -59,41 +57,37 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&bc.LockBenchPath, "lock-bench", "", "go test -bench output (a file) of the lock micro-benchmarks to include")
 	fs.StringVar(&bc.StoreBenchPath, "store-bench", "", "go test -bench output (a file) of the store benchmarks to include")
 	fs.StringVar(&bc.Bin, "bin", "", "stockguard binary to start instances from (default: this executable)")
-	fs.StringVar(&bc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS)")
-	fs.StringVar(&bc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS)")
-	fs.StringVar(&bc.EtcdEndpoints, "etcd-endpoints", getenv("STOCKGUARD_ETCD_ENDPOINTS"), "--etcd-endpoints for the instances (default $STOCKGUARD_ETCD_ENDPOINTS)")
-	fs.StringVar(&bc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances and the store ceiling (default $STOCKGUARD_DATABASE_URL)")
+	fs.StringVar(&bc.RedisAddrs, "redis-addrs", "", "--redis-addrs for the instances (none: the service's default)")
+	fs.StringVar(&bc.ZKServers, "zk-servers", "", "--zk-servers for the instances (none: the service's default)")
+	fs.StringVar(&bc.EtcdEndpoints, "etcd-endpoints", "", "--etcd-endpoints for the instances (none: the service's default)")
+	fs.StringVar(&bc.DatabaseURL, "database-url", "", "--database-url for the instances and the store ceiling (none: the service's default)")
 	fs.BoolVar(&bc.FreshDB, "fresh-db", true, "run in a scratch database on the --database-url server, dropped at the end (false: the shared database, with other runs' leftovers)")
 	fs.StringVar(&bc.LogDir, "logs", "", "keep every instance log under this directory (default: kept only for failed runs)")
 	fs.DurationVar(&bc.StartupTimeout, "startup-timeout", 30*time.Second, "how long instances get to answer /healthz")
 	fs.DurationVar(&bc.JudgeWarmup, "judge-warmup", judgeWarmup, "vegeta's warm-up after each run (also the naive loops' and the floor's)")
 	fs.DurationVar(&bc.JudgeWindow, "judge-duration", judgeWindow, "vegeta's measured window after each run, the naive loops' and the floor's; 0 skips all three")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: stockguard load bench [--out=out/bench.json] [--quick] [flags]\n\n"+
-			"Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n"+
-			"--skus SKUs with coalescing on and off, each run judged after by vegeta (64 workers) with the CPU\n"+
-			"per order of every process class; next to the runs it measures the spread ceiling, the naive\n"+
-			"go-redsync and zk.Lock loops and a bare gin floor, and prints ratios and targets. Exits non-zero if a safe\n"+
-			"backend oversold or lost units or a run did not complete; a missed target is reported, not fatal.\n\n")
-		fs.PrintDefaults()
-	}
-	set, err := parseFlags(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	fs.Synopsis("[--out=out/bench.json] [--quick] [flags]")
+	fs.About("Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n" +
+		"--skus SKUs with coalescing on and off, each run judged after by vegeta (64 workers) with the CPU\n" +
+		"per order of every process class; next to the runs it measures the spread ceiling, the naive\n" +
+		"go-redsync and zk.Lock loops and a bare gin floor, and prints ratios and targets. Exits 3 if a safe\n" +
+		"backend oversold or lost units, 1 if a run did not complete; a missed target is reported, not fatal.")
+	fs.Example("stockguard load bench --quick --backends=redis,redlock")
+	fs.Example("STOCKGUARD_DATABASE_URL=postgres://postgres@db:5432/stockguard stockguard load bench --out=out/bench.json")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
 	if bc.Quick {
-		if !set["duration"] {
+		if !fs.IsSet("duration") {
 			bc.Duration = quickRunDuration
 		}
-		if !set["ceiling-duration"] {
+		if !fs.IsSet("ceiling-duration") {
 			bc.CeilingDuration = quickCeilingDuration
 		}
-		if !set["judge-warmup"] {
+		if !fs.IsSet("judge-warmup") {
 			bc.JudgeWarmup = quickJudgeWarmup
 		}
-		if !set["judge-duration"] {
+		if !fs.IsSet("judge-duration") {
 			bc.JudgeWindow = quickJudgeWindow
 		}
 	}
@@ -102,7 +96,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load bench: %w", err)
 	}
 	if err := bc.Validate(); err != nil {
-		return usageErr(fs, "%v", err)
+		return fs.Fail("%v", err)
 	}
 	res, runErr := bench.Execute(ctx, bc, stderr)
 	if res == nil {
@@ -117,7 +111,11 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load bench: %w", runErr)
 	}
 	if !res.Pass {
-		return fmt.Errorf("load bench: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
+		damaged := false
+		for _, r := range res.Runs {
+			damaged = damaged || !r.ExpectedUnsafe && r.Oversold+r.Lost > 0
+		}
+		return fmt.Errorf("load bench: %w%s", unsafeIf(damaged), strings.Join(res.Failures, "; "))
 	}
 	return nil
 }
@@ -126,12 +124,12 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 // bench's HTTP floor, which bench starts as many times as it starts
 // instances. It prints the line floor.Start waits for, then serves until
 // interrupted.
-func mainFloor(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("addr", "127.0.0.1:0", "listen address (port 0: a free one, printed)")
-	if _, err := parseFlags(fs, args); err != nil {
-		return err
+func mainFloor(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := newFlags("floor", stdout, stderr)
+	var addr string
+	fs.StringVar(&addr, "addr", "127.0.0.1:0", "listen address (port 0: a free one, printed)")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
-	return floor.Serve(ctx, *addr, stdout)
+	return floor.Serve(ctx, addr, stdout)
 }

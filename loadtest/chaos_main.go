@@ -2,8 +2,6 @@ package loadtest
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -18,8 +16,7 @@ import (
 
 // mainChaos is `stockguard load chaos`.
 func mainChaos(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("chaos", stdout, stderr)
 	cc := chaos.DefaultConfig()
 	var scenario, backends, fencing, reportPath, jsonPath, mdPath string
 	fs.StringVar(&scenario, "scenario", "", "scenario to run, or all: "+strings.Join(chaos.Scenarios, ", "))
@@ -36,7 +33,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs.IntVar(&cc.Stock, "stock", cc.Stock, "units of stock per SKU")
 	fs.BoolVar(&cc.SellOut, "sell-out", cc.SellOut, "after the load, order what the counters still show as available, so lost updates become oversold units")
 	fs.StringVar(&cc.Bin, "bin", "", "stockguard binary to start instances from (default: this executable)")
-	fs.StringVar(&cc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances (default $STOCKGUARD_DATABASE_URL, else the service's default)")
+	fs.StringVar(&cc.DatabaseURL, "database-url", "", "--database-url for the instances (none: the service's default)")
 	fs.StringVar(&cc.LogDir, "logs", "", "keep instance and server logs here, a directory per run (default: a temporary one, kept only on failure)")
 	fs.StringVar(&reportPath, "report", "out/chaos.html", "write the self-contained HTML report here (empty: none)")
 	fs.StringVar(&jsonPath, "json", "out/chaos.json", "write the runs as JSON here (empty: none)")
@@ -46,28 +43,23 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs.DurationVar(&cc.StartupTimeout, "startup-timeout", cc.StartupTimeout, "how long instances get to answer /healthz")
 	fs.StringVar(&cc.Label, "label", "", "free text shown in the report")
 	fs.Var(&cc.Progress, "progress", "progress on stderr: auto (a bar on a terminal, else a line per event), on, off")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: stockguard load chaos --scenario=NAME|all [--backend=B,...] [--fencing=on|off|both] [--json=FILE] [--report=FILE] [--duration=D] [flags]\n\n")
-		fmt.Fprintf(fs.Output(), "Each run starts its own lock servers (Redis, ZooKeeper) and %d+ instances with --chaos, runs a steady order load,\ninjects the scenario's fault and verifies the stock. Scenarios:\n", cc.Instances)
-		chaos.PrintScenarios(fs.Output())
-		fmt.Fprintln(fs.Output())
-		fs.PrintDefaults()
-	}
-	_, err := parseFlags(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
+	fs.Synopsis("--scenario=NAME|all [--backend=B,...] [--fencing=on|off|both] [--json=FILE] [--report=FILE] [--duration=D] [flags]")
+	var scenarios strings.Builder
+	chaos.PrintScenarios(&scenarios)
+	fs.About(fmt.Sprintf("Each run starts its own lock servers (Redis, ZooKeeper) and %d+ instances with --chaos, runs a steady order load,\n"+
+		"injects the scenario's fault and verifies the stock. Scenarios:\n%s", cc.Instances, scenarios.String()))
+	fs.Example("stockguard load chaos --scenario=pause-holder --backend=redlock --fencing=both")
+	fs.Example("STOCKGUARD_LOAD_FENCING=on stockguard load chaos --scenario=all --json=out/chaos.json")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
 	// The nemesis runs its faults for --duration when given (60s if not).
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "duration" {
-			cc.NemesisDuration = cc.Duration
-		}
-	})
+	if fs.IsSet("duration") {
+		cc.NemesisDuration = cc.Duration
+	}
 	switch scenario {
 	case "":
-		return usageErr(fs, "--scenario is required")
+		return fs.Fail("--scenario is required")
 	case "all":
 		cc.Scenarios = chaos.Scenarios
 	default:
@@ -87,7 +79,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load chaos: %w", err)
 	}
 	if err := cc.Validate(); err != nil {
-		return usageErr(fs, "%v", err)
+		return fs.Fail("%v", err)
 	}
 	start := time.Now()
 	res, err := chaos.Execute(ctx, cc, stderr)
@@ -119,7 +111,11 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load chaos: %w", err)
 	}
 	if !res.Pass {
-		return fmt.Errorf("load chaos: %w: %s", errUnsafe, strings.Join(res.Failures, "; "))
+		damaged := false
+		for _, r := range res.Runs {
+			damaged = damaged || r.Expect == chaos.ExpectSafe && r.Units.Oversold+r.Units.Lost > 0
+		}
+		return fmt.Errorf("load chaos: %w%s", unsafeIf(damaged), strings.Join(res.Failures, "; "))
 	}
 	return nil
 }

@@ -20,13 +20,34 @@ import (
 	"github.com/stockguard/stockguard/loadtest/run"
 )
 
-// ErrUsage marks a command line that could not be understood; the message
-// and the usage text have already been written to stderr.
-var ErrUsage = errors.New("usage")
+// ErrUsage marks a command line that could not be understood; the reason
+// has already been written to stderr (the error also wraps
+// cliflag.ErrReported).
+var ErrUsage = cliflag.ErrUsage
 
-// errUnsafe marks a run or comparison that found oversold or lost units
-// where none were allowed.
-var errUnsafe = errors.New("unsafe")
+// ErrUnsafe marks a run, comparison, benchmark or chaos run that found
+// oversold or lost units where none were allowed: stockguard exits 3.
+var ErrUnsafe = errors.New("unsafe")
+
+// ErrInterrupted marks a run or comparison stopped by its context (Ctrl-C)
+// after printing what it had measured: stockguard exits 130.
+var ErrInterrupted = errors.New("interrupted")
+
+// loadEnvPrefix names the variables of the load commands' own flags, so
+// that `load chaos --fencing` and `serve --fencing` never read each other's.
+const loadEnvPrefix = "STOCKGUARD_LOAD_"
+
+// connectionFlags read the variables serve reads (STOCKGUARD_REDIS_ADDRS…):
+// one environment points both the service and the load tester at the same
+// servers.
+var connectionFlags = []string{"redis-addrs", "zk-servers", "etcd-endpoints", "database-url", "admin-token"}
+
+// newFlags is the flag set of `stockguard load <name>`.
+func newFlags(name string, stdout, stderr io.Writer) *cliflag.Set {
+	fs := cliflag.New("stockguard load "+name, loadEnvPrefix, stdout, stderr)
+	fs.ShareEnv("STOCKGUARD_", connectionFlags...)
+	return fs
+}
 
 const usageText = `usage: stockguard load <command> [flags]
 
@@ -42,16 +63,23 @@ commands:
             coalescing on and off on one hot SKU and on many, with ratios,
             targets and peak RSS (make bench adds the Go micro-benchmarks)
 
-Run "stockguard load <command> -h" for its flags.
+Run "stockguard load <command> --help" for its flags. Their own flags are
+also read from STOCKGUARD_LOAD_<FLAG>; --redis-addrs, --zk-servers,
+--etcd-endpoints, --database-url and --admin-token from serve's variables
+(STOCKGUARD_REDIS_ADDRS, ...).
+
+exit status: 0 safe, 1 the run failed, 2 bad usage, 3 units oversold or lost
+(unless expected), 130 interrupted (the partial summary is printed first).
 `
 
 // Main is `stockguard load`: args are what follows "load". It returns an
-// error wrapping ErrUsage for a bad command line and errUnsafe when damage
+// error wrapping ErrUsage for a bad command line, ErrInterrupted when ctx
+// ended the work early, and ErrUnsafe when damage
 // was found that was not expected.
 func Main(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageText)
-		return fmt.Errorf("%w: no command", ErrUsage)
+		return fmt.Errorf("%w: %w: no command", ErrUsage, cliflag.ErrReported)
 	}
 	switch args[0] {
 	case "run":
@@ -63,13 +91,13 @@ func Main(ctx context.Context, args []string, getenv func(string) string, stdout
 	case "bench":
 		return mainBench(ctx, args[1:], getenv, stdout, stderr)
 	case "floor": // hidden: started by bench
-		return mainFloor(ctx, args[1:], stdout, stderr)
+		return mainFloor(ctx, args[1:], getenv, stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, usageText)
 		return nil
 	}
 	fmt.Fprintf(stderr, "stockguard load: unknown command %q\n\n%s", args[0], usageText)
-	return fmt.Errorf("%w: unknown command %q", ErrUsage, args[0])
+	return fmt.Errorf("%w: %w: unknown command %q", ErrUsage, cliflag.ErrReported, args[0])
 }
 
 // workloadFlags are the flags run and compare share.
@@ -101,8 +129,9 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Var(&c.Progress, "progress", "progress bar on stderr: auto (terminal, or runs over 3s), on, off")
 }
 
-// finish resolves defaults that depend on other flags.
-func (wf *workloadFlags) finish(set map[string]bool) error {
+// finish resolves defaults that depend on other flags; set says whether a
+// flag was given.
+func (wf *workloadFlags) finish(set func(name string) bool) error {
 	c := &wf.cfg
 	if wf.rate != "" {
 		r, err := parseRate(wf.rate)
@@ -110,13 +139,13 @@ func (wf *workloadFlags) finish(set map[string]bool) error {
 			return err
 		}
 		c.Rate = r
-		if set["orders"] {
+		if set("orders") {
 			return errors.New("--orders is for the closed loop; with --rate the count is rate × duration")
 		}
 		c.Orders = 0
 	}
 	c.Concurrency = wf.concurrency
-	if !set["concurrency"] {
+	if !set("concurrency") {
 		c.Concurrency = 32
 		if c.Rate > 0 {
 			c.Concurrency = 256
@@ -145,57 +174,29 @@ func parseRate(s string) (float64, error) {
 	return 0, fmt.Errorf("rate %q: unit must be /s or /m", s)
 }
 
-// parseFlags parses args and reports which flags were set. A parse error or
-// stray argument wraps ErrUsage; -h returns flag.ErrHelp.
-func parseFlags(fs *flag.FlagSet, args []string) (map[string]bool, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return nil, usageErr(fs, "unexpected arguments %q", fs.Args())
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	return set, nil
-}
-
-// usageErr prints the message and the flags, and wraps ErrUsage.
-func usageErr(fs *flag.FlagSet, format string, args ...any) error {
-	msg := fmt.Sprintf(format, args...)
-	fmt.Fprintf(fs.Output(), "stockguard load %s: %s\n", fs.Name(), msg)
-	fs.Usage()
-	return fmt.Errorf("%w: %s", ErrUsage, msg)
-}
-
 func mainRun(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("run", stdout, stderr)
 	var wf workloadFlags
-	wf.register(fs)
+	wf.register(fs.FlagSet)
 	var urls, jsonPath string
 	var expectUnsafe bool
 	fs.StringVar(&urls, "urls", "", "comma-separated base URLs of running instances (required), e.g. http://127.0.0.1:8081,http://127.0.0.1:8082")
-	fs.StringVar(&wf.cfg.AdminToken, "admin-token", getenv("STOCKGUARD_ADMIN_TOKEN"), "bearer token for PUT /v1/skus (default $STOCKGUARD_ADMIN_TOKEN)")
+	fs.StringVar(&wf.cfg.AdminToken, "admin-token", "", "bearer token for PUT /v1/skus (the instances' --admin-token)")
 	fs.StringVar(&jsonPath, "json", "", "write the result as JSON to this file")
 	fs.BoolVar(&expectUnsafe, "expect-unsafe", false, "exit 0 even if units were oversold or lost (for none/local demonstrations)")
 	fs.StringVar(&wf.cfg.Label, "label", "", "free text recorded in the result")
 	fs.StringVar(&wf.cfg.Backend, "backend", "", "lock backend the instances run (informational, recorded in the result)")
 	fs.StringVar(&wf.cfg.Fencing, "fencing", "", "fencing mode the instances run, on|off (informational)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: stockguard load run --urls=URL,... [--orders=N --concurrency=C | --rate=R/s --duration=D] [flags]\n\n")
-		fs.PrintDefaults()
+	fs.Synopsis("--urls=URL,... [--orders=N --concurrency=C | --rate=R/s --duration=D] [flags]")
+	fs.About("Drives running instances with a seeded workload, then verifies from the client's ledger, /audit and the\n" +
+		"SKU counters. Ctrl-C stops sending and prints what was measured so far.")
+	fs.Example("stockguard load run --urls=http://127.0.0.1:8081,http://127.0.0.1:8082 --orders=5000 --concurrency=64")
+	fs.Example("STOCKGUARD_ADMIN_TOKEN=secret stockguard load run --urls=http://127.0.0.1:8080 --rate=500/s --duration=30s")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
-	set, err := parseFlags(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if err := wf.finish(set); err != nil {
-		return usageErr(fs, "%v", err)
+	if err := wf.finish(fs.IsSet); err != nil {
+		return fs.Fail("%v", err)
 	}
 	cfg := wf.cfg
 	for _, u := range cliflag.SplitList(urls) {
@@ -203,10 +204,12 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	cfg.ExpectedUnsafe = expectUnsafe
 	if err := cfg.Validate(); err != nil {
-		return usageErr(fs, "%v", err)
+		return fs.Fail("%v", err)
 	}
 	res, err := run.Execute(ctx, cfg, stderr)
-	if err != nil {
+	if errors.Is(err, run.ErrInterrupted) {
+		fmt.Fprintln(stdout, "interrupted: what was measured so far (not verified)")
+	} else if err != nil {
 		return fmt.Errorf("load run: %w", err)
 	}
 	res.PrintTable(stdout)
@@ -216,17 +219,19 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 		}
 		fmt.Fprintf(stdout, "wrote %s\n", jsonPath)
 	}
+	if err != nil {
+		return fmt.Errorf("load run: %w: %w", ErrInterrupted, err)
+	}
 	if res.Damaged() && !expectUnsafe {
-		return fmt.Errorf("load run: %w: %s", errUnsafe, res.Verdict)
+		return fmt.Errorf("load run: %w: %s", ErrUnsafe, res.Verdict)
 	}
 	return nil
 }
 
 func mainCompare(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlags("compare", stdout, stderr)
 	var wf workloadFlags
-	wf.register(fs)
+	wf.register(fs.FlagSet)
 	var cc compare.Config
 	var backends, requireUnsafe string
 	fs.StringVar(&backends, "backends", strings.Join(compare.AllBackends(), ","), "comma-separated lock backends to compare")
@@ -237,10 +242,10 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	fs.StringVar(&requireUnsafe, "require-unsafe", "", "test flag: comma-separated expected-unsafe backends (none, local) that must show damage")
 	fs.DurationVar(&cc.StartupTimeout, "startup-timeout", 30*time.Second, "how long instances get to answer /healthz")
 	fs.StringVar(&cc.LockTTL, "lock-ttl", "", "--lock-ttl passed to every instance (default: the service's)")
-	fs.StringVar(&cc.RedisAddrs, "redis-addrs", getenv("STOCKGUARD_REDIS_ADDRS"), "--redis-addrs for the instances (default $STOCKGUARD_REDIS_ADDRS, else the service's default)")
-	fs.StringVar(&cc.ZKServers, "zk-servers", getenv("STOCKGUARD_ZK_SERVERS"), "--zk-servers for the instances (default $STOCKGUARD_ZK_SERVERS, else the service's default)")
-	fs.StringVar(&cc.EtcdEndpoints, "etcd-endpoints", getenv("STOCKGUARD_ETCD_ENDPOINTS"), "--etcd-endpoints for the instances (default $STOCKGUARD_ETCD_ENDPOINTS, else the service's default)")
-	fs.StringVar(&cc.DatabaseURL, "database-url", getenv("STOCKGUARD_DATABASE_URL"), "--database-url for the instances (default $STOCKGUARD_DATABASE_URL, else the service's default)")
+	fs.StringVar(&cc.RedisAddrs, "redis-addrs", "", "--redis-addrs for the instances (none: the service's default)")
+	fs.StringVar(&cc.ZKServers, "zk-servers", "", "--zk-servers for the instances (none: the service's default)")
+	fs.StringVar(&cc.EtcdEndpoints, "etcd-endpoints", "", "--etcd-endpoints for the instances (none: the service's default)")
+	fs.StringVar(&cc.DatabaseURL, "database-url", "", "--database-url for the instances (none: the service's default)")
 	fs.BoolVar(&cc.FreshDB, "fresh-db", true, "give each backend its own scratch database on the --database-url server, dropped after its run (one deployment, one backend: token spaces differ)")
 	fs.StringVar(&cc.LogDir, "logs", "", "keep instance logs in this directory (default: a temporary one, kept only on failure)")
 	fs.StringVar(&cc.Label, "label", "", "free text shown in the report")
@@ -254,18 +259,16 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 	fs.DurationVar(&seed.Window, "seed-window", seed.Window, "how long each seed-table availability cell keeps its servers down")
 	fs.DurationVar(&seed.Fairness, "seed-fairness", seed.Fairness, "how long the seed-table fairness contention runs")
 	fs.Var((*serveFlagList)(&cc.ServeFlags), "serve-flag", "further flag for every instance, repeatable, e.g. --serve-flag=--coalesce=off")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: stockguard load compare [--backends=none,local,...] [--instances=3] [workload flags] [--report=FILE] [--json=FILE]\n\n")
-		fs.PrintDefaults()
+	fs.Synopsis("[--backends=none,local,...] [--instances=3] [workload flags] [--report=FILE] [--json=FILE]")
+	fs.About("Starts its own instances of the service per lock backend (with an explicit environment, recorded in the\n" +
+		"result), runs the same workload on each, prints a side-by-side table and writes an HTML report.")
+	fs.Example("stockguard load compare --backends=redis,redlock,zookeeper --orders=3000 --report=out/report.html")
+	fs.Example("STOCKGUARD_REDIS_ADDRS=10.0.0.1:6379 STOCKGUARD_LOAD_INSTANCES=2 stockguard load compare --backends=redis")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
-	set, err := parseFlags(fs, args)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	} else if err != nil {
-		return err
-	}
-	if err := wf.finish(set); err != nil {
-		return usageErr(fs, "%v", err)
+	if err := wf.finish(fs.IsSet); err != nil {
+		return fs.Fail("%v", err)
 	}
 	cc.Run = wf.cfg
 	cc.Backends = cliflag.SplitList(backends)
@@ -279,10 +282,13 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 		return fmt.Errorf("load compare: %w", err)
 	}
 	if err := cc.Validate(); err != nil {
-		return usageErr(fs, "%v", err)
+		return fs.Fail("%v", err)
 	}
 	cr, err := compare.Execute(ctx, cc, stderr)
-	if err != nil {
+	interrupted := err != nil && cr != nil && ctx.Err() != nil
+	if interrupted {
+		fmt.Fprintln(stdout, "interrupted: the backends measured so far (the last one partly, not verified)")
+	} else if err != nil {
 		return fmt.Errorf("load compare: %w", err)
 	}
 	compare.PrintTable(stdout, cr)
@@ -302,8 +308,11 @@ func mainCompare(ctx context.Context, args []string, getenv func(string) string,
 		}
 		fmt.Fprintf(stdout, "json: %s\n", cc.JSONPath)
 	}
+	if interrupted {
+		return fmt.Errorf("load compare: %w: %w", ErrInterrupted, err)
+	}
 	if !cr.Pass {
-		return fmt.Errorf("load compare: %w: %s", errUnsafe, strings.Join(cr.Failures, "; "))
+		return fmt.Errorf("load compare: %w%s", unsafeIf(compareDamaged(cr)), strings.Join(cr.Failures, "; "))
 	}
 	return nil
 }
@@ -320,4 +329,26 @@ func orSelf(bin *string) error {
 	}
 	*bin = exe
 	return nil
+}
+
+// errFailed marks a failure that is not damage: stockguard exits 1 for it.
+var errFailed = errors.New("failed")
+
+// unsafeIf is the failure's sentinel, ErrUnsafe only when units were
+// oversold or lost where none were allowed (exit 3): a backend that did not
+// start or a --require-unsafe backend that came out clean is a plain failure.
+func unsafeIf(damaged bool) error {
+	if damaged {
+		return fmt.Errorf("%w: ", ErrUnsafe)
+	}
+	return fmt.Errorf("%w: ", errFailed)
+}
+
+func compareDamaged(cr *compare.Result) bool {
+	for _, e := range cr.Backends {
+		if e.Result != nil && !e.ExpectedUnsafe && e.Result.Damaged() {
+			return true
+		}
+	}
+	return false
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -51,8 +52,8 @@ func TestMainRunFailsOnDamage(t *testing.T) {
 	args := []string{"run", "--urls=" + s.URL, "--orders=400", "--concurrency=32", "--skus=2", "--stock=50", "--zipf=0", "--progress=off"}
 	var stdout, stderr bytes.Buffer
 	err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr)
-	if !errors.Is(err, errUnsafe) {
-		t.Fatalf("err = %v, want errUnsafe\n%s", err, stdout.String())
+	if !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("err = %v, want ErrUnsafe\n%s", err, stdout.String())
 	}
 	s2 := fakeservice.New("", true).Server(t)
 	args[1] = "--urls=" + s2.URL
@@ -93,8 +94,8 @@ func TestMainUsageErrors(t *testing.T) {
 	if err := Main(context.Background(), []string{"run", "-h"}, func(string) string { return "" }, &stdout, &stderr); err != nil {
 		t.Errorf("run -h: %v", err)
 	}
-	if !strings.Contains(stderr.String(), "--urls") && !strings.Contains(stderr.String(), "-urls") {
-		t.Errorf("run -h did not print flags: %s", stderr.String())
+	if !strings.Contains(stdout.String(), "--urls") || stderr.Len() != 0 {
+		t.Errorf("run -h: stdout %q, stderr %q; want the flags on stdout only", stdout.String(), stderr.String())
 	}
 }
 
@@ -115,6 +116,8 @@ func TestParseRate(t *testing.T) {
 // the service (see TestMain): real child processes, health checks, SIGTERM.
 func TestCompareWithFakeServe(t *testing.T) {
 	t.Setenv(fakeservice.Env, "1")
+	t.Setenv("STOCKGUARD_COALESCE", "off") // stray: must not reach the instances
+
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +148,19 @@ func TestCompareWithFakeServe(t *testing.T) {
 	if !cr.Pass || len(cr.Backends) != 2 || cr.Seed != 11 {
 		t.Fatalf("compare json: pass %v backends %d seed %d failures %v", cr.Pass, len(cr.Backends), cr.Seed, cr.Failures)
 	}
+	for _, e := range cr.Backends {
+		if e.Setup == nil {
+			t.Fatalf("%s: no setup recorded", e.Backend)
+		}
+		rec := strings.Join(append(e.Setup.Args, e.Setup.Env...), " ")
+		if !strings.Contains(rec, "--lock="+e.Backend) || !strings.Contains(rec, "STOCKGUARD_ADMIN_TOKEN=<redacted>") ||
+			strings.Contains(rec, "COALESCE") {
+			t.Errorf("%s setup: %s", e.Backend, rec)
+		}
+	}
+	if !strings.Contains(out, "postgres environment: ") {
+		t.Errorf("the terminal output does not show the instances' environment:\n%s", out)
+	}
 	none, pg := cr.Backends[0].Result, cr.Backends[1].Result
 	if none.Fencing != "off" || pg.Fencing != "on" || none.Safe || !pg.Safe {
 		t.Errorf("none: fencing %s safe %v; postgres: fencing %s safe %v", none.Fencing, none.Safe, pg.Fencing, pg.Safe)
@@ -165,7 +181,7 @@ func TestCompareWithFakeServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"<svg", "postgres", "safe: 0 oversold, 0 lost", "UNSAFE: "} {
+	for _, want := range []string{"<svg", "postgres", "safe: 0 oversold, 0 lost", "UNSAFE: ", "How the instances were started", "STOCKGUARD_ADMIN_TOKEN=&lt;redacted&gt;"} {
 		if !strings.Contains(string(html), want) {
 			t.Errorf("report lacks %q", want)
 		}
@@ -184,8 +200,9 @@ func TestCompareFailsWhenRequiredDamageIsMissing(t *testing.T) {
 		"--require-unsafe=local", "--progress=off", "--seed-table=false"}
 	var stdout, stderr bytes.Buffer
 	err := Main(fakeservice.Context(t), args, func(string) string { return "" }, &stdout, &stderr)
-	if !errors.Is(err, errUnsafe) || !strings.Contains(err.Error(), "require-unsafe") {
-		t.Fatalf("err = %v, want errUnsafe about --require-unsafe", err)
+	// Missing damage is a failure, not damage: exit 1, not 3.
+	if !errors.Is(err, errFailed) || errors.Is(err, ErrUnsafe) || !strings.Contains(err.Error(), "require-unsafe") {
+		t.Fatalf("err = %v, want errFailed about --require-unsafe", err)
 	}
 }
 
@@ -218,8 +235,96 @@ func TestChaosCLIUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range chaos.Scenarios {
-		if !strings.Contains(stderr.String(), s) {
+		if !strings.Contains(stdout.String(), s) {
 			t.Errorf("chaos -h does not name %s", s)
 		}
 	}
+}
+
+// TestCompareInterruptedPrintsPartialTable: when its context ends (Ctrl-C
+// in stockguard), compare stops, prints the table of what it measured and
+// returns ErrInterrupted; its instances are stopped.
+func TestCompareInterruptedPrintsPartialTable(t *testing.T) {
+	t.Setenv(fakeservice.Env, "1")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	js := filepath.Join(dir, "compare.json")
+	args := []string{"compare", "--bin=" + exe, "--backends=postgres,redis", "--instances=1", "--rate=40/s", "--duration=2m",
+		"--skus=3", "--stock=1000", "--report=", "--json=" + js, "--progress=on", "--seed-table=false"}
+	ctx, cancel := context.WithCancel(fakeservice.Context(t))
+	defer cancel()
+	// Interrupt two seconds after the progress bar shows orders being sent,
+	// however long the instances took to start.
+	var stdout bytes.Buffer
+	stderr := &onFirst{match: "orders", fn: func() { time.AfterFunc(2*time.Second, cancel) }}
+	err = Main(ctx, args, func(string) string { return "" }, &stdout, stderr)
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted\n%s", err, stderr.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{"interrupted: the backends measured so far", "postgres", "INTERRUPTED after", "json: "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "redis ") {
+		t.Errorf("the backend after the interruption ran:\n%s", out)
+	}
+	var cr compare.Result
+	if b, err := os.ReadFile(js); err != nil {
+		t.Fatal(err)
+	} else if err := json.Unmarshal(b, &cr); err != nil {
+		t.Fatal(err)
+	}
+	if cr.Pass || len(cr.Backends) != 1 || cr.Backends[0].Result == nil || cr.Backends[0].Result.Orders.Sent == 0 {
+		t.Errorf("json: pass %v, backends %+v", cr.Pass, cr.Backends)
+	}
+}
+
+// TestCompareDamagedOnlyForSafeBackends: damage of none or local, which is
+// expected, does not make a comparison unsafe; damage of a safe backend does.
+func TestCompareDamagedOnlyForSafeBackends(t *testing.T) {
+	damaged := &run.Result{Verification: run.Verification{Oversold: 3}}
+	clean := &run.Result{}
+	for _, tc := range []struct {
+		entries []compare.Entry
+		want    bool
+	}{
+		{[]compare.Entry{{Backend: "none", ExpectedUnsafe: true, Result: damaged}, {Backend: "redis", Result: clean}}, false},
+		{[]compare.Entry{{Backend: "redis", Result: damaged}}, true},
+		{[]compare.Entry{{Backend: "redis", Error: "did not start"}}, false},
+	} {
+		if got := compareDamaged(&compare.Result{Backends: tc.entries}); got != tc.want {
+			t.Errorf("%+v: damaged %v, want %v", tc.entries, got, tc.want)
+		}
+	}
+}
+
+// onFirst is a writer that calls fn once, when match is first written.
+type onFirst struct {
+	mu    sync.Mutex
+	buf   bytes.Buffer
+	match string
+	fn    func()
+	done  bool
+}
+
+func (w *onFirst) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if !w.done && strings.Contains(w.buf.String(), w.match) {
+		w.done = true
+		w.fn()
+	}
+	return len(p), nil
+}
+
+func (w *onFirst) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,6 +11,20 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/backends"
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/reservation"
+)
+
+// envPrefix names the variables of serve's and migrate's flags:
+// STOCKGUARD_<FLAG>, dashes as underscores.
+const envPrefix = "STOCKGUARD_"
+
+// defaultDatabaseURL is the local stack's database.
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable"
+
+// The lock backend's health probe: a Ping every lockProbeInterval, each
+// bounded by lockProbeTimeout so a partitioned server cannot stall /readyz.
+const (
+	lockProbeInterval = 5 * time.Second
+	lockProbeTimeout  = 2 * time.Second
 )
 
 // config is every serve/migrate setting.
@@ -49,7 +62,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.zkServers, "zk-servers", "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183", "comma-separated ZooKeeper servers")
 	fs.StringVar(&c.etcdEndpoints, "etcd-endpoints", "127.0.0.1:2379,127.0.0.1:2479,127.0.0.1:2579",
 		"comma-separated etcd members' client addresses")
-	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable", "PostgreSQL URL")
+	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token required for PUT /v1/skus (empty: no check)")
 	fs.BoolVar(&c.chaos, "chaos", false, "honour the X-Chaos-Pause test header")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -65,32 +78,6 @@ func (c *config) register(fs *flag.FlagSet) {
 	c.limits.register(fs)
 	fs.BoolVar(&c.migrate, "migrate", true, "apply pending migrations at start (false: a migration job owns the schema)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
-}
-
-// parseFlags applies STOCKGUARD_<FLAG> environment values, then args, which win.
-func parseFlags(fs *flag.FlagSet, args []string, getenv func(string) string) error {
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := "STOCKGUARD_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
-		if v := getenv(name); v != "" {
-			if err := fs.Set(f.Name, v); err != nil {
-				envErr = errors.Join(envErr, fmt.Errorf("%s=%q: %w", name, v, err))
-			}
-		}
-	})
-	if envErr != nil {
-		return fmt.Errorf("%w: %w", errUsage, envErr)
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	return nil
 }
 
 func (c *config) validate() error {

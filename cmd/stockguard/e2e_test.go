@@ -108,6 +108,12 @@ type lockedWriter struct {
 	mu *sync.Mutex
 }
 
+func (w lockedWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
 func (w lockedWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -10,10 +10,19 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/loadtest"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// The first signal asks the command to stop (a load run prints what
+		// it measured); a second one kills as usual.
+		<-ctx.Done()
+		stop()
+	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
@@ -25,16 +34,29 @@ func main() {
 }
 
 var (
-	errUsage = errors.New("usage")
+	errUsage = cliflag.ErrUsage
 	// errReported marks an error whose message the failing command printed itself.
-	errReported = errors.New("reported")
+	errReported = cliflag.ErrReported
+)
+
+// Exit statuses; README's "Exit status" lists them.
+const (
+	exitFailure     = 1   // the command could not do its work
+	exitUsage       = 2   // the command line or an environment value is wrong
+	exitUnsafe      = 3   // a load command found units oversold or lost
+	exitInterrupted = 130 // a load command was stopped by SIGINT (128 + 2, as shells report it)
 )
 
 func exitCode(err error) int {
-	if errors.Is(err, errUsage) {
-		return 2
+	switch {
+	case errors.Is(err, errUsage):
+		return exitUsage
+	case errors.Is(err, loadtest.ErrInterrupted):
+		return exitInterrupted
+	case errors.Is(err, loadtest.ErrUnsafe):
+		return exitUnsafe
 	}
-	return 1
+	return exitFailure
 }
 
 const usage = `usage: stockguard <command> [flags]
@@ -45,8 +67,14 @@ commands:
   load      load tester: run, compare, chaos (stockguard load -h)
   version   print the version, commit and Go version
 
-Every flag can also be set as STOCKGUARD_<FLAG> (dashes become underscores).
-Run "stockguard <command> -h" for its flags.
+Flags are written --flag=value or --flag value. serve's and migrate's flags
+can also be set as STOCKGUARD_<FLAG> (dashes become underscores); the load
+commands read STOCKGUARD_LOAD_<FLAG> for their own flags and serve's
+variables for the connections (STOCKGUARD_REDIS_ADDRS, STOCKGUARD_DATABASE_URL).
+Run "stockguard <command> --help" for its flags.
+
+exit status: 0 done, 1 failed, 2 bad usage, 3 a load command found units
+oversold or lost, 130 a load command was interrupted (Ctrl-C).
 `
 
 // run is the whole program, with its environment passed in so tests can

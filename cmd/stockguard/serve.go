@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/internal/httpapi"
 	"github.com/stockguard/stockguard/internal/lock/locktrace"
 	"github.com/stockguard/stockguard/internal/metrics"
@@ -22,17 +22,16 @@ import (
 
 func serve(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c config
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	c.register(fs)
-	if err := parseFlags(fs, args, getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	fs := cliflag.New("stockguard serve", envPrefix, stdout, stderr)
+	fs.About("Runs the HTTP service: per-SKU locks from --lock, writes fenced with the lease's token.")
+	fs.Example("stockguard serve --lock=redlock --redis-addrs=127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393")
+	fs.Example("STOCKGUARD_LOCK=zookeeper STOCKGUARD_ZK_SERVERS=zk1:2181 stockguard serve --addr=:8080")
+	c.register(fs.FlagSet)
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
 	if err := c.validate(); err != nil {
-		return err
+		return fs.Reject(err)
 	}
 	log, err := c.logger(stderr)
 	if err != nil {
@@ -94,6 +93,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	metrics.RegisterPool(reg, store.DB())
 	svc := reservation.New(reservation.Config{Store: store, Locker: locker, Observer: m, Logger: log,
 		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg, Tracer: tracing.NewTracer(tp)})
+	probe := metrics.NewLockProbe(reg, c.lock, locker.Ping, lockProbeTimeout)
 	reqTimeout := requestTimeout(c.lockWait, c.chaos)
 	var gatherer prometheus.Gatherer = reg
 	if c.limits.metricsAddr != "" {
@@ -101,7 +101,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	}
 	handler := httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: gatherer, Logger: log,
 		AdminToken: c.adminToken, Chaos: c.chaos, ZKSession: zkSession,
-		MaxInFlight: c.limits.maxInFlight, RequestTimeout: reqTimeout, TracerProvider: tp})
+		MaxInFlight: c.limits.maxInFlight, RequestTimeout: reqTimeout, TracerProvider: tp, LockProbe: probe})
 
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
@@ -124,6 +124,11 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		defer close(reaped)
 		svc.Reap(reapCtx, c.reapInterval)
 	}()
+	probed := make(chan struct{})
+	go func() {
+		defer close(probed)
+		probe.Run(reapCtx, lockProbeInterval)
+	}()
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -135,6 +140,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	case err := <-served:
 		stopReaper()
 		<-reaped
+		<-probed
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
@@ -151,6 +157,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		errs = append(errs, shutdown(shutdownCtx, s, log))
 	}
 	<-reaped
+	<-probed
 	// Batch leaders may still be acquiring leases for orders whose clients
 	// have gone: they answer and release what they hold.
 	errs = append(errs, svc.Close(shutdownCtx))
@@ -163,14 +170,12 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c config
-	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.databaseURL, "database-url", "postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable", "PostgreSQL URL")
-	if err := parseFlags(fs, args, getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	fs := cliflag.New("stockguard migrate", envPrefix, stdout, stderr)
+	fs.About("Applies the pending database migrations and exits (what serve does at start unless --migrate=false).")
+	fs.Example("stockguard migrate --database-url=postgres://stockguard@db:5432/stockguard")
+	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
 	store, err := postgres.Open(ctx, c.databaseURL)
 	if err != nil {

@@ -1,12 +1,12 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"runtime"
 	"runtime/debug"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
 )
 
 // Set at link time by the Makefile and the Dockerfile:
@@ -59,13 +59,11 @@ func readVersion() buildVersion {
 }
 
 func versionCmd(args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := parseFlags(fs, args, getenv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	fs := cliflag.New("stockguard version", envPrefix, stdout, stderr)
+	fs.About("Prints the module version, the commit and the Go version the binary was built with.")
+	fs.Example("stockguard version")
+	if err := fs.Parse(args, getenv); err != nil {
+		return cliflag.Done(err)
 	}
 	v := readVersion()
 	fmt.Fprintf(stdout, "stockguard %s\ncommit %s\n%s\n", v.Version, v.Commit, v.Go)

@@ -15,12 +15,21 @@ import (
 
 func (s *server) healthz(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
 
+// readyz answers whether this instance can serve: its database and schema.
+// The lock backend's health is in the body only: the lock servers are shared
+// by every replica, so failing readiness on them would pull all replicas out
+// of rotation at once, reads included, which answer without a lock.
 func (s *server) readyz(c *gin.Context) {
-	if err := s.Service.Ready(c.Request.Context()); err != nil {
+	ctx := c.Request.Context()
+	if err := s.Service.Ready(ctx); err != nil {
 		fail(c, fmt.Errorf("%w: %w", errServiceUnhealthy, err))
 		return
 	}
-	c.JSON(http.StatusOK, gin.H{"status": "ready"})
+	body := gin.H{"status": "ready"}
+	if s.LockProbe != nil {
+		body["lock"] = s.LockProbe.Check(ctx)
+	}
+	c.JSON(http.StatusOK, body)
 }
 
 type stockRequest struct {

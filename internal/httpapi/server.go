@@ -46,6 +46,9 @@ type Config struct {
 	// MaxInFlight bounds the /v1 requests served at once; beyond it they
 	// answer 503 overloaded. 0 is no bound.
 	MaxInFlight int
+	// LockProbe, when set, reports the lock backend's health in /readyz's
+	// body (never as unreadiness).
+	LockProbe *metrics.LockProbe
 	// RequestTimeout bounds how long a /v1 request runs before it answers
 	// 503 timeout. 0 is no bound.
 	RequestTimeout time.Duration

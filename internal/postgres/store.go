@@ -7,6 +7,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -23,6 +24,9 @@ type Store struct {
 	fencing bool
 	// The hot statements, numbered for pgx (see pgx.go).
 	claimPgx, readPgx, writePgx string
+	// migrated turns true once Ping found every migration applied; a
+	// schema never goes back, so later pings only ping.
+	migrated atomic.Bool
 }
 
 // Option configures a Store.
@@ -97,11 +101,20 @@ func (s *Store) DB() *sql.DB { return s.sqlDB }
 // Close closes the pool.
 func (s *Store) Close() error { return s.sqlDB.Close() }
 
-// Ping implements inventory.Store.
+// Ping implements inventory.Store: the database answers and every
+// migration is applied (an instance started with --migrate=false before
+// its migration job ran is not ready).
 func (s *Store) Ping(ctx context.Context) error {
 	if err := s.sqlDB.PingContext(ctx); err != nil {
 		return fmt.Errorf("postgres: ping: %w", err)
 	}
+	if s.migrated.Load() {
+		return nil
+	}
+	if err := checkMigrated(ctx, s.sqlDB); err != nil {
+		return err
+	}
+	s.migrated.Store(true)
 	return nil
 }
 

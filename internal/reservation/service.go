@@ -221,13 +221,12 @@ func (s *Service) Expire(ctx context.Context, id uuid.UUID) error {
 	return err
 }
 
-// Ready checks the store and the lock backend.
+// Ready checks that the store can serve (database reachable, migrations
+// applied). The lock backend is not checked: its outage fails writes, not
+// the instance (metrics.LockProbe reports it).
 func (s *Service) Ready(ctx context.Context) error {
 	if err := s.store.Ping(ctx); err != nil {
 		return fmt.Errorf("store: %w", err)
-	}
-	if err := s.locker.Ping(ctx); err != nil {
-		return fmt.Errorf("lock %s: %w", s.locker.Name(), err)
 	}
 	return nil
 }

@@ -338,7 +338,7 @@ func (bc Config) runOne(ctx context.Context, backend, workload, mode string, ser
 		return br
 	}
 	e := cr.Backends[0]
-	br.PeakRSSMB, br.InstanceRSSMB = e.PeakRSSMB, e.InstanceRSSMB
+	br.PeakRSSMB, br.InstanceRSSMB, br.Setup = e.PeakRSSMB, e.InstanceRSSMB, e.Setup
 	r := e.Result
 	if r == nil {
 		br.Error = cmp.Or(e.Error, "no result")

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/report"
 	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
@@ -28,6 +29,9 @@ type Run struct {
 	// complete; Error says why.
 	Ran   bool   `json:"ran"`
 	Error string `json:"error,omitempty"`
+	// Setup is how the instances were started (flags, environment; secrets
+	// redacted).
+	Setup *report.InstanceSetup `json:"setup,omitempty"`
 
 	DurationS float64 `json:"duration_s"`
 	// OrdersPerS counts every answered order; ReservedPerS only the placed

@@ -359,7 +359,9 @@ func (r *netRig) startInstances(ctx context.Context, e *chaosEnv) error {
 		addr := r.addr(m, instancePort)
 		in := &netInstance{member: m, url: "http://" + addr,
 			logPath: filepath.Join(e.dir, fmt.Sprintf("%s-%d.log", e.plan.backend, i))}
-		p, err := r.startLogged(m, exec.Command(e.cc.Bin, e.opts.Args(addr)...), in.logPath)
+		cmd := exec.Command(e.cc.Bin, e.opts.Args(addr)...)
+		cmd.Env = e.opts.Environ()
+		p, err := r.startLogged(m, cmd, in.logPath)
 		if err != nil {
 			return err
 		}

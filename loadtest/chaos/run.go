@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/loadtest/progress"
+	"github.com/stockguard/stockguard/loadtest/report"
 	"github.com/stockguard/stockguard/loadtest/run"
 	"github.com/stockguard/stockguard/loadtest/tally"
 )
@@ -28,9 +29,12 @@ type Run struct {
 	Instances int    `json:"instances"`
 	// LockTTL is the instances' --lock-ttl; a zookeeper lease lasts as long
 	// as its session instead (4s).
-	LockTTL   string    `json:"lock_ttl"`
-	Expect    string    `json:"expect"`
-	StartedAt time.Time `json:"started_at"`
+	LockTTL string `json:"lock_ttl"`
+	// Setup is how the instances were started: flags and the whole
+	// environment they were given, secrets redacted.
+	Setup     *report.InstanceSetup `json:"setup,omitempty"`
+	Expect    string                `json:"expect"`
+	StartedAt time.Time             `json:"started_at"`
 	// DurationS is how long the order load ran.
 	DurationS float64           `json:"duration_s"`
 	Orders    tally.OrderCounts `json:"orders"`
@@ -116,6 +120,8 @@ func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *pro
 		execute = func(ctx context.Context, out *Run) error { return p.sc.run(ctx, e, out) }
 	}
 	err := execute(ctx, &run)
+	setup := e.opts.Setup() // after execute: it points the options at the run's own servers
+	run.Setup = &setup
 	run.Notes = append(run.Notes, e.teardown()...)
 	if p.sc.finish != nil {
 		p.sc.finish(ctx, e, &run)

@@ -93,7 +93,10 @@ type Entry struct {
 	StopError      string      `json:"stop_error,omitempty"`
 	Logs           []string    `json:"logs,omitempty"`
 	Result         *run.Result `json:"result,omitempty"`
-	err            error
+	// Setup is how the instances were started: flags and the whole
+	// environment they were given, secrets redacted.
+	Setup *report.InstanceSetup `json:"setup,omitempty"`
+	err   error
 
 	// PeakRSSMB is the largest peak RSS (VmHWM, MiB) of the backend's
 	// instances, read as each was stopped; InstanceRSSMB is each one's.
@@ -254,6 +257,8 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 		RedisAddrs: cc.RedisAddrs, ZKServers: cc.ZKServers, EtcdEndpoints: cc.EtcdEndpoints, DatabaseURL: dbURL, LogDir: logDir,
 		Extra: cc.ServeFlags,
 	}
+	setup := opts.Setup()
+	e.Setup = &setup
 	ins, err := procs.Start(ctx, opts, cc.Instances, cc.StartupTimeout)
 	if err != nil {
 		e.err = err
@@ -288,7 +293,7 @@ func (cc Config) runBackend(ctx context.Context, backend, token, logDir string, 
 		e.PeakRSSMB = max(e.PeakRSSMB, in.PeakRSSMB)
 	}
 	if err != nil {
-		e.err = err
+		e.err, e.Result = err, res // an interrupted run's partial result, else nil
 		e.Error, e.Verdict = err.Error(), "ERROR: the run did not complete"
 		fmt.Fprintf(stderr, "== %s: %v\n", backend, err)
 		return e
@@ -336,7 +341,7 @@ func (cc Config) failures(entries []Entry) []string {
 	var fs []string
 	for _, e := range entries {
 		switch {
-		case e.Result == nil:
+		case e.Result == nil || e.err != nil: // an interrupted run has a partial Result
 			fs = append(fs, fmt.Sprintf("%s: did not run: %s", e.Backend, e.Error))
 		case !e.ExpectedUnsafe && e.Result.Damaged():
 			fs = append(fs, fmt.Sprintf("%s: %s", e.Backend, e.Result.Verdict))
@@ -372,6 +377,25 @@ func PrintTable(w io.Writer, cr *Result) {
 			r.Orders.StaleFence, r.Orders.LockUnavailable, r.Orders.Errors, e.PeakRSSMB, v)
 	}
 	_ = tw.Flush()
+	if setups := cr.setups(); len(setups) > 0 {
+		fmt.Fprintln(w, "instances started with exactly this environment (secrets redacted):")
+		for _, e := range cr.Backends {
+			if e.Setup != nil {
+				e.Setup.Print(w, e.Backend)
+			}
+		}
+	}
+}
+
+// setups maps each backend to how its instances were started.
+func (cr *Result) setups() map[string]report.InstanceSetup {
+	out := map[string]report.InstanceSetup{}
+	for _, e := range cr.Backends {
+		if e.Setup != nil {
+			out[e.Backend] = *e.Setup
+		}
+	}
+	return out
 }
 
 // Report builds the HTML report's data from a comparison.
@@ -415,6 +439,9 @@ func Report(cr *Result) report.Report {
 	}
 	if tables := cr.SeedTables(); len(tables) > 0 && cr.SeedSettings != nil {
 		r.Sections = append(r.Sections, SeedSection(tables, *cr.SeedSettings))
+	}
+	if setups := cr.setups(); len(setups) > 0 {
+		r.Sections = append(r.Sections, report.SetupSection(setups))
 	}
 	return r
 }

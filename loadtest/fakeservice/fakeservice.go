@@ -300,7 +300,8 @@ func ServeMain(args []string) int {
 	addr := fs.String("addr", "", "")
 	lock := fs.String("lock", "", "")
 	fs.String("fencing", "", "")
-	token := fs.String("admin-token", "", "")
+	// As serve does: the flag, else the variable the load tester sets.
+	token := fs.String("admin-token", os.Getenv("STOCKGUARD_ADMIN_TOKEN"), "")
 	fs.String("lock-ttl", "", "")
 	fs.String("redis-addrs", "", "")
 	fs.String("zk-servers", "", "")

@@ -31,7 +31,7 @@ type ServeOptions struct {
 	Lock        string // --lock
 	Fencing     string // --fencing (on|off)
 	LockTTL     string // --lock-ttl; empty: the service's default
-	AdminToken  string
+	AdminToken  string // passed as STOCKGUARD_ADMIN_TOKEN, out of the process list
 	RedisAddrs  string // empty: not passed (the service's default or env applies)
 	ZKServers   string
 	DatabaseURL string
@@ -43,11 +43,11 @@ type ServeOptions struct {
 
 // Args is the serve command line (after the binary) of an instance
 // listening on addr, for callers that start the process themselves (chaos
-// runs some inside network namespaces).
+// runs some inside network namespaces); give it Environ's environment.
 func (o ServeOptions) Args(addr string) []string { return o.args(addr) }
 
 func (o ServeOptions) args(addr string) []string {
-	args := []string{"serve", "--addr=" + addr, "--lock=" + o.Lock, "--fencing=" + o.Fencing, "--admin-token=" + o.AdminToken}
+	args := []string{"serve", "--addr=" + addr, "--lock=" + o.Lock, "--fencing=" + o.Fencing}
 	for _, kv := range [][2]string{{"lock-ttl", o.LockTTL}, {"redis-addrs", o.RedisAddrs}, {"zk-servers", o.ZKServers}, {"etcd-endpoints", o.EtcdEndpoints}, {"database-url", o.DatabaseURL}} {
 		if kv[1] != "" {
 			args = append(args, "--"+kv[0]+"="+kv[1])
@@ -115,6 +115,7 @@ func startInstance(o ServeOptions, i int) (*Instance, error) {
 	// Not exec.CommandContext: a cancelled run must still stop its children
 	// gracefully (SIGTERM, then SIGKILL), which Stop does.
 	cmd := exec.Command(o.Bin, o.args(addr)...)
+	cmd.Env = o.Environ()
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = childAttrs()
 	if err := cmd.Start(); err != nil {

@@ -10,6 +10,7 @@ package run
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -46,6 +47,10 @@ type runner struct {
 	done   atomic.Int64
 }
 
+// ErrInterrupted is Execute's error when ctx ended while the orders were
+// being sent; the Result it returns with it holds what was measured so far.
+var ErrInterrupted = errors.New("run interrupted")
+
 // Execute creates fresh SKUs on the instances, sends the workload, reconciles
 // orders whose outcome it never heard, and verifies the result from the three
 // sources. An error means the run could not be carried out or verified;
@@ -73,7 +78,12 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 	started := time.Now()
 	elapsed, timedOut := r.send(ctx, progressOut)
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("run interrupted: %w", err)
+		// What was measured so far, for the caller to print; not verified,
+		// since the servers' answers can no longer be waited for.
+		res := r.result(started, elapsed, false, Verification{})
+		res.Safe = false
+		res.Verdict = fmt.Sprintf("INTERRUPTED after %d of %d orders: not verified", res.Orders.Sent, len(r.orders))
+		return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
 	}
 	reconciled, unresolved := r.reconcile(ctx)
 	ver, err := r.verify(ctx)
