@@ -62,13 +62,27 @@ func TestChaosRedisClockJumpFencingOff(t *testing.T) {
 	}
 }
 
-// nemesisTest is a short nemesis: the schedule still holds the forced pause.
-func nemesisTest(t *testing.T, fencing string) Run {
-	return chaosTest(t, "nemesis", "redlock", fencing, func(cc *Config) { cc.NemesisDuration = 8 * time.Second })
+// nemesisTest is a short nemesis (total of faults): the schedule still
+// holds the forced pause, and its seed is the first from 20260101 whose
+// schedule also partitions, so that the bounded run always cuts a link.
+func nemesisTest(t *testing.T, backend, fencing string, total time.Duration) Run {
+	t.Helper()
+	w := nemesisWorld{backend: backend, instances: DefaultConfig().Instances, locks: 5, skus: histSKUs}
+	expiry := defaultLockTTL
+	if backend == "zookeeper" {
+		w.locks, expiry = 3, zkSessionTimeout
+	}
+	seed := uint64(20260101)
+	for !slices.ContainsFunc(nemesisSchedule(seed, total, pastExpiry(expiry), w), func(s nemesisStep) bool {
+		return s.Kind == nemCutInstance || s.Kind == nemCutMinority || s.Kind == nemCutLeader
+	}) {
+		seed++
+	}
+	return chaosTest(t, "nemesis", backend, fencing, func(cc *Config) { cc.NemesisDuration, cc.Seed = total, seed })
 }
 
 func TestChaosNemesisFencingOn(t *testing.T) {
-	r := nemesisTest(t, "on")
+	r := nemesisTest(t, "redlock", "on", 8*time.Second)
 	h := requireHistory(t, r)
 	requirePass(t, r)
 	if len(h.Violations) != 0 || len(h.Undecided) != 0 {
@@ -77,7 +91,7 @@ func TestChaosNemesisFencingOn(t *testing.T) {
 }
 
 func TestChaosNemesisFencingOff(t *testing.T) {
-	r := nemesisTest(t, "off")
+	r := nemesisTest(t, "redlock", "off", 8*time.Second)
 	h := requireHistory(t, r)
 	requirePass(t, r)
 	if len(h.Violations) == 0 {

@@ -25,6 +25,9 @@ const (
 	nemPauseHolder = "pause-holder"       // a holder frozen between claim and write
 )
 
+// nemesisStallTries bounds the orders sent to get the forced pause's stall.
+const nemesisStallTries = 3
+
 // nemesisSeedStream keeps the schedule's random stream apart from the
 // load's, which share the run's seed.
 const nemesisSeedStream = 0x6e656d65736973
@@ -127,7 +130,7 @@ func nemesis(ctx context.Context, e *chaosEnv) error {
 	}
 	rec.run(ctx, histClients, e.cc.Seed)
 	expiry, _ := leaseExpiry(e)
-	holderFor := expiry + max(time.Second, expiry/2)
+	holderFor := pastExpiry(expiry)
 	w := nemesisWorld{backend: e.plan.backend, instances: len(e.ins), locks: len(e.net.locks), skus: len(rec.skus)}
 	steps := nemesisSchedule(e.cc.Seed, e.cc.NemesisDuration, holderFor, w)
 	parts := make([]string, len(steps))
@@ -245,13 +248,21 @@ func (e *chaosEnv) nemesisStep(ctx context.Context, rec *histRecorder, s nemesis
 // lease, while the other instances' clients go on with the same SKU.
 func (e *chaosEnv) nemesisPauseHolder(ctx context.Context, rec *histRecorder, s nemesisStep) error {
 	v, sku := e.victim(), rec.skus[s.Target]
-	before := e.pausesLogged(v)
-	e.event(EventNote, "nemesis: recorded %d-unit order on %s sent to instance %d with X-Chaos-Pause: %v", stalledQty, shortSKU(sku), v+1, holderStall)
-	rec.placePaused(ctx, histClients, v, sku, stalledQty, holderStall, func(out history.Outcome, took time.Duration) {
-		e.event(EventOutcome, "nemesis: the stalled order answered %s %s after %v", out.Result, out.Code, took.Round(time.Millisecond))
-	})
-	if !e.waitPausing(ctx, v, before, 1, 5*time.Second) {
-		return nil // noted by waitPausing; the run goes on without the race
+	// A victim still recovering from an earlier fault may not get the lock
+	// within its lock wait, and the client then retries elsewhere, without
+	// the stall: send again, a bounded number of times.
+	for try := 1; ; try++ {
+		before := e.pausesLogged(v)
+		e.event(EventNote, "nemesis: recorded %d-unit order on %s sent to instance %d with X-Chaos-Pause: %v", stalledQty, shortSKU(sku), v+1, holderStall)
+		rec.placePaused(ctx, histClients, v, sku, stalledQty, holderStall, func(out history.Outcome, took time.Duration) {
+			e.event(EventOutcome, "nemesis: the stalled order answered %s %s after %v", out.Result, out.Code, took.Round(time.Millisecond))
+		})
+		if e.waitPausing(ctx, v, before, 1, 5*time.Second) {
+			break
+		}
+		if try == nemesisStallTries || ctx.Err() != nil {
+			return nil // noted by waitPausing; the run goes on without the race
+		}
 	}
 	from := e.event(EventFault, "nemesis: SIGSTOP instance %d (pid %d) for %v, its recorded order between claim and write", v+1, e.pid(v), s.For.Round(time.Millisecond))
 	if err := e.freeze(v); err != nil {

@@ -67,13 +67,17 @@ func leaseExpiry(e *chaosEnv) (time.Duration, string) {
 	return ttl, "lock TTL"
 }
 
+// pastExpiry is how long a holder is frozen or stalled so that its lease,
+// lasting expiry, is surely gone by the end: half as long again, at least
+// a second more.
+func pastExpiry(expiry time.Duration) time.Duration { return expiry + max(time.Second, expiry/2) }
+
 func partitionHolder(ctx context.Context, e *chaosEnv) error {
 	rig, v := e.net, e.victim()
 	expiry, what := leaseExpiry(e)
-	// The stall outlasts the lease by as much again as pause-holder's
-	// SIGSTOP does: by then the lock servers have let the lease go and
+	// By the end of the stall the lock servers have let the lease go and
 	// another instance claimed the row.
-	stall := expiry + max(time.Second, expiry/2)
+	stall := pastExpiry(expiry)
 	answered := e.stallVictim(ctx, stall)
 	claimed := e.rowTokens(ctx)
 	from := e.event(EventFault, "partition instance %d (%s) from the lock servers (%s) for the rest of its %v stall, past the %s of %v; it still reaches Postgres and the clients",
