@@ -57,17 +57,13 @@ type buildError struct {
 
 func (e *buildError) Error() string { return e.err.Error() + "\n" + string(e.out) }
 
-// netTests serializes the namespaced runs of this test binary, so that the
-// namespaces still owned after one are exactly those it left behind; they
-// run in parallel with the loopback ones.
-var netTests sync.Mutex
-
 // chaosTest runs one scenario with one backend and fencing mode, the
 // config changed by mods, and returns its run; it runs in parallel with the
 // other chaos tests (each run has servers, ports, namespaces and a database
 // of its own). It fails the test if the run could not be made or, for a
-// scenario that builds its own network, left a namespace behind; whether
-// the run passed is for the caller to check, with chaosExplain on failure.
+// scenario that builds its own network, left a namespace behind (which
+// TestMain checks once all have run: they run in parallel); whether the
+// run passed is for the caller to check, with chaosExplain on failure.
 func chaosTest(t *testing.T, scenario, backend, fencing string, mods ...func(*Config)) Run {
 	t.Helper()
 	if testing.Short() {
@@ -89,8 +85,6 @@ func chaosTest(t *testing.T, scenario, backend, fencing string, mods ...func(*Co
 		// Its own servers inside its own network: only the Debian packages
 		// the stack installs are needed.
 		requirePartitionTools(t, backend)
-		netTests.Lock()
-		defer netTests.Unlock()
 	case backend == "redis" || backend == "redlock":
 		stacktest.RequireRedis(t) // redis-server installed and the stack up, or skip/fail as the stack says
 	case backend == "zookeeper":
@@ -98,7 +92,6 @@ func chaosTest(t *testing.T, scenario, backend, fencing string, mods ...func(*Co
 	case backend == "etcd":
 		stacktest.RequireEtcd(t)
 	}
-	// Timed from here: a namespaced run may have waited for another.
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
 	if !sc.net {
@@ -118,9 +111,6 @@ func chaosTest(t *testing.T, scenario, backend, fencing string, mods ...func(*Co
 	t.Logf("%s %s fencing %s took %v:\n%s", scenario, backend, fencing, time.Since(start).Round(time.Millisecond), progress.String())
 	if err != nil {
 		t.Fatalf("Execute: %v", err)
-	}
-	if left := ownNamespaces(t); sc.net && len(left) > 0 {
-		t.Errorf("namespaces left behind: %v", left)
 	}
 	if len(res.Runs) != 1 {
 		t.Fatalf("%d runs, want 1", len(res.Runs))

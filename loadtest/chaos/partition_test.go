@@ -48,14 +48,13 @@ func requirePartitionTools(t *testing.T, backend string) {
 }
 
 // ownNamespaces lists the namespaces this process's runs still own.
-func ownNamespaces(t *testing.T) []string {
-	t.Helper()
+func ownNamespaces() ([]string, error) {
 	entries, err := os.ReadDir("/run/netns")
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		t.Fatalf("list namespaces: %v", err)
+		return nil, fmt.Errorf("list namespaces: %w", err)
 	}
 	// Names carry the owner's PID right after the prefix (netns.WithPrefix).
 	mine := fmt.Sprintf("%s%d.", netPrefix, os.Getpid())
@@ -65,7 +64,7 @@ func ownNamespaces(t *testing.T) []string {
 			out = append(out, e.Name())
 		}
 	}
-	return out
+	return out, nil
 }
 
 func TestChaosPartitionHolderFencingOn(t *testing.T) {

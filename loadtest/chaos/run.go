@@ -183,8 +183,12 @@ func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 	}
 	total := map[string]float64{}
 	for i := range each {
+		var before map[string]float64 // none for an instance the fault added
+		if i < len(baseline) {
+			before = baseline[i]
+		}
 		for k, x := range each[i] {
-			total[k] += x - baseline[i][k]
+			total[k] += x - before[k]
 		}
 	}
 	e.fill(out, v, total, loadFor)
