@@ -58,25 +58,45 @@ type buildError struct {
 func (e *buildError) Error() string { return e.err.Error() + "\n" + string(e.out) }
 
 // chaosTest runs one scenario with one backend and fencing mode, the
-// config changed by mods, and returns its run. It fails the test if the run could not be made; whether the run
-// passed is for the caller to check, with chaosExplain on failure.
+// config changed by mods, and returns its run; it runs in parallel with the
+// other chaos tests (each run has servers, ports, namespaces and a database
+// of its own). It fails the test if the run could not be made or, for a
+// scenario that builds its own network, left a namespace behind (which
+// TestMain checks once all have run: they run in parallel); whether the
+// run passed is for the caller to check, with chaosExplain on failure.
 func chaosTest(t *testing.T, scenario, backend, fencing string, mods ...func(*Config)) Run {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("chaos integration test; -short")
 	}
-	switch backend {
-	case "redis", "redlock":
-		stacktest.RequireRedis(t) // redis-server installed and the stack up, or skip/fail as the stack says
-	case "zookeeper":
-		stacktest.RequireZK(t)
+	sc := scenarioByName(scenario)
+	if sc == nil {
+		t.Fatalf("no scenario %q", scenario)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	if sc.net && os.Getenv(stacktest.EnvSkipIntegration) == "1" {
+		t.Skipf("chaos integration test; %s=1", stacktest.EnvSkipIntegration)
+	}
+	t.Parallel()
 	cc := DefaultConfig()
 	cc.Scenarios, cc.Backends, cc.Fencing = []string{scenario}, []string{backend}, []string{fencing}
 	cc.Bin = chaosStockguard(t)
-	cc.DatabaseURL = stacktest.NewDatabase(t, ctx)
+	switch {
+	case sc.net:
+		// Its own servers inside its own network: only the Debian packages
+		// the stack installs are needed.
+		requirePartitionTools(t, backend)
+	case backend == "redis" || backend == "redlock":
+		stacktest.RequireRedis(t) // redis-server installed and the stack up, or skip/fail as the stack says
+	case backend == "zookeeper":
+		stacktest.RequireZK(t)
+	case backend == "etcd":
+		stacktest.RequireEtcd(t)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if !sc.net {
+		cc.DatabaseURL = stacktest.NewDatabase(t, ctx)
+	}
 	cc.Duration, cc.Warmup, cc.Recovery = 0, 800*time.Millisecond, 1500*time.Millisecond
 	cc.Concurrency = 9
 	cc.Seed = 20260101

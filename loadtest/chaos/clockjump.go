@@ -42,7 +42,7 @@ func clockJump(ctx context.Context, e *chaosEnv) error {
 		addrs = append(addrs, r.Addr())
 	}
 	from := e.event(EventFault, "clock jump on %s: the stalled holder's lock keys expire now (PEXPIRE 1 ms), %v before their TTL", strings.Join(addrs, ", "), e.plan.sc.lockTTL(e.cc))
-	jumped, err := expireLocks(ctx, addrs, e.load.skus)
+	jumped, err := expireLocks(ctx, nil, addrs, e.load.skus)
 	if err != nil {
 		return err
 	}
@@ -53,14 +53,15 @@ func clockJump(ctx context.Context, e *chaosEnv) error {
 }
 
 // expireLocks shortens the lock key of every SKU to 1 ms on each server,
-// as a clock jumping past the key's expiry would, and says what it found.
-func expireLocks(ctx context.Context, addrs, skus []string) (string, error) {
+// as a clock jumping past the key's expiry would, and says what it found;
+// dial opens the connections (nil: from the host).
+func expireLocks(ctx context.Context, dial dialFunc, addrs, skus []string) (string, error) {
 	var parts []string
 	for _, addr := range addrs {
 		for _, sku := range skus {
 			var ttl time.Duration
 			var found bool
-			err := redisAdmin(ctx, addr, func(ctx context.Context, c *redis.Client) error {
+			err := redisAdmin(ctx, dial, addr, func(ctx context.Context, c *redis.Client) error {
 				var err error
 				if ttl, err = c.PTTL(ctx, redisnode.LockKey(sku)).Result(); err != nil {
 					return err

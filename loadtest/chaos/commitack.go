@@ -120,7 +120,7 @@ func lostCommitAck(ctx context.Context, e *chaosEnv) error {
 	if err != nil {
 		return fmt.Errorf("start the proxied instance: %w", err)
 	}
-	e.ins = append(e.ins, ins...)
+	e.addLoop(ins)
 	inst := len(e.ins) - 1
 	rec, err := e.newHistRecorder(ctx, 1, histStock)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,12 +42,19 @@ type chaosEnv struct {
 	// pg is the private Postgres (and proxy) of the Postgres scenarios,
 	// hist the recorded history of the scenarios that check one; nil in
 	// the others.
-	pg     *pgRig
-	hist   *histRecorder
-	fwds   []*forwarder
-	ins    []*procs.Instance
-	load   *chaosLoad
-	client *client.Client // admin calls: creating SKUs, metrics, debug endpoints
+	pg   *pgRig
+	hist *histRecorder
+	fwds []*forwarder
+	// ins are the service instances in order, procs those of them on
+	// loopback, net the network a namespaced run built (nil on loopback).
+	ins   []instance
+	procs []*procs.Instance
+	net   *netRig
+	// victimLost is the victim's stockguard_lock_leases_lost_total when
+	// the load started, so that the fault's count can be told apart.
+	victimLost float64
+	load       *chaosLoad
+	client     *client.Client // admin calls: creating SKUs, metrics, debug endpoints
 
 	mu      sync.Mutex
 	events  []Event
@@ -146,11 +154,8 @@ func (e *chaosEnv) startInstances(ctx context.Context, runID string) error {
 	if err != nil {
 		return err
 	}
-	e.ins = ins
-	urls := make([]string, len(ins))
-	for i, in := range ins {
-		urls[i] = in.URL
-	}
+	e.addLoop(ins)
+	urls := e.urls()
 	skus := make([]string, e.cc.SKUs)
 	for i := range skus {
 		skus[i] = run.SKUName(runID, i)
@@ -200,8 +205,7 @@ func (e *chaosEnv) window(from, to time.Duration) {
 // GC pause or a VM migration, with its requests in flight and its lease
 // renewals stopped.
 func (e *chaosEnv) freeze(i int) error {
-	in := e.ins[i]
-	if err := in.Signal(syscall.SIGSTOP); err != nil {
+	if err := e.ins[i].signal(syscall.SIGSTOP); err != nil {
 		return fmt.Errorf("SIGSTOP instance %d: %w", i+1, err)
 	}
 	e.mu.Lock()
@@ -215,7 +219,7 @@ func (e *chaosEnv) thaw(i int) error {
 	e.mu.Lock()
 	delete(e.frozen, i)
 	e.mu.Unlock()
-	if err := e.ins[i].Signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	if err := e.ins[i].signal(syscall.SIGCONT); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("SIGCONT instance %d: %w", i+1, err)
 	}
 	return nil
@@ -235,7 +239,7 @@ func (e *chaosEnv) thawAll() {
 }
 
 // pid is instance i's process id.
-func (e *chaosEnv) pid(i int) int { return e.ins[i].PID() }
+func (e *chaosEnv) pid(i int) int { return e.ins[i].pid() }
 
 // pauseMarker is what an instance logs when a request starts its
 // X-Chaos-Pause stall (inventory's critical section, after the claim).
@@ -262,22 +266,33 @@ func (e *chaosEnv) waitPausing(ctx context.Context, i, before, want int, limit t
 }
 
 func (e *chaosEnv) pausesLogged(i int) int {
-	b, err := os.ReadFile(e.ins[i].LogPath)
+	b, err := os.ReadFile(e.ins[i].logFile())
 	if err != nil {
 		return 0
 	}
 	return bytes.Count(b, []byte(pauseMarker))
 }
 
-// teardown stops everything the run started, instances first (thawed, so
-// that they can drain), then forwarders and servers. Problems are recorded
-// as notes: the run's figures are already taken.
-func (e *chaosEnv) teardown() []string {
+// stopInstances stops the instances, thawed first so that they can drain.
+// Problems are recorded as notes: the run's figures are already taken.
+func (e *chaosEnv) stopInstances() []string {
 	var notes []string
 	e.thawAll()
-	if err := procs.StopAll(e.ins); err != nil {
+	if err := procs.StopAll(e.procs); err != nil {
 		notes = append(notes, "stopping instances: "+err.Error())
 	}
+	e.procs = nil
+	if e.net != nil {
+		notes = append(notes, e.net.stopInstances()...)
+	}
+	return notes
+}
+
+// teardown stops everything the run started, instances first, then
+// forwarders and servers, then the network with whatever still runs in
+// it.
+func (e *chaosEnv) teardown() []string {
+	notes := e.stopInstances()
 	for _, f := range e.fwds {
 		_ = f.Close()
 	}
@@ -290,6 +305,12 @@ func (e *chaosEnv) teardown() []string {
 	if e.etcd != nil {
 		_ = e.etcd.Close()
 	}
+	if e.pg != nil {
+		e.pg.close()
+	}
+	if e.net != nil {
+		notes = append(notes, e.net.close()...)
+	}
 	e.client.Close()
 	if e.load != nil {
 		e.load.client.Close()
@@ -297,21 +318,34 @@ func (e *chaosEnv) teardown() []string {
 	return notes
 }
 
-// scrape sums the chaos counters over every instance.
-func (e *chaosEnv) scrape(ctx context.Context) (map[string]float64, error) {
-	total := map[string]float64{}
+// scrape reads the chaos counters of every instance; an instance that
+// does not answer gets an empty map.
+func (e *chaosEnv) scrape(ctx context.Context) ([]map[string]float64, error) {
+	out := make([]map[string]float64, len(e.ins))
 	var errs []error
 	for i, in := range e.ins {
-		m, err := scrapeCounters(ctx, e.client, in.URL, scrapedMetrics)
+		m, err := scrapeCounters(ctx, e.client, in.baseURL(), scrapedMetrics)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("instance %d: %w", i+1, err))
-			continue
+			m = map[string]float64{}
 		}
-		for k, v := range m {
-			total[k] += v
-		}
+		out[i] = m
 	}
-	return total, errors.Join(errs...)
+	return out, errors.Join(errs...)
+}
+
+// newClient is a client of the instances, with its connections opened
+// from the load tester's member in a namespaced run; wrap, when set, wraps
+// its transport.
+func (e *chaosEnv) newClient(idle int, adminToken string, timeout time.Duration, wrap func(http.RoundTripper) http.RoundTripper) *client.Client {
+	if e.net != nil {
+		return e.net.httpClient(idle, adminToken, timeout, wrap)
+	}
+	c := client.New(idle, adminToken, timeout)
+	if wrap != nil {
+		c.WrapTransport(wrap)
+	}
+	return c
 }
 
 func ms(d time.Duration) float64 { return tally.Round(float64(d)/float64(time.Millisecond), 3) }

@@ -62,13 +62,27 @@ func TestChaosRedisClockJumpFencingOff(t *testing.T) {
 	}
 }
 
-// nemesisTest is a short nemesis: the schedule still holds the forced pause.
-func nemesisTest(t *testing.T, fencing string) Run {
-	return chaosTest(t, "nemesis", "redlock", fencing, func(cc *Config) { cc.NemesisDuration = 8 * time.Second })
+// nemesisTest is a short nemesis (total of faults): the schedule still
+// holds the forced pause, and its seed is the first from 20260101 whose
+// schedule also partitions, so that the bounded run always cuts a link.
+func nemesisTest(t *testing.T, backend, fencing string, total time.Duration) Run {
+	t.Helper()
+	w := nemesisWorld{backend: backend, instances: DefaultConfig().Instances, locks: 5, skus: histSKUs}
+	expiry := defaultLockTTL
+	if backend == "zookeeper" {
+		w.locks, expiry = 3, zkSessionTimeout
+	}
+	seed := uint64(20260101)
+	for !slices.ContainsFunc(nemesisSchedule(seed, total, pastExpiry(expiry), w), func(s nemesisStep) bool {
+		return s.Kind == nemCutInstance || s.Kind == nemCutMinority || s.Kind == nemCutLeader
+	}) {
+		seed++
+	}
+	return chaosTest(t, "nemesis", backend, fencing, func(cc *Config) { cc.NemesisDuration, cc.Seed = total, seed })
 }
 
 func TestChaosNemesisFencingOn(t *testing.T) {
-	r := nemesisTest(t, "on")
+	r := nemesisTest(t, "redlock", "on", 8*time.Second)
 	h := requireHistory(t, r)
 	requirePass(t, r)
 	if len(h.Violations) != 0 || len(h.Undecided) != 0 {
@@ -77,7 +91,7 @@ func TestChaosNemesisFencingOn(t *testing.T) {
 }
 
 func TestChaosNemesisFencingOff(t *testing.T) {
-	r := nemesisTest(t, "off")
+	r := nemesisTest(t, "redlock", "off", 8*time.Second)
 	h := requireHistory(t, r)
 	requirePass(t, r)
 	if len(h.Violations) == 0 {
@@ -86,33 +100,52 @@ func TestChaosNemesisFencingOff(t *testing.T) {
 }
 
 // TestNemesisScheduleReproducible: a seed replays its schedule, which holds
-// exactly one forced pause, at most one Postgres restart, and fits the run.
+// exactly one forced pause, at most one Postgres restart, only faults the
+// backend's world can take, and fits the run; across seeds every kind of
+// partition is drawn.
 func TestNemesisScheduleReproducible(t *testing.T) {
 	const total, holder = 60 * time.Second, 2 * time.Second
-	for seed := uint64(1); seed <= 200; seed++ {
-		a := nemesisSchedule(seed, total, holder, 3, 5, 3)
-		if b := nemesisSchedule(seed, total, holder, 3, 5, 3); !slices.Equal(a, b) {
-			t.Fatalf("seed %d: two schedules differ:\n%v\n%v", seed, a, b)
-		}
-		var at time.Duration
-		forced, restarts := 0, 0
-		for _, s := range a {
-			at += s.Gap + s.For
-			switch s.Kind {
-			case nemPauseHolder:
-				forced++
-			case nemPostgres:
-				restarts++
+	redlock := nemesisWorld{backend: "redlock", instances: 3, locks: 5, skus: 3}
+	zk := nemesisWorld{backend: "zookeeper", instances: 3, locks: 3, skus: 3}
+	for _, w := range []nemesisWorld{redlock, zk} {
+		drawn := map[string]bool{}
+		for seed := uint64(1); seed <= 200; seed++ {
+			a := nemesisSchedule(seed, total, holder, w)
+			if b := nemesisSchedule(seed, total, holder, w); !slices.Equal(a, b) {
+				t.Fatalf("%s seed %d: two schedules differ:\n%v\n%v", w.backend, seed, a, b)
+			}
+			var at time.Duration
+			forced, restarts := 0, 0
+			for _, s := range a {
+				at += s.Gap + s.For
+				drawn[s.Kind] = true
+				switch s.Kind {
+				case nemPauseHolder:
+					forced++
+				case nemPostgres:
+					restarts++
+				}
+				if s.Kind != nemPauseHolder && !slices.Contains(w.kinds(), s.Kind) {
+					t.Fatalf("%s seed %d: drew %s, not a fault of this world", w.backend, seed, s.Kind)
+				}
+			}
+			if forced != 1 || restarts > 1 || at > total+holder+1200*time.Millisecond {
+				t.Fatalf("%s seed %d: %d forced pauses, %d restarts, %v of faults: %v", w.backend, seed, forced, restarts, at, a)
 			}
 		}
-		if forced != 1 || restarts > 1 || at > total+holder+1200*time.Millisecond {
-			t.Fatalf("seed %d: %d forced pauses, %d restarts, %v of faults: %v", seed, forced, restarts, at, a)
+		for _, k := range w.kinds() {
+			if !drawn[k] {
+				t.Errorf("%s: %s never drawn in 200 seeds", w.backend, k)
+			}
 		}
 	}
-	if slices.Equal(nemesisSchedule(1, total, holder, 3, 5, 3), nemesisSchedule(2, total, holder, 3, 5, 3)) {
+	if slices.Contains(zk.kinds(), nemClockJump) || slices.Contains(zk.kinds(), nemCutMinority) || slices.Contains(redlock.kinds(), nemCutLeader) {
+		t.Fatalf("kinds: zookeeper %v, redlock %v", zk.kinds(), redlock.kinds())
+	}
+	if slices.Equal(nemesisSchedule(1, total, holder, redlock), nemesisSchedule(2, total, holder, redlock)) {
 		t.Fatal("seeds 1 and 2 drew the same schedule")
 	}
-	short := nemesisSchedule(7, time.Second, holder, 3, 5, 3)
+	short := nemesisSchedule(7, time.Second, holder, redlock)
 	if len(short) != 1 || short[0].Kind != nemPauseHolder {
 		t.Fatalf("a run too short for any step still gets the forced pause alone, got %v", short)
 	}

@@ -118,7 +118,7 @@ func (e *chaosEnv) checkHistory(ctx context.Context, out *Run) {
 			hc.Unknown++
 		}
 	}
-	final, err := readFinal(ctx, e.opts.DatabaseURL, r.skus)
+	final, err := readFinal(ctx, e.dbConnect, r.skus)
 	if err != nil {
 		hc.Error = err.Error()
 		return
@@ -170,10 +170,10 @@ func firstViolating(rep history.Report) string {
 
 // readFinal reads the orders with a line on skus, all their lines, and the
 // counters of skus.
-func readFinal(ctx context.Context, dsn string, skus []string) (history.Final, error) {
+func readFinal(ctx context.Context, connect func(context.Context) (*pgx.Conn, error), skus []string) (history.Final, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
+	conn, err := connect(ctx)
 	if err != nil {
 		return history.Final{}, fmt.Errorf("final read: %w", err)
 	}
@@ -239,4 +239,17 @@ func (h *HistoryCheck) notes() []string {
 		out = append(out, "Checker: "+h.Report)
 	}
 	return out
+}
+
+// dbConnect opens a connection to the run's database, from the load
+// tester's member in a namespaced run.
+func (e *chaosEnv) dbConnect(ctx context.Context) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(e.opts.DatabaseURL)
+	if err != nil {
+		return nil, err
+	}
+	if e.net != nil {
+		cfg.DialFunc = e.net.dial
+	}
+	return pgx.ConnectConfig(ctx, cfg)
 }

@@ -62,12 +62,9 @@ type histRecorder struct {
 // newHistRecorder makes nSKUs SKUs of its own with stock units each,
 // through the first instance.
 func (e *chaosEnv) newHistRecorder(ctx context.Context, nSKUs, stock int) (*histRecorder, error) {
-	urls := make([]string, len(e.ins))
-	for i, in := range e.ins {
-		urls[i] = in.URL
-	}
-	r := &histRecorder{client: client.New(32, "", e.cc.RequestTimeout), urls: urls, stock: stock, runID: e.load.runID}
-	r.client.WrapTransport(func(rt http.RoundTripper) http.RoundTripper { return chaosTransport{base: rt} })
+	urls := e.urls()
+	r := &histRecorder{urls: urls, stock: stock, runID: e.load.runID,
+		client: e.newClient(32, "", e.cc.RequestTimeout, func(rt http.RoundTripper) http.RoundTripper { return chaosTransport{base: rt} })}
 	for i := range nSKUs {
 		sku := fmt.Sprintf("%s-h%02d", e.load.runID, i)
 		if _, err := e.client.PutSKU(ctx, urls[0], sku, stock); err != nil {

@@ -56,10 +56,14 @@ const netDialTimeout = 5 * time.Second
 // touched. close removes all of it.
 type netRig struct {
 	topo *netns.Topology
-	// locks are the lock servers' members in order (redis1..5, zk1..3, etcd1..3).
-	locks []string
-	pg    *postgresServer
-	ins   []*netInstance
+	// locks are the lock servers' members in order (redis1..5, zk1..3,
+	// etcd1..3), lockProcs their processes (redis and zookeeper).
+	locks     []string
+	lockProcs []*netns.Process
+	backend   string
+	dir       string // the run's log directory
+	pg        *postgresServer
+	ins       []*netInstance
 }
 
 // netInstance is one `stockguard serve` running inside its own member.
@@ -106,7 +110,7 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 	} else if len(removed) > 0 {
 		e.event(EventNote, "removed %d namespaces a crashed run left behind", len(removed))
 	}
-	r := &netRig{}
+	r := &netRig{backend: e.plan.backend, dir: e.dir}
 	switch e.plan.backend {
 	case "redis":
 		r.locks = []string{"redis1"}
@@ -119,6 +123,7 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 	default:
 		return nil, fmt.Errorf("partition scenarios: backend %q has no lock servers to cut off", e.plan.backend)
 	}
+	r.lockProcs = make([]*netns.Process, len(r.locks))
 	members := append([]string{memberClient, memberPostgres}, r.locks...)
 	for i := range e.cc.Instances {
 		members = append(members, instanceMember(i))
@@ -134,7 +139,7 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 	e.opts.DatabaseURL = r.pg.url
 	switch e.plan.backend {
 	case "zookeeper":
-		if err := r.startZK(ctx, e.dir); err != nil {
+		if err := r.startZK(ctx); err != nil {
 			return r, err
 		}
 		e.opts.ZKServers = strings.Join(r.lockAddrs(zkClientPort), ",")
@@ -144,7 +149,7 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 		}
 		e.opts.EtcdEndpoints = strings.Join(r.lockAddrs(etcdClientPort), ",")
 	default:
-		if err := r.startRedis(ctx, e.dir); err != nil {
+		if err := r.startRedis(ctx); err != nil {
 			return r, err
 		}
 		e.opts.RedisAddrs = strings.Join(r.lockAddrs(redisPort), ",")
@@ -152,10 +157,10 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 	if err := r.startInstances(ctx, e); err != nil {
 		return r, err
 	}
-	urls := make([]string, len(r.ins))
-	for i, in := range r.ins {
-		urls[i] = in.url
+	for _, in := range r.ins {
+		e.ins = append(e.ins, in)
 	}
+	urls := e.urls()
 	skus := make([]string, e.cc.SKUs)
 	for i := range skus {
 		skus[i] = run.SKUName(runID, i)
@@ -239,32 +244,40 @@ func waitUp(ctx context.Context, what string, p *netns.Process, logPath string, 
 // busy two-core machine takes seconds.
 const serverStartLimit = 60 * time.Second
 
-func (r *netRig) startRedis(ctx context.Context, dir string) error {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return fmt.Errorf("redis-server not found (%w); run scripts/stack.sh up to install it", err)
-	}
-	for _, m := range r.locks {
-		d := filepath.Join(dir, m)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-		addr := r.addr(m, redisPort)
-		logPath := filepath.Join(d, "redis.log")
-		cmd := exec.Command(bin, "--port", strconv.Itoa(redisPort), "--bind", r.topo.Member(m).Addr().String(),
-			"--protected-mode", "no", "--save", "", "--appendonly", "no", "--daemonize", "no",
-			"--dir", d, "--logfile", logPath)
-		p, err := r.startLogged(m, cmd, logPath)
-		if err != nil {
-			return err
-		}
-		if err := waitUp(ctx, "redis-server "+addr, p, logPath, serverStartLimit, func(ctx context.Context) error {
-			return r.redisPing(ctx, addr)
-		}); err != nil {
+func (r *netRig) startRedis(ctx context.Context) error {
+	for i := range r.locks {
+		if err := r.startRedisNode(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// startRedisNode starts lock server i, a redis-server without persistence,
+// and waits until it answers.
+func (r *netRig) startRedisNode(ctx context.Context, i int) error {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return fmt.Errorf("redis-server not found (%w); run scripts/stack.sh up to install it", err)
+	}
+	m := r.locks[i]
+	d := filepath.Join(r.dir, m)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	addr := r.addr(m, redisPort)
+	logPath := filepath.Join(d, "redis.log")
+	cmd := exec.Command(bin, "--port", strconv.Itoa(redisPort), "--bind", r.topo.Member(m).Addr().String(),
+		"--protected-mode", "no", "--save", "", "--appendonly", "no", "--daemonize", "no",
+		"--dir", d, "--logfile", logPath)
+	p, err := r.startLogged(m, cmd, logPath)
+	if err != nil {
+		return err
+	}
+	r.lockProcs[i] = p
+	return waitUp(ctx, "redis-server "+addr, p, logPath, serverStartLimit, func(ctx context.Context) error {
+		return r.redisPing(ctx, addr)
+	})
 }
 
 // redisPing sends PING over a bare connection from the load tester's
@@ -290,37 +303,66 @@ func (r *netRig) redisPing(ctx context.Context, addr string) error {
 	return nil
 }
 
-func (r *netRig) startZK(ctx context.Context, dir string) error {
-	peers := make([]stack.ZKPeer, len(r.locks))
-	for i, m := range r.locks {
-		peers[i] = stack.ZKPeer{Host: r.topo.Member(m).Addr().String(), ClientPort: zkClientPort, QuorumPort: zkQuorum, ElectionPort: zkElection}
-	}
-	nodes := make([]*netns.Process, len(r.locks))
+func (r *netRig) startZK(ctx context.Context) error {
 	// Boot every JVM before waiting: none serves until a quorum runs.
-	for i, m := range r.locks {
-		d := filepath.Join(dir, m)
-		if err := stack.WriteZKConfig(d, i+1, peers); err != nil {
-			return err
-		}
-		cmd, err := stack.ZKCommand(d)
-		if err != nil {
-			return err
-		}
-		if nodes[i], err = r.startLogged(m, cmd, filepath.Join(d, "zookeeper.log")); err != nil {
+	for i := range r.locks {
+		if err := r.bootZK(i); err != nil {
 			return err
 		}
 	}
-	for i, m := range r.locks {
-		addr := r.addr(m, zkClientPort)
-		if err := waitUp(ctx, "zookeeper "+addr, nodes[i], filepath.Join(dir, m, "zookeeper.log"), serverStartLimit,
-			func(ctx context.Context) error {
-				_, err := stack.ZKModeDial(ctx, r.dial, addr)
-				return err
-			}); err != nil {
+	for i := range r.locks {
+		if err := r.waitZK(ctx, i); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// bootZK starts ZooKeeper node i in its member, its data directory kept
+// from an earlier start.
+func (r *netRig) bootZK(i int) error {
+	peers := make([]stack.ZKPeer, len(r.locks))
+	for j, m := range r.locks {
+		peers[j] = stack.ZKPeer{Host: r.topo.Member(m).Addr().String(), ClientPort: zkClientPort, QuorumPort: zkQuorum, ElectionPort: zkElection}
+	}
+	m := r.locks[i]
+	d := filepath.Join(r.dir, m)
+	if err := stack.WriteZKConfig(d, i+1, peers); err != nil {
+		return err
+	}
+	cmd, err := stack.ZKCommand(d)
+	if err != nil {
+		return err
+	}
+	r.lockProcs[i], err = r.startLogged(m, cmd, filepath.Join(d, "zookeeper.log"))
+	return err
+}
+
+// waitZK waits until ZooKeeper node i serves as leader or follower.
+func (r *netRig) waitZK(ctx context.Context, i int) error {
+	m := r.locks[i]
+	addr := r.addr(m, zkClientPort)
+	return waitUp(ctx, "zookeeper "+addr, r.lockProcs[i], filepath.Join(r.dir, m, "zookeeper.log"), serverStartLimit,
+		func(ctx context.Context) error {
+			_, err := stack.ZKModeDial(ctx, r.dial, addr)
+			return err
+		})
+}
+
+// killLock SIGKILLs lock server i; a Redis comes back empty (it keeps
+// nothing on disk), a ZooKeeper node with its data.
+func (r *netRig) killLock(i int) error { return r.lockProcs[i].Kill() }
+
+// restartLock starts lock server i again after killLock and waits until
+// it serves.
+func (r *netRig) restartLock(ctx context.Context, i int) error {
+	if r.backend != "zookeeper" {
+		return r.startRedisNode(ctx, i)
+	}
+	if err := r.bootZK(i); err != nil {
+		return err
+	}
+	return r.waitZK(ctx, i)
 }
 
 // zkLeader asks each ZooKeeper node reachable from the load tester for its
@@ -380,16 +422,24 @@ func (r *netRig) startInstances(ctx context.Context, e *chaosEnv) error {
 	return nil
 }
 
-// close stops the instances (SIGTERM, so they drain and release), then
-// removes the topology, which kills every other process in it, and
-// Postgres's data directory. Safe after a partial start.
-func (r *netRig) close() []string {
+// stopInstances stops the instances (SIGTERM, so they drain and release);
+// the servers keep running.
+func (r *netRig) stopInstances() []string {
 	var notes []string
 	for _, in := range r.ins {
 		if err := in.stop(); err != nil {
 			notes = append(notes, err.Error())
 		}
 	}
+	r.ins = nil
+	return notes
+}
+
+// close stops the instances still running, then removes the topology,
+// which kills every other process in it, and Postgres's data directory.
+// Safe after a partial start.
+func (r *netRig) close() []string {
+	notes := r.stopInstances()
 	if r.topo != nil {
 		if err := r.topo.Close(); err != nil {
 			notes = append(notes, "removing network namespaces: "+err.Error())

@@ -2,14 +2,19 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/stockguard/stockguard/internal/stack/netns"
 )
 
 // pgBinDir is where Debian's PostgreSQL 15 keeps initdb and postgres.
@@ -24,6 +29,10 @@ const pgPort = 5432
 type postgresServer struct {
 	dir string // the scratch directory, outside the run's log directory (which postgres cannot enter)
 	url string
+
+	rig                   *netRig
+	member, data, logPath string
+	proc                  *netns.Process
 }
 
 // startPostgres initdb's a cluster and runs postgres inside member, its
@@ -46,11 +55,6 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 		return s, fmt.Errorf("postgres scratch dir: %w", err)
 	}
 	data := filepath.Join(dir, "data")
-	// setpriv execs in place (no fork, unlike runuser), so the PID the
-	// topology holds is postgres's own.
-	asPostgres := func(bin string, args ...string) []string {
-		return append([]string{"--reuid=postgres", "--regid=postgres", "--init-groups", "--", filepath.Join(pgBinDir, bin)}, args...)
-	}
 	initdb := exec.CommandContext(ctx, "setpriv", asPostgres("initdb", "-D", data, "-U", "postgres",
 		"--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C")...)
 	if out, err := initdb.CombinedOutput(); err != nil {
@@ -69,22 +73,37 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 	if err != nil {
 		return s, fmt.Errorf("pg_hba.conf: %w", err)
 	}
-	addr := r.topo.Member(member).Addr().String()
-	logPath := filepath.Join(logDir, "postgres.log")
-	p, err := r.startLogged(member, exec.Command("setpriv", asPostgres("postgres", "-D", data,
-		"-c", "listen_addresses="+addr, "-p", strconv.Itoa(pgPort), "-c", "unix_socket_directories="+dir,
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=200")...), logPath)
-	if err != nil {
-		return s, err
-	}
 	s.url = fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", r.addr(member, pgPort))
+	s.rig, s.member, s.data, s.logPath = r, member, data, filepath.Join(logDir, "postgres.log")
+	return s, s.Start(ctx)
+}
+
+// asPostgres is the setpriv command line that runs bin as the postgres
+// user; setpriv execs in place (no fork, unlike runuser), so the PID the
+// topology holds is postgres's own.
+func asPostgres(bin string, args ...string) []string {
+	return append([]string{"--reuid=postgres", "--regid=postgres", "--init-groups", "--", filepath.Join(pgBinDir, bin)}, args...)
+}
+
+// Start runs postgres on the cluster inside its member and waits until it
+// accepts connections from the load tester's member.
+func (s *postgresServer) Start(ctx context.Context) error {
+	r := s.rig
+	addr := r.topo.Member(s.member).Addr().String()
+	p, err := r.startLogged(s.member, exec.Command("setpriv", asPostgres("postgres", "-D", s.data,
+		"-c", "listen_addresses="+addr, "-p", strconv.Itoa(pgPort), "-c", "unix_socket_directories="+s.dir,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=200")...), s.logPath)
+	if err != nil {
+		return err
+	}
+	s.proc = p
 	cfg, err := pgx.ParseConfig(s.url)
 	if err != nil {
-		return s, err
+		return err
 	}
 	cfg.DialFunc = r.dial
-	return s, waitUp(ctx, "postgres "+addr, p, logPath, serverStartLimit, func(ctx context.Context) error {
+	return waitUp(ctx, "postgres "+addr, p, s.logPath, serverStartLimit, func(ctx context.Context) error {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
 			return err
@@ -93,6 +112,27 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 		return conn.Ping(ctx)
 	})
 }
+
+// pgStopLimit bounds a fast shutdown: open transactions are rolled back and
+// connections closed at once, so it takes a second or two under load.
+const pgStopLimit = 30 * time.Second
+
+// Stop is a fast shutdown (SIGINT): open transactions roll back, every
+// connection is closed; it returns once postgres has exited.
+func (s *postgresServer) Stop() error {
+	if err := s.proc.Signal(syscall.SIGINT); err != nil {
+		return err
+	}
+	select {
+	case <-s.proc.Done():
+		return nil
+	case <-time.After(pgStopLimit):
+		return errors.Join(fmt.Errorf("postgres did not stop within %v of SIGINT; killed", pgStopLimit), s.proc.Kill())
+	}
+}
+
+// PID is the running postgres's process id.
+func (s *postgresServer) PID() int { return s.proc.PID() }
 
 // remove deletes the scratch directory; the server died with the topology.
 func (s *postgresServer) remove() error {

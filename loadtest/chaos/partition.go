@@ -19,7 +19,7 @@ var (
 	partitionHolderScenario = &scenario{
 		Name: "partition-holder", Backends: []string{"redis", "redlock", "zookeeper", "etcd"}, DamageUnfenced: true,
 		Summary: "Cut the instance holding a lease between claim and write off from its lock servers (it still reaches Postgres and the clients) until its lease is lost and another instance holds the lock; its write goes out; heal.",
-		run:     netScenario(partitionHolder),
+		net:     true, fault: partitionHolder,
 		check: func(r *Run) []string {
 			out := needStaleRejected(r)
 			if r.Metrics[metricVictimLeasesLost] == 0 {
@@ -31,7 +31,7 @@ var (
 	partitionLockMinorityScenario = &scenario{
 		Name: "partition-lock-minority", Backends: []string{"redlock"},
 		Summary: "Cut 2 of the 5 Redlock masters off from everything else (instances, clients, the other masters), then heal: the majority keeps granting locks, so orders keep succeeding.",
-		run:     netScenario(partitionLockMinority),
+		net:     true, fault: partitionLockMinority,
 		check: func(r *Run) []string {
 			if r.Fault.ReservedDuring == 0 {
 				return []string{"no order succeeded while 2 of 5 masters were cut off"}
@@ -42,7 +42,7 @@ var (
 	partitionZKLeaderScenario = &scenario{
 		Name: "partition-zk-leader", Backends: []string{"zookeeper"},
 		Summary: "Cut the ZooKeeper leader off from the other two nodes and every instance: the majority elects a new leader, sessions move to it, orders resume while the old leader is still cut off; heal.",
-		run:     netScenario(partitionZKLeader),
+		net:     true, fault: partitionZKLeader,
 		check: func(r *Run) []string {
 			var out []string
 			if r.Fault.ReservedDuring == 0 {
@@ -67,15 +67,19 @@ func leaseExpiry(e *chaosEnv) (time.Duration, string) {
 	return ttl, "lock TTL"
 }
 
-func partitionHolder(ctx context.Context, n *netRun) error {
-	e, rig, v := n.e, n.rig, n.victim()
+// pastExpiry is how long a holder is frozen or stalled so that its lease,
+// lasting expiry, is surely gone by the end: half as long again, at least
+// a second more.
+func pastExpiry(expiry time.Duration) time.Duration { return expiry + max(time.Second, expiry/2) }
+
+func partitionHolder(ctx context.Context, e *chaosEnv) error {
+	rig, v := e.net, e.victim()
 	expiry, what := leaseExpiry(e)
-	// The stall outlasts the lease by as much again as pause-holder's
-	// SIGSTOP does: by then the lock servers have let the lease go and
+	// By the end of the stall the lock servers have let the lease go and
 	// another instance claimed the row.
-	stall := expiry + max(time.Second, expiry/2)
-	answered := n.stallVictim(ctx, stall)
-	claimed := n.rowTokens(ctx)
+	stall := pastExpiry(expiry)
+	answered := e.stallVictim(ctx, stall)
+	claimed := e.rowTokens(ctx)
 	from := e.event(EventFault, "partition instance %d (%s) from the lock servers (%s) for the rest of its %v stall, past the %s of %v; it still reaches Postgres and the clients",
 		v+1, rig.topo.Member(rig.ins[v].member).Addr(), strings.Join(rig.locks, ", "), stall, what, expiry)
 	if err := rig.topo.Partition(ctx, []string{rig.ins[v].member}, rig.locks); err != nil {
@@ -89,10 +93,10 @@ func partitionHolder(ctx context.Context, n *netRun) error {
 		return ctx.Err()
 	}
 	// Unfenced writes leave the tokens alone: the note is for fenced runs.
-	if now := n.rowTokens(ctx); now != "" && now != claimed {
+	if now := e.rowTokens(ctx); now != "" && now != claimed {
 		e.event(EventNote, "rows' fence tokens %s when the stall began, %s now: other instances took the lock during the partition", claimed, now)
 	}
-	lost, err := n.victimLeasesLost(ctx)
+	lost, err := e.victimLeasesLost(ctx)
 	if err != nil {
 		return err
 	}
@@ -105,14 +109,13 @@ func partitionHolder(ctx context.Context, n *netRun) error {
 	// A ZooKeeper instance must first learn that its session expired and
 	// open a new one, which takes seconds on a busy machine: the load goes
 	// on until it has placed an order again.
-	e.background(func() { n.awaitRecovery(ctx, v, 30*time.Second) })
+	e.background(func() { e.awaitRecovery(ctx, v, 30*time.Second) })
 	return nil
 }
 
 // awaitRecovery waits, at most limit, for instance i's first 201 after
 // the heal and notes it.
-func (n *netRun) awaitRecovery(ctx context.Context, i int, limit time.Duration) {
-	e := n.e
+func (e *chaosEnv) awaitRecovery(ctx context.Context, i int, limit time.Duration) {
 	e.mu.Lock()
 	healAt := e.healAt
 	e.mu.Unlock()
@@ -130,8 +133,8 @@ func (n *netRun) awaitRecovery(ctx context.Context, i int, limit time.Duration) 
 	e.event(EventNote, "instance %d placed no order within %v of the heal", i+1, limit)
 }
 
-func partitionLockMinority(ctx context.Context, n *netRun) error {
-	e, rig := n.e, n.rig
+func partitionLockMinority(ctx context.Context, e *chaosEnv) error {
+	rig := e.net
 	cut := rig.locks[:2]
 	down := max(3*time.Second, 3*e.plan.sc.lockTTL(e.cc))
 	from := e.event(EventFault, "partition Redis masters %s (2 of %d) from every other member (instances, clients, the other masters) for %v; the servers keep running",
@@ -148,8 +151,8 @@ func partitionLockMinority(ctx context.Context, n *netRun) error {
 	return nil
 }
 
-func partitionZKLeader(ctx context.Context, n *netRun) error {
-	e, rig := n.e, n.rig
+func partitionZKLeader(ctx context.Context, e *chaosEnv) error {
+	rig := e.net
 	all := []int{0, 1, 2}
 	leader, err := rig.waitZKLeader(ctx, all, 10*time.Second)
 	if err != nil {
@@ -198,10 +201,10 @@ func partitionZKLeader(ctx context.Context, n *netRun) error {
 
 // rowTokens lists the hot SKUs' fence tokens as the store has them, e.g.
 // "s00000=812"; empty if a read fails (the figure is a note, not a check).
-func (n *netRun) rowTokens(ctx context.Context) string {
-	parts := make([]string, 0, len(n.e.load.skus))
-	for _, sku := range n.e.load.skus {
-		st, err := n.e.client.GetSKU(ctx, n.rig.ins[0].url, sku)
+func (e *chaosEnv) rowTokens(ctx context.Context) string {
+	parts := make([]string, 0, len(e.load.skus))
+	for _, sku := range e.load.skus {
+		st, err := e.client.GetSKU(ctx, e.ins[0].baseURL(), sku)
 		if err != nil {
 			return ""
 		}

@@ -59,14 +59,9 @@ func (e *chaosEnv) startPrivatePostgres(ctx context.Context) error {
 	return nil
 }
 
-// finishHistory checks the recorded history and closes the run's Postgres;
-// the finish of every scenario that records one.
-func finishHistory(ctx context.Context, e *chaosEnv, r *Run) {
-	e.checkHistory(ctx, r)
-	if e.pg != nil {
-		e.pg.close()
-	}
-}
+// finishHistory checks the recorded history; the finish of every scenario
+// that records one.
+func finishHistory(ctx context.Context, e *chaosEnv, r *Run) { e.checkHistory(ctx, r) }
 
 func postgresRestartScenario() *scenario {
 	return &scenario{

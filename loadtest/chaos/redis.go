@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"time"
 
@@ -23,12 +24,17 @@ type failoverRig struct {
 	link, front     *forwarder
 }
 
+// dialFunc opens a connection; nil means the host's own dialer.
+type dialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
 // redisAdmin runs one admin command with a short-lived client, bounded by
-// a few seconds: the servers are local and answer at once when up.
-func redisAdmin(ctx context.Context, addr string, fn func(context.Context, *redis.Client) error) error {
+// a few seconds: the servers are local and answer at once when up. dial,
+// when set, opens the client's connection (from the load tester's member
+// in a namespaced run).
+func redisAdmin(ctx context.Context, dial dialFunc, addr string, fn func(context.Context, *redis.Client) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second,
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: time.Second, Dialer: dial,
 		ContextTimeoutEnabled: true, PoolSize: 1, DisableIdentity: true})
 	defer c.Close()
 	return fn(ctx, c)
@@ -41,7 +47,7 @@ func waitReplicaLinked(ctx context.Context, addr string, limit time.Duration) er
 	defer cancel()
 	var last error
 	for ctx.Err() == nil {
-		last = redisAdmin(ctx, addr, func(ctx context.Context, c *redis.Client) error {
+		last = redisAdmin(ctx, nil, addr, func(ctx context.Context, c *redis.Client) error {
 			info, err := c.Info(ctx, "replication").Result()
 			if err != nil {
 				return err
@@ -61,7 +67,7 @@ func waitReplicaLinked(ctx context.Context, addr string, limit time.Duration) er
 
 // promote turns a replica into a master that keeps the data it has.
 func promote(ctx context.Context, addr string) error {
-	return redisAdmin(ctx, addr, func(ctx context.Context, c *redis.Client) error {
+	return redisAdmin(ctx, nil, addr, func(ctx context.Context, c *redis.Client) error {
 		return c.Do(ctx, "REPLICAOF", "NO", "ONE").Err()
 	})
 }
@@ -70,7 +76,7 @@ func promote(ctx context.Context, addr string) error {
 // (stockguard:{sku}:fence, the INCR that issues tokens) on one server.
 func fenceCounters(ctx context.Context, addr string, skus []string) (map[string]int64, error) {
 	out := make(map[string]int64, len(skus))
-	err := redisAdmin(ctx, addr, func(ctx context.Context, c *redis.Client) error {
+	err := redisAdmin(ctx, nil, addr, func(ctx context.Context, c *redis.Client) error {
 		for _, s := range skus {
 			v, err := c.Get(ctx, "stockguard:{"+s+"}:fence").Int64()
 			if err != nil && !errors.Is(err, redis.Nil) {

@@ -115,17 +115,16 @@ func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *pro
 	}
 	run.Logs = dir
 	e := newChaosEnv(cc, p, dir, prog)
-	execute := e.execute
-	if p.sc.run != nil {
-		execute = func(ctx context.Context, out *Run) error { return p.sc.run(ctx, e, out) }
-	}
-	err := execute(ctx, &run)
+	err := e.execute(ctx, &run)
 	setup := e.opts.Setup() // after execute: it points the options at the run's own servers
 	run.Setup = &setup
-	run.Notes = append(run.Notes, e.teardown()...)
+	// The final state is read once no instance can write any more, while
+	// the servers still run.
+	run.Notes = append(run.Notes, e.stopInstances()...)
 	if p.sc.finish != nil {
 		p.sc.finish(ctx, e, &run)
 	}
+	run.Notes = append(run.Notes, e.teardown()...)
 	if err != nil {
 		run.Error = err.Error()
 	}
@@ -134,24 +133,21 @@ func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *pro
 	return run
 }
 
-// execute sets the run up, runs the load with the fault in it, and measures.
+// execute sets the run up, runs the load with the fault in it, and
+// measures: on loopback with the scenario's servers, or, for a scenario
+// that partitions, inside a network of its own (netenv.go), which
+// teardown removes with every process in it.
 func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
-	setup := e.plan.sc.setup
-	if setup == nil {
-		setup = func(ctx context.Context, e *chaosEnv) error { return e.startServers(ctx) }
-	}
-	if err := setup(ctx, e); err != nil {
-		return fmt.Errorf("start lock servers: %w", err)
-	}
 	runID := run.NewRunID()
-	if err := e.startInstances(ctx, runID); err != nil {
-		return fmt.Errorf("start instances: %w", err)
+	if err := e.start(ctx, runID); err != nil {
+		return err
 	}
 	// Counters from before the load (creating the SKUs) are not the run's.
 	baseline, err := e.scrape(ctx)
 	if err != nil {
 		out.Notes = append(out.Notes, "metrics before the load: "+err.Error())
 	}
+	e.victimLost = baseline[e.victim()][metricLockLeasesL]
 	out.StartedAt = time.Now().UTC()
 	e.load.run(ctx, e.cc.Concurrency, e.cc.Seed)
 	run.Sleep(ctx, e.cc.Warmup)
@@ -159,11 +155,16 @@ func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 	if faultErr != nil {
 		e.event(EventNote, "fault injection failed: %v", faultErr)
 		e.thawAll()
+		if e.net != nil {
+			if herr := e.net.topo.Heal(context.WithoutCancel(ctx)); herr != nil {
+				e.event(EventNote, "heal after the failed fault: %v", herr)
+			}
+		}
 	}
 	// The load runs for Duration at least, and for Recovery after the last
 	// event, so that the time to recover can be seen.
 	run.Sleep(ctx, max(e.cc.Duration, e.lastEventAt()+e.cc.Recovery)-e.load.since())
-	e.bg.Wait() // bounded: a restart gives up after 30s
+	e.bg.Wait() // bounded: each background step gives up on its own
 	run.Sleep(ctx, e.lastEventAt()+300*time.Millisecond-e.load.since())
 	e.load.stop()
 	loadFor := e.load.since()
@@ -182,16 +183,49 @@ func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 	if err != nil {
 		return err
 	}
-	metrics, err := e.scrape(ctx)
+	each, err := e.scrape(ctx)
 	if err != nil {
 		out.Notes = append(out.Notes, "metrics: "+err.Error())
 	}
-	for k := range metrics {
-		metrics[k] -= baseline[k]
+	total := map[string]float64{}
+	for i := range each {
+		var before map[string]float64 // none for an instance the fault added
+		if i < len(baseline) {
+			before = baseline[i]
+		}
+		for k, x := range each[i] {
+			total[k] += x - before[k]
+		}
 	}
-	e.fill(out, v, metrics, loadFor)
+	e.fill(out, v, total, loadFor)
+	if e.net != nil {
+		out.Metrics[metricVictimLeasesLost] = each[e.victim()][metricLockLeasesL] - e.victimLost
+	}
 	if faultErr != nil {
 		return fmt.Errorf("fault: %w", faultErr)
+	}
+	return nil
+}
+
+// start brings up the run's servers and instances and creates its SKUs.
+func (e *chaosEnv) start(ctx context.Context, runID string) error {
+	if e.plan.sc.net {
+		rig, err := startNet(ctx, e, runID)
+		e.net = rig // teardown closes even a partial rig
+		if err != nil {
+			return fmt.Errorf("start the network: %w", err)
+		}
+		return nil
+	}
+	setup := e.plan.sc.setup
+	if setup == nil {
+		setup = func(ctx context.Context, e *chaosEnv) error { return e.startServers(ctx) }
+	}
+	if err := setup(ctx, e); err != nil {
+		return fmt.Errorf("start lock servers: %w", err)
+	}
+	if err := e.startInstances(ctx, runID); err != nil {
+		return fmt.Errorf("start instances: %w", err)
 	}
 	return nil
 }

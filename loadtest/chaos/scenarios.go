@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/stockguard/stockguard/loadtest/client"
@@ -64,13 +65,14 @@ type scenario struct {
 	fault func(ctx context.Context, e *chaosEnv) error
 	// check lists what else a fenced run must show.
 	check func(r *Run) []string
-	// finish runs once the instances have stopped, whatever happened: it
-	// reads the final state, checks the recorded history into r.History,
-	// and closes what setup started that teardown does not know of.
+	// finish runs once the instances have stopped, whatever happened, and
+	// before the servers do: it reads the final state and checks the
+	// recorded history into r.History.
 	finish func(ctx context.Context, e *chaosEnv, r *Run)
-	// run, when set, replaces the whole run (servers, instances, load,
-	// fault, measures): the partition scenarios build their own network.
-	run func(ctx context.Context, e *chaosEnv, out *Run) error
+	// net: the run builds its own network of namespaces (netenv.go) for
+	// its servers and instances, and setup is not used; the partitioning
+	// scenarios' faults cut its links.
+	net bool
 }
 
 func (s *scenario) lockTTL(cc Config) time.Duration {
@@ -192,20 +194,30 @@ func needRecovery(r *Run) []string {
 func (e *chaosEnv) victim() int { return len(e.ins) - 1 }
 
 // stallVictim sends the victim one order per hot SKU that stalls for stall
-// between its claim and its write, and waits until the first is stalled
-// there. Only the first: the others may queue behind a two-line order that
-// holds one SKU while it waits for the stalled one, and the fault must land
-// while a stall is on.
-func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) {
+// between its claim and its write, waits until the first is stalled there,
+// and returns a channel closed once every stalled order answered. Only the
+// first: the others may queue behind a two-line order that holds one SKU
+// while it waits for the stalled one, and the fault must land while a
+// stall is on.
+func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) <-chan struct{} {
 	v := e.victim()
 	before := e.pausesLogged(v)
+	var answered sync.WaitGroup
+	answered.Add(len(e.load.skus))
+	done := make(chan struct{})
 	e.event(EventNote, "instance %d: %d-unit order on each hot SKU sent with X-Chaos-Pause: %v (stall between claim and write)", v+1, stalledQty, stall)
 	e.load.sendPaused(ctx, v, stall, func(sku string, out client.Outcome, took time.Duration) {
 		e.event(EventOutcome, "instance %d: stalled order on %s answered %s after %v", v+1, shortSKU(sku), describeOutcome(out), took.Round(time.Millisecond))
+		answered.Done()
 	})
+	go func() {
+		answered.Wait()
+		close(done)
+	}()
 	if e.waitPausing(ctx, v, before, 1, 5*time.Second) {
 		e.event(EventNote, "instance %d: a stalled order holds its lease between claim and write", v+1)
 	}
+	return done
 }
 
 func pauseHolder(ctx context.Context, e *chaosEnv) error {
@@ -319,7 +331,7 @@ func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 	v := e.victim()
 	e.stallVictim(ctx, expiryStall)
 	// Read after the stall began: this is the session the stalled leases live in.
-	id, passwd, err := zkSessionOf(ctx, e.client, e.ins[v].URL)
+	id, passwd, err := zkSessionOf(ctx, e.client, e.ins[v].baseURL())
 	if err != nil {
 		return err
 	}
@@ -331,7 +343,7 @@ func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 	e.window(from, from+expiryStall)
 	// Bounded wait for the instance to show a new session.
 	for range 100 {
-		next, _, err := zkSessionOf(ctx, e.client, e.ins[v].URL)
+		next, _, err := zkSessionOf(ctx, e.client, e.ins[v].baseURL())
 		if err == nil && next != id {
 			e.event(EventNote, "instance %d in a new session %#x", v+1, next)
 			return nil
