@@ -107,6 +107,10 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		return fmt.Errorf("load bench: %w", errors.Join(runErr, err))
 	}
 	fmt.Fprintf(stdout, "json: %s\n", outPath)
+	if runErr != nil && ctx.Err() != nil {
+		// Ctrl-C: what was measured so far was printed and written above.
+		return fmt.Errorf("load bench: %w: %w", ErrInterrupted, runErr)
+	}
 	if runErr != nil {
 		return fmt.Errorf("load bench: %w", runErr)
 	}

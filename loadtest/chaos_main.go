@@ -107,6 +107,10 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		fmt.Fprintf(stdout, "markdown: %s\n", mdPath)
 	}
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C: the runs done so far were printed and written above.
+		return fmt.Errorf("load chaos: %w: %w", ErrInterrupted, err)
+	}
 	if err != nil {
 		return fmt.Errorf("load chaos: %w", err)
 	}

@@ -328,3 +328,29 @@ func (w *onFirst) String() string {
 	defer w.mu.Unlock()
 	return w.buf.String()
 }
+
+// TestChaosAndBenchInterrupted: a chaos or bench suite whose context ends
+// (Ctrl-C) prints what it has, writes its JSON and returns ErrInterrupted
+// (exit 130), like run and compare.
+func TestChaosAndBenchInterrupted(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"chaos", "--bin=" + exe, "--scenario=pause-holder", "--backend=redis", "--json=" + filepath.Join(dir, "chaos.json"), "--report="},
+		{"bench", "--bin=" + exe, "--backends=postgres", "--quick", "--out=" + filepath.Join(dir, "bench.json")},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Main(ctx, args, func(string) string { return "" }, &stdout, &stderr)
+		if !errors.Is(err, ErrInterrupted) {
+			t.Fatalf("%s: err = %v, want ErrInterrupted\n%s", args[0], err, stderr.String())
+		}
+		if !strings.Contains(stdout.String(), "json: ") {
+			t.Errorf("%s: stdout lacks the JSON it wrote:\n%s", args[0], stdout.String())
+		}
+	}
+}
