@@ -136,13 +136,14 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 }
 
 // enqueue hands p to the queue of its lowest SKU when one runs (a hot SKU:
-// its leader may hold the lease already) or when p asks for a chaos pause
-// (its leases need no watchdog); any other order goes to the intake, whose
+// its leader may hold the lease already), when p asks for a chaos pause
+// (its leases need no watchdog) or when it has more lines than a gathered
+// batch takes (maxGatherLines); any other order goes to the intake, whose
 // gatherers batch orders of every SKU (gather.go).
 func (c *coalescer) enqueue(ctx context.Context, p *pending) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, running := c.queues[p.op.skus[0]]; !running && p.pause == 0 {
+	if _, running := c.queues[p.op.skus[0]]; !running && p.pause == 0 && len(p.op.skus) <= maxGatherLines {
 		return c.gather(ctx, p)
 	}
 	return c.enqueueLocked(ctx, p)

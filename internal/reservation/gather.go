@@ -25,10 +25,15 @@ import (
 // gatherers are busy with the batches before (group commit's natural
 // batching), so batches grow with the load and latency does not.
 
+// maxGatherLines is the most SKUs an order may have and still be gathered.
+// A bigger order is a batch by itself (it gains nothing from company) and
+// would hold the instance's gatherer, and every small order behind it, for
+// its own many keys: it goes to its lowest SKU's queue instead.
+const maxGatherLines = 8
+
 // maxGatherSKUs caps the keys one gathered batch tries: each is per-key
-// work on every lock server and a row in the claim. A hundred-line order
-// always fits alone.
-const maxGatherSKUs = 4 * inventory.MaxLines
+// work on every lock server and a row in the claim.
+const maxGatherSKUs = 400
 
 // gather queues p in the intake and starts a gatherer if fewer than the
 // configured number run; or refuses it (inventory.ErrOverloaded) when the

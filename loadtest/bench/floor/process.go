@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/stockguard/stockguard/loadtest/procs"
 )
 
 // ReadyPrefix starts the line a floor process prints once it listens,
@@ -80,9 +78,6 @@ func start(ctx context.Context, bin string, args []string, timeout time.Duration
 	// Not CommandContext: Stop ends it with SIGTERM, and childAttrs has the
 	// kernel kill it if the bench dies first.
 	cmd := exec.Command(bin, args...)
-	// The environment of an instance, not the caller's: a stray
-	// STOCKGUARD_LOAD_* must not reach the floor either.
-	cmd.Env = procs.ServeOptions{}.Environ()
 	cmd.SysProcAttr = childAttrs()
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
