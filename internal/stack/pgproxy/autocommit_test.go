@@ -47,6 +47,6 @@ func TestLostAutocommitAck(t *testing.T) {
 		t.Fatal("a refused insert with a dropped answer returned no error")
 	}
 	if d := f.proxy.Dropped(); len(d) != 2 || d[1].Committed() || !strings.HasPrefix(d[1].Answer, "error: ") {
-		t.Fatalf("second drop = %+v, want a refused statement", d[len(d)-1])
+		t.Fatalf("drops = %+v, want the second a refused statement", d)
 	}
 }

@@ -236,9 +236,11 @@ func (c *conn) finishDrop(answer string) {
 		d := *c.drop
 		c.mu.Unlock()
 		d.Answer = answer
-		c.closeBoth()
 		d.At = time.Now()
+		// Recorded before the connections close: a client that sees its
+		// connection end must find the drop in Dropped.
 		c.proxy.recordDrop(d)
+		c.closeBoth()
 	})
 }
 
