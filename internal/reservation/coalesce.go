@@ -261,13 +261,18 @@ func (q *queue) keep(h *hold) bool {
 func (*queue) tries() bool { return false }
 
 // prune forgets the orders at the head that are no longer queued.
-func (q *queue) prune() {
+func (q *queue) prune() { q.items = pruneHead(q.items) }
+
+// pruneHead drops the pendings at the head of items that are no longer
+// queued (their clients left, their lock wait ran out, or a batch took
+// them), clearing their slots for the collector.
+func pruneHead(items []*pending) []*pending {
 	n := 0
-	for n < len(q.items) && q.items[n].state.Load() != stateQueued {
-		q.items[n] = nil
+	for n < len(items) && items[n].state.Load() != stateQueued {
 		n++
 	}
-	q.items = q.items[n:]
+	clear(items[:n])
+	return items[n:]
 }
 
 // mergeSorted returns the sorted union of two sorted, duplicate-free lists.

@@ -39,7 +39,7 @@ const maxGatherSKUs = 400
 // configured number run; or refuses it (inventory.ErrOverloaded) when the
 // intake is full. c.mu is held.
 func (c *coalescer) gather(ctx context.Context, p *pending) error {
-	c.pruneIntake()
+	c.intake = pruneHead(c.intake)
 	if len(c.intake) >= c.cfg.MaxQueued {
 		return fmt.Errorf("reservation: %d orders gathering: %w", len(c.intake), inventory.ErrOverloaded)
 	}
@@ -72,7 +72,7 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 func (c *coalescer) takeIntake() *gathered {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.pruneIntake()
+	c.intake = pruneHead(c.intake)
 	if len(c.intake) == 0 {
 		c.gatherers--
 		return nil
@@ -95,18 +95,6 @@ func (c *coalescer) takeIntake() *gathered {
 	return g
 }
 
-// pruneIntake forgets the orders at the head of the intake that are no
-// longer queued (their clients left, or their lock wait ran out). c.mu is
-// held.
-func (c *coalescer) pruneIntake() {
-	n := 0
-	for n < len(c.intake) && c.intake[n].state.Load() != stateQueued {
-		n++
-	}
-	clear(c.intake[:n])
-	c.intake = c.intake[n:]
-}
-
 // gathered is the source of one gathered batch: the keys of all its orders
 // in one try, then the orders whose keys were all obtained; the others go
 // to their queues.
@@ -126,11 +114,18 @@ func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pe
 	if h == nil || h.batches > 0 {
 		return nil, nil, nil // the try failed and answered them, or the batch ran
 	}
+	// A set, not hold.covers: a batch may have hundreds of orders and keys,
+	// and this runs with the leases held. Gathered orders have no chaos
+	// pause (enqueue), so the keys are all that decide.
+	got := make(map[string]bool, len(h.set))
+	for _, l := range h.set {
+		got[l.Key()] = true
+	}
 	for _, p := range g.orders {
 		if p.state.Load() != stateQueued {
 			continue // answered by the unknown-SKU check, or gone
 		}
-		if !h.covers(p) {
+		if !allIn(p.op.skus, got) {
 			g.c.requeue(p)
 			continue
 		}
@@ -158,4 +153,13 @@ func (c *coalescer) requeue(p *pending) {
 	if err != nil && p.move(stateQueued, stateDecided) {
 		p.answer <- err
 	}
+}
+
+func allIn(keys []string, set map[string]bool) bool {
+	for _, k := range keys {
+		if !set[k] {
+			return false
+		}
+	}
+	return true
 }
