@@ -256,6 +256,11 @@ func TestUsageErrors(t *testing.T) {
 	if err == nil || exitCode(err) != 2 {
 		t.Fatalf("--fencing=maybe = %v", err)
 	}
+	for _, arg := range []string{"--coalesce-gatherers=0", "--coalesce-gatherers=-3", "--coalesce-gatherers=many"} {
+		if err := run(context.Background(), []string{"serve", arg}, func(string) string { return "" }, &out, &errOut); exitCode(err) != 2 {
+			t.Fatalf("%s = %v, want a usage error", arg, err)
+		}
+	}
 	if err := run(context.Background(), []string{"frobnicate"}, func(string) string { return "" }, &out, &errOut); exitCode(err) != 2 {
 		t.Fatalf("unknown command = %v", err)
 	}

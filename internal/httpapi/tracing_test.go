@@ -118,3 +118,42 @@ func TestServerSpans(t *testing.T) {
 		}
 	})
 }
+
+// TestHostileTraceparent: a traceparent that is not one (bytes that are not
+// text, a huge value, a forged all-zero id) is ignored: the request is
+// answered as usual and its span starts a trace of its own.
+func TestHostileTraceparent(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	svc := &recorder{place: func(context.Context, inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		return &inventory.Order{Status: inventory.StatusReserved}, false, nil
+	}}
+	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, TracerProvider: tp}))
+	defer srv.Close()
+	for _, v := range []string{
+		"00-\xff\xfe" + strings.Repeat("z", 40) + "-01",
+		"00-" + strings.Repeat("a", 16<<10) + "-" + remoteSpan + "-01",
+		"00-00000000000000000000000000000000-0000000000000000-01",
+		"ff-" + remoteTrace + "-" + remoteSpan + "-01",
+	} {
+		before := len(rec.Ended())
+		req, err := http.NewRequest("POST", srv.URL+"/v1/orders", strings.NewReader(`{"lines":[{"sku":"a","quantity":1}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("traceparent", v)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("traceparent %.40q: status %d, want 201", v, resp.StatusCode)
+		}
+		ended := rec.Ended()[before:]
+		if len(ended) != 1 || ended[0].Parent().IsValid() {
+			t.Fatalf("traceparent %.40q: spans %v, want one root span", v, ended)
+		}
+	}
+}
