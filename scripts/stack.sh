@@ -18,6 +18,13 @@ REDIS_PORTS=${STOCKGUARD_STACK_REDIS_PORTS:-6391,6392,6393,6394,6395}
 ZK_PORTS=${STOCKGUARD_STACK_ZK_PORTS:-2181,2182,2183}
 ZK_QUORUM_PORTS=${STOCKGUARD_STACK_ZK_QUORUM_PORTS:-2881,2882,2883}
 ZK_ELECTION_PORTS=${STOCKGUARD_STACK_ZK_ELECTION_PORTS:-3881,3882,3883}
+# Lock parents are container znodes, which the servers reap once emptied,
+# every checkIntervalMs (ZooKeeper's default is a minute; seconds keep the
+# test and demo ensembles tidy, at one scan of the containers per interval),
+# and once never used for maxNeverUsedIntervalMs (a client that died between
+# creating a parent and its node; by default such a parent stays forever).
+ZK_CONTAINER_CHECK_MS=${STOCKGUARD_STACK_ZK_CONTAINER_CHECK_MS:-2000}
+ZK_CONTAINER_NEVER_USED_MS=${STOCKGUARD_STACK_ZK_CONTAINER_NEVER_USED_MS:-30000}
 ETCD_PORTS=${STOCKGUARD_STACK_ETCD_PORTS:-2379,2479,2579}
 ETCD_PEER_PORTS=${STOCKGUARD_STACK_ETCD_PEER_PORTS:-2380,2480,2580}
 PG_PORT=${STOCKGUARD_STACK_PG_PORT:-5433}
@@ -346,6 +353,8 @@ start_zk() { # id (1-based)
 	setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' zk "$d/zk.pid" \
 		java -Xms32m -Xmx256m -XX:+UseSerialGC -XX:-UsePerfData \
 		-Djava.net.preferIPv4Stack=true \
+		-Dznode.container.checkIntervalMs="$ZK_CONTAINER_CHECK_MS" \
+		-Dznode.container.maxNeverUsedIntervalMs="$ZK_CONTAINER_NEVER_USED_MS" \
 		-Dzookeeper.log.dir="$d" \
 		-Dlog4j.configuration="file:$d/log4j.properties" \
 		-cp "$ZK_CLASSPATH" \

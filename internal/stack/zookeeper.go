@@ -364,6 +364,11 @@ func zkJavaArgs(dir string) []string {
 		// A small heap and the serial GC keep several test JVMs within 2 cores.
 		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
 		"-Djava.net.preferIPv4Stack=true",
+		// Lock parents are containers; reap emptied ones within seconds, as
+		// scripts/stack.sh does, not the server's default minute, and
+		// never-used ones at all.
+		"-Dznode.container.checkIntervalMs=2000",
+		"-Dznode.container.maxNeverUsedIntervalMs=30000",
 		"-Dlog4j.configuration=file:" + filepath.Join(dir, "log4j.properties"),
 		"-cp", zkClassPath,
 		zkMainClass, filepath.Join(dir, "zoo.cfg"),

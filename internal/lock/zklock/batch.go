@@ -16,12 +16,11 @@ import (
 )
 
 // AcquireBatch implements lock.Locker in three rounds, whatever the number
-// of keys: one multi creates every key's node (and the parents we expect
-// absent), one pipelined round of children reads finds where each node
+// of keys: one multi creates every key's node, one pipelined round of children reads finds where each node
 // stands, and one multi deletes the nodes of the keys held elsewhere. A
 // key whose node is lowest is obtained with the lease it would have had
-// alone (token: its node's czxid); nodes created with their parent are
-// lowest at once and need no read. Options other than TryOnce do not apply,
+// alone (token: its node's czxid); a node that was its parent's only child
+// is lowest at once and needs no read. Options other than TryOnce do not apply,
 // as for Acquire; a batch never waits.
 func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
 	start := time.Now()
@@ -74,7 +73,6 @@ func (s *session) acquireBatch(ctx context.Context, keys []string) (lock.Batch, 
 	for i, n := range nodes {
 		s.l.m.queueDepth.Observe(float64(positions[i].ahead))
 		if positions[i].ahead == 0 {
-			n.alone = n.first || positions[i].behind == 0
 			won = append(won, n)
 		} else {
 			held = append(held, n)
@@ -120,116 +118,68 @@ func (s *session) createAll(ctx context.Context, keys []string) ([]*node, error)
 	return nil, ctx.Err()
 }
 
-// createNodes is createNode for many keys in one multi: the parents we
-// expect absent are created in the same transaction, and one SetData on a
-// parent returns the transaction's zxid, every node's czxid. A wrong guess
-// about a parent fails the whole multi; the failing op tells which key, and
-// the next try first ensures every parent still expected absent (one
-// pipelined round of creates), then creates the nodes alone. A parent
-// deleted in between (its last node left) fails the multi again and is
-// created again: each try is the server telling us something changed.
+// createNodes is createNode for many keys in one multi: per key its node
+// and a SetData on its parent, whose stat says whether the node is the
+// parent's only child; every op shares the transaction's zxid, every node's
+// czxid. The parents we do not know to be present are ensured first, in one
+// pipelined round of container creates. A parent reaped since fails the
+// multi; the reply names only the first such key, and keys idle as long
+// went too, so the next try ensures them all rather than one per try.
 func (s *session) createNodes(keys []string) ([]*node, error) {
 	ids := make([]uuid.UUID, len(keys))
 	for i := range ids {
 		ids[i] = uuid.New()
 	}
-	ensureFirst := false
 	var err error
 	for range maxCreateTries {
 		if s.isGone() {
 			return nil, errSessionGone
 		}
-		if ensureFirst {
-			if err = s.ensureParents(keys); err != nil {
-				return nil, s.classify(err)
-			}
+		if err = s.ensureParents(keys); lostResponse(err) {
+			time.Sleep(retryPause)
+			continue
+		} else if err != nil {
+			return nil, s.classify(err)
 		}
-		ops := make([]any, 0, 2*len(keys)+1)
-		opKey := make([]int, 0, 2*len(keys)) // which key each op is for
-		isParent := make([]bool, 0, 2*len(keys))
-		withParent := make([]bool, len(keys))
+		ops := make([]any, 0, 2*len(keys))
 		for i, k := range keys {
 			parent := s.l.cfg.root + "/" + k
-			if !ensureFirst && !s.l.parents.isPresent(k) {
-				withParent[i] = true
-				ops = append(ops, &zk.CreateRequest{Path: parent, Acl: s.l.acl})
-				opKey, isParent = append(opKey, i), append(isParent, true)
-			}
-			ops = append(ops, &zk.CreateRequest{Path: parent + "/" + nodePrefix(ids[i]), Acl: s.l.acl, Flags: zk.FlagEphemeralSequential})
-			opKey, isParent = append(opKey, i), append(isParent, false)
+			ops = append(ops,
+				&zk.CreateRequest{Path: parent + "/" + nodePrefix(ids[i]), Acl: s.l.acl, Flags: zk.FlagEphemeralSequential},
+				&zk.SetDataRequest{Path: parent, Version: -1})
 		}
-		ops = append(ops, &zk.SetDataRequest{Path: s.l.cfg.root + "/" + keys[0], Version: -1})
-
 		var res []zk.MultiResponse
 		res, err = s.conn.Multi(ops...)
-		if err == nil {
-			zxid := res[len(res)-1].Stat.Mzxid
+		switch {
+		case err == nil:
 			nodes := make([]*node, 0, len(keys))
-			for j, r := range res[:len(res)-1] {
-				if isParent[j] {
-					continue
-				}
-				i := opKey[j]
-				s.l.parents.set(keys[i], true)
-				n, err := newNode(keys[i], s.l.cfg.root+"/"+keys[i], r.String, ids[i], zxid)
+			for i, k := range keys {
+				n, err := newNode(k, s.l.cfg.root+"/"+k, res[2*i].String, ids[i], res[2*i+1].Stat)
 				if err != nil {
 					return nil, errors.Join(err, s.removeAll(context.Background(), nodes))
 				}
-				n.first = withParent[i]
 				nodes = append(nodes, n)
 			}
 			return nodes, nil
-		}
-		if lostResponse(err) {
+		case lostResponse(err):
 			nodes, rerr := s.recoverCreates(keys, ids)
 			if nodes != nil || rerr != nil {
 				return nodes, rerr
 			}
 			time.Sleep(retryPause)
-			continue
-		}
-		j := failedOp(res)
-		if j < 0 || j >= len(opKey) {
-			return nil, s.classify(err)
-		}
-		k := keys[opKey[j]]
-		switch {
-		case isParent[j] && errors.Is(res[j].Error, zk.ErrNodeExists):
-			s.l.parents.set(k, true)
-		case isParent[j] && errors.Is(res[j].Error, zk.ErrNoNode):
-			if err = s.ensureRoot(); err != nil {
-				return nil, s.classify(err)
-			}
-		case !isParent[j] && errors.Is(res[j].Error, zk.ErrNoNode):
-			// A parent we knew went with its last node; the multi names only
-			// the first such key, and under churn others went too: ensure
-			// them all in the next try's one pipelined round, rather than
-			// learning one per try.
+		case errors.Is(err, zk.ErrNoNode):
 			for _, k := range keys {
 				s.l.parents.set(k, false)
 			}
 		default:
 			return nil, s.classify(err)
 		}
-		ensureFirst = true
 	}
 	return nil, fmt.Errorf("create %d nodes: gave up after %d tries: %w", len(keys), maxCreateTries, err)
 }
 
-// failedOp is the index of the op that failed a multi, or -1. The server
-// answers ok for the ops before it and a runtime inconsistency for those
-// after.
-func failedOp(res []zk.MultiResponse) int {
-	for j, r := range res {
-		if errors.Is(r.Error, zk.ErrNodeExists) || errors.Is(r.Error, zk.ErrNoNode) {
-			return j
-		}
-	}
-	return -1
-}
-
-// ensureParents creates, in one pipelined round, the parent of every key
-// we do not know to be present, tolerating those that are.
+// ensureParents is ensureParent, in one pipelined round, for every key we
+// do not know to be present.
 func (s *session) ensureParents(keys []string) error {
 	var missing []string
 	for _, k := range keys {
@@ -237,17 +187,10 @@ func (s *session) ensureParents(keys []string) error {
 			missing = append(missing, k)
 		}
 	}
-	return each(missing, func(k string) error {
-		_, err := s.conn.Create(s.l.cfg.root+"/"+k, nil, 0, s.l.acl)
-		switch {
-		case err == nil, errors.Is(err, zk.ErrNodeExists):
-			s.l.parents.set(k, true)
-			return nil
-		case errors.Is(err, zk.ErrNoNode):
-			return s.ensureRoot()
-		}
-		return err
-	})
+	if len(missing) == 0 {
+		return nil
+	}
+	return each(missing, s.ensureParent)
 }
 
 // recoverCreates is recoverCreate for a multi whose reply was lost. The
@@ -315,8 +258,7 @@ func (s *session) locateAll(ctx context.Context, nodes []*node) ([]position, err
 	return positions, nil
 }
 
-// removeAll deletes nodes as remove does one: in one multi, then each
-// key's parent if the node was its last.
+// removeAll deletes nodes as remove does one, in one multi.
 func (s *session) removeAll(ctx context.Context, nodes []*node) error {
 	switch len(nodes) {
 	case 0:
@@ -359,7 +301,7 @@ func (s *session) deleteAllOnce(nodes []*node) error {
 	default:
 		return fmt.Errorf("multi delete of %s: %w", strings.Join(names, ", "), err)
 	}
-	return each(nodes, func(n *node) error { return s.pruneParent(n.key, n.parent) })
+	return nil
 }
 
 // each runs f on every item concurrently and joins the errors: requests

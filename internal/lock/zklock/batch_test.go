@@ -45,8 +45,8 @@ func TestBatchRounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range keys {
-		if ok, _ := exists(t, insp, testRoot+"/"+k); ok {
-			t.Fatalf("parent of %s left after release", k)
+		if names := children(t, insp, k); len(names) > 0 {
+			t.Fatalf("nodes of %s left after release: %v", k, names)
 		}
 	}
 }

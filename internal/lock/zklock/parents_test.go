@@ -9,17 +9,24 @@ import (
 	"github.com/stockguard/stockguard/internal/lock"
 )
 
-// TestParentRemovedByLastToLeave checks that a key's parent goes with the
-// last node under it, whoever leaves last.
-func TestParentRemovedByLastToLeave(t *testing.T) {
+// reapWithin bounds the wait for the servers to delete emptied parents:
+// the stack's ensembles check containers every two seconds.
+const reapWithin = 15 * time.Second
+
+// TestParentsAreContainers checks that a key's parent is left to the
+// servers: empty once everyone has left, whoever left last, then reaped;
+// and that Lockers whose hints still say "present" create it again.
+func TestParentsAreContainers(t *testing.T) {
 	servers := sharedZK(t)
 	insp := inspector(t, servers)
 	a, b, c := mustLocker(t, servers), mustLocker(t, servers), mustLocker(t, servers)
-	parentGone := func(t *testing.T, k string) {
+	var used []string
+	emptied := func(t *testing.T, k string) {
 		t.Helper()
-		if ok, _ := exists(t, insp, testRoot+"/"+k); ok {
-			t.Fatalf("parent of %s left: %v", k, children(t, insp, k))
+		if names := children(t, insp, k); len(names) > 0 {
+			t.Fatalf("nodes left under %s: %v", k, names)
 		}
+		used = append(used, k)
 	}
 	giveUpAfter := func(l *Locker, k string, d time.Duration) chan error {
 		errc := make(chan error, 1)
@@ -33,8 +40,6 @@ func TestParentRemovedByLastToLeave(t *testing.T) {
 	}
 
 	t.Run("HolderAfterWaitersGaveUp", func(t *testing.T) {
-		// The holder was granted with a waiter behind it, which then gave
-		// up: the holder, released last, must remove the parent.
 		k := key(t)
 		first := mustAcquire(t, a, k)
 		granted := make(chan *lock.Lease, 1)
@@ -48,12 +53,10 @@ func TestParentRemovedByLastToLeave(t *testing.T) {
 			t.Fatalf("waiter past its deadline = %v", err)
 		}
 		mustRelease(t, holder)
-		parentGone(t, k)
+		emptied(t, k)
 	})
 
 	t.Run("WaitersGiveUpAfterHolder", func(t *testing.T) {
-		// Waiters behind a holder give up; the holder leaves; a cancelled
-		// acquisition that comes and goes on the free key leaves nothing.
 		k := key(t)
 		holder := mustAcquire(t, a, k)
 		w1, w2 := giveUpAfter(b, k, 300*time.Millisecond), giveUpAfter(c, k, 300*time.Millisecond)
@@ -63,18 +66,15 @@ func TestParentRemovedByLastToLeave(t *testing.T) {
 			}
 		}
 		mustRelease(t, holder)
-		parentGone(t, k)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		if _, err := b.Acquire(ctx, k); !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled Acquire = %v", err)
 		}
-		parentGone(t, k)
+		emptied(t, k)
 	})
 
 	t.Run("Batch", func(t *testing.T) {
-		// A batch's nodes for held keys go at once; its leases and the
-		// holders remove every parent when they go.
 		base := key(t)
 		keys := []string{base + "-a", base + "-b", base + "-c"}
 		held := mustAcquire(t, a, keys[1])
@@ -93,7 +93,35 @@ func TestParentRemovedByLastToLeave(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			parentGone(t, k)
+			emptied(t, k)
 		}
 	})
+
+	if t.Failed() {
+		return
+	}
+	waitFor(t, reapWithin, "emptied parents reaped by the servers (an ensemble started by scripts/stack.sh up reaps every 2 s)", func() bool {
+		for _, k := range used {
+			if ok, _ := exists(t, insp, testRoot+"/"+k); ok {
+				return false
+			}
+		}
+		return true
+	})
+
+	// a, b and c still hint every parent present: their creates fail with
+	// ErrNoNode, and must recreate the parent, alone and in a batch.
+	for _, k := range used[:2] {
+		mustRelease(t, mustAcquire(t, a, k))
+	}
+	batch, err := b.AcquireBatch(context.Background(), used[2:])
+	if err != nil {
+		t.Fatalf("batch over reaped parents: %v", err)
+	}
+	if len(batch.Leases) != len(used)-2 {
+		t.Fatalf("batch over reaped parents: %d leases, held %v", len(batch.Leases), batch.Held)
+	}
+	if err := batch.Leases.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -21,8 +21,7 @@ type node struct {
 	seq    uint64
 	id     uuid.UUID
 	token  lock.Token
-	alone  bool // nobody queued behind it when it got the lock
-	first  bool // created together with its parent: nobody can be ahead
+	first  bool // the only node under its parent when created: nobody can be ahead
 }
 
 func (n *node) path() string { return n.parent + "/" + n.name }
@@ -62,8 +61,7 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 	}
 	if err := s.wait(ctx, n, o.TryOnce); err != nil {
 		if !errors.Is(err, errSessionGone) {
-			// Never granted: delete our node and, if we were the last one,
-			// the key's parent.
+			// Never granted: delete our node.
 			s.abandon(ctx, n)
 		}
 		return nil, err
@@ -118,16 +116,17 @@ func (s *session) abandon(ctx context.Context, nodes ...*node) {
 // The token: zxids number every transaction of the ensemble in one global
 // order (epoch in the high 32 bits, counter in the low), so the czxid of a
 // later holder's node is larger than any earlier holder's, of this key or
-// any other. Removing and recreating the key's parent restarts the
-// sequence numbers, never the zxids. go-zookeeper's Create returns only the
-// path, so the same transaction also sets the parent's (empty) data: every
-// op of a multi shares its zxid, and SetData's Stat.Mzxid returns it, which
-// saves a round trip per acquisition.
+// any other. go-zookeeper's Create returns only the path, so the same
+// transaction also sets the parent's (empty) data: every op of a multi
+// shares its zxid, and SetData's Stat returns it — and the parent's child
+// count after our create, which tells an uncontended caller that it is
+// first without a listing (one round trip fewer than zk.Lock).
 //
-// The parent is created, when we expect it absent, in the same transaction
-// as the waiter: no window in which another client's release removes it
-// between the two. ErrNodeExists or ErrNoNode says we guessed wrong; we try
-// the other way.
+// The key's parent is a container znode (ZooKeeper 3.5+, as Curator's
+// recipes use): the servers delete it once it has been emptied, so no
+// client ever deletes a parent another is about to create a node under.
+// Client-side pruning raced: under churn a creator could lose ten times in
+// a row to releases removing the parent between its tries.
 func (s *session) create(ctx context.Context, key, parent string) (*node, error) {
 	if ctx.Done() == nil {
 		return s.createNode(key, parent)
@@ -170,44 +169,52 @@ func (s *session) createNode(key, parent string) (*node, error) {
 		if s.isGone() {
 			return nil, errSessionGone
 		}
-		withParent := !s.l.parents.isPresent(key)
-		ops := make([]any, 0, 3)
-		if withParent {
-			ops = append(ops, &zk.CreateRequest{Path: parent, Acl: s.l.acl})
+		if !s.l.parents.isPresent(key) {
+			if err = s.ensureParent(key); lostResponse(err) {
+				time.Sleep(retryPause)
+				continue
+			} else if err != nil {
+				return nil, s.classify(err)
+			}
 		}
-		ops = append(ops,
+		var res []zk.MultiResponse
+		res, err = s.conn.Multi(
 			&zk.CreateRequest{Path: prefix, Acl: s.l.acl, Flags: zk.FlagEphemeralSequential},
 			&zk.SetDataRequest{Path: parent, Version: -1})
-		var res []zk.MultiResponse
-		res, err = s.conn.Multi(ops...)
 		switch {
 		case err == nil:
-			s.l.parents.set(key, true)
-			created, set := res[len(res)-2], res[len(res)-1]
-			n, err := newNode(key, parent, created.String, id, set.Stat.Mzxid)
-			if n != nil {
-				n.first = withParent
-			}
-			return n, err
+			return newNode(key, parent, res[0].String, id, res[1].Stat)
 		case lostResponse(err):
 			n, rerr := s.recoverCreate(key, parent, id)
 			if n != nil || rerr != nil {
 				return n, rerr
 			}
 			time.Sleep(retryPause) // not created: a new try, not a hot loop
-		case withParent && len(res) > 0 && errors.Is(res[0].Error, zk.ErrNodeExists):
-			s.l.parents.set(key, true)
-		case withParent && len(res) > 0 && errors.Is(res[0].Error, zk.ErrNoNode):
-			if err = s.ensureRoot(); err != nil {
-				return nil, s.classify(err)
-			}
-		case !withParent && errors.Is(err, zk.ErrNoNode):
-			s.l.parents.set(key, false)
+		case errors.Is(err, zk.ErrNoNode):
+			s.l.parents.set(key, false) // reaped by the servers while idle
 		default:
 			return nil, s.classify(err)
 		}
 	}
 	return nil, fmt.Errorf("create under %s: gave up after %d tries: %w", parent, maxCreateTries, err)
+}
+
+// ensureParent creates key's parent as a container, tolerating one that
+// exists, and the root first if that is missing.
+func (s *session) ensureParent(key string) error {
+	parent := s.l.cfg.root + "/" + key
+	_, err := s.conn.CreateContainer(parent, nil, zk.FlagContainer, s.l.acl)
+	if errors.Is(err, zk.ErrNoNode) {
+		if err = s.ensureRoot(); err != nil {
+			return err
+		}
+		_, err = s.conn.CreateContainer(parent, nil, zk.FlagContainer, s.l.acl)
+	}
+	if err == nil || errors.Is(err, zk.ErrNodeExists) {
+		s.l.parents.set(key, true)
+		return nil
+	}
+	return fmt.Errorf("create container %s: %w", parent, err)
 }
 
 // recoverCreate looks for the node of a create whose response was lost,
@@ -257,17 +264,22 @@ func (s *session) recoverCreate(key, parent string, id uuid.UUID) (*node, error)
 		}
 		s.l.parents.set(key, true)
 		s.l.log.Info("zookeeper: create response lost, node found by its uuid", "node", parent+"/"+name)
-		return newNode(key, parent, parent+"/"+name, id, st.Czxid)
+		// The create's own stat is lost: the listing decides the position.
+		return newNode(key, parent, parent+"/"+name, id, &zk.Stat{Mzxid: st.Czxid})
 	}
 }
 
-func newNode(key, parent, path string, id uuid.UUID, zxid int64) (*node, error) {
+// newNode makes the node created at path; parent is the parent's stat
+// from the SetData in the node's own transaction: its Mzxid is the node's
+// czxid, and one child means ours alone.
+func newNode(key, parent, path string, id uuid.UUID, st *zk.Stat) (*node, error) {
 	name := path[strings.LastIndexByte(path, '/')+1:]
 	seq, ok := parseSeq(name)
-	if !ok || zxid <= 0 {
-		return nil, fmt.Errorf("unexpected node %q (zxid %d)", path, zxid)
+	if !ok || st == nil || st.Mzxid <= 0 {
+		return nil, fmt.Errorf("unexpected node %q (parent stat %+v)", path, st)
 	}
-	return &node{key: key, parent: parent, name: name, seq: seq, id: id, token: lock.Token(zxid)}, nil
+	return &node{key: key, parent: parent, name: name, seq: seq, id: id,
+		token: lock.Token(st.Mzxid), first: st.NumChildren == 1}, nil
 }
 
 // ensureRoot creates the root path, tolerating a concurrent creator.
@@ -284,10 +296,9 @@ func (s *session) ensureRoot() error {
 
 // wait returns once n is the lowest waiter of its key.
 //
-// A node created in the same transaction as its parent is lowest at once:
-// every other child of that parent comes from a later transaction and gets
-// a higher sequence. So the uncontended path needs no listing, one round
-// trip fewer than zk.Lock.
+// A node that was its parent's only child when created is lowest at once:
+// every other child comes from a later transaction and gets a higher
+// sequence. So the uncontended path needs no listing.
 //
 // Otherwise each pass lists the key's children and watches only the closest
 // node ahead, so a release wakes exactly the waiter behind it. A read on our
@@ -297,7 +308,6 @@ func (s *session) ensureRoot() error {
 func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
 	if n.first {
 		s.l.m.queueDepth.Observe(0)
-		n.alone = true // at release, the parent goes too unless someone queued since
 		return nil
 	}
 	first := true
@@ -325,7 +335,6 @@ func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
 			first = false
 		}
 		if pos.ahead == 0 {
-			n.alone = pos.behind == 0
 			return nil
 		}
 		if tryOnce {

@@ -69,10 +69,8 @@ func TestExclusionManyLockers(t *testing.T) {
 			t.Fatalf("token %d = %d after %d", i, tokens[i], tokens[i-1])
 		}
 	}
-	// The parent came and went with the queue, raced by its creators: the
-	// last to leave removed it.
-	if ok, _ := exists(t, inspector(t, servers), testRoot+"/"+k); ok {
-		t.Fatalf("parent left after the last release: %v", children(t, inspector(t, servers), k))
+	if names := children(t, inspector(t, servers), k); len(names) > 0 {
+		t.Fatalf("nodes left after the last release: %v", names)
 	}
 }
 
@@ -172,10 +170,8 @@ func TestTokenIsCzxid(t *testing.T) {
 		}
 		last = lease.Token()
 		mustRelease(t, lease)
-		// Released alone: the parent went with the node, so the next
-		// acquisition starts a new sequence (and the token still grows).
-		if ok, _ := exists(t, insp, testRoot+"/"+k); ok {
-			t.Fatal("parent left after the only holder released")
+		if names := children(t, insp, k); len(names) > 0 {
+			t.Fatalf("nodes left after the only holder released: %v", names)
 		}
 	}
 }
@@ -202,8 +198,8 @@ func TestNothingLeftBehind(t *testing.T) {
 		t.Fatalf("after a cancelled wait and a failed TryOnce: %v, want the holder only", names)
 	}
 	mustRelease(t, held)
-	if ok, _ := exists(t, insp, testRoot+"/"+k); ok {
-		t.Fatalf("parent of %s left after release: %v", k, children(t, insp, k))
+	if names := children(t, insp, k); len(names) > 0 {
+		t.Fatalf("nodes of %s left after release: %v", k, names)
 	}
 
 	// Close: held leases and a blocked waiter, all gone with the session.

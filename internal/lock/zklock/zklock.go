@@ -218,12 +218,11 @@ func (l *Locker) inSession(ctx context.Context, attempt func(*session) error) er
 	}
 }
 
-// parentHints remembers which keys' parents we last saw present. A parent
-// is removed when its last waiter leaves, so for a key used by one
-// caller at a time it is usually absent, and creating parent and waiter in
-// one transaction saves a round trip; for a busy key it is present, and
-// trying to create it would fail and cost one. A wrong guess is corrected
-// by the server's answer, so the hint only ever costs time.
+// parentHints remembers which keys' parents we last saw present, so that a
+// key in use costs no container create per acquisition. The servers reap a
+// parent some time after it was emptied; the create that then finds it
+// gone (ErrNoNode) clears the hint, so a stale one costs a round trip,
+// never a wrong answer.
 type parentHints struct {
 	mu      sync.Mutex
 	present map[string]struct{}
