@@ -19,12 +19,13 @@ ZK_PORTS=${STOCKGUARD_STACK_ZK_PORTS:-2181,2182,2183}
 ZK_QUORUM_PORTS=${STOCKGUARD_STACK_ZK_QUORUM_PORTS:-2881,2882,2883}
 ZK_ELECTION_PORTS=${STOCKGUARD_STACK_ZK_ELECTION_PORTS:-3881,3882,3883}
 # Lock parents are container znodes, which the servers reap once emptied,
-# every checkIntervalMs (ZooKeeper's default is a minute; seconds keep the
-# test and demo ensembles tidy, at one scan of the containers per interval),
-# and once never used for maxNeverUsedIntervalMs (a client that died between
-# creating a parent and its node; by default such a parent stays forever).
-ZK_CONTAINER_CHECK_MS=${STOCKGUARD_STACK_ZK_CONTAINER_CHECK_MS:-2000}
-ZK_CONTAINER_NEVER_USED_MS=${STOCKGUARD_STACK_ZK_CONTAINER_NEVER_USED_MS:-30000}
+# every checkIntervalMs (ZooKeeper's default, a minute: a shorter interval
+# reaps parents between a key's uses, and each comes back at the cost of a
+# reaper delete, a failed create and a create), and once never used for
+# maxNeverUsedIntervalMs (a client that died between creating a parent and
+# its node; ZooKeeper's default keeps such a parent forever).
+ZK_CONTAINER_CHECK_MS=${STOCKGUARD_STACK_ZK_CONTAINER_CHECK_MS:-60000}
+ZK_CONTAINER_NEVER_USED_MS=${STOCKGUARD_STACK_ZK_CONTAINER_NEVER_USED_MS:-60000}
 ETCD_PORTS=${STOCKGUARD_STACK_ETCD_PORTS:-2379,2479,2579}
 ETCD_PEER_PORTS=${STOCKGUARD_STACK_ETCD_PEER_PORTS:-2380,2480,2580}
 PG_PORT=${STOCKGUARD_STACK_PG_PORT:-5433}

@@ -359,16 +359,20 @@ log4j.appender.F.layout.ConversionPattern=%%d{ISO8601} [myid:%%X{myid}] %%-5p [%
 	return nil
 }
 
+// ZKContainerCheckMillis is how often the ensembles started here reap
+// emptied container znodes.
+const ZKContainerCheckMillis = 1000
+
 func zkJavaArgs(dir string) []string {
 	return []string{
 		// A small heap and the serial GC keep several test JVMs within 2 cores.
 		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
 		"-Djava.net.preferIPv4Stack=true",
-		// Lock parents are containers; reap emptied ones within seconds, as
-		// scripts/stack.sh does, not the server's default minute, and
-		// never-used ones at all.
-		"-Dznode.container.checkIntervalMs=2000",
-		"-Dznode.container.maxNeverUsedIntervalMs=30000",
+		// Lock parents are containers. These ensembles live for one test:
+		// reap emptied parents within seconds (the server's default is a
+		// minute, as scripts/stack.sh keeps) so that tests can see it.
+		"-Dznode.container.checkIntervalMs=" + strconv.Itoa(ZKContainerCheckMillis),
+		"-Dznode.container.maxNeverUsedIntervalMs=60000",
 		"-Dlog4j.configuration=file:" + filepath.Join(dir, "log4j.properties"),
 		"-cp", zkClassPath,
 		zkMainClass, filepath.Join(dir, "zoo.cfg"),

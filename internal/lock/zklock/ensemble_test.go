@@ -29,7 +29,8 @@ func (o *onlyTo) dial(network, addr string, timeout time.Duration) (net.Conn, er
 	return net.DialTimeout(network, addr, timeout)
 }
 
-// TestNodeFailures runs a private three-node ensemble and kills, first, the
+// TestNodeFailures runs a private three-node ensemble, which reaps emptied
+// container parents within a second (Reaped), and kills, first, the
 // follower a holder is connected to (its lease is lost at the disconnect,
 // its session survives), then the leader. Locks keep working after the
 // reconnection, exclusion holds throughout, and tokens keep growing (across
@@ -46,6 +47,21 @@ func TestNodeFailures(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = e.Close() })
 	servers := e.Servers()
+
+	t.Run("Reaped", func(t *testing.T) {
+		// Parents are containers: the servers delete each once emptied,
+		// and a Locker whose hint still says "present" creates it again.
+		l := mustLocker(t, servers)
+		insp := inspector(t, servers)
+		k := key(t)
+		mustRelease(t, mustAcquire(t, l, k))
+		reapWithin := 10 * stack.ZKContainerCheckMillis * time.Millisecond
+		waitFor(t, reapWithin, "the emptied parent reaped by the servers", func() bool {
+			ok, _ := exists(t, insp, testRoot+"/"+k)
+			return !ok
+		})
+		mustRelease(t, mustAcquire(t, l, k))
+	})
 
 	t.Run("Follower", func(t *testing.T) {
 		leader, err := e.WaitLeader(ctx)
