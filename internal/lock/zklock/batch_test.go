@@ -10,8 +10,9 @@ import (
 )
 
 // TestBatchRounds checks that a batch of many keys costs a fixed number of
-// write transactions, whatever its size: one multi creates every node
-// (parents included), and the tokens are the nodes' czxids.
+// write transactions, whatever its size: one multi creates every node, the
+// tokens are the nodes' czxids, and releasing the leases as a Set is one
+// multi again.
 func TestBatchRounds(t *testing.T) {
 	servers := sharedZK(t)
 	insp := inspector(t, servers)
@@ -44,10 +45,18 @@ func TestBatchRounds(t *testing.T) {
 	if err := b.Leases.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range keys {
+	var pzxid int64
+	for i, k := range keys {
 		if names := children(t, insp, k); len(names) > 0 {
 			t.Fatalf("nodes of %s left after release: %v", k, names)
 		}
+		// A parent's pzxid is the transaction that last changed its
+		// children: one for every key, so the release was one multi.
+		_, st := exists(t, insp, testRoot+"/"+k)
+		if i > 0 && st.Pzxid != pzxid {
+			t.Fatalf("%s's node deleted in transaction %#x, %s's in %#x: want one multi", k, st.Pzxid, keys[0], pzxid)
+		}
+		pzxid = st.Pzxid
 	}
 }
 

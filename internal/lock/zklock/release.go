@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/go-zookeeper/zk"
+
+	"github.com/stockguard/stockguard/internal/lock"
 )
 
 // handle is a granted lease's hold on its node.
@@ -26,6 +28,29 @@ func (h *handle) Release(ctx context.Context) error {
 		return nil
 	}
 	return h.s.remove(ctx, h.n)
+}
+
+// Releaser implements lock.BatchHandle: the leases of one session that a
+// lock.Set releases together go in one multi, one round trip, rather than
+// one delete after another.
+func (h *handle) Releaser() lock.BatchReleaser { return h.s }
+
+// ReleaseBatch implements lock.BatchReleaser for the handles of s, as
+// Release does each.
+func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
+	nodes := make([]*node, 0, len(hs))
+	var errs []error
+	for _, lh := range hs {
+		h, ok := lh.(*handle)
+		if !ok || h.s != s {
+			errs = append(errs, lh.Release(ctx)) // not ours: never grouped here by lock.Set
+			continue
+		}
+		if s.unregister(h) {
+			nodes = append(nodes, h.n)
+		}
+	}
+	return errors.Join(append(errs, s.removeAll(ctx, nodes))...)
 }
 
 // remove deletes n; it returns when that is done or ctx ends, whichever is
