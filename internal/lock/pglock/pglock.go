@@ -77,11 +77,12 @@ const (
 	lockSQL = `SELECT set_config('application_name', $2, false), set_config('idle_session_timeout', $3, false),
 	pg_advisory_lock(hashtextextended('stockguard:' || $1, 0))`
 	nextvalSQL = `SELECT nextval('stockguard_lock_fence')`
-	// unlockSQL, for a session's last lease, also disarms the idle timeout,
-	// or the server would end the pooled session after one TTL of idleness
-	// between leases. unlockKeySQL is any other lease's.
-	unlockKeySQL = `SELECT pg_advisory_unlock(hashtextextended('stockguard:' || $1, 0))`
-	unlockSQL    = `SELECT pg_advisory_unlock(hashtextextended('stockguard:' || $1, 0)),
+	// unlockKeysSQL releases leases of a session, one key or a batch's, in
+	// one statement; unlockSQL, for a session's last leases, also disarms
+	// the idle timeout, or the server would end the pooled session after
+	// one TTL of idleness between leases.
+	unlockKeysSQL = `SELECT bool_and(pg_advisory_unlock(hashtextextended('stockguard:' || k, 0))) FROM unnest($1::text[]) AS k`
+	unlockSQL     = `SELECT (` + unlockKeysSQL + `),
 	set_config('application_name', $2, false), set_config('idle_session_timeout', '0', false)`
 	resetSQL = `SELECT set_config('application_name', $1, false), set_config('idle_session_timeout', '0', false)`
 	// keepaliveSQL: any statement restarts the server's idle timer, and a

@@ -103,21 +103,52 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 // undoes the lease settings and hands the connection back to the pool.
 // When anything is off, the session is ended instead, which frees its locks
 // too (and loses the other leases on it).
-func (h *handle) Release(ctx context.Context) error {
-	s := h.s
-	s.mu.Lock()
-	if _, ok := s.leases[h]; !ok || s.conn == nil {
-		s.mu.Unlock()
-		return nil // lost, and its session already ended
+func (h *handle) Release(ctx context.Context) error { return h.s.unlock(ctx, []*handle{h}) }
+
+// Releaser implements lock.BatchHandle: the leases of one session that a
+// lock.Set releases together (a batch's, a multi-line order's) are unlocked
+// in one statement, not one round trip each.
+func (h *handle) Releaser() lock.BatchReleaser { return h.s }
+
+// ReleaseBatch implements lock.BatchReleaser, as Release does each.
+func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
+	mine := make([]*handle, 0, len(hs))
+	var errs []error
+	for _, lh := range hs {
+		if h, ok := lh.(*handle); ok && h.s == s {
+			mine = append(mine, h)
+		} else {
+			errs = append(errs, lh.Release(ctx)) // not ours: never grouped here by lock.Set
+		}
 	}
-	delete(s.leases, h)
+	return errors.Join(append(errs, s.unlock(ctx, mine))...)
+}
+
+// unlock releases hs, leases of s, in one statement.
+func (s *session) unlock(ctx context.Context, hs []*handle) error {
+	s.mu.Lock()
+	if s.conn == nil {
+		s.mu.Unlock()
+		return nil // lost, and the session already ended
+	}
+	keys := make([]string, 0, len(hs))
+	for _, h := range hs {
+		if _, ok := s.leases[h]; ok {
+			delete(s.leases, h)
+			keys = append(keys, h.key)
+		}
+	}
+	if len(keys) == 0 {
+		s.mu.Unlock()
+		return nil // released already
+	}
 	c, last := s.conn, len(s.leases) == 0
 	var unlocked bool
 	var err error
 	if last {
-		err = c.QueryRow(ctx, unlockSQL, h.key, poolAppName).Scan(&unlocked, nil, nil)
+		err = c.QueryRow(ctx, unlockSQL, keys, poolAppName).Scan(&unlocked, nil, nil)
 	} else {
-		err = c.QueryRow(ctx, unlockKeySQL, h.key).Scan(&unlocked)
+		err = c.QueryRow(ctx, unlockKeysSQL, keys).Scan(&unlocked)
 	}
 	if err == nil && unlocked {
 		if last {
@@ -134,12 +165,12 @@ func (h *handle) Release(ctx context.Context) error {
 	if err == nil {
 		// Cannot happen while the session lives; do not reuse a session in a
 		// state we do not understand.
-		err = errors.New("the session no longer held the lock")
+		err = errors.New("the session no longer held every lock")
 	}
-	s.end(fmt.Errorf("%w: unlock of %q on the same session failed: %w", lock.ErrLeaseLost, h.key, err))
+	s.end(fmt.Errorf("%w: unlock of %q on the same session failed: %w", lock.ErrLeaseLost, keys, err))
 	if ctx.Err() != nil {
 		// The caller would not wait for the unlock; ending the session
-		// frees the lock all the same.
+		// frees the locks all the same.
 		return nil
 	}
 	return fmt.Errorf("pglock: %w: unlock: %w", lock.ErrLeaseLost, err)
