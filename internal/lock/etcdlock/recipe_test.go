@@ -201,3 +201,43 @@ func TestBatchLargerThanOneTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A Set released together deletes its keys in one transaction per
+// maxTxnOps keys: the watch sees every delete at one revision.
+func TestBatchReleaseIsOneTransaction(t *testing.T) {
+	l := mustLocker(t)
+	insp := inspector(t)
+	base := locktest.Key(t)
+	keys := make([]string, 10)
+	for i := range keys {
+		keys[i] = base + "-" + string(rune('a'+i))
+	}
+	b := locktest.MustBatch(t, l, keys)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// The watch starts after the batch's creates: it sees only the release.
+	w := insp.Watch(ctx, Root+"/"+base+"-", clientv3.WithPrefix(), clientv3.WithRev(int64(b.Leases[0].Token())+1))
+	if err := b.Leases.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	revs := map[int64]int{}
+	for deleted := 0; deleted < len(keys); {
+		select {
+		case resp := <-w:
+			if err := resp.Err(); err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					revs[ev.Kv.ModRevision]++
+					deleted++
+				}
+			}
+		case <-ctx.Done():
+			t.Fatalf("saw %d of %d deletes", deleted, len(keys))
+		}
+	}
+	if len(revs) != 1 {
+		t.Fatalf("deletes at revisions %v, want one transaction", revs)
+	}
+}

@@ -2,9 +2,12 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockguard/stockguard/internal/lock"
 )
 
 // handle is a granted lease's hold on its waiter key.
@@ -43,4 +46,49 @@ func (s *session) deleteOwn(ctx context.Context, w *waiter) error {
 		Then(clientv3.OpDelete(w.path)).
 		Commit()
 	return err
+}
+
+// Releaser implements lock.BatchHandle: the leases of one session that a
+// lock.Set releases together go in one transaction per maxTxnOps keys.
+func (h *handle) Releaser() lock.BatchReleaser { return h.s }
+
+// ReleaseBatch implements lock.BatchReleaser, as Release does each: a
+// transaction deletes its keys only if every one still has its lease's
+// create revision; if any has not (an error whose key we cannot tell), each
+// key of that transaction is released on its own.
+func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
+	var ws []*waiter
+	var errs []error
+	for _, lh := range hs {
+		h, ok := lh.(*handle)
+		if !ok || h.s != s {
+			errs = append(errs, lh.Release(ctx)) // not ours: never grouped here by lock.Set
+			continue
+		}
+		if s.unregister(h) {
+			ws = append(ws, h.w)
+		}
+	}
+	for start := 0; start < len(ws); start += maxTxnOps {
+		chunk := ws[start:min(start+maxTxnOps, len(ws))]
+		var cmps []clientv3.Cmp
+		ops := make([]clientv3.Op, len(chunk))
+		for i, w := range chunk {
+			if w.rev != 0 {
+				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(w.path), "=", w.rev))
+			}
+			ops[i] = clientv3.OpDelete(w.path)
+		}
+		resp, err := s.l.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		if err == nil && resp.Succeeded {
+			continue
+		}
+		for _, w := range chunk {
+			if err := s.deleteOwn(ctx, w); err != nil {
+				s.l.background(func() { s.deleteUntilGone(w) })
+				errs = append(errs, fmt.Errorf("etcd: delete %s: still trying in the background: %w", w.path, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
