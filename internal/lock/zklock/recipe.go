@@ -200,9 +200,18 @@ func (s *session) createNode(key, parent string) (*node, error) {
 }
 
 // ensureParent creates key's parent as a container, tolerating one that
-// exists, and the root first if that is missing.
+// exists, and the root first if that is missing. It reads before it writes:
+// a parent another Locker made is usual (several instances share the keys),
+// and a create that fails with ErrNodeExists still costs the ensemble a
+// transaction, where a read costs one server a lookup.
 func (s *session) ensureParent(key string) error {
 	parent := s.l.cfg.root + "/" + key
+	if ok, _, err := s.conn.Exists(parent); err != nil {
+		return fmt.Errorf("exists %s: %w", parent, err)
+	} else if ok {
+		s.l.parents.set(key, true)
+		return nil
+	}
 	_, err := s.conn.CreateContainer(parent, nil, zk.FlagContainer, s.l.acl)
 	if errors.Is(err, zk.ErrNoNode) {
 		if err = s.ensureRoot(); err != nil {
