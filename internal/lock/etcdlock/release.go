@@ -60,12 +60,7 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 	var ws []*waiter
 	var errs []error
 	for _, lh := range hs {
-		h, ok := lh.(*handle)
-		if !ok || h.s != s {
-			errs = append(errs, lh.Release(ctx)) // not ours: never grouped here by lock.Set
-			continue
-		}
-		if s.unregister(h) {
+		if h := lh.(*handle); s.unregister(h) { // lock.Set groups by Releaser: ours
 			ws = append(ws, h.w)
 		}
 	}

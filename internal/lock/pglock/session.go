@@ -112,16 +112,11 @@ func (h *handle) Releaser() lock.BatchReleaser { return h.s }
 
 // ReleaseBatch implements lock.BatchReleaser, as Release does each.
 func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
-	mine := make([]*handle, 0, len(hs))
-	var errs []error
-	for _, lh := range hs {
-		if h, ok := lh.(*handle); ok && h.s == s {
-			mine = append(mine, h)
-		} else {
-			errs = append(errs, lh.Release(ctx)) // not ours: never grouped here by lock.Set
-		}
+	mine := make([]*handle, len(hs))
+	for i, lh := range hs {
+		mine[i] = lh.(*handle) // lock.Set groups by Releaser: ours
 	}
-	return errors.Join(append(errs, s.unlock(ctx, mine))...)
+	return s.unlock(ctx, mine)
 }
 
 // unlock releases hs, leases of s, in one statement.

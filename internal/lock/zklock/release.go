@@ -39,18 +39,12 @@ func (h *handle) Releaser() lock.BatchReleaser { return h.s }
 // Release does each.
 func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 	nodes := make([]*node, 0, len(hs))
-	var errs []error
 	for _, lh := range hs {
-		h, ok := lh.(*handle)
-		if !ok || h.s != s {
-			errs = append(errs, lh.Release(ctx)) // not ours: never grouped here by lock.Set
-			continue
-		}
-		if s.unregister(h) {
+		if h := lh.(*handle); s.unregister(h) { // lock.Set groups by Releaser: ours
 			nodes = append(nodes, h.n)
 		}
 	}
-	return errors.Join(append(errs, s.removeAll(ctx, nodes))...)
+	return s.removeAll(ctx, nodes)
 }
 
 // remove deletes n; it returns when that is done or ctx ends, whichever is
