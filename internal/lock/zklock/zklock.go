@@ -15,9 +15,12 @@
 // report it expired, the Locker gives it up and goes on in a new session.
 // A lease has no deadline of its own: Done is its only end.
 //
-// A key's parent is removed by whoever leaves it last (a holder, a waiter
-// giving up, a cancelled acquisition). AcquireBatch creates a batch's nodes
-// in one multi and reads their queues in one pipelined round.
+// A key's parent is a container znode: the servers remove it once its last
+// node has gone, whoever left last (a holder, a waiter giving up, a
+// cancelled acquisition), so no client deletes a parent another is creating
+// a node under. AcquireBatch creates a batch's nodes in one multi and reads
+// the queues of those not first in one pipelined round; a lock.Set of one
+// session's leases is released in one multi.
 //
 // zk.Lock, the client's own recipe, has no token, no context, no signal when
 // the session is lost, leaves every key's parent behind and orders waiters by
