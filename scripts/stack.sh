@@ -62,6 +62,10 @@ split_ports ZK_ELECTION_LIST "$ZK_ELECTION_PORTS"
 split_ports ETCD_PORT_LIST "$ETCD_PORTS"
 split_ports ETCD_PEER_LIST "$ETCD_PEER_PORTS"
 [[ $PG_PORT =~ ^[0-9]+$ ]] || die "bad postgres port '$PG_PORT'"
+for ms in "$ZK_CONTAINER_CHECK_MS" "$ZK_CONTAINER_NEVER_USED_MS"; do
+	# Passed to the JVM as -D values: digits only, at least a second.
+	[[ $ms =~ ^[0-9]{1,10}$ ]] && ((ms >= 1000)) || die "bad ZooKeeper container interval '$ms' ms (want an integer ≥ 1000)"
+done
 ((${#ZK_PORT_LIST[@]} == ${#ZK_QUORUM_LIST[@]} && ${#ZK_PORT_LIST[@]} == ${#ZK_ELECTION_LIST[@]})) ||
 	die "ZooKeeper client, quorum and election port lists differ in length"
 ((${#ETCD_PORT_LIST[@]} == ${#ETCD_PEER_LIST[@]})) || die "etcd client and peer port lists differ in length"
