@@ -3,8 +3,9 @@ package bench
 import (
 	"fmt"
 	"io"
+	"maps"
 	"path"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 )
@@ -59,16 +60,16 @@ func printGoBench(w io.Writer, title string, out *GoBenchOutput) {
 }
 
 func formatMetrics(m map[string]float64) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	return joinSorted(m, ", ", func(k string, v float64) string { return fmt.Sprintf("%.4g %s", v, k) })
+}
+
+// joinSorted formats m's entries in key order and joins them with sep.
+func joinSorted[V any](m map[string]V, sep string, format func(k string, v V) string) string {
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, format(k, m[k]))
 	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%.4g %s", m[k], k)
-	}
-	return strings.Join(parts, ", ")
+	return strings.Join(parts, sep)
 }
 
 func printCeiling(w io.Writer, c StoreCeiling) {

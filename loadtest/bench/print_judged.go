@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -100,16 +99,7 @@ func formatCPU(win cpu.Window) string {
 
 // formatStatus is "201:1234 503:5", by status.
 func formatStatus(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s:%d", k, m[k])
-	}
-	return strings.Join(parts, " ")
+	return joinSorted(m, " ", func(k string, v int) string { return fmt.Sprintf("%s:%d", k, v) })
 }
 
 // printJudgedRatios is issue 13's table: the judge's rates against the
