@@ -16,12 +16,13 @@ import (
 )
 
 // AcquireBatch implements lock.Locker in three rounds, whatever the number
-// of keys: one multi creates every key's node, one pipelined round of children reads finds where each node
-// stands, and one multi deletes the nodes of the keys held elsewhere. A
-// key whose node is lowest is obtained with the lease it would have had
-// alone (token: its node's czxid); a node that was its parent's only child
-// is lowest at once and needs no read. Options other than TryOnce do not apply,
-// as for Acquire; a batch never waits.
+// of keys: one multi creates every key's node, one pipelined round of
+// children reads finds where each node stands, and one multi deletes the
+// nodes of the keys held elsewhere. A key whose node is lowest is obtained
+// with the lease it would have had alone (token: its node's czxid); a node
+// that was its parent's only child is lowest at once and needs no read.
+// Options other than TryOnce do not apply, as for Acquire; a batch never
+// waits.
 func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
 	start := time.Now()
 	sorted, err := lock.BatchKeys(keys)
@@ -91,9 +92,13 @@ func (s *session) acquireBatch(ctx context.Context, keys []string) (lock.Batch, 
 	return b, nil
 }
 
-// createAll creates the batch's nodes in one transaction, without
-// outliving ctx or the session (as create does for one node).
+// createAll runs createNodes without outliving ctx or the session. A
+// create may still succeed after we stopped waiting; its nodes are deleted
+// then, so no queue holds a waiter that nobody will ever serve.
 func (s *session) createAll(ctx context.Context, keys []string) ([]*node, error) {
+	if ctx.Done() == nil {
+		return s.createNodes(keys)
+	}
 	type result struct {
 		nodes []*node
 		err   error
@@ -118,13 +123,31 @@ func (s *session) createAll(ctx context.Context, keys []string) ([]*node, error)
 	return nil, ctx.Err()
 }
 
-// createNodes is createNode for many keys in one multi: per key its node
-// and a SetData on its parent, whose stat says whether the node is the
-// parent's only child; every op shares the transaction's zxid, every node's
-// czxid. The parents we do not know to be present are ensured first, in one
-// pipelined round of container creates. A parent reaped since fails the
-// multi; the reply names only the first such key, and keys idle as long
-// went too, so the next try ensures them all rather than one per try.
+// createNodes makes a waiter node per key, one or a batch's, in one multi,
+// and learns their czxid, the fencing token.
+//
+// The token: zxids number every transaction of the ensemble in one global
+// order (epoch in the high 32 bits, counter in the low), so the czxid of a
+// later holder's node is larger than any earlier holder's, of this key or
+// any other. go-zookeeper's Create returns only the path, so the multi also
+// sets each parent's (empty) data: every op of a multi shares its zxid, and
+// SetData's Stat returns it — and the parent's child count after our
+// create, which tells an uncontended caller that it is first without a
+// listing (one round trip fewer than zk.Lock).
+//
+// A key's parent is a container znode (ZooKeeper 3.5+, as Curator's recipes
+// use): the servers delete it once it has been emptied, so no client ever
+// deletes a parent another is about to create a node under. (Client-side
+// pruning raced: under churn a creator could lose ten times in a row to
+// releases removing the parent between its tries.) The parents we do not
+// know to be present are ensured first, in one pipelined round. A parent
+// reaped since fails the multi; the reply names only the first such key,
+// and keys idle as long went too, so the next try ensures them all rather
+// than one per try.
+// maxCreateTries bounds the retries of one create; each retry is the server
+// telling us something changed (a parent reaped, a response lost).
+const maxCreateTries = 10
+
 func (s *session) createNodes(keys []string) ([]*node, error) {
 	ids := make([]uuid.UUID, len(keys))
 	for i := range ids {
@@ -175,7 +198,7 @@ func (s *session) createNodes(keys []string) ([]*node, error) {
 			return nil, s.classify(err)
 		}
 	}
-	return nil, fmt.Errorf("create %d nodes: gave up after %d tries: %w", len(keys), maxCreateTries, err)
+	return nil, fmt.Errorf("create under %s (%d keys): gave up after %d tries: %w", s.l.cfg.root+"/"+keys[0], len(keys), maxCreateTries, err)
 }
 
 // ensureParents is ensureParent, in one pipelined round, for every key we

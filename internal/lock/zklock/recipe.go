@@ -55,10 +55,11 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 		// has its own recovery, and the listing after it the last word.
 	}
 
-	n, err := s.create(ctx, key, parent)
+	nodes, err := s.createAll(ctx, []string{key})
 	if err != nil {
 		return nil, err
 	}
+	n := nodes[0]
 	if err := s.wait(ctx, n, o.TryOnce); err != nil {
 		if !errors.Is(err, errSessionGone) {
 			// Never granted: delete our node.
@@ -109,94 +110,6 @@ func (s *session) abandon(ctx context.Context, nodes ...*node) {
 	if err := s.removeAll(cctx, nodes); err != nil {
 		s.l.log.Warn("zookeeper: abandoned nodes not deleted yet", "nodes", len(nodes), "err", err)
 	}
-}
-
-// create makes our waiter node and learns its czxid, the fencing token.
-//
-// The token: zxids number every transaction of the ensemble in one global
-// order (epoch in the high 32 bits, counter in the low), so the czxid of a
-// later holder's node is larger than any earlier holder's, of this key or
-// any other. go-zookeeper's Create returns only the path, so the same
-// transaction also sets the parent's (empty) data: every op of a multi
-// shares its zxid, and SetData's Stat returns it — and the parent's child
-// count after our create, which tells an uncontended caller that it is
-// first without a listing (one round trip fewer than zk.Lock).
-//
-// The key's parent is a container znode (ZooKeeper 3.5+, as Curator's
-// recipes use): the servers delete it once it has been emptied, so no
-// client ever deletes a parent another is about to create a node under.
-// Client-side pruning raced: under churn a creator could lose ten times in
-// a row to releases removing the parent between its tries.
-func (s *session) create(ctx context.Context, key, parent string) (*node, error) {
-	if ctx.Done() == nil {
-		return s.createNode(key, parent)
-	}
-	type result struct {
-		n   *node
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		n, err := s.createNode(key, parent)
-		done <- result{n, err}
-	}()
-	select {
-	case r := <-done:
-		return r.n, r.err
-	case <-ctx.Done():
-	case <-s.dead:
-		return nil, errSessionGone
-	}
-	// The create may still succeed after we stopped waiting; delete the
-	// node then, so the queue holds no waiter that nobody will ever serve.
-	go func() {
-		if r := <-done; r.n != nil {
-			_ = s.remove(context.Background(), r.n)
-		}
-	}()
-	return nil, ctx.Err()
-}
-
-// maxCreateTries bounds the retries of one create; each retry is the server
-// telling us something changed (parent appeared, vanished, response lost).
-const maxCreateTries = 10
-
-func (s *session) createNode(key, parent string) (*node, error) {
-	id := uuid.New()
-	prefix := parent + "/" + nodePrefix(id)
-	var err error
-	for range maxCreateTries {
-		if s.isGone() {
-			return nil, errSessionGone
-		}
-		if !s.l.parents.isPresent(key) {
-			if err = s.ensureParent(key); lostResponse(err) {
-				time.Sleep(retryPause)
-				continue
-			} else if err != nil {
-				return nil, s.classify(err)
-			}
-		}
-		var res []zk.MultiResponse
-		res, err = s.conn.Multi(
-			&zk.CreateRequest{Path: prefix, Acl: s.l.acl, Flags: zk.FlagEphemeralSequential},
-			&zk.SetDataRequest{Path: parent, Version: -1})
-		switch {
-		case err == nil:
-			return newNode(key, parent, res[0].String, id, res[1].Stat)
-		case lostResponse(err):
-			n, rerr := s.recoverCreate(key, parent, id)
-			if n != nil || rerr != nil {
-				return n, rerr
-			}
-			time.Sleep(retryPause) // not created: a new try, not a hot loop
-		case errors.Is(err, zk.ErrNoNode):
-			s.l.parents.set(key, false) // reaped by the servers while idle
-		default:
-			return nil, s.classify(err)
-		}
-	}
-	return nil, fmt.Errorf("create under %s: gave up after %d tries: %w", parent, maxCreateTries, err)
 }
 
 // ensureParent creates key's parent as a container, tolerating one that
