@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/lock/zklock/zkwire"
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/run"
 )
@@ -336,7 +337,10 @@ func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 		return err
 	}
 	from := e.event(EventFault, "expire instance %d's ZooKeeper session %#x: a second client presents its id and password, then closes it", v+1, id)
-	if err := expireZKSession(ctx, e.zk.Servers()[0], id, passwd); err != nil {
+	// A second client presents the session's id and password, which moves
+	// the session to it, then closes it: as a partition longer than the
+	// session timeout would, the ensemble deletes the lock nodes at once.
+	if err := zkwire.ExpireSession(ctx, e.zk.Servers()[0], id, passwd); err != nil {
 		return err
 	}
 	e.heal([]int{v}, "session %#x closed on the ensemble, its lock nodes deleted; instance %d must find out and start a new one", id, v+1)

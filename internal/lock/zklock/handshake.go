@@ -2,44 +2,14 @@ package zklock
 
 import (
 	"encoding/binary"
-	"errors"
 	"net"
-	"time"
-)
 
-// connectInfo is what the server answers to a connect request: the
-// negotiated timeout, the session id and the session password. go-zookeeper
-// keeps the timeout and the password to itself; the Locker needs the
-// timeout to know when a disconnected session may have expired.
-type connectInfo struct {
-	Timeout   time.Duration
-	SessionID int64
-	Passwd    []byte
-}
+	"github.com/stockguard/stockguard/internal/lock/zklock/zkwire"
+)
 
 // maxHandshake bounds the connect response we buffer; the real one is about
 // 40 bytes (a 16-byte password).
 const maxHandshake = 1024
-
-// parseConnectResponse decodes a connect response body (without its length
-// prefix): int32 protocol version, int32 timeout in ms, int64 session id,
-// int32 password length, password bytes, then an optional read-only flag.
-func parseConnectResponse(b []byte) (connectInfo, error) {
-	if len(b) < 20 {
-		return connectInfo{}, errors.New("zookeeper: short connect response")
-	}
-	timeout := int32(binary.BigEndian.Uint32(b[4:8]))
-	id := int64(binary.BigEndian.Uint64(b[8:16]))
-	n := int32(binary.BigEndian.Uint32(b[16:20]))
-	if n < 0 || int(n) > len(b)-20 {
-		return connectInfo{}, errors.New("zookeeper: bad password length in connect response")
-	}
-	return connectInfo{
-		Timeout:   time.Duration(timeout) * time.Millisecond,
-		SessionID: id,
-		Passwd:    append([]byte(nil), b[20:20+n]...),
-	}, nil
-}
 
 // handshakeReader collects the first frame a server sends on a new TCP
 // connection, which is always the connect response.
@@ -50,23 +20,23 @@ type handshakeReader struct {
 
 // feed adds bytes read from the connection; it returns the parsed response
 // once, when the frame is complete.
-func (h *handshakeReader) feed(p []byte) (connectInfo, bool) {
+func (h *handshakeReader) feed(p []byte) (zkwire.ConnectResponse, bool) {
 	if h.done {
-		return connectInfo{}, false
+		return zkwire.ConnectResponse{}, false
 	}
 	h.buf = append(h.buf, p...)
 	if len(h.buf) < 4 {
-		return connectInfo{}, false
+		return zkwire.ConnectResponse{}, false
 	}
 	size := int(binary.BigEndian.Uint32(h.buf))
 	if size > maxHandshake {
 		h.done, h.buf = true, nil
-		return connectInfo{}, false
+		return zkwire.ConnectResponse{}, false
 	}
 	if len(h.buf) < 4+size {
-		return connectInfo{}, false
+		return zkwire.ConnectResponse{}, false
 	}
-	info, err := parseConnectResponse(h.buf[4 : 4+size])
+	info, err := zkwire.ParseConnectResponse(h.buf[4 : 4+size])
 	h.done, h.buf = true, nil
 	return info, err == nil
 }

@@ -1,9 +1,7 @@
 package zklock
 
 import (
-	"bytes"
-	"encoding/binary"
-	"io"
+	"context"
 	"net"
 	"sync"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/lock/zklock/zkwire"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
@@ -135,55 +134,16 @@ func (cc *capturingConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// expireSession ends a session from outside, as NOTES.md describes: a
-// second connection presents the session's id and password, which moves the
-// session to it, then closes the session. The servers delete its ephemeral
-// nodes at once and its first client learns, on reconnecting, that it
-// expired.
+// expireSession ends a session from outside (zkwire.ExpireSession): its
+// ephemeral nodes go at once, and its first client learns on reconnecting
+// that it expired.
 func expireSession(tb testing.TB, addr string, id int64, passwd []byte) {
 	tb.Helper()
-	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		tb.Fatalf("expire: dial %s: %v", addr, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := zkwire.ExpireSession(ctx, addr, id, passwd); err != nil {
+		tb.Fatal(err)
 	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
-
-	var req bytes.Buffer
-	for _, v := range []any{int32(0), int64(0), int32(4000), id, int32(len(passwd))} {
-		_ = binary.Write(&req, binary.BigEndian, v) // protocol, last zxid, timeout, id, password
-	}
-	req.Write(passwd)
-	writeFrame(tb, conn, req.Bytes())
-	info, err := parseConnectResponse(readFrame(tb, conn))
-	if err != nil || info.SessionID != id {
-		tb.Fatalf("expire: session %#x not taken over (got %#x, %v)", id, info.SessionID, err)
-	}
-	var closeReq bytes.Buffer
-	_ = binary.Write(&closeReq, binary.BigEndian, []int32{1, -11}) // xid, opCloseSession
-	writeFrame(tb, conn, closeReq.Bytes())
-	readFrame(tb, conn) // the reply: the session is closed on the ensemble
-}
-
-func writeFrame(tb testing.TB, w io.Writer, body []byte) {
-	tb.Helper()
-	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
-	if _, err := w.Write(append(frame, body...)); err != nil {
-		tb.Fatalf("expire: write: %v", err)
-	}
-}
-
-func readFrame(tb testing.TB, r io.Reader) []byte {
-	tb.Helper()
-	var size [4]byte
-	if _, err := io.ReadFull(r, size[:]); err != nil {
-		tb.Fatalf("expire: read: %v", err)
-	}
-	body := make([]byte, binary.BigEndian.Uint32(size[:]))
-	if _, err := io.ReadFull(r, body); err != nil {
-		tb.Fatalf("expire: read: %v", err)
-	}
-	return body
 }
 
 // expirer gives Lockers a capturing dialer and expires their sessions.

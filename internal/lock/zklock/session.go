@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/zklock/zkwire"
 )
 
 // errSessionGone means the session an attempt ran in was given up; its
@@ -34,7 +35,7 @@ type session struct {
 
 	// creds is the last handshake in full: SessionCredentials needs the
 	// password, which go-zookeeper keeps to itself.
-	creds atomic.Pointer[connectInfo]
+	creds atomic.Pointer[zkwire.ConnectResponse]
 
 	dead chan struct{} // closed when the session is given up
 
@@ -80,7 +81,7 @@ func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, e
 
 func (s *session) heard() { s.lastRead.Store(int64(time.Since(s.born))) }
 
-func (s *session) handshook(info connectInfo) {
+func (s *session) handshook(info zkwire.ConnectResponse) {
 	s.creds.Store(&info)
 	s.id.Store(info.SessionID)
 	if info.Timeout > 0 {

@@ -1,0 +1,191 @@
+package zkwire_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/stockguard/stockguard/internal/lock/zklock/zkwire"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+)
+
+type quiet struct{}
+
+func (quiet) Printf(string, ...any) {}
+
+// session opens a go-zookeeper session with one ephemeral node and
+// returns its credentials, captured from the handshake as zklock does.
+func session(t *testing.T, servers []string) (c *zk.Conn, events <-chan zk.Event, node string, id int64, passwd []byte) {
+	t.Helper()
+	var captured capture
+	c, events, err := zk.Connect(servers[:1], 4*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{}), zk.WithDialer(captured.dial))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	node, err = c.Create("/zkwire-test-"+t.Name(), nil, zk.FlagEphemeral|zk.FlagSequence, zk.WorldACL(zk.PermAll))
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	resp, ok := captured.get()
+	if !ok || resp.SessionID != c.SessionID() {
+		t.Fatalf("handshake not captured (%+v, session %#x)", resp, c.SessionID())
+	}
+	return c, events, node, resp.SessionID, resp.Passwd
+}
+
+// TestExpireSession ends a live session from outside: its ephemeral node is
+// gone at once, its client is told the session expired, and the
+// credentials no longer take anything over.
+func TestExpireSession(t *testing.T) {
+	servers := stacktest.RequireZK(t)
+	_, events, node, id, passwd := session(t, servers)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := zkwire.ExpireSession(ctx, servers[0], id, passwd); err != nil {
+		t.Fatal(err)
+	}
+
+	look := inspector(t, servers)
+	if ok, _, err := look.Exists(node); err != nil || ok {
+		t.Fatalf("Exists(%s) after expiry = %v, %v; want gone", node, ok, err)
+	}
+	deadline := time.After(10 * time.Second)
+	for expired := false; !expired; {
+		select {
+		case ev := <-events:
+			expired = ev.State == zk.StateExpired
+		case <-deadline:
+			t.Fatal("the session's client was not told it expired within 10 s")
+		}
+	}
+	if err := zkwire.ExpireSession(ctx, servers[1], id, passwd); !errors.Is(err, zkwire.ErrUnknownSession) {
+		t.Fatalf("expiring it again = %v, want ErrUnknownSession", err)
+	}
+}
+
+// TestExpireSessionWrongPassword touches nothing: the server refuses the
+// takeover and the session and its node live on.
+func TestExpireSessionWrongPassword(t *testing.T) {
+	servers := stacktest.RequireZK(t)
+	c, _, node, id, passwd := session(t, servers)
+	wrong := bytes.Clone(passwd)
+	wrong[0] ^= 0xff
+	if err := zkwire.ExpireSession(context.Background(), servers[0], id, wrong); !errors.Is(err, zkwire.ErrUnknownSession) {
+		t.Fatalf("ExpireSession with a wrong password = %v, want ErrUnknownSession", err)
+	}
+	if ok, _, err := c.Exists(node); err != nil || !ok {
+		t.Fatalf("Exists(%s) = %v, %v; want the node alive", node, ok, err)
+	}
+	if c.SessionID() != id {
+		t.Fatalf("session %#x replaced by %#x", id, c.SessionID())
+	}
+}
+
+// TestExpireSessionUnreachable fails, bounded by its context, when no
+// server answers.
+func TestExpireSessionUnreachable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := zkwire.ExpireSession(ctx, "127.0.0.1:1", 0x1234, make([]byte, 16))
+	if err == nil || errors.Is(err, zkwire.ErrUnknownSession) {
+		t.Fatalf("ExpireSession on a closed port = %v, want a dial error", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("took %v", d)
+	}
+}
+
+func TestParseConnectResponse(t *testing.T) {
+	passwd := []byte("0123456789abcdef")
+	var body bytes.Buffer
+	for _, v := range []any{int32(0), int32(4000), int64(0x1234), int32(len(passwd))} {
+		_ = binary.Write(&body, binary.BigEndian, v)
+	}
+	body.Write(passwd)
+	got, err := zkwire.ParseConnectResponse(body.Bytes())
+	if err != nil || got.SessionID != 0x1234 || got.Timeout != 4*time.Second || !bytes.Equal(got.Passwd, passwd) {
+		t.Fatalf("ParseConnectResponse = %+v, %v", got, err)
+	}
+	if _, err := zkwire.ParseConnectResponse(body.Bytes()[:10]); err == nil {
+		t.Fatal("short response parsed")
+	}
+	bad := bytes.Clone(body.Bytes())
+	binary.BigEndian.PutUint32(bad[16:20], 1000) // longer than what follows
+	if _, err := zkwire.ParseConnectResponse(bad); err == nil {
+		t.Fatal("password length past the end parsed")
+	}
+	binary.BigEndian.PutUint32(bad[16:20], 0xffffffff) // negative
+	if _, err := zkwire.ParseConnectResponse(bad); err == nil {
+		t.Fatal("negative password length parsed")
+	}
+}
+
+// inspector is a plain client for looking at what the sessions left.
+func inspector(t *testing.T, servers []string) *zk.Conn {
+	t.Helper()
+	c, _, err := zk.Connect(servers, 4*time.Second, zk.WithLogInfo(false), zk.WithLogger(quiet{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// capture keeps the first connect response read on the connections it dials.
+type capture struct {
+	mu   sync.Mutex
+	resp *zkwire.ConnectResponse
+}
+
+func (c *capture) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	conn, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &capturingConn{Conn: conn, c: c}, nil
+}
+
+func (c *capture) get() (zkwire.ConnectResponse, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.resp == nil {
+		return zkwire.ConnectResponse{}, false
+	}
+	return *c.resp, true
+}
+
+// capturingConn tees what it reads until the connect response is whole.
+type capturingConn struct {
+	net.Conn
+	c    *capture
+	buf  []byte
+	done bool
+}
+
+func (cc *capturingConn) Read(p []byte) (int, error) {
+	n, err := cc.Conn.Read(p)
+	if !cc.done {
+		cc.buf = append(cc.buf, p[:n]...)
+		if len(cc.buf) >= 4 {
+			size := int(binary.BigEndian.Uint32(cc.buf))
+			if len(cc.buf) >= 4+size {
+				cc.done = true
+				if resp, perr := zkwire.ParseConnectResponse(cc.buf[4 : 4+size]); perr == nil {
+					cc.c.mu.Lock()
+					cc.c.resp = &resp
+					cc.c.mu.Unlock()
+				}
+			}
+		}
+	}
+	return n, err
+}
