@@ -46,7 +46,9 @@ func ParseConnectResponse(b []byte) (ConnectResponse, error) {
 
 // ErrUnknownSession means the server would not hand the session over
 // before anything was closed: it does not know the id, or the password is
-// wrong. The session, if it exists, is untouched.
+// wrong. The session, if it exists, lives on; its owner may have to
+// reconnect, as the server drops the owner's connection before it checks
+// the password.
 var ErrUnknownSession = errors.New("zookeeper: session not taken over")
 
 const (
