@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,4 +92,18 @@ func TestErrorsMatchSentinels(t *testing.T) {
 	if err := error(&SKUError{SKU: "x", Err: ErrStaleFence}); !errors.Is(err, ErrStaleFence) || !errors.As(err, &ke) {
 		t.Error("SKUError does not unwrap")
 	}
+}
+
+// FuzzValidSKU holds the hand-written check to the pattern it documents.
+func FuzzValidSKU(f *testing.F) {
+	for _, s := range []string{"", "a", "A-1", "sku:1.2_3", "-a", ".a", "a b", "a\n", "é", "a\x00",
+		strings.Repeat("a", 64), strings.Repeat("a", 65), "a" + strings.Repeat("-", 63)} {
+		f.Add(s)
+	}
+	pattern := regexp.MustCompile(SKUPattern)
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := ValidateSKU(s) == nil, pattern.MatchString(s); got != want {
+			t.Fatalf("ValidateSKU(%q) accepts = %v, the pattern = %v", s, got, want)
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"regexp"
 	"time"
 
 	"github.com/google/uuid"
@@ -18,14 +17,33 @@ const (
 	MaxIdempotency = 255
 )
 
-var skuPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`)
+// SKUPattern is what a SKU name must match. ValidateSKU checks it by hand:
+// it runs for every line of every order, and the regexp engine cost 3.5 %
+// of an instance's CPU on the spread workload.
+const SKUPattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`
 
-// ValidateSKU checks a SKU name.
+// ValidateSKU checks a SKU name against SKUPattern.
 func ValidateSKU(sku string) error {
-	if !skuPattern.MatchString(sku) {
-		return invalid("sku %q must match %s", truncate(sku), skuPattern)
+	if !validSKU(sku) {
+		return invalid("sku %q must match %s", truncate(sku), SKUPattern)
 	}
 	return nil
+}
+
+func validSKU(sku string) bool {
+	if len(sku) == 0 || len(sku) > 64 || !alnum(sku[0]) {
+		return false
+	}
+	for i := 1; i < len(sku); i++ {
+		if c := sku[i]; !alnum(c) && c != '.' && c != '_' && c != ':' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func alnum(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
 }
 
 // PlaceRequest is a new order as a client asked for it.
