@@ -44,71 +44,99 @@ func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[st
 	if err := dec.Decode(dst); err != nil {
 		return fmt.Errorf("%w: %v", inventory.ErrInvalid, err)
 	}
-	if err := dec.Decode(&struct{}{}); err != io.EOF {
+	if !onlySpace(body[dec.InputOffset():]) {
 		return fmt.Errorf("%w: trailing data after the JSON value", inventory.ErrInvalid)
 	}
 	return nil
 }
 
-// checkKeys walks every object in the document and fails on a key that
-// appears twice in one object or is not exactly one of fields.
+// checkKeys fails on a key that appears twice in one object or is not
+// exactly one of fields, at any depth. It is one pass over the bytes, not
+// the decoder's token stream, which cost as much as the decoding itself on
+// every order. It checks keys only: the decoder that runs next judges the
+// syntax, so a malformed document may pass here, never a well-formed one
+// with a bad key.
 func checkKeys(body []byte, fields map[string]bool) error {
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.UseNumber()
-	var stack []*frame
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		var top *frame
-		if len(stack) > 0 {
-			top = stack[len(stack)-1]
-		}
-		if top != nil && top.object && top.expect {
-			key, _ := tok.(string) // inside an object, Token yields keys as strings or the closing '}'
-			if d, ok := tok.(json.Delim); ok && d == '}' {
-				stack = stack[:len(stack)-1]
-				markValueDone(stack)
-				continue
+	type frame struct {
+		object, wantKey bool
+		// start is where this object's keys begin in seen: a nested
+		// object's keys go after its parent's and are dropped when it
+		// closes, so an object's keys are always seen[start:].
+		start int
+	}
+	var stack []frame
+	// seen is bounded by len(fields) per open object: a key that is not a
+	// field, or is one already seen, ends the walk.
+	var seen [][]byte
+	for i := 0; i < len(body); i++ {
+		switch body[i] {
+		case '{':
+			stack = append(stack, frame{object: true, wantKey: true, start: len(seen)})
+		case '[':
+			stack = append(stack, frame{start: len(seen)})
+		case '}', ']':
+			if len(stack) == 0 {
+				return errors.New("unbalanced brackets")
 			}
-			if !fields[key] {
-				return fmt.Errorf("unknown field %q", key)
-			}
-			if top.keys[key] {
-				return fmt.Errorf("duplicate field %q", key)
-			}
-			top.keys[key] = true
-			top.expect = false
-			continue
-		}
-		switch tok {
-		case json.Delim('{'):
-			stack = append(stack, &frame{object: true, keys: map[string]bool{}, expect: true})
-		case json.Delim('['):
-			stack = append(stack, &frame{})
-		case json.Delim(']'):
+			seen = seen[:stack[len(stack)-1].start]
 			stack = stack[:len(stack)-1]
-			markValueDone(stack)
-		default:
-			markValueDone(stack)
+		case ',':
+			if n := len(stack); n > 0 && stack[n-1].object {
+				stack[n-1].wantKey = true
+			}
+		case '"':
+			end, escaped := stringEnd(body, i)
+			if end < 0 {
+				return errors.New("unterminated string")
+			}
+			if n := len(stack); n > 0 && stack[n-1].wantKey {
+				top := &stack[n-1]
+				top.wantKey = false
+				key := body[i+1 : end]
+				if escaped {
+					var k string
+					if err := json.Unmarshal(body[i:end+1], &k); err != nil {
+						return err
+					}
+					key = []byte(k)
+				}
+				if !fields[string(key)] {
+					return fmt.Errorf("unknown field %q", key)
+				}
+				for _, k := range seen[top.start:] {
+					if bytes.Equal(k, key) {
+						return fmt.Errorf("duplicate field %q", key)
+					}
+				}
+				seen = append(seen, key)
+			}
+			i = end
 		}
 	}
+	return nil
 }
 
-// markValueDone notes that the enclosing object's current value is complete,
-// so its next string token is a key.
-func markValueDone(stack []*frame) {
-	if len(stack) > 0 && stack[len(stack)-1].object {
-		stack[len(stack)-1].expect = true
+// stringEnd returns the index of the quote that closes the string opening
+// at body[start], or -1, and whether the string has escapes.
+func stringEnd(body []byte, start int) (end int, escaped bool) {
+	for i := start + 1; i < len(body); i++ {
+		switch body[i] {
+		case '\\':
+			escaped = true
+			i++
+		case '"':
+			return i, escaped
+		}
 	}
+	return -1, escaped
 }
 
-type frame struct {
-	object bool
-	keys   map[string]bool
-	expect bool // the next token in an object is a key
+// onlySpace reports whether b is JSON whitespace alone.
+func onlySpace(b []byte) bool {
+	for _, c := range b {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return false
+		}
+	}
+	return true
 }

@@ -1,9 +1,12 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -90,11 +93,85 @@ func TestCheckKeys(t *testing.T) {
 		{`{"Lines":[]}`, false},
 		{`{"lines":[{"sku":{"x":1}}]}`, false},
 		{`{"lines":[[{"sku":"a"}],{"quantity":1}]}`, true},
-		{`{"lines":"sku"}`, true}, // a string value is not a key
+		{`{"lines":"sku"}`, true},   // a string value is not a key
+		{`{"l\u0069nes":[]}`, true}, // an escaped key is its unescaped name
+		{`{"lines":[],"l\u0069nes":[]}`, false},
+		{`{"lines":"a\"sku\":{\"x"}`, true}, // escaped quotes stay inside the value
+		{`{"lines":[{"sku":"a"}],"quantity":{"sku":"b","sku":"c"}}`, false},
+		{`{"lines":[{"sku":"a",
+			"quantity":1}]} `, true},
 	}
 	for _, c := range cases {
 		if err := checkKeys([]byte(c.body), fields); (err == nil) != c.ok {
 			t.Errorf("checkKeys(%s) = %v, want ok=%v", c.body, err, c.ok)
+		}
+	}
+}
+
+// FuzzCheckKeys holds the one-pass walk to the decoder's token stream on
+// every well-formed document: both accept the same ones.
+func FuzzCheckKeys(f *testing.F) {
+	for _, s := range []string{`{"lines":[{"sku":"a","quantity":1}]}`, `{"lines":[],"lines":[]}`,
+		`{"l\u0069nes":[{"s\u006bu":"x"}]}`, `[{"sku":1},{"sku":2,"sku":3}]`, `"sku"`, `{"a\\":1}`,
+		`{"lines":[{"sku":"\"}\""}]}`, `{}`, `[]`, `1`} {
+		f.Add([]byte(s))
+	}
+	fields := map[string]bool{"lines": true, "sku": true, "quantity": true, "hold_seconds": true}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		got := checkKeys(body, fields) // must not panic on anything
+		if !json.Valid(body) {
+			return
+		}
+		if want := tokenCheckKeys(body, fields); (got == nil) != (want == nil) {
+			t.Fatalf("checkKeys(%s) = %v, the token walk = %v", body, got, want)
+		}
+	})
+}
+
+// tokenCheckKeys is the reference: the same rule on the decoder's tokens.
+func tokenCheckKeys(body []byte, fields map[string]bool) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	type frame struct {
+		object, wantKey bool
+		keys            map[string]bool
+	}
+	var stack []*frame
+	done := func() {
+		if n := len(stack); n > 0 && stack[n-1].object {
+			stack[n-1].wantKey = true
+		}
+	}
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n := len(stack); n > 0 && stack[n-1].wantKey {
+			if d, ok := tok.(json.Delim); ok && d == '}' {
+				stack = stack[:n-1]
+				done()
+				continue
+			}
+			key := tok.(string)
+			if !fields[key] || stack[n-1].keys[key] {
+				return fmt.Errorf("bad key %q", key)
+			}
+			stack[n-1].keys[key], stack[n-1].wantKey = true, false
+			continue
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{object: true, wantKey: true, keys: map[string]bool{}})
+		case json.Delim('['):
+			stack = append(stack, &frame{})
+		case json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			done()
+		default:
+			done()
 		}
 	}
 }
