@@ -121,12 +121,12 @@ type capturingConn struct {
 	net.Conn
 	c    *credentials
 	addr string
-	hs   handshakeReader
+	hs   zkwire.HandshakeReader
 }
 
 func (cc *capturingConn) Read(p []byte) (int, error) {
 	n, err := cc.Conn.Read(p)
-	if info, ok := cc.hs.feed(p[:n]); ok && info.SessionID != 0 {
+	if info, ok := cc.hs.Feed(p[:n]); ok && info.SessionID != 0 {
 		cc.c.mu.Lock()
 		cc.c.addr, cc.c.id, cc.c.passwd = cc.addr, info.SessionID, info.Passwd
 		cc.c.mu.Unlock()

@@ -1,15 +1,10 @@
 package zklock
 
 import (
-	"bytes"
-	"encoding/binary"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/stockguard/stockguard/internal/lock/zklock/zkwire"
 )
 
 func TestParseSeq(t *testing.T) {
@@ -79,34 +74,5 @@ func TestLocate(t *testing.T) {
 	}
 	if got := locate([]string{own}, own, 5); got != (position{found: true}) {
 		t.Fatalf("locate alone = %+v", got)
-	}
-}
-
-func TestHandshakeReader(t *testing.T) {
-	passwd := []byte("0123456789abcdef")
-	var body bytes.Buffer
-	for _, v := range []any{int32(0), int32(4000), int64(0x1234), int32(len(passwd))} {
-		_ = binary.Write(&body, binary.BigEndian, v)
-	}
-	body.Write(passwd)
-	body.WriteByte(0) // read-only flag
-	frame := binary.BigEndian.AppendUint32(nil, uint32(body.Len()))
-	frame = append(frame, body.Bytes()...)
-	frame = append(frame, 0xde, 0xad) // the next frame's first bytes
-
-	// Fed one byte at a time, as a slow connection may deliver it.
-	var h handshakeReader
-	var info zkwire.ConnectResponse
-	var parsed int
-	for i := range frame {
-		if got, ok := h.feed(frame[i : i+1]); ok {
-			info, parsed = got, parsed+1
-		}
-	}
-	if parsed != 1 {
-		t.Fatalf("parsed %d times, want once", parsed)
-	}
-	if info.SessionID != 0x1234 || info.Timeout != 4*time.Second || !bytes.Equal(info.Passwd, passwd) {
-		t.Fatalf("info = %+v", info)
 	}
 }

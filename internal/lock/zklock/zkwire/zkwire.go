@@ -44,6 +44,41 @@ func ParseConnectResponse(b []byte) (ConnectResponse, error) {
 	}, nil
 }
 
+// maxHandshake bounds the connect response we buffer; the real one is about
+// 40 bytes (a 16-byte password).
+const maxHandshake = 1024
+
+// HandshakeReader collects the first frame a server sends on a new TCP
+// connection, which is always the connect response.
+type HandshakeReader struct {
+	buf  []byte
+	done bool
+}
+
+// Feed adds bytes read from the connection; it returns the parsed response
+// once, when the frame is complete. The zero value is ready to use; it is not
+// safe for concurrent use (a connection is read by one goroutine at a time).
+func (h *HandshakeReader) Feed(p []byte) (ConnectResponse, bool) {
+	if h.done {
+		return ConnectResponse{}, false
+	}
+	h.buf = append(h.buf, p...)
+	if len(h.buf) < 4 {
+		return ConnectResponse{}, false
+	}
+	size := int(binary.BigEndian.Uint32(h.buf))
+	if size > maxHandshake {
+		h.done, h.buf = true, nil
+		return ConnectResponse{}, false
+	}
+	if len(h.buf) < 4+size {
+		return ConnectResponse{}, false
+	}
+	info, err := ParseConnectResponse(h.buf[4 : 4+size])
+	h.done, h.buf = true, nil
+	return info, err == nil
+}
+
 // ErrUnknownSession means the server would not hand the session over
 // before anything was closed: it does not know the id, or the password is
 // wrong. The session, if it exists, lives on; its owner may have to

@@ -111,21 +111,29 @@ func TestExpireSessionUnreachable(t *testing.T) {
 	}
 }
 
-func TestParseConnectResponse(t *testing.T) {
-	passwd := []byte("0123456789abcdef")
+// connectBody is a connect response body as a server sends it, with the
+// read-only flag.
+func connectBody(id int64, passwd []byte) []byte {
 	var body bytes.Buffer
-	for _, v := range []any{int32(0), int32(4000), int64(0x1234), int32(len(passwd))} {
+	for _, v := range []any{int32(0), int32(4000), id, int32(len(passwd))} {
 		_ = binary.Write(&body, binary.BigEndian, v)
 	}
 	body.Write(passwd)
-	got, err := zkwire.ParseConnectResponse(body.Bytes())
+	body.WriteByte(0)
+	return body.Bytes()
+}
+
+func TestParseConnectResponse(t *testing.T) {
+	passwd := []byte("0123456789abcdef")
+	body := connectBody(0x1234, passwd)
+	got, err := zkwire.ParseConnectResponse(body)
 	if err != nil || got.SessionID != 0x1234 || got.Timeout != 4*time.Second || !bytes.Equal(got.Passwd, passwd) {
 		t.Fatalf("ParseConnectResponse = %+v, %v", got, err)
 	}
-	if _, err := zkwire.ParseConnectResponse(body.Bytes()[:10]); err == nil {
+	if _, err := zkwire.ParseConnectResponse(body[:10]); err == nil {
 		t.Fatal("short response parsed")
 	}
-	bad := bytes.Clone(body.Bytes())
+	bad := bytes.Clone(body)
 	binary.BigEndian.PutUint32(bad[16:20], 1000) // longer than what follows
 	if _, err := zkwire.ParseConnectResponse(bad); err == nil {
 		t.Fatal("password length past the end parsed")
@@ -133,6 +141,41 @@ func TestParseConnectResponse(t *testing.T) {
 	binary.BigEndian.PutUint32(bad[16:20], 0xffffffff) // negative
 	if _, err := zkwire.ParseConnectResponse(bad); err == nil {
 		t.Fatal("negative password length parsed")
+	}
+}
+
+// TestHandshakeReader parses the first frame once, however the connection
+// cuts it, and nothing after it.
+func TestHandshakeReader(t *testing.T) {
+	passwd := []byte("0123456789abcdef")
+	body := connectBody(0x1234, passwd)
+	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+	frame = append(frame, body...)
+	frame = append(frame, 0xde, 0xad) // the next frame's first bytes
+
+	// Fed one byte at a time, as a slow connection may deliver it.
+	var h zkwire.HandshakeReader
+	var info zkwire.ConnectResponse
+	var parsed int
+	for i := range frame {
+		if got, ok := h.Feed(frame[i : i+1]); ok {
+			info, parsed = got, parsed+1
+		}
+	}
+	if parsed != 1 {
+		t.Fatalf("parsed %d times, want once", parsed)
+	}
+	if info.SessionID != 0x1234 || info.Timeout != 4*time.Second || !bytes.Equal(info.Passwd, passwd) {
+		t.Fatalf("info = %+v", info)
+	}
+
+	// A first frame bigger than any connect response is not buffered.
+	var big zkwire.HandshakeReader
+	if _, ok := big.Feed(binary.BigEndian.AppendUint32(nil, 1<<20)); ok {
+		t.Fatal("a 1 MB frame parsed as a handshake")
+	}
+	if _, ok := big.Feed(frame); ok {
+		t.Fatal("the reader parsed a frame after giving up")
 	}
 }
 
@@ -170,29 +213,19 @@ func (c *capture) get() (zkwire.ConnectResponse, bool) {
 	return *c.resp, true
 }
 
-// capturingConn tees what it reads until the connect response is whole.
+// capturingConn keeps the connect response it reads.
 type capturingConn struct {
 	net.Conn
-	c    *capture
-	buf  []byte
-	done bool
+	c  *capture
+	hs zkwire.HandshakeReader
 }
 
 func (cc *capturingConn) Read(p []byte) (int, error) {
 	n, err := cc.Conn.Read(p)
-	if !cc.done {
-		cc.buf = append(cc.buf, p[:n]...)
-		if len(cc.buf) >= 4 {
-			size := int(binary.BigEndian.Uint32(cc.buf))
-			if len(cc.buf) >= 4+size {
-				cc.done = true
-				if resp, perr := zkwire.ParseConnectResponse(cc.buf[4 : 4+size]); perr == nil {
-					cc.c.mu.Lock()
-					cc.c.resp = &resp
-					cc.c.mu.Unlock()
-				}
-			}
-		}
+	if resp, ok := cc.hs.Feed(p[:n]); ok {
+		cc.c.mu.Lock()
+		cc.c.resp = &resp
+		cc.c.mu.Unlock()
 	}
 	return n, err
 }
