@@ -1,7 +1,7 @@
 // Package zkwire speaks the two pieces of ZooKeeper's client protocol that
-// go-zookeeper does not expose: the connect response (the negotiated
-// timeout and the session password, which go-zookeeper keeps to itself)
-// and ending a session from outside, which the tests and the chaos suite use
+// go-zookeeper does not expose: the connect response, read off a connection
+// as it arrives (the negotiated timeout and the session password, which
+// go-zookeeper keeps to itself), and ending a session from outside, which the tests and the chaos suite use
 // to expire a session the way a partition longer than its timeout would.
 package zkwire
 
@@ -120,7 +120,8 @@ func ExpireSession(ctx context.Context, addr string, id int64, passwd []byte) er
 			case <-time.After(time.Duration(round) * 50 * time.Millisecond):
 			}
 		}
-		gone, err := closeOnce(ctx, addr, id, passwd)
+		gone, sent, err := closeOnce(ctx, addr, id, passwd)
+		closed = closed || sent
 		switch {
 		case err != nil:
 			last = err
@@ -128,8 +129,6 @@ func ExpireSession(ctx context.Context, addr string, id int64, passwd []byte) er
 			return nil
 		case gone:
 			return fmt.Errorf("expire zk session %#x at %s: %w", id, addr, ErrUnknownSession)
-		default:
-			closed = true
 		}
 	}
 	if last == nil {
@@ -139,14 +138,16 @@ func ExpireSession(ctx context.Context, addr string, id int64, passwd []byte) er
 }
 
 // closeOnce takes the session over and closes it. gone reports that the
-// server refused the takeover: it no longer knows the session.
-func closeOnce(ctx context.Context, addr string, id int64, passwd []byte) (gone bool, err error) {
+// server refused the takeover: it no longer knows the session; sent, that
+// a close was written, whole or not (it may have taken even if err says
+// its answer did not come; if it did not, the next takeover succeeds).
+func closeOnce(ctx context.Context, addr string, id int64, passwd []byte) (gone, sent bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	defer conn.Close()
 	if dl, ok := ctx.Deadline(); ok {
@@ -159,30 +160,30 @@ func closeOnce(ctx context.Context, addr string, id int64, passwd []byte) (gone 
 	}
 	req.Write(passwd)
 	if err := writeFrame(conn, req.Bytes()); err != nil {
-		return false, fmt.Errorf("connect: %w", err)
+		return false, false, fmt.Errorf("connect: %w", err)
 	}
 	body, err := readFrame(conn)
 	if err != nil {
-		return false, fmt.Errorf("connect answer: %w", err)
+		return false, false, fmt.Errorf("connect answer: %w", err)
 	}
 	resp, err := ParseConnectResponse(body)
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
 	if resp.SessionID != id || resp.Timeout <= 0 {
-		return true, nil
+		return true, false, nil
 	}
 	var closeReq bytes.Buffer
 	_ = binary.Write(&closeReq, binary.BigEndian, []int32{1, opCloseSession}) // xid, op
 	if err := writeFrame(conn, closeReq.Bytes()); err != nil {
-		return false, fmt.Errorf("close: %w", err)
+		return false, true, fmt.Errorf("close: %w", err)
 	}
 	// The answer, or EOF from a server that closes the connection first;
 	// either way the next round's takeover says whether the close took.
 	if _, err := readFrame(conn); err != nil && !errors.Is(err, io.EOF) {
-		return false, fmt.Errorf("close answer: %w", err)
+		return false, true, fmt.Errorf("close answer: %w", err)
 	}
-	return false, nil
+	return false, true, nil
 }
 
 func writeFrame(w io.Writer, body []byte) error {
