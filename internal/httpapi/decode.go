@@ -70,10 +70,11 @@ func checkKeys(body []byte, fields map[string]bool) error {
 	var seen [][]byte
 	for i := 0; i < len(body); i++ {
 		switch body[i] {
-		case '{':
-			stack = append(stack, frame{object: true, wantKey: true, start: len(seen)})
-		case '[':
-			stack = append(stack, frame{start: len(seen)})
+		case '{', '[':
+			if len(stack) == maxDepth {
+				return fmt.Errorf("nested deeper than %d", maxDepth)
+			}
+			stack = append(stack, frame{object: body[i] == '{', wantKey: body[i] == '{', start: len(seen)})
 		case '}', ']':
 			if len(stack) == 0 {
 				return errors.New("unbalanced brackets")
@@ -115,6 +116,10 @@ func checkKeys(body []byte, fields map[string]bool) error {
 	}
 	return nil
 }
+
+// maxDepth bounds the nesting of a body: an order is three deep, and a
+// 64 KB body of brackets must not cost a frame each.
+const maxDepth = 32
 
 // stringEnd returns the index of the quote that closes the string opening
 // at body[start], or -1, and whether the string has escapes.

@@ -100,6 +100,8 @@ func TestCheckKeys(t *testing.T) {
 		{`{"lines":[{"sku":"a"}],"quantity":{"sku":"b","sku":"c"}}`, false},
 		{`{"lines":[{"sku":"a",
 			"quantity":1}]} `, true},
+		{strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth), true},
+		{strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1), false},
 	}
 	for _, c := range cases {
 		if err := checkKeys([]byte(c.body), fields); (err == nil) != c.ok {
@@ -128,7 +130,8 @@ func FuzzCheckKeys(f *testing.F) {
 	})
 }
 
-// tokenCheckKeys is the reference: the same rule on the decoder's tokens.
+// tokenCheckKeys is the reference: the same rule, and depth bound, on the
+// decoder's tokens.
 func tokenCheckKeys(body []byte, fields map[string]bool) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	type frame struct {
@@ -161,6 +164,9 @@ func tokenCheckKeys(body []byte, fields map[string]bool) error {
 			}
 			stack[n-1].keys[key], stack[n-1].wantKey = true, false
 			continue
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '{' || d == '[') && len(stack) == maxDepth {
+			return errors.New("too deep")
 		}
 		switch tok {
 		case json.Delim('{'):

@@ -122,6 +122,7 @@ func TestHostileInputNeverReachesTheService(t *testing.T) {
 		{"key sent twice", hostileReq{"POST", "/v1/orders", oneLine, key("a", "b")}, 400, "invalid_request"},
 		{"body too large", hostileReq{"POST", "/v1/orders", `{"lines":[],"x":"` + strings.Repeat("x", 64<<10) + `"}`, nil}, 413, "body_too_large"},
 		{"body not JSON media type", hostileReq{"POST", "/v1/orders", oneLine, http.Header{"Content-Type": {"text/plain"}}}, 415, "unsupported_media_type"},
+		{"body nested 10,000 deep", hostileReq{"POST", "/v1/orders", `{"lines":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`, nil}, 400, "invalid_request"},
 		{"quantity a float", hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":1.0}]}`, nil}, 400, "invalid_request"},
 		{"quantity a string", hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":"1"}]}`, nil}, 400, "invalid_request"},
 		{"quantity huge", hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":1e300}]}`, nil}, 400, "invalid_request"},
