@@ -123,6 +123,10 @@ func (s *session) createAll(ctx context.Context, keys []string) ([]*node, error)
 	return nil, ctx.Err()
 }
 
+// maxCreateTries bounds the retries of one create; each retry is the server
+// telling us something changed (a parent reaped, a response lost).
+const maxCreateTries = 10
+
 // createNodes makes a waiter node per key, one or a batch's, in one multi,
 // and learns their czxid, the fencing token.
 //
@@ -144,10 +148,6 @@ func (s *session) createAll(ctx context.Context, keys []string) ([]*node, error)
 // reaped since fails the multi; the reply names only the first such key,
 // and keys idle as long went too, so the next try ensures them all rather
 // than one per try.
-// maxCreateTries bounds the retries of one create; each retry is the server
-// telling us something changed (a parent reaped, a response lost).
-const maxCreateTries = 10
-
 func (s *session) createNodes(keys []string) ([]*node, error) {
 	ids := make([]uuid.UUID, len(keys))
 	for i := range ids {
@@ -209,9 +209,6 @@ func (s *session) ensureParents(keys []string) error {
 		if !s.l.parents.isPresent(k) {
 			missing = append(missing, k)
 		}
-	}
-	if len(missing) == 0 {
-		return nil
 	}
 	return each(missing, s.ensureParent)
 }
