@@ -2,8 +2,6 @@ package zklock
 
 import (
 	"context"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -93,47 +91,6 @@ func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-// credentials records the session id and password of every handshake made
-// through its dialer: go-zookeeper keeps the password to itself, and a
-// second client needs both to take the session over.
-type credentials struct {
-	mu     sync.Mutex
-	addr   string
-	id     int64
-	passwd []byte
-}
-
-func (c *credentials) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	conn, err := net.DialTimeout(network, addr, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return &capturingConn{Conn: conn, c: c, addr: addr}, nil
-}
-
-func (c *credentials) get() (addr string, id int64, passwd []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.addr, c.id, c.passwd
-}
-
-type capturingConn struct {
-	net.Conn
-	c    *credentials
-	addr string
-	hs   zkwire.HandshakeReader
-}
-
-func (cc *capturingConn) Read(p []byte) (int, error) {
-	n, err := cc.Conn.Read(p)
-	if info, ok := cc.hs.Feed(p[:n]); ok && info.SessionID != 0 {
-		cc.c.mu.Lock()
-		cc.c.addr, cc.c.id, cc.c.passwd = cc.addr, info.SessionID, info.Passwd
-		cc.c.mu.Unlock()
-	}
-	return n, err
-}
-
 // expireSession ends a session from outside (zkwire.ExpireSession): its
 // ephemeral nodes go at once, and its first client learns on reconnecting
 // that it expired.
@@ -146,38 +103,16 @@ func expireSession(tb testing.TB, addr string, id int64, passwd []byte) {
 	}
 }
 
-// expirer gives Lockers a capturing dialer and expires their sessions.
-type expirer struct {
-	mu    sync.Mutex
-	creds map[*Locker]*credentials
-}
-
-func newExpirer() *expirer { return &expirer{creds: make(map[*Locker]*credentials)} }
-
-func (e *expirer) locker(tb testing.TB, servers []string, opts ...Option) *Locker {
+// expireLocker ends l's current session from outside, with the
+// credentials the Locker reports (SessionCredentials) presented to the
+// first server: a takeover moves the session to whichever server it asks.
+func expireLocker(tb testing.TB, servers []string, l lock.Locker) {
 	tb.Helper()
-	c := &credentials{}
-	l := mustLocker(tb, servers, append([]Option{WithDialer(c.dial)}, opts...)...)
-	e.mu.Lock()
-	e.creds[l] = c
-	e.mu.Unlock()
-	return l
-}
-
-// expire ends l's current session from outside.
-func (e *expirer) expire(tb testing.TB, l lock.Locker) {
-	tb.Helper()
-	e.mu.Lock()
-	c := e.creds[l.(*Locker)]
-	e.mu.Unlock()
-	if c == nil {
-		tb.Fatal("expire: locker not made by this expirer")
+	id, passwd, ok := l.(*Locker).SessionCredentials()
+	if !ok {
+		tb.Fatal("expire: the Locker reports no session")
 	}
-	addr, id, passwd := c.get()
-	if id == 0 {
-		tb.Fatal("expire: no session captured yet")
-	}
-	expireSession(tb, addr, id, passwd)
+	expireSession(tb, servers[0], id, passwd)
 }
 
 // counter reads one counter or gauge from reg, summed over its labels.

@@ -25,13 +25,12 @@ import (
 func TestExpiryLosesLease(t *testing.T) {
 	servers := sharedZK(t)
 	reg := prometheus.NewRegistry()
-	e := newExpirer()
-	l := e.locker(t, servers, WithRegisterer(reg))
+	l := mustLocker(t, servers, WithRegisterer(reg))
 	other := mustLocker(t, servers)
 	k := key(t)
 	lease := mustAcquire(t, l, k)
 
-	e.expire(t, l)
+	expireLocker(t, servers, l)
 	select {
 	case <-lease.Done():
 	case <-time.After(5 * time.Second):

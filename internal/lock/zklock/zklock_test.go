@@ -9,13 +9,12 @@ import (
 
 func TestConformance(t *testing.T) {
 	servers := sharedZK(t)
-	e := newExpirer()
 	locktest.Run(t, locktest.Config{
-		New:         func(tb testing.TB) lock.Locker { return e.locker(tb, servers) },
+		New:         func(tb testing.TB) lock.Locker { return mustLocker(tb, servers) },
 		Exclusive:   true,
 		Distributed: true,
 		Lose: func(t *testing.T, l lock.Locker, _ *lock.Lease) {
-			e.expire(t, l)
+			expireLocker(t, servers, l)
 		},
 	})
 }
