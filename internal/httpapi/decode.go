@@ -102,7 +102,7 @@ func checkKeys(body []byte, fields map[string]bool) error {
 					key = []byte(k)
 				}
 				if !fields[string(key)] {
-					return fmt.Errorf("unknown field %q", key)
+					return fmt.Errorf("unknown field %q", inventory.Clip(string(key)))
 				}
 				for _, k := range seen[top.start:] {
 					if bytes.Equal(k, key) {

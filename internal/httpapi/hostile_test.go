@@ -153,6 +153,12 @@ func TestHostileInputNeverReachesTheService(t *testing.T) {
 		})
 	}
 
+	// A long unknown key is refused without being echoed whole.
+	w := hostileReq{"POST", "/v1/orders", `{"` + strings.Repeat("k", 60<<10) + `":1}`, nil}.serve(h)
+	if got := errorCode(t, w); w.Code != http.StatusBadRequest || got != "invalid_request" || w.Body.Len() > 1024 {
+		t.Errorf("60 KB unknown key = %d %q, %d bytes; want 400 invalid_request under 1 KB", w.Code, got, w.Body.Len())
+	}
+
 	// The edges of the key rule are accepted: printable ASCII of 1 and 255 bytes.
 	for _, k := range []string{"~", strings.Repeat(" !~", inventory.MaxIdempotency/3)} {
 		w := hostileReq{"POST", "/v1/orders", oneLine, key(k)}.serve(h)

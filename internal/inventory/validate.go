@@ -25,7 +25,7 @@ const SKUPattern = `^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$`
 // ValidateSKU checks a SKU name against SKUPattern.
 func ValidateSKU(sku string) error {
 	if !validSKU(sku) {
-		return invalid("sku %q must match %s", truncate(sku), SKUPattern)
+		return invalid("sku %q must match %s", Clip(sku), SKUPattern)
 	}
 	return nil
 }
@@ -126,7 +126,9 @@ func ValidateStock(available int64) error {
 	return nil
 }
 
-func truncate(s string) string {
+// Clip shortens a string a client sent for an error message, which echoes
+// it back: the answer must not be as long as the client made the string.
+func Clip(s string) string {
 	if len(s) > 80 {
 		return s[:80] + "…"
 	}
