@@ -104,8 +104,11 @@ type Hold struct {
 
 // Grant is one key's answer to AcquireRead.
 type Grant struct {
-	Acquired bool   // the node granted us the lock
-	Fence    uint64 // the node's fence counter, acquired or not
+	Acquired bool // the node granted us the lock
+	// Bumped: the node incremented the counter under our grant, so Fence
+	// is a value no other acquisition saw on this node.
+	Bumped bool
+	Fence  uint64 // the node's fence counter after the call, acquired or not
 }
 
 // lockFenceKeys returns the lock and fence key of every hold, in the order
@@ -161,9 +164,10 @@ func AcquireCall(holds []Hold, ttl time.Duration) Call {
 	return Call{holds: len(holds), keys: keys, argv: argv}
 }
 
-// AcquireRead takes the lock on every hold's key of c (see AcquireCall) and
-// reads its fence counter in the same atomic step, in one script call; each
-// counter is returned whether or not its lock was taken.
+// AcquireRead takes the lock on every hold's key of c (see AcquireCall)
+// and, where it did, increments the key's fence counter in the same atomic
+// step, in one script call; each counter is returned whether or not its lock
+// was taken.
 func (n *Node) AcquireRead(ctx context.Context, c Call) ([]Grant, error) {
 	if c.holds == 0 {
 		return nil, nil
@@ -179,16 +183,25 @@ func (n *Node) AcquireRead(ctx context.Context, c Call) ([]Grant, error) {
 	}
 	grants := make([]Grant, c.holds)
 	for i := range grants {
-		flag, ok1 := v[2*i].(int64)
-		s, ok2 := v[2*i+1].(string)
-		if !ok1 || !ok2 {
+		flag, ok := v[2*i].(int64)
+		if !ok || flag < 0 || flag > 2 {
 			return nil, fmt.Errorf("acquire script: unexpected reply %v", v[2*i:2*i+2])
 		}
-		fence, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("fence counter %s: %w", c.keys[2*i+1], err)
+		var fence uint64
+		switch f := v[2*i+1].(type) {
+		case int64:
+			if f < 0 {
+				return nil, fmt.Errorf("fence counter %s: %d", c.keys[2*i+1], f)
+			}
+			fence = uint64(f)
+		case string:
+			if fence, err = strconv.ParseUint(f, 10, 64); err != nil {
+				return nil, fmt.Errorf("fence counter %s: %w", c.keys[2*i+1], err)
+			}
+		default:
+			return nil, fmt.Errorf("acquire script: unexpected reply %v", v[2*i:2*i+2])
 		}
-		grants[i] = Grant{Acquired: flag == 1, Fence: fence}
+		grants[i] = Grant{Acquired: flag > 0, Bumped: flag == 2, Fence: fence}
 	}
 	return grants, nil
 }

@@ -226,8 +226,8 @@ func TestFence(t *testing.T) {
 		}
 		return g[0]
 	}
-	if g := read("a"); !g.Acquired || g.Fence != 0 {
-		t.Fatalf("AcquireRead on a fresh key = %+v", g)
+	if g := read("a"); g != (redisnode.Grant{Acquired: true, Bumped: true, Fence: 1}) {
+		t.Fatalf("AcquireRead on a fresh key = %+v; want acquired and the counter bumped to 1", g)
 	}
 	if err := fence1("b", 5); !errors.Is(err, redisnode.ErrNotHeld) || counter() != "5" {
 		t.Fatalf("Fence by a non-holder = %v, counter %s; want ErrNotHeld and the counter raised to 5", err, counter())
@@ -251,11 +251,53 @@ func TestFence(t *testing.T) {
 			t.Fatalf("Fence(%d) = %v, want %v", c.token, err, c.want)
 		}
 	}
-	if g := read("b"); g.Acquired || g.Fence != 1<<64-1 {
+	if g := read("b"); g.Acquired || g.Bumped || g.Fence != 1<<64-1 {
 		t.Fatalf("AcquireRead on a held key = %+v; want not acquired, %d", g, uint64(1<<64-1))
 	}
 	if got := counter(); got != strconv.FormatUint(1<<64-1, 10) {
 		t.Fatalf("counter %s", got)
+	}
+}
+
+// TestAcquireReadBumps: round 1 increments the counter of each key it
+// takes, and returns the counter exactly at any size: integers while Lua's
+// doubles are exact, the counter read back past 2^53, and, where INCR
+// refuses (at 2^63 − 1 and beyond, which round 2 may write), the counter
+// read and left alone.
+func TestAcquireReadBumps(t *testing.T) {
+	n, key := newNode(t)
+	ctx := t.Context()
+	for _, c := range []struct {
+		counter string // "" for none
+		want    redisnode.Grant
+		after   string
+	}{
+		{"", redisnode.Grant{Acquired: true, Bumped: true, Fence: 1}, "1"},
+		{"41", redisnode.Grant{Acquired: true, Bumped: true, Fence: 42}, "42"},
+		{"9007199254740991", redisnode.Grant{Acquired: true, Bumped: true, Fence: 1 << 53}, "9007199254740992"},
+		{"9007199254740992", redisnode.Grant{Acquired: true, Bumped: true, Fence: 1<<53 + 1}, "9007199254740993"},
+		{"9223372036854775807", redisnode.Grant{Acquired: true, Fence: 1<<63 - 1}, "9223372036854775807"},
+		{"18446744073709551615", redisnode.Grant{Acquired: true, Fence: 1<<64 - 1}, "18446744073709551615"},
+	} {
+		n.Client().Del(ctx, redisnode.LockKey(key), redisnode.FenceKey(key))
+		if c.counter != "" {
+			n.Client().Set(ctx, redisnode.FenceKey(key), c.counter, 0)
+		}
+		g, err := n.AcquireRead(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: "a"}}, time.Minute))
+		if err != nil {
+			t.Fatalf("counter %q: %v", c.counter, err)
+		}
+		if g[0] != c.want {
+			t.Errorf("counter %q: AcquireRead = %+v, want %+v", c.counter, g[0], c.want)
+		}
+		if got, _ := n.Client().Get(ctx, redisnode.FenceKey(key)).Result(); got != c.after {
+			t.Errorf("counter %q: %q after AcquireRead, want %q", c.counter, got, c.after)
+		}
+		// Held: the counter is read, not bumped.
+		g, err = n.AcquireRead(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: "b"}}, time.Minute))
+		if err != nil || g[0].Acquired || g[0].Bumped || strconv.FormatUint(g[0].Fence, 10) != c.after {
+			t.Errorf("counter %q: AcquireRead of the held key = %+v, %v; want held, %s", c.counter, g, err, c.after)
+		}
 	}
 }
 

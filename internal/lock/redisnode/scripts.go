@@ -47,20 +47,32 @@ end
 return out
 `)
 
-// acquireReadScript is Redlock's round 1 on one node: take each lock and read
-// its fence counter in one atomic step, so the value read is the counter as
-// of the moment this node granted us the lock. The counter is read (and
-// returned) when the lock is held elsewhere too: a larger maximum is still a
-// correct lower bound for the next token. KEYS: lock, fence per key. ARGV:
-// TTL in ms, then a lease id per key. Returns per key 1 (acquired) or 0
-// (held) followed by the counter as a decimal string, so it survives Lua's
-// doubles unrounded.
+// acquireReadScript is Redlock's round 1 on one node: take each lock and,
+// where it did, increment that key's fence counter in the same atomic step,
+// so the value returned is the counter as of the moment this node granted
+// us the lock, bumped under that grant. Where the lock is held elsewhere the
+// counter is only read: a larger maximum is still a correct lower bound for
+// the next token. KEYS: lock, fence per key. ARGV: TTL in ms, then a lease
+// id per key. Returns per key a flag — 2 acquired and incremented, 1
+// acquired but not incremented, 0 held — followed by the counter: an
+// integer below 2^53 (where Lua's doubles are exact) after INCR, otherwise
+// the decimal string read back, so it survives unrounded. A counter INCR
+// refuses (at 2^63 − 1 or beyond, which round 2 may have written) is read
+// and left alone: that key then takes round 2.
 var acquireReadScript = goredis.NewScript(`
 local out = {}
 for i = 1, #ARGV - 1 do
-  local ok = redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1])
-  out[2*i-1] = ok and 1 or 0
-  out[2*i] = redis.call('GET', KEYS[2*i]) or '0'
+  local fence = KEYS[2*i]
+  out[2*i-1] = 0
+  if redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1]) then
+    out[2*i-1] = 1
+    local v = redis.pcall('INCR', fence)
+    if type(v) == 'number' then
+      out[2*i-1] = 2
+      if v < 9007199254740992 then out[2*i] = v end
+    end
+  end
+  if out[2*i] == nil then out[2*i] = redis.call('GET', fence) or '0' end
 end
 return out
 `)

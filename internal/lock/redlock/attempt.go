@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -49,12 +50,13 @@ type attempt struct {
 
 	// Round 2 starts on each node that answered round 1 once tokenReady is
 	// closed (tokens is then set: the token of each key won, 0 for the
-	// others; r2Keys are the keys won, r2 the call that publishes their
-	// tokens, or r2Err why it could not be built); abort tells nodes waiting
-	// for it to stop.
+	// others; bumped marks the keys obtained in round 1, r2Keys the others
+	// won, r2 the call that publishes their tokens, or r2Err why it could not
+	// be built); abort tells nodes waiting for it to stop.
 	tokenReady chan struct{}
 	abort      chan struct{}
 	tokens     []uint64
+	bumped     []bool
 	r2Keys     []int
 	r2         redisnode.Call
 	r2Err      error
@@ -221,11 +223,45 @@ func (a *attempt) node(i int, replies chan<- reply) {
 	// us the lock or not: a node that knows the token keeps the next
 	// acquisition's token above it even after the nodes that granted us the
 	// lock restart empty (see the package doc). Only a raise under our lock
-	// counts towards the token's majority.
+	// counts towards the token's majority. The keys obtained in round 1 need
+	// no round 2 where this node bumped the counter to the token; a node that
+	// did not (it answered after the tokens were decided) is taught the
+	// token the same way, uncounted.
+	teach := a.teach(i, r.grants)
+	if len(a.r2Keys) == 0 && len(teach) == 0 {
+		return
+	}
 	var counted []error
-	err = a.r2Err
+	c, err := a.r2, a.r2Err
+	if err == nil && len(teach) > 0 {
+		c, err = a.fenceCall(append(slices.Clone(a.r2Keys), teach...))
+	}
 	if err == nil {
-		counted, err = nd.Fence(a.bg, a.r2)
+		counted, err = nd.Fence(a.bg, c)
 	}
 	replies <- reply{node: i, round: 2, answered: err == nil, counted: counted, err: err}
+}
+
+// teach returns the keys obtained in round 1 whose token node i's grants do
+// not hold.
+func (a *attempt) teach(i int, grants []redisnode.Grant) []int {
+	var ks []int
+	for k, b := range a.bumped {
+		if g := grants[k]; b && !(g.Bumped && g.Fence == a.tokens[k]) {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+// fenceCall is the round-2 call for keys ks, in that order.
+func (a *attempt) fenceCall(ks []int) (redisnode.Call, error) {
+	if len(ks) == len(a.keys) && slices.IsSorted(ks) { // every key, in order
+		return redisnode.FenceCall(a.holds, a.tokens)
+	}
+	holds, tokens := make([]redisnode.Hold, 0, len(ks)), make([]uint64, 0, len(ks))
+	for _, k := range ks {
+		holds, tokens = append(holds, a.holds[k]), append(tokens, a.tokens[k])
+	}
+	return redisnode.FenceCall(holds, tokens)
 }

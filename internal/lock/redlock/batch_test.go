@@ -14,7 +14,8 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/redlock"
 )
 
-// scriptCalls is how many script calls (EVALSHA and EVAL) each node has run.
+// scriptCalls is how many scripts (EVALSHA and EVAL) each node has run: an
+// EVALSHA refused with NOSCRIPT, then sent again as EVAL, counts once.
 func (ns nodes) scriptCalls(tb testing.TB) []int {
 	tb.Helper()
 	out := make([]int, len(ns))
@@ -27,17 +28,25 @@ func (ns nodes) scriptCalls(tb testing.TB) []int {
 			if !strings.HasPrefix(line, "cmdstat_evalsha:") && !strings.HasPrefix(line, "cmdstat_eval:") {
 				continue
 			}
-			f := strings.Split(strings.SplitN(line, ":", 2)[1], ",")[0] // calls=N
-			n, _ := strconv.Atoi(strings.TrimPrefix(f, "calls="))
-			out[i] += n
+			for _, f := range strings.Split(strings.SplitN(line, ":", 2)[1], ",") {
+				if v, ok := strings.CutPrefix(f, "calls="); ok {
+					n, _ := strconv.Atoi(v)
+					out[i] += n
+				} else if v, ok := strings.CutPrefix(f, "failed_calls="); ok {
+					n, _ := strconv.Atoi(v)
+					out[i] -= n
+				}
+			}
 		}
 	}
 	return out
 }
 
 // TestBatchOneCallPerNodePerRound: a batch of 16 free keys costs each node
-// one script call for round 1, one for round 2 and one for the release of
-// all 16 leases.
+// one script call for round 1 and one for the release of all 16 leases: the
+// counters agree, so round 1's increments publish the tokens. Once one
+// node's counter of one key is ahead, that key takes round 2, one more call
+// per node for the batch.
 func TestBatchOneCallPerNodePerRound(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 5)
@@ -54,23 +63,104 @@ func TestBatchOneCallPerNodePerRound(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // the release's stragglers
-	before := raw.scriptCalls(t)
-	b := locktest.MustBatch(t, l, keys)
-	if len(b.Leases) != len(keys) {
-		t.Fatalf("batch got %d of %d keys, held %q", len(b.Leases), len(keys), b.Held)
+	batch := func(want int) []*lock.Lease {
+		t.Helper()
+		before := raw.scriptCalls(t)
+		b := locktest.MustBatch(t, l, keys)
+		if len(b.Leases) != len(keys) {
+			t.Fatalf("batch got %d of %d keys, held %q", len(b.Leases), len(keys), b.Held)
+		}
+		if err := b.Leases.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond) // the stragglers of both rounds
+		after := raw.scriptCalls(t)
+		for i := range after {
+			if d := after[i] - before[i]; d != want {
+				t.Errorf("node %d ran %d script calls for a batch of %d keys, want %d", i, d, len(keys), want)
+			}
+		}
+		return b.Leases
 	}
-	if err := b.Leases.Release(t.Context()); err != nil {
-		t.Fatal(err)
+	tokens := func(leases []*lock.Lease) map[string]lock.Token {
+		m := make(map[string]lock.Token, len(leases))
+		for _, lease := range leases {
+			m[lease.Key()] = lease.Token()
+		}
+		return m
 	}
-	if err := l.Close(); err != nil { // waits for the stragglers
-		t.Fatal(err)
-	}
-	after := raw.scriptCalls(t)
-	for i := range after {
-		if d := after[i] - before[i]; d != 3 {
-			t.Errorf("node %d ran %d script calls for a batch of %d keys, want 3 (round 1, round 2, release)", i, d, len(keys))
+	first, even := tokens(warm.Leases), tokens(batch(2))
+	for _, k := range keys {
+		if even[k] != first[k]+1 {
+			t.Errorf("%s: token %d after %d", k, even[k], first[k])
 		}
 	}
+	// Counters that differ on a majority of nodes: whichever majority
+	// answers first, one key needs round 2, on every node.
+	ahead := keys[5]
+	for i, v := range []int{100, 200, 300} {
+		if err := raw[i].Set(t.Context(), redisnode.FenceKey(ahead), v, 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uneven := tokens(batch(3))
+	for _, k := range keys {
+		if k != ahead && uneven[k] != even[k]+1 {
+			t.Errorf("%s: token %d after %d", k, uneven[k], even[k])
+		}
+	}
+	tok, at := uneven[ahead], 0
+	if tok < 102 {
+		t.Errorf("%s: token %d with counters at 100, 200 and 300 on three nodes", ahead, tok)
+	}
+	for i, r := range raw {
+		v, _ := r.Get(t.Context(), redisnode.FenceKey(ahead)).Uint64()
+		if v < uint64(tok) {
+			t.Errorf("node %d: counter %d after round 2 of token %d", i, v, tok)
+		}
+		if v == uint64(tok) {
+			at++
+		}
+	}
+	if at < 3 {
+		t.Errorf("token %d on %d nodes, want a majority", tok, at)
+	}
+}
+
+// TestLateNodeLearnsToken: a key obtained in round 1 (the first majority to
+// answer bumped its counter to one value) is taught to a node that answers
+// after that, when its counter is another.
+func TestLateNodeLearnsToken(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs)
+	key := locktest.Key(t)
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, key))
+	// Node 4 restarted empty, in effect, and is slow.
+	if err := raw[4].Del(t.Context(), redisnode.FenceKey(key)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.srv[4].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	lease := locktest.MustAcquire(t, l, key)
+	if lease.Token() != 2 {
+		t.Fatalf("token %d, want 2: nodes 0-3 bumped their counters from 1", lease.Token())
+	}
+	if err := c.srv[4].Cont(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		v, _ := raw[4].Get(t.Context(), redisnode.FenceKey(key)).Result()
+		if v == "2" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node 4's counter %q 2 s after it answered; want the token, 2", v)
+		}
+	}
+	locktest.MustRelease(t, lease)
 }
 
 // TestBatchPartialGrants: a key another holder has on a majority is

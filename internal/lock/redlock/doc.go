@@ -14,44 +14,67 @@
 //
 // # Fencing token
 //
-// Round 1, on every node in one atomic script: SET NX PX, and read the
-// node's fence counter. Once a majority granted the lock, token = the largest
-// counter read + 1. Round 2, on every node that answered round 1, whether it
-// granted us the lock or not: a script raises the counter to the token if it
-// is below the token. The raise counts only on a node that still holds our
-// lock value, and the token is valid only if it counted on a majority;
-// otherwise the attempt fails like any other.
+// Round 1, on every node in one atomic script: SET NX PX and, where the
+// node granted us the lock, increment the key's fence counter (where it did
+// not, only read it). Once a majority granted the lock, the token is decided:
 //
-// Why tokens are unique: two acquisitions that published the same token
-// would each have raised the counter to it, counted, on a majority, and any
-// two majorities share a node; on that node the second script found the
-// counter no longer below the token and did not count.
+//   - If every node that has answered so far (a majority at least) granted
+//     us the lock and incremented the counter to the same value v, the token
+//     is v and the lease is ours: those nodes published v under our lock in
+//     round 1. That is the ordinary case — the counters agree whenever the
+//     key's previous token reached every node — and it costs no second
+//     round. A node that answers round 1 later with another value is sent
+//     round 2 (below) to learn v, uncounted.
+//   - Otherwise, token = the largest counter returned + 1, and round 2 goes
+//     to every node that answered round 1, whether it granted us the lock or
+//     not: a script raises the counter to the token if it is below the
+//     token. The raise counts only on a node that still holds our lock
+//     value, and the token is valid only if it counted on a majority;
+//     otherwise the attempt fails like any other.
+//
+// Either way the token is published on a majority of nodes while we hold
+// their lock: by an increment that took the counter to it, or by a raise
+// from below it. Call those nodes the token's witnesses.
+//
+// Why tokens are unique: two acquisitions with the same token T have
+// witness majorities that share a node. There the counter was taken to T
+// from below twice, under two grants one after the other; but the first
+// left it at T, counters never go down, and from T an increment leads past
+// T while a raise to T does not count.
 //
 // Why tokens increase: when lease B starts acquiring after lease A became
-// valid, B's round-1 majority intersects A's counted round-2 majority. On a
-// shared node A's counter write happened while A held that node's lock,
-// hence before B could take it, and B reads the counter in the same script
-// that takes the lock; so B reads at least A's token and picks a larger one.
-// Counters are read on every node that answers, not only the acquired
-// majority: a larger maximum is still a correct bound, and it makes the next
-// token skip past counters raised by attempts that failed. Raising counters
-// where the lock is not ours only makes them larger, which keeps both
-// arguments (a raise there never counts) and costs at most an attempt that
-// raced another one.
+// valid, the majority B's token is decided on (the nodes that answered by
+// then, of which a majority granted it) intersects A's witnesses. On a
+// shared node that granted B, A's publication happened while A held that
+// node's lock, hence before B could take it, and B's script increments the
+// counter in the step that takes the lock: so B sees more than A's token
+// there, and its token, in either case, is larger. Counters are read on
+// every node that answers, not only the acquired majority: a larger maximum
+// is still a correct bound, and it makes the next token skip past counters
+// raised by attempts that failed. Counters moved where no lease comes of it
+// (a failed attempt, a raise where the lock is not ours) only become
+// larger, which keeps both arguments and costs at most a gap in the tokens
+// or an attempt that raced another one.
 //
 // Empty restarts. A node that restarts empty (no persistence) forgets both
 // the locks and the counters. Token T stays safe while more than N−quorum
 // nodes remember a counter ≥ T (for five nodes: three), because every
-// round-1 majority then includes one of them. Round 2 writes T to every node
-// that answers — normally all N, including those where another holder's
-// stale lock refused us in round 1, which is what a release that reached
-// only a majority leaves behind — so with all N up the scheme tolerates
-// quorum−1 empty restarts (two of five) between two acquisitions of a key;
-// each node of round 2 that did not answer takes one off that number. The
-// next acquisition's round 2 brings the restarted nodes up again. Losing the
-// counters on more nodes at once breaks the guarantee, as it breaks
-// Redlock's mutual exclusion (which, like the paper, assumes that a node
-// restarted empty stays away for a TTL or keeps its data).
+// majority a token is decided on then includes one of them. T reaches every
+// node that answers round 1 — normally all N: by the increments, by the
+// lesson a late node gets, or by round 2, including the nodes where another
+// holder's stale lock refused us, which is what a release that reached only
+// a majority leaves behind — so with all N up the scheme tolerates quorum−1
+// empty restarts (two of five) between two acquisitions of a key; each node
+// that did not answer takes one off that number. The next acquisition
+// brings the restarted nodes up again: their counters differ from the
+// others', so it takes round 2 (or teaches them, when they answer late).
+// Losing the counters on more nodes at once breaks the guarantee, as it
+// breaks Redlock's mutual exclusion (which, like the paper, assumes that a
+// node restarted empty stays away for a TTL or keeps its data).
+//
+// Why not always two rounds (round 1 reading, round 2 publishing): on a
+// batch of spread orders round 2 was a third of the script calls and of
+// the per-key work on every node, for counters that almost always agreed.
 //
 // # Batches
 //
@@ -87,8 +110,8 @@
 // # Early return
 //
 // Each round returns as soon as a majority has answered; the slower nodes'
-// requests run on in the background and late nodes that granted the lock
-// still receive round 2. A release (after a failed attempt, a cancelled one,
+// requests run on in the background, and late nodes still receive round 2,
+// or the lesson of a token decided in round 1. A release (after a failed attempt, a cancelled one,
 // or of a lease) first waits, node by node, for that node's round-1 reply
 // (the attempt's only lock write there), and only then deletes there: a SET
 // that landed after the delete would hold that node for the whole TTL.

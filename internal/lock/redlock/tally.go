@@ -5,33 +5,39 @@ import (
 	"slices"
 
 	"github.com/stockguard/stockguard/internal/lock"
-	"github.com/stockguard/stockguard/internal/lock/redisnode"
 )
 
 // tally is what the replies of one attempt have said so far, per node and
 // per key. A key is settled once a majority decides it either way: in round
-// 1 when a majority granted it (won) or can no longer grant it; in round 2
-// when its token was raised under our lock on a majority (obtained) or can
-// no longer be.
+// 1 when a majority granted it (won) or can no longer grant it; a won key
+// whose every reply so far bumped its counter to one value is obtained with
+// that token at once; the others in round 2, when their token was raised
+// under our lock on a majority (obtained) or can no longer be.
 type tally struct {
 	a    *attempt
 	n, q int
 
-	r1Pending int
-	decided   bool // round 1 settled every key
-	round2    bool // tokens published: nodes that answered round 1 run round 2
-	keys      []keyTally
-	nodes     []nodeTally
-	errs      []error
+	r1Pending  int
+	r1Answered int  // round-1 replies that answered
+	decided    bool // round 1 settled every key
+	round2     bool // tokens published: nodes that answered round 1 run round 2
+	keys       []keyTally
+	nodes      []nodeTally
+	errs       []error
 }
 
 // keyTally is what the replies said of one key. Per-key and per-node state
 // live in one slice each, so that an attempt costs a couple of allocations
 // whatever its size: a single-key attempt is the hot path of a hot SKU.
 type keyTally struct {
-	granted             int    // nodes that granted it in round 1
-	maxFence            uint64 // the largest counter read
-	r2OK                int    // nodes where the raise counted
+	granted  int    // nodes that granted it in round 1
+	maxFence uint64 // the largest counter read
+	// bumped is the counter every round-1 reply so far incremented to under
+	// our grant; uneven once a reply refused us, did not increment, or
+	// reported another value: then the key needs round 2.
+	bumped              uint64
+	uneven              bool
+	r2OK                int // nodes where the raise counted
 	won, obtained, lost bool
 	errs                []error // nodes that held it elsewhere, refused its token
 }
@@ -74,9 +80,17 @@ func (t *tally) add(r reply) {
 	if !r.answered {
 		return
 	}
+	first := t.r1Answered == 0
+	t.r1Answered++
 	for k, g := range r.grants {
 		kt := &t.keys[k]
 		kt.maxFence = max(kt.maxFence, g.Fence) // 0 without fencing
+		switch {
+		case !g.Bumped || !first && g.Fence != kt.bumped:
+			kt.uneven = true
+		case first:
+			kt.bumped = g.Fence
+		}
 		if g.Acquired {
 			kt.granted++
 		} else {
@@ -118,44 +132,48 @@ func (t *tally) settled() bool {
 }
 
 // decide ends round 1: keys granted by a majority are won, the rest lost.
-// Without fencing the won keys are obtained; with it their tokens (the
-// largest counter read + 1) go to round 2.
+// Without fencing the won keys are obtained. With it, a won key whose every
+// reply so far (a majority at least) granted it and bumped its counter to
+// the same value is obtained with that value as its token: those nodes
+// learnt the token in round 1 (see the package doc). The other won keys'
+// tokens (the largest counter read + 1) go to round 2.
 func (t *tally) decide() {
 	t.decided = true
 	a := t.a
 	a.tokens = make([]uint64, len(a.keys))
+	a.bumped = make([]bool, len(a.keys))
+	won := false
 	for k := range t.keys {
 		kt := &t.keys[k]
 		kt.won = kt.granted >= t.q
+		won = won || kt.won
 		switch {
 		case !kt.won:
 			kt.lost = true
 		case !a.fenced:
 			kt.obtained = true
+		case !kt.uneven:
+			a.tokens[k], a.bumped[k], kt.obtained = kt.bumped, true, true
 		default:
 			a.tokens[k] = kt.maxFence + 1
 			a.r2Keys = append(a.r2Keys, k)
 		}
 	}
+	if !won || !a.fenced {
+		return
+	}
+	defer close(a.tokenReady) // nodes go on to round 2, or to teach late nodes
 	if len(a.r2Keys) == 0 {
 		return
 	}
 	// Round 2's call, the same on every node, built once here rather than
 	// by each node's goroutine.
-	holds, tokens := a.holds, a.tokens
-	if len(a.r2Keys) < len(a.keys) {
-		holds, tokens = make([]redisnode.Hold, 0, len(a.r2Keys)), make([]uint64, 0, len(a.r2Keys))
-		for _, k := range a.r2Keys {
-			holds, tokens = append(holds, a.holds[k]), append(tokens, a.tokens[k])
-		}
-	}
-	a.r2, a.r2Err = redisnode.FenceCall(holds, tokens)
+	a.r2, a.r2Err = a.fenceCall(a.r2Keys)
 	t.round2 = true
 	for i := range t.nodes {
 		// Nodes that answered round 1 by now; later ones join in add.
 		t.nodes[i].r2Waiting = t.nodes[i].reachable
 	}
-	close(a.tokenReady)
 }
 
 // r2Possible is how many more nodes may yet count key k's token: nodes
