@@ -6,3 +6,6 @@ func StatementSpanName(sql string) string {
 	name, _ := (&queryTracer{}).statement(sql)
 	return "postgres " + name
 }
+
+// ClaimSQL is the claim as pgx sends it ($1 SKUs, $2 tokens, $3 holders).
+var ClaimSQL = numbered(claimSQL)

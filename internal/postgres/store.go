@@ -10,7 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"go.opentelemetry.io/otel/trace"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -93,6 +96,38 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 	st := &Store{db: db, sqlDB: sqlDB, fencing: c.fencing, claimPgx: numbered(claimSQL), readPgx: numbered(readSQL)}
 	_, st.writePgx = writeStatements(c.fencing)
 	return st, nil
+}
+
+// randomPageCost is set on every connection the store opens, unless its URL
+// sets random_page_cost. The default (4) prices an index probe for a
+// spinning disk, and on a skus table of a thousand rows the planner then
+// answers a batch's claim and write — a handful of rows by primary key,
+// joined to the unnest of their arrays — with a hash join over a sequential
+// scan of the whole table (EXPLAIN ANALYZE of a 10-row claim: 0.35–0.46 ms);
+// at 1.1, the usual figure for data in memory or on SSD, with a nested loop
+// of index probes (0.13 ms). A server tuned otherwise keeps its setting if
+// the URL names one.
+const randomPageCost = "1.1"
+
+// dialector is gorm's driver over pgx, with randomPageCost and, when
+// the store has a tracer provider, a pgx tracer: both are part of each
+// connection's config, set before it connects, so gorm's statements and the
+// hot path's alike have them.
+func dialector(url string, c config) gorm.Dialector {
+	var tracer *queryTracer
+	if c.tracer != nil {
+		tracer = newQueryTracer(c.tracer, c.fencing)
+	}
+	return postgres.New(postgres.Config{DSN: url, OptionOpenDB: []stdlib.OptionOpenDB{
+		stdlib.OptionBeforeConnect(func(_ context.Context, cc *pgx.ConnConfig) error {
+			if _, ok := cc.RuntimeParams["random_page_cost"]; !ok {
+				cc.RuntimeParams["random_page_cost"] = randomPageCost
+			}
+			if tracer != nil {
+				cc.Tracer = tracer
+			}
+			return nil
+		})}})
 }
 
 // DB is the underlying database handle (for migrations).

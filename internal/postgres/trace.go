@@ -6,13 +6,10 @@ import (
 	"unicode"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/stdlib"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
-	"gorm.io/driver/postgres"
-	"gorm.io/gorm"
 )
 
 // traceScope is the instrumentation scope of the statement spans.
@@ -35,21 +32,11 @@ type queryTracer struct {
 	names  map[string]string // SQL as pgx sees it → statement name
 }
 
-// dialector opens the pool with a pgx tracer when the store has a tracer
-// provider: the tracer is part of each connection's config, set before it
-// connects, so gorm's statements and the hot path's alike get spans.
-func dialector(url string, c config) gorm.Dialector {
-	if c.tracer == nil {
-		return postgres.Open(url)
-	}
-	_, write := writeStatements(c.fencing)
-	t := &queryTracer{tracer: c.tracer.Tracer(traceScope), names: map[string]string{
+// newQueryTracer is the tracer of the store's connections.
+func newQueryTracer(tp trace.TracerProvider, fencing bool) *queryTracer {
+	_, write := writeStatements(fencing)
+	return &queryTracer{tracer: tp.Tracer(traceScope), names: map[string]string{
 		numbered(claimSQL): "claim", numbered(readSQL): "read", write: "write"}}
-	return postgres.New(postgres.Config{DSN: url, OptionOpenDB: []stdlib.OptionOpenDB{
-		stdlib.OptionBeforeConnect(func(_ context.Context, cc *pgx.ConnConfig) error {
-			cc.Tracer = t
-			return nil
-		})}})
 }
 
 // operations are the statement kinds the service sends, the names of
