@@ -213,26 +213,11 @@ func (a *writeArgs) gorm() []any {
 	return []any{a.toStatus, a.transitionID, a.fromStatus,
 		textArray(a.skus), int64Array(a.avail), int64Array(a.resv), int64Array(a.sold), int64Array(a.recv),
 		int64Array(a.tokens), uuidArray(a.holders), a.wantTransition,
-		uuidArray(a.orderIDs), nullTextArray(a.keys), textArray(a.hashes), textArray(a.statuses),
+		uuidArray(a.orderIDs), textArray(a.keys), textArray(a.hashes), textArray(a.statuses),
 		timeArray(a.expires), timeArray(a.created),
 		uuidArray(a.lineOrders), textArray(a.lineSKUs), int64Array(a.lineQty), int64Array(a.lineTokens),
 		int32Array(a.linePos),
 		a.wantSKUs, a.wantTransition, a.wantOrds}
-}
-
-type nullTextArray []*string
-
-func (a nullTextArray) Value() (driver.Value, error) {
-	parts := make([]string, len(a))
-	for i, s := range a {
-		if s == nil {
-			parts[i] = "NULL"
-			continue
-		}
-		v, _ := textArray{*s}.Value()
-		parts[i] = strings.Trim(v.(string), "{}")
-	}
-	return "{" + strings.Join(parts, ",") + "}", nil
 }
 
 type timeArray []time.Time

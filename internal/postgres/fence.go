@@ -69,7 +69,7 @@ func (s *Store) Claim(ctx context.Context, fences []inventory.Fence, create bool
 		var rows pgx.Rows
 		var err error
 		if s.fencing {
-			rows, err = c.Query(ctx, s.claimPgx, names, tokens, holders)
+			rows, err = c.Query(ctx, s.claimPgx, names, tokens, uuidBytes(holders))
 		} else {
 			rows, err = c.Query(ctx, s.readPgx, names)
 		}

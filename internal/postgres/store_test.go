@@ -366,4 +366,11 @@ func TestWriteBatchOfOrders(t *testing.T) {
 			t.Fatalf("order %s = %+v, %v", o.ID, got, err)
 		}
 	}
+	// Orders without a key have none in the row (NULL: the unique index
+	// allows any number), not an empty one.
+	var keyless int
+	if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM orders WHERE id = ANY($1) AND idempotency_key IS NULL`,
+		"{"+o1.ID.String()+","+o3.ID.String()+"}").Scan(&keyless); err != nil || keyless != 2 {
+		t.Fatalf("%d of the 2 orders without a key have a NULL key (%v)", keyless, err)
+	}
 }

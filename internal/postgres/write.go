@@ -45,7 +45,9 @@ const writeSQL = `WITH t AS (
 	RETURNING 1
 ), o AS (
 	INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at, created_at)
-	SELECT * FROM unnest(?::uuid[], ?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[])
+	SELECT id, NULLIF(key, ''), hash, status, expires, created
+	FROM unnest(?::uuid[], ?::text[], ?::text[], ?::text[], ?::timestamptz[], ?::timestamptz[])
+		AS u(id, key, hash, status, expires, created)
 	ON CONFLICT DO NOTHING
 	RETURNING 1
 ), l AS (
@@ -77,7 +79,7 @@ type writeArgs struct {
 	toStatus, fromStatus               *string
 	transitionID                       *uuid.UUID
 	orderIDs                           []uuid.UUID
-	keys                               []*string // NULL for an order without an idempotency key
+	keys                               []string // "" (NULL in the row) for an order without an idempotency key
 	hashes, statuses                   []string
 	expires, created                   []time.Time
 	lineOrders                         []uuid.UUID
@@ -102,12 +104,8 @@ func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArg
 	}
 	a.wantOrds = int64(len(w.Orders))
 	for _, o := range w.Orders {
-		var key *string
-		if o.IdempotencyKey != "" {
-			key = &o.IdempotencyKey
-		}
 		a.orderIDs = append(a.orderIDs, o.ID)
-		a.keys = append(a.keys, key)
+		a.keys = append(a.keys, o.IdempotencyKey)
 		a.hashes = append(a.hashes, o.RequestHash)
 		a.statuses = append(a.statuses, string(o.Status))
 		a.expires = append(a.expires, o.ExpiresAt)
@@ -124,12 +122,16 @@ func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArg
 }
 
 // pgx returns the arguments as pgx encodes them: Go slices become binary
-// arrays, nil pointers NULLs.
+// arrays, nil pointers NULLs; UUIDs go as bytes (see uuidBytes).
 func (a *writeArgs) pgx() []any {
-	return []any{a.toStatus, a.transitionID, a.fromStatus,
-		a.skus, a.avail, a.resv, a.sold, a.recv, a.tokens, a.holders, a.wantTransition,
-		a.orderIDs, a.keys, a.hashes, a.statuses, a.expires, a.created,
-		a.lineOrders, a.lineSKUs, a.lineQty, a.lineTokens, a.linePos,
+	var transitionID *[16]byte
+	if a.transitionID != nil {
+		transitionID = (*[16]byte)(a.transitionID)
+	}
+	return []any{a.toStatus, transitionID, a.fromStatus,
+		a.skus, a.avail, a.resv, a.sold, a.recv, a.tokens, uuidBytes(a.holders), a.wantTransition,
+		uuidBytes(a.orderIDs), a.keys, a.hashes, a.statuses, a.expires, a.created,
+		uuidBytes(a.lineOrders), a.lineSKUs, a.lineQty, a.lineTokens, a.linePos,
 		a.wantSKUs, a.wantTransition, a.wantOrds}
 }
 
@@ -188,8 +190,8 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write)
 	}
 	var keys []string
 	for _, k := range a.keys {
-		if k != nil {
-			keys = append(keys, *k)
+		if k != "" {
+			keys = append(keys, k)
 		}
 	}
 	if len(keys) > 0 {
