@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
@@ -39,7 +40,15 @@ type Loop struct {
 	// key is released, instead of at the end of a pause in which the key
 	// may have stood free for milliseconds.
 	Await func(ctx context.Context, key string, d time.Duration) error
+
+	// released is when a lease this Loop acquired last let go of each key,
+	// for the keys let go of in the last RetryDelay (see yields).
+	mu       sync.Mutex
+	released map[string]time.Time
 }
+
+// maxReleased bounds Loop.released between prunings.
+const maxReleased = 1024
 
 // Attempt makes one try at key. On success it returns the lease, built with
 // turn as the release of this Locker's place in the key's line. If the key
@@ -76,7 +85,7 @@ func (lp *Loop) acquire(ctx context.Context, key string, opts []lock.Option, try
 	if err != nil {
 		return nil, lp.ctxError(key, err, nil)
 	}
-	lease, err := lp.poll(ctx, key, o, turn, try)
+	lease, err := lp.poll(ctx, key, o, lp.noteRelease(key, turn), try)
 	if err != nil {
 		turn()
 	}
@@ -86,6 +95,11 @@ func (lp *Loop) acquire(ctx context.Context, key string, opts []lock.Option, try
 func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(), try Attempt) (*lock.Lease, error) {
 	unavailable := 0
 	var last error
+	if !o.TryOnce && lp.yields(key) {
+		if err := lp.pause(ctx, key, Jitter(lp.RetryDelay)); err != nil {
+			return nil, lp.ctxError(key, err, nil)
+		}
+	}
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, lp.ctxError(key, err, last)
@@ -117,6 +131,55 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 			return nil, lp.ctxError(key, err, last)
 		}
 	}
+}
+
+// noteRelease wraps a lease's turn so that letting go of key is noted.
+func (lp *Loop) noteRelease(key string, turn func()) func() {
+	if lp.Await == nil {
+		return turn
+	}
+	return func() {
+		now := time.Now()
+		lp.mu.Lock()
+		if lp.released == nil {
+			lp.released = make(map[string]time.Time)
+		}
+		if len(lp.released) >= maxReleased {
+			for k, at := range lp.released {
+				if now.Sub(at) >= lp.RetryDelay {
+					delete(lp.released, k)
+				}
+			}
+		}
+		if len(lp.released) < maxReleased {
+			lp.released[key] = now
+		}
+		lp.mu.Unlock()
+		turn()
+	}
+}
+
+// yields reports whether an Acquire of key should wait for a wake-up
+// before its first attempt: a lease of this Loop let go of key less than
+// RetryDelay ago. That release woke the waiter blocked longest on the key
+// (Await), in another process if one waits; trying at once would race it,
+// and a race on a Redlock key splits the nodes so that neither wins and
+// both pause (a hot key's lease went to the releasing process again most
+// of the time, after 2.6 refused attempts a lease). Awaiting first hands
+// the key over: with nobody else waiting, the release's own wake-up is
+// still in the list and the wait returns at once.
+func (lp *Loop) yields(key string) bool {
+	if lp.Await == nil {
+		return false
+	}
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	at, ok := lp.released[key]
+	if !ok {
+		return false
+	}
+	delete(lp.released, key)
+	return time.Since(at) < lp.RetryDelay
 }
 
 // pause waits up to d before the next attempt: until the key's release

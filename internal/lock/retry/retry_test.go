@@ -145,3 +145,49 @@ func TestPauseAwaits(t *testing.T) {
 		})
 	}
 }
+
+// TestYieldsAfterOwnRelease: an Acquire of a key a lease of this Loop let
+// go of within RetryDelay awaits a wake-up before its first attempt (the
+// woken waiter elsewhere goes first); a key not let go of lately, a later
+// Acquire, and a try are attempted at once.
+func TestYieldsAfterOwnRelease(t *testing.T) {
+	lp := newLoop(t)
+	lp.RetryDelay = time.Hour // "lately" covers the whole test
+	awaits := 0
+	lp.Await = func(context.Context, string, time.Duration) error { awaits++; return nil }
+	acquire := func(key string, opts ...lock.Option) *lock.Lease {
+		t.Helper()
+		try, _ := attempts()
+		lease, err := lp.Acquire(context.Background(), key, opts, try)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return lease
+	}
+	for _, c := range []struct {
+		name  string
+		key   string
+		opts  []lock.Option
+		waits int
+	}{
+		{"a fresh key", "k", nil, 0},
+		{"just let go of", "k", nil, 1},
+		{"another key", "j", nil, 0},
+		{"just let go of, once more", "k", nil, 1},
+		{"a try", "k", []lock.Option{lock.TryOnce()}, 0},
+	} {
+		before := awaits
+		lease := acquire(c.key, c.opts...)
+		if got := awaits - before; got != c.waits {
+			t.Errorf("%s: %d awaits before the attempt, want %d", c.name, got, c.waits)
+		}
+		_ = lease.Release(context.Background())
+	}
+	// A key let go of longer than RetryDelay ago is attempted at once.
+	lp.RetryDelay = 0 // nothing is "lately" any more
+	before := awaits
+	_ = acquire("k").Release(context.Background())
+	if awaits != before {
+		t.Errorf("%d awaits for a key let go of longer than RetryDelay ago", awaits-before)
+	}
+}
