@@ -105,7 +105,12 @@
 // it was free about a third of the time), and there is no herd to split the
 // votes, which is what publishing releases to every waiter (Redisson's way)
 // did here. Wake-ups are hints: safety never depends on them, and with the
-// wake node down, waiters fall back to their pauses.
+// wake node down, waiters fall back to their pauses. A Locker that wants a
+// key again within its retry delay of releasing it awaits a wake-up before
+// its first attempt (package retry): the release woke the waiter blocked
+// longest, and trying at once would race it and split the votes; with
+// nobody else waiting the release's own wake-up is still there, and the
+// wait returns at once.
 //
 // # Early return
 //
