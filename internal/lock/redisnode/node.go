@@ -102,7 +102,7 @@ type Hold struct {
 	ID  string // the lease id, stored as the lock's value
 }
 
-// Grant is one key's answer to AcquireRead.
+// Grant is one key's answer to AcquireBump.
 type Grant struct {
 	Acquired bool // the node granted us the lock
 	// Bumped: the node incremented the counter under our grant, so Fence
@@ -158,23 +158,23 @@ type Call struct {
 	argv  []any
 }
 
-// AcquireCall is AcquireRead's call for holds and ttl.
+// AcquireCall is AcquireBump's call for holds and ttl.
 func AcquireCall(holds []Hold, ttl time.Duration) Call {
 	keys, argv := lockFenceKeys(holds, ttl)
 	return Call{holds: len(holds), keys: keys, argv: argv}
 }
 
-// AcquireRead takes the lock on every hold's key of c (see AcquireCall)
+// AcquireBump takes the lock on every hold's key of c (see AcquireCall)
 // and, where it did, increments the key's fence counter in the same atomic
 // step, in one script call; each counter is returned whether or not its lock
 // was taken.
-func (n *Node) AcquireRead(ctx context.Context, c Call) ([]Grant, error) {
+func (n *Node) AcquireBump(ctx context.Context, c Call) ([]Grant, error) {
 	if c.holds == 0 {
 		return nil, nil
 	}
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
-	v, err := acquireReadScript.Run(ctx, n.c, c.keys, c.argv...).Slice()
+	v, err := acquireBumpScript.Run(ctx, n.c, c.keys, c.argv...).Slice()
 	if err != nil {
 		return nil, err
 	}

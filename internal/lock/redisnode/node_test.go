@@ -162,12 +162,12 @@ func TestBatchCalls(t *testing.T) {
 	if err := n.Client().Set(ctx, redisnode.LockKey(base+"-b"), "other", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	grants, err := n.AcquireRead(ctx, redisnode.AcquireCall(holds, time.Minute))
+	grants, err := n.AcquireBump(ctx, redisnode.AcquireCall(holds, time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !grants[0].Acquired || grants[1].Acquired || !grants[2].Acquired {
-		t.Fatalf("AcquireRead = %+v; want a and c acquired, b held", grants)
+		t.Fatalf("AcquireBump = %+v; want a and c acquired, b held", grants)
 	}
 	for i, h := range holds {
 		want := h.ID
@@ -220,14 +220,14 @@ func TestFence(t *testing.T) {
 	}
 	read := func(id string) redisnode.Grant {
 		t.Helper()
-		g, err := n.AcquireRead(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: id}}, time.Minute))
+		g, err := n.AcquireBump(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: id}}, time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return g[0]
 	}
 	if g := read("a"); g != (redisnode.Grant{Acquired: true, Bumped: true, Fence: 1}) {
-		t.Fatalf("AcquireRead on a fresh key = %+v; want acquired and the counter bumped to 1", g)
+		t.Fatalf("AcquireBump on a fresh key = %+v; want acquired and the counter bumped to 1", g)
 	}
 	if err := fence1("b", 5); !errors.Is(err, redisnode.ErrNotHeld) || counter() != "5" {
 		t.Fatalf("Fence by a non-holder = %v, counter %s; want ErrNotHeld and the counter raised to 5", err, counter())
@@ -252,19 +252,19 @@ func TestFence(t *testing.T) {
 		}
 	}
 	if g := read("b"); g.Acquired || g.Bumped || g.Fence != 1<<64-1 {
-		t.Fatalf("AcquireRead on a held key = %+v; want not acquired, %d", g, uint64(1<<64-1))
+		t.Fatalf("AcquireBump on a held key = %+v; want not acquired, %d", g, uint64(1<<64-1))
 	}
 	if got := counter(); got != strconv.FormatUint(1<<64-1, 10) {
 		t.Fatalf("counter %s", got)
 	}
 }
 
-// TestAcquireReadBumps: round 1 increments the counter of each key it
+// TestAcquireBumpIncrements: round 1 increments the counter of each key it
 // takes, and returns the counter exactly at any size: integers while Lua's
 // doubles are exact, the counter read back past 2^53, and, where INCR
 // refuses (at 2^63 − 1 and beyond, which round 2 may write), the counter
 // read and left alone.
-func TestAcquireReadBumps(t *testing.T) {
+func TestAcquireBumpIncrements(t *testing.T) {
 	n, key := newNode(t)
 	ctx := t.Context()
 	for _, c := range []struct {
@@ -283,20 +283,20 @@ func TestAcquireReadBumps(t *testing.T) {
 		if c.counter != "" {
 			n.Client().Set(ctx, redisnode.FenceKey(key), c.counter, 0)
 		}
-		g, err := n.AcquireRead(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: "a"}}, time.Minute))
+		g, err := n.AcquireBump(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: "a"}}, time.Minute))
 		if err != nil {
 			t.Fatalf("counter %q: %v", c.counter, err)
 		}
 		if g[0] != c.want {
-			t.Errorf("counter %q: AcquireRead = %+v, want %+v", c.counter, g[0], c.want)
+			t.Errorf("counter %q: AcquireBump = %+v, want %+v", c.counter, g[0], c.want)
 		}
 		if got, _ := n.Client().Get(ctx, redisnode.FenceKey(key)).Result(); got != c.after {
-			t.Errorf("counter %q: %q after AcquireRead, want %q", c.counter, got, c.after)
+			t.Errorf("counter %q: %q after AcquireBump, want %q", c.counter, got, c.after)
 		}
 		// Held: the counter is read, not bumped.
-		g, err = n.AcquireRead(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: "b"}}, time.Minute))
+		g, err = n.AcquireBump(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: "b"}}, time.Minute))
 		if err != nil || g[0].Acquired || g[0].Bumped || strconv.FormatUint(g[0].Fence, 10) != c.after {
-			t.Errorf("counter %q: AcquireRead of the held key = %+v, %v; want held, %s", c.counter, g, err, c.after)
+			t.Errorf("counter %q: AcquireBump of the held key = %+v, %v; want held, %s", c.counter, g, err, c.after)
 		}
 	}
 }

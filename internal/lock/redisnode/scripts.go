@@ -47,7 +47,7 @@ end
 return out
 `)
 
-// acquireReadScript is Redlock's round 1 on one node: take each lock and,
+// acquireBumpScript is Redlock's round 1 on one node: take each lock and,
 // where it did, increment that key's fence counter in the same atomic step,
 // so the value returned is the counter as of the moment this node granted
 // us the lock, bumped under that grant. Where the lock is held elsewhere the
@@ -59,7 +59,7 @@ return out
 // the decimal string read back, so it survives unrounded. A counter INCR
 // refuses (at 2^63 − 1 or beyond, which round 2 may have written) is read
 // and left alone: that key then takes round 2.
-var acquireReadScript = goredis.NewScript(`
+var acquireBumpScript = goredis.NewScript(`
 local out = {}
 for i = 1, #ARGV - 1 do
   local fence = KEYS[2*i]

@@ -187,7 +187,7 @@ func (a *attempt) node(i int, replies chan<- reply) {
 	r := reply{node: i, round: 1}
 	var err error
 	if a.fenced {
-		r.grants, err = nd.AcquireRead(a.bg, a.r1)
+		r.grants, err = nd.AcquireBump(a.bg, a.r1)
 	} else {
 		var ok []bool
 		if ok, err = nd.SetNX(a.bg, a.holds, a.ttl); err == nil {
