@@ -163,11 +163,11 @@ func (lp *Loop) noteRelease(key string, turn func()) func() {
 // before its first attempt: a lease of this Loop let go of key less than
 // RetryDelay ago. That release woke the waiter blocked longest on the key
 // (Await), in another process if one waits; trying at once would race it,
-// and a race on a Redlock key splits the nodes so that neither wins and
-// both pause (a hot key's lease went to the releasing process again most
-// of the time, after 2.6 refused attempts a lease). Awaiting first hands
-// the key over: with nobody else waiting, the release's own wake-up is
-// still in the list and the wait returns at once.
+// and a race on a Redlock key can split the nodes so that neither wins and
+// both pause (a hot key, three instances: 2.7 refused attempts a lease;
+// 1.6–2.2 with the yield). Awaiting first hands the key over: with nobody
+// else waiting, the release's own wake-up is still in the list and the
+// wait returns at once.
 func (lp *Loop) yields(key string) bool {
 	if lp.Await == nil {
 		return false
