@@ -60,8 +60,9 @@ func (a uuidArray) Value() (driver.Value, error) {
 
 // uuidBytes is us as pgx encodes UUIDs fastest: a uuid.UUID is a
 // driver.Valuer, which pgx turns into its text and parses back, element by
-// element, through reflection (8 % of an instance's CPU on spread orders);
-// [][16]byte is binary all the way.
+// element, through reflection (the array encoding was 9.6 % of a redlock
+// instance's CPU on spread orders, 2.3 % as bytes); [][16]byte is binary
+// all the way.
 func uuidBytes(us []uuid.UUID) [][16]byte {
 	bs := make([][16]byte, len(us))
 	for i, u := range us {
