@@ -50,13 +50,13 @@ type attempt struct {
 
 	// Round 2 starts on each node that answered round 1 once tokenReady is
 	// closed (tokens is then set: the token of each key won, 0 for the
-	// others; bumped marks the keys obtained in round 1, r2Keys the others
+	// others; oneRound marks the keys obtained in round 1, r2Keys the others
 	// won, r2 the call that publishes their tokens, or r2Err why it could not
 	// be built); abort tells nodes waiting for it to stop.
 	tokenReady chan struct{}
 	abort      chan struct{}
 	tokens     []uint64
-	bumped     []bool
+	oneRound   []bool
 	r2Keys     []int
 	r2         redisnode.Call
 	r2Err      error
@@ -246,7 +246,7 @@ func (a *attempt) node(i int, replies chan<- reply) {
 // not hold.
 func (a *attempt) teach(i int, grants []redisnode.Grant) []int {
 	var ks []int
-	for k, b := range a.bumped {
+	for k, b := range a.oneRound {
 		if g := grants[k]; b && !(g.Bumped && g.Fence == a.tokens[k]) {
 			ks = append(ks, k)
 		}

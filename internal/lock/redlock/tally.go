@@ -141,7 +141,7 @@ func (t *tally) decide() {
 	t.decided = true
 	a := t.a
 	a.tokens = make([]uint64, len(a.keys))
-	a.bumped = make([]bool, len(a.keys))
+	a.oneRound = make([]bool, len(a.keys))
 	won := false
 	for k := range t.keys {
 		kt := &t.keys[k]
@@ -153,7 +153,7 @@ func (t *tally) decide() {
 		case !a.fenced:
 			kt.obtained = true
 		case !kt.uneven:
-			a.tokens[k], a.bumped[k], kt.obtained = kt.bumped, true, true
+			a.tokens[k], a.oneRound[k], kt.obtained = kt.bumped, true, true
 		default:
 			a.tokens[k] = kt.maxFence + 1
 			a.r2Keys = append(a.r2Keys, k)
