@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
@@ -69,6 +70,21 @@ func TestSessionRandomPageCost(t *testing.T) {
 		_ = s.Close()
 		if err != nil || got != c.want {
 			t.Errorf("%s: random_page_cost %q, %v; want %s", c.url, got, err, c.want)
+		}
+	}
+	// A value the server refuses fails Open, promptly and by name, rather
+	// than a pool that cannot connect.
+	for _, v := range []string{"abc", "-1", strings.Repeat("9", 4096)} {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		s, err := postgres.Open(ctx, url+sep+"random_page_cost="+v)
+		cancel()
+		if err == nil {
+			_ = s.Close()
+			t.Errorf("random_page_cost=%.10s: Open succeeded", v)
+			continue
+		}
+		if !strings.Contains(err.Error(), "random_page_cost") {
+			t.Errorf("random_page_cost=%.10s: %v; want the parameter named", v, err)
 		}
 	}
 }
