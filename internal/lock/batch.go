@@ -87,14 +87,28 @@ type BatchReleaser interface {
 // Every lease is detached (its keepalive stopped) before its backend call,
 // as Lease.Release does.
 func (s Set) release(ctx context.Context) error {
+	hs, keys := s.detach()
+	return releaseHandles(ctx, hs, keys)
+}
+
+// detach detaches every lease of s not released before, in reverse order,
+// and returns their handles and keys.
+func (s Set) detach() (hs []Handle, keys []string) {
+	for i := len(s) - 1; i >= 0; i-- {
+		if h := s[i].detach(); h != nil {
+			hs, keys = append(hs, h), append(keys, s[i].Key())
+		}
+	}
+	return hs, keys
+}
+
+// releaseHandles releases detached handles (keys[i] is hs[i]'s key) as
+// Set.release does.
+func releaseHandles(ctx context.Context, hs []Handle, keys []string) error {
 	var errs []error
 	groups := make(map[BatchReleaser][]Handle)
 	var order []BatchReleaser
-	for i := len(s) - 1; i >= 0; i-- {
-		h := s[i].detach()
-		if h == nil {
-			continue
-		}
+	for i, h := range hs {
 		if bh, ok := h.(BatchHandle); ok {
 			r := bh.Releaser()
 			if _, seen := groups[r]; !seen {
@@ -104,7 +118,7 @@ func (s Set) release(ctx context.Context) error {
 			continue
 		}
 		if err := h.Release(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("lock: release %q: %w", s[i].Key(), err))
+			errs = append(errs, fmt.Errorf("lock: release %q: %w", keys[i], err))
 		}
 	}
 	for _, r := range order {
@@ -113,4 +127,49 @@ func (s Set) release(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Handover is implemented by backends that can release leases of theirs in
+// the same round per lock server as their next batch acquisition (redis,
+// redlock: one script call per node deletes the old locks, then takes the
+// new ones). Its HandoverBatch has the contract of the function
+// HandoverBatch, which calls it with prev's leases already detached; a
+// handle of prev that is not the backend's own it releases on its own.
+type Handover interface {
+	HandoverBatch(ctx context.Context, prev []Handle, keys []string, opts ...Option) (b Batch, released, err error)
+}
+
+// HandoverBatch releases prev and tries keys once, as prev.Release followed
+// by l.AcquireBatch would, but where l is a Handover in one round per lock
+// server for both: a batch that follows another pays no round of its own to
+// let the other's keys go. prev is released whatever becomes of the try,
+// even when ctx is done; released is that release's error (the keys it
+// could not reach stay held until their TTL), err the try's, with
+// AcquireBatch's meaning. A key of prev that is also in keys is reported
+// held: the key goes to whoever waits in its line, not back to the caller
+// that let it go.
+func HandoverBatch(ctx context.Context, l Locker, prev Set, keys []string, opts ...Option) (b Batch, released, err error) {
+	hs, prevKeys := prev.detach()
+	if h, ok := l.(Handover); ok {
+		return h.HandoverBatch(ctx, hs, keys, opts...)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	released = releaseHandles(rctx, hs, prevKeys)
+	cancel()
+	var back []string
+	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+		if slices.Contains(prevKeys, k) {
+			back = append(back, k)
+			return true
+		}
+		return false
+	})
+	if b, err = l.AcquireBatch(ctx, keys, opts...); err != nil {
+		return Batch{}, released, err
+	}
+	if len(back) > 0 {
+		back, _ = BatchKeys(back)
+		b.Held = slices.Sorted(slices.Values(append(b.Held, back...)))
+	}
+	return b, released, nil
 }

@@ -176,7 +176,7 @@ func (c *coalescer) enqueueLocked(ctx context.Context, p *pending) error {
 	c.queues[key] = q
 	go func() {
 		defer done()
-		c.s.serve(lctx, q)
+		c.s.serve(lctx, q, nil)
 	}()
 	return nil
 }
@@ -259,6 +259,8 @@ func (q *queue) keep(h *hold) bool {
 }
 
 func (*queue) tries() bool { return false }
+
+func (*queue) handsOver(*hold) bool { return false }
 
 // prune forgets the orders at the head that are no longer queued.
 func (q *queue) prune() { q.items = pruneHead(q.items) }

@@ -55,12 +55,16 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 	c.gatherers++
 	go func() {
 		defer done()
+		// prev is the last batch's leases while more orders wait: the next
+		// batch's try lets them go in its own round (handsOver).
+		var prev *hold
 		for {
 			g := c.takeIntake()
 			if g == nil {
+				c.s.release(lctx, prev)
 				return
 			}
-			c.s.serve(lctx, g)
+			prev = c.s.serve(lctx, g, prev)
 		}
 	}()
 	return nil
@@ -142,6 +146,16 @@ func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pe
 
 func (*gathered) keep(*hold) bool { return false }
 func (*gathered) tries() bool     { return true }
+
+// handsOver keeps the leases for the next gathered batch while orders wait
+// in the intake: its try releases them in the same round per lock server
+// (one script call a node on redis and redlock, not two). With none
+// waiting they go at once, so an idle instance holds nothing.
+func (g *gathered) handsOver(*hold) bool {
+	g.c.mu.Lock()
+	defer g.c.mu.Unlock()
+	return len(g.c.intake) > 0
+}
 
 // requeue moves p, which a gathered batch could not place because one of
 // its keys is held elsewhere, to the queue of its lowest SKU; or answers it

@@ -117,7 +117,7 @@ func (s *Service) alone(ctx context.Context, p *pending) error {
 		return err
 	}
 	defer done()
-	s.serve(ctx, &single{p: p})
+	s.serve(ctx, &single{p: p}, nil)
 	return <-p.answer
 }
 
@@ -137,3 +137,5 @@ func (o *single) next(h *hold) (batch []*pending, want []string, waiting []*pend
 
 func (*single) keep(*hold) bool { return false }
 func (*single) tries() bool     { return false }
+
+func (*single) handsOver(*hold) bool { return false }

@@ -39,6 +39,11 @@ type source interface {
 	// (lock.Locker.AcquireBatch: the keys held elsewhere are left out of
 	// the hold, not waited for) instead of waiting for every one of them.
 	tries() bool
+	// handsOver reports whether h, done with the source's batches, is kept
+	// for the next source's acquisition, which lets it go in the same round
+	// per lock server as it takes its own keys (lock.HandoverBatch), rather
+	// than released now.
+	handsOver(h *hold) bool
 }
 
 // hold is the leases a section runs batches under, kept across batches
@@ -63,6 +68,8 @@ type hold struct {
 	// (their ops also need a key held elsewhere): not claimed, released
 	// with set in the same round.
 	spare lock.Set
+	// handover is set when the hold outlives its source (handsOver).
+	handover bool
 }
 
 // keepOnly moves the leases of h that no op of batch needs to h.spare, so
@@ -100,31 +107,40 @@ func (h *hold) covers(p *pending) bool {
 }
 
 // serve runs src's batches through the critical section until src is done.
-func (s *Service) serve(ctx context.Context, src source) {
-	var h *hold
+// prev is a hold an earlier source handed over, let go of in the round of
+// src's first acquisition; serve returns src's hold if it hands it over.
+func (s *Service) serve(ctx context.Context, src source, prev *hold) *hold {
+	h := prev
 	for {
 		batch, want, waiting := src.next(h)
 		switch {
 		case batch != nil:
 			h = s.run(ctx, src, h, batch)
 		case want != nil:
-			s.release(ctx, h)
-			h = s.acquire(ctx, want, waiting, src.tries())
+			h = s.acquire(ctx, want, waiting, src.tries(), h)
+		case h != nil && h.handover:
+			return h
 		default:
 			s.release(ctx, h)
-			return
+			return nil
 		}
 	}
 }
 
-// acquire locks want for the pendings waiting on it, in sorted order, for as
-// long as the last of them is willing to wait; with try, it takes in one
-// round per lock server those of want that are free and leaves out the
-// rest. Those that name a SKU that does not exist are answered first, and
-// nothing is locked for them (known.go). On failure it answers them (each
-// one's own timer may have answered it first) and returns nil.
-func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending, try bool) *hold {
+// acquire lets prev go and locks want for the pendings waiting on it, in
+// sorted order, for as long as the last of them is willing to wait; with
+// try, it takes in one round per lock server those of want that are free
+// and leaves out the rest, and lets prev go in that same round. Those that
+// name a SKU that does not exist are answered first, and nothing is locked
+// for them (known.go). On failure it answers them (each one's own timer may
+// have answered it first) and returns nil.
+func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending, try bool, prev *hold) *hold {
+	if !try {
+		s.release(ctx, prev)
+		prev = nil
+	}
 	if want, waiting = s.dropUnknown(ctx, want, waiting); len(waiting) == 0 {
+		s.release(ctx, prev)
 		return nil
 	}
 	deadline, paused := waiting[0].deadline, false
@@ -143,7 +159,12 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	var err error
 	if try {
 		var b lock.Batch
-		b, err = s.locker.AcquireBatch(actx, want, s.leaseOptions(paused)...)
+		var released error
+		gone := s.letGo(prev)
+		b, released, err = lock.HandoverBatch(actx, s.locker, gone, want, s.leaseOptions(paused)...)
+		if released != nil {
+			s.log.Warn("release leases", "skus", leaseKeys(gone), "err", released)
+		}
 		set = b.Leases
 	} else {
 		set, err = lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
@@ -195,9 +216,14 @@ func (s *Service) run(ctx context.Context, src source, h *hold, batch []*pending
 		verdicts = s.decideAndWrite(ctx, h, decided)
 	}
 	// Let the leases go before answering unless they serve the next batch at
-	// once, so an instance that has answered every op holds nothing and a
-	// drained server leaves no lock behind.
-	if !src.keep(h) {
+	// once or go with the next acquisition (more orders wait for it), so an
+	// instance that has answered every op holds nothing and a drained server
+	// leaves no lock behind.
+	switch {
+	case src.keep(h):
+	case src.handsOver(h):
+		h.handover = true
+	default:
 		s.release(ctx, h)
 		h = nil
 	}
@@ -394,12 +420,8 @@ func (s *Service) release(ctx context.Context, h *hold) {
 	if h == nil {
 		return
 	}
-	defer h.span.End()
 	ctx = h.ctx
-	set := h.set
-	if len(h.spare) > 0 {
-		set = append(slices.Clip(set), h.spare...)
-	}
+	set := s.letGo(h)
 	if len(set) == 0 {
 		return
 	}
@@ -408,6 +430,18 @@ func (s *Service) release(ctx context.Context, h *hold) {
 	if err := set.Release(rctx); err != nil {
 		s.log.Warn("release leases", "skus", leaseKeys(set), "err", err)
 	}
+}
+
+// letGo ends h and returns its leases, spare ones included, to release.
+func (s *Service) letGo(h *hold) lock.Set {
+	if h == nil {
+		return nil
+	}
+	h.span.End()
+	if len(h.spare) > 0 {
+		return append(slices.Clip(h.set), h.spare...)
+	}
+	return h.set
 }
 
 // storeTimeout bounds each store call of the section: a queue's leader has

@@ -105,7 +105,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 
 // acquire1 is AcquireIncr of one key: its token, 0 when held.
 func acquire1(ctx context.Context, n *redisnode.Node, key, id string) (uint64, error) {
-	tokens, err := n.AcquireIncr(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute)
+	tokens, err := n.AcquireIncr(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: id}}, time.Minute))
 	if err != nil {
 		return 0, err
 	}
@@ -317,7 +317,7 @@ func TestTimeout(t *testing.T) {
 	}
 	defer srv.Cont()
 	start := time.Now()
-	if _, err := n.AcquireIncr(t.Context(), []redisnode.Hold{{Key: "k", ID: "a"}}, time.Second); err == nil {
+	if _, err := n.AcquireIncr(t.Context(), redisnode.AcquireCall([]redisnode.Hold{{Key: "k", ID: "a"}}, time.Second)); err == nil {
 		t.Fatal("AcquireIncr on a paused server succeeded")
 	}
 	if d := time.Since(start); d > time.Second {

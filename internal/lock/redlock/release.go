@@ -33,29 +33,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 	// reaches the nodes leaves the keys held for a whole TTL.
 	ctx := hs[0].a.bg
 	results := l.each(allNodes(n), func(i int) error {
-		if len(hs) == 1 { // a lone lease: no per-node slices to build
-			h := hs[0]
-			<-h.a.done[i]
-			if h.a.wrote(i, h.k) == writeRefused {
-				return nil
-			}
-			var wake []bool
-			if i == l.wakeNode(h.a.keys[h.k]) {
-				wake = []bool{true}
-			}
-			_, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], wake)
-			return err
-		}
-		holds := make([]redisnode.Hold, 0, len(hs))
-		wake := make([]bool, 0, len(hs))
-		for _, h := range hs {
-			<-h.a.done[i]
-			if h.a.wrote(i, h.k) == writeRefused {
-				continue
-			}
-			holds = append(holds, h.a.holds[h.k])
-			wake = append(wake, i == l.wakeNode(h.a.keys[h.k]))
-		}
+		holds, wake := l.onNode(i, hs)
 		_, err := l.nodes[i].Release(ctx, holds, wake)
 		return err
 	})
@@ -78,21 +56,62 @@ func (l *Locker) release(hs []held, wait bool) error {
 	return nil
 }
 
+// onNode returns the holds of hs that node i may hold, with their wake-up
+// flags (the key's wake node wakes a waiter), once node i has answered
+// round 1 of each of their attempts.
+func (l *Locker) onNode(i int, hs []held) ([]redisnode.Hold, []bool) {
+	if len(hs) == 1 { // a lone lease: no per-node slices to build
+		h := hs[0]
+		<-h.a.done[i]
+		if h.a.wrote(i, h.k) == writeRefused {
+			return nil, nil
+		}
+		return h.a.holds[h.k : h.k+1 : h.k+1], []bool{i == l.wakeNode(h.a.keys[h.k])}
+	}
+	holds := make([]redisnode.Hold, 0, len(hs))
+	wake := make([]bool, 0, len(hs))
+	for _, h := range hs {
+		<-h.a.done[i]
+		if h.a.wrote(i, h.k) == writeRefused {
+			continue
+		}
+		holds = append(holds, h.a.holds[h.k])
+		wake = append(wake, i == l.wakeNode(h.a.keys[h.k]))
+	}
+	return holds, wake
+}
+
 // releaser releases many of one Locker's leases in one request per node.
 type releaser struct{ l *Locker }
 
 // ReleaseBatch implements lock.BatchReleaser.
 func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
-	mine := make([]*handle, 0, len(hs))
+	mine, others := r.l.own(ctx, hs)
+	return errors.Join(others, r.l.releaseHandles(mine))
+}
+
+// own returns the handles of hs that are this Locker's, having released the
+// others one by one (Set.Release never passes any; lock.HandoverBatch may).
+func (l *Locker) own(ctx context.Context, hs []lock.Handle) (mine []*handle, others error) {
+	mine = make([]*handle, 0, len(hs))
 	var errs []error
 	for _, h := range hs {
-		if rh, ok := h.(*handle); ok && rh.a.l == r.l {
+		if rh, ok := h.(*handle); ok && rh.a.l == l {
 			mine = append(mine, rh)
-		} else if err := h.Release(ctx); err != nil { // not ours: cannot happen through Set.Release
+		} else if err := h.Release(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(append(errs, r.l.releaseHandles(mine))...)
+	return mine, errors.Join(errs...)
+}
+
+// helds is the keys of hs.
+func helds(hs []*handle) []held {
+	items := make([]held, len(hs))
+	for i, h := range hs {
+		items[i] = held{a: h.a, k: h.k}
+	}
+	return items
 }
 
 // releaseHandles releases the leases of hs together and then hands each
@@ -103,11 +122,7 @@ func (l *Locker) releaseHandles(hs []*handle) error {
 	if len(hs) == 0 {
 		return nil
 	}
-	items := make([]held, len(hs))
-	for i, h := range hs {
-		items[i] = held{a: h.a, k: h.k}
-	}
-	err := l.release(items, false)
+	err := l.release(helds(hs), false)
 	for _, h := range hs {
 		h.turn()
 	}
