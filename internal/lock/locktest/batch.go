@@ -149,8 +149,9 @@ func testBatchCancelled(t *testing.T, c Config) {
 }
 
 // testBatchExclusion: Lockers (as separate instances) take overlapping
-// batches at random; no key is ever held twice at once, and on fenced
-// backends every key's tokens increase in the order it was held.
+// batches at random, letting each batch go with a release or with the next
+// batch's try (lock.HandoverBatch); no key is ever held twice at once, and
+// on fenced backends every key's tokens increase in the order it was held.
 func testBatchExclusion(t *testing.T, c Config) {
 	const workers, rounds = 6, 12
 	base := Key(t)
@@ -167,9 +168,24 @@ func testBatchExclusion(t *testing.T, c Config) {
 		}
 		wg.Go(func() {
 			r := rand.New(rand.NewPCG(uint64(w), 7))
+			var prev lock.Set
+			done := func() { // prev is no longer used: about to go
+				mu.Lock()
+				for _, lease := range prev {
+					inUse[lease.Key()] = false
+				}
+				mu.Unlock()
+			}
 			for range rounds {
 				pick := slices.DeleteFunc(slices.Clone(keys), func(string) bool { return r.IntN(2) == 0 })
-				b := MustBatch(t, l, pick)
+				done()
+				var b lock.Batch
+				if r.IntN(2) == 0 {
+					mustReleaseSet(t, prev)
+					b = MustBatch(t, l, pick)
+				} else {
+					b = mustHandover(t, l, prev, pick)
+				}
 				mu.Lock()
 				for _, lease := range b.Leases {
 					if inUse[lease.Key()] {
@@ -183,14 +199,78 @@ func testBatchExclusion(t *testing.T, c Config) {
 				}
 				mu.Unlock()
 				time.Sleep(time.Millisecond)
-				mu.Lock()
-				for _, lease := range b.Leases {
-					inUse[lease.Key()] = false
-				}
-				mu.Unlock()
-				mustReleaseSet(t, b.Leases)
+				prev = b.Leases
 			}
+			done()
+			mustReleaseSet(t, prev)
 		})
 	}
 	wg.Wait()
+}
+
+// mustHandover runs lock.HandoverBatch within 10 s or fails the test.
+func mustHandover(tb testing.TB, l lock.Locker, prev lock.Set, keys []string) lock.Batch {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	b, released, err := lock.HandoverBatch(ctx, l, prev, keys)
+	if err != nil || released != nil {
+		tb.Fatalf("%s: handover of %q to %q: %v, released: %v", l.Name(), keysOf(prev), keys, err, released)
+	}
+	return b
+}
+
+// testHandover: HandoverBatch lets the earlier batch go — its leases end,
+// its keys are free for another Locker — and tries the new keys as
+// AcquireBatch would; a key of both is reported held, and taken again it
+// has a larger token.
+func testHandover(t *testing.T, c Config) {
+	l, other := newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		other = l
+	}
+	base := Key(t)
+	first := MustBatch(t, l, []string{base + "-a", base + "-b"})
+	next := mustHandover(t, l, first.Leases, []string{base + "-d", base + "-b", base + "-c"})
+	if want := []string{base + "-c", base + "-d"}; !slices.Equal(keysOf(next.Leases), want) || !slices.Equal(next.Held, []string{base + "-b"}) {
+		t.Fatalf("handover got %q, held %q; want %q, and the key let go held", keysOf(next.Leases), next.Held, want)
+	}
+	for _, lease := range first.Leases {
+		if !errors.Is(lease.Err(), lock.ErrReleased) || !closed(lease.Done()) {
+			t.Errorf("%s: lease handed over still open: %v", lease.Key(), lease.Err())
+		}
+	}
+	for _, lease := range first.Leases {
+		again := MustAcquire(t, other, lease.Key(), lock.TryOnce())
+		if l.Fenced() && again.Token() <= lease.Token() {
+			t.Errorf("%s: token %d after the handed-over lease's %d", lease.Key(), again.Token(), lease.Token())
+		}
+		MustRelease(t, again)
+	}
+	if c.Exclusive && c.Distributed {
+		if _, err := other.Acquire(context.Background(), base+"-c", lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Errorf("a key the handover took: another Locker's try = %v, want ErrNotAcquired", err)
+		}
+	}
+	mustReleaseSet(t, next.Leases)
+}
+
+// testHandoverCancelled: on a done context the try fails with its error,
+// yet the earlier batch is let go: every key is free for another Locker.
+func testHandoverCancelled(t *testing.T, c Config) {
+	l, other := newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		other = l
+	}
+	base := Key(t)
+	first := MustBatch(t, l, []string{base + "-a", base + "-b"})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b, released, err := lock.HandoverBatch(ctx, l, first.Leases, []string{base + "-c"})
+	if !errors.Is(err, context.Canceled) || len(b.Leases) != 0 || released != nil {
+		t.Fatalf("handover on a cancelled context = %v, %d leases, released: %v; want context.Canceled, none, and the release done", err, len(b.Leases), released)
+	}
+	for _, k := range []string{base + "-a", base + "-b", base + "-c"} {
+		MustRelease(t, MustAcquire(t, other, k, lock.TryOnce()))
+	}
 }

@@ -47,6 +47,8 @@ func Run(t *testing.T, c Config) {
 	t.Run("AcquireAllSorted", func(t *testing.T) { testAcquireAll(t, c) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
 	t.Run("BatchCancelledLeavesNothing", func(t *testing.T) { testBatchCancelled(t, c) })
+	t.Run("Handover", func(t *testing.T) { testHandover(t, c) })
+	t.Run("HandoverCancelledReleases", func(t *testing.T) { testHandoverCancelled(t, c) })
 	if c.Exclusive {
 		t.Run("BatchReportsHeld", func(t *testing.T) { testBatchHeld(t, c) })
 		t.Run("BatchExclusion", func(t *testing.T) { testBatchExclusion(t, c) })

@@ -200,6 +200,53 @@ func TestBatchCalls(t *testing.T) {
 	}
 }
 
+// TestAcquireAfter: an acquisition's call with a release in front deletes
+// the released locks that are still ours (waking where asked) before it
+// takes its own keys, so a key in both is taken again under the new id; a
+// lock that is not ours is left alone.
+func TestAcquireAfter(t *testing.T) {
+	n, base := newNode(t)
+	ctx := t.Context()
+	a, b, c := base+"-a", base+"-b", base+"-c"
+	t.Cleanup(func() {
+		for _, k := range []string{a, b, c} {
+			n.Client().Del(context.Background(), redisnode.LockKey(k), redisnode.FenceKey(k), redisnode.WakeKey(k))
+		}
+	})
+	if _, err := acquire1(ctx, n, a, "old-a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Client().Set(ctx, redisnode.LockKey(b), "other", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	gone := []redisnode.Hold{{Key: a, ID: "old-a"}, {Key: b, ID: "old-b"}}
+	take := []redisnode.Hold{{Key: a, ID: "new-a"}, {Key: c, ID: "new-c"}}
+	tokens, err := n.AcquireIncr(ctx, redisnode.AcquireCall(take, time.Minute).After(gone, []bool{true, true}))
+	if err != nil || len(tokens) != 2 || tokens[0] != 2 || tokens[1] != 1 {
+		t.Fatalf("AcquireIncr after a release = %v, %v; want a taken again with token 2, c with 1", tokens, err)
+	}
+	for k, want := range map[string]string{a: "new-a", b: "other", c: "new-c"} {
+		if v, _ := n.Client().Get(ctx, redisnode.LockKey(k)).Result(); v != want {
+			t.Errorf("%s holds %q, want %q", k, v, want)
+		}
+	}
+	for k, want := range map[string]int64{a: 1, b: 0} { // b was not ours to delete
+		if got := n.Client().LLen(ctx, redisnode.WakeKey(k)).Val(); got != want {
+			t.Errorf("%s: %d wake-ups, want %d", k, got, want)
+		}
+	}
+	// Redlock's round 1 takes the same prefix; a call that only releases
+	// takes nothing.
+	grants, err := n.AcquireBump(ctx, redisnode.AcquireCall(nil, time.Minute).After(
+		[]redisnode.Hold{{Key: a, ID: "new-a"}, {Key: c, ID: "new-c"}}, nil))
+	if err != nil || len(grants) != 0 {
+		t.Fatalf("AcquireBump releasing only = %v, %v", grants, err)
+	}
+	if n := n.Client().Exists(ctx, redisnode.LockKey(a), redisnode.LockKey(c)).Val(); n != 0 {
+		t.Fatalf("%d of the released locks remain", n)
+	}
+}
+
 // TestFence checks round 2's conditions: the counter is raised on every node
 // that answers, but the raise counts only under our lock and only for a
 // token above the counter, compared exactly even past 2^53.

@@ -236,3 +236,66 @@ func TestBatchRespectsLocalLine(t *testing.T) {
 	}
 	_ = lock.Set(append(b.Leases, again.Leases...)).Release(t.Context())
 }
+
+// TestHandoverOneCallPerNode: a batch that follows another lets the other's
+// keys go in its own round 1, one script call a node for both; with a node
+// paused, the majority that answered is clear of them, and the handover
+// still succeeds.
+func TestHandoverOneCallPerNode(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs)
+	base := locktest.Key(t)
+	var first, second []string
+	for i := range 8 {
+		first, second = append(first, base+"-a"+strconv.Itoa(i)), append(second, base+"-b"+strconv.Itoa(i))
+	}
+	// Loads the scripts (a first EVALSHA answers NOSCRIPT, then EVAL runs).
+	warm := locktest.MustBatch(t, l, append(slices.Clone(first), second...))
+	if err := warm.Leases.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	handover := func(prev lock.Set, keys []string) lock.Set {
+		t.Helper()
+		b, released, err := lock.HandoverBatch(t.Context(), l, prev, keys)
+		if err != nil || released != nil || len(b.Leases) != len(keys) {
+			t.Fatalf("handover = %d of %d keys, held %q, %v, released: %v", len(b.Leases), len(keys), b.Held, err, released)
+		}
+		return b.Leases
+	}
+	gone := func(keys []string, on ...int) {
+		t.Helper()
+		for _, i := range on {
+			for _, k := range keys {
+				if raw[i].Exists(t.Context(), redisnode.LockKey(k)).Val() != 0 {
+					t.Errorf("node %d still holds %s after the handover", i, k)
+				}
+			}
+		}
+	}
+	held := locktest.MustBatch(t, l, first).Leases
+	time.Sleep(100 * time.Millisecond) // the stragglers
+	before := raw.scriptCalls(t)
+	held = handover(held, second)
+	time.Sleep(100 * time.Millisecond)
+	after := raw.scriptCalls(t)
+	for i := range after {
+		if d := after[i] - before[i]; d != 1 {
+			t.Errorf("node %d ran %d script calls for a handover of 8 keys to 8, want 1", i, d)
+		}
+	}
+	gone(first, 0, 1, 2, 3, 4)
+
+	if err := c.srv[4].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	held = handover(held, first)
+	gone(second, 0, 1, 2, 3)
+	if err := c.srv[4].Cont(); err != nil {
+		t.Fatal(err)
+	}
+	if err := held.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -24,27 +25,58 @@ import (
 // Options other than TryOnce do not apply, as for Acquire; a batch never
 // waits.
 func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	b, _, err := l.HandoverBatch(ctx, nil, keys, opts...)
+	return b, err
+}
+
+// HandoverBatch implements lock.Handover: the multi that creates the
+// batch's nodes first deletes the nodes of prev's leases of the current
+// session, one transaction for both (a round and a transaction fewer; the
+// ensemble's cost is per transaction). A key of prev that is also in
+// keys is left out and reported held, so its line's next waiter gets it.
+// Handles of an earlier session have nothing left to delete; where the
+// multi fails, prev's nodes are deleted on their own.
+func (l *Locker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []string, _ ...lock.Option) (b lock.Batch, released, err error) {
 	start := time.Now()
 	sorted, err := lock.BatchKeys(keys)
-	if err != nil {
-		return lock.Batch{}, fmt.Errorf("zookeeper: batch: %w", err)
-	}
-	for _, k := range sorted {
-		if err := checkName(k); err != nil {
-			return lock.Batch{}, fmt.Errorf("zookeeper: batch: %q: %w: %w", k, lock.ErrInvalidKey, err)
+	if err == nil {
+		for _, k := range sorted {
+			if cerr := checkName(k); cerr != nil {
+				err = fmt.Errorf("%q: %w: %w", k, lock.ErrInvalidKey, cerr)
+				break
+			}
 		}
 	}
-	if len(sorted) == 0 {
-		return lock.Batch{}, nil
+	if err != nil {
+		return lock.Batch{}, l.releaseHandles(ctx, prev), fmt.Errorf("zookeeper: batch: %w", err)
 	}
-	var b lock.Batch
+	var back []string
+	for _, h := range prev {
+		if zh, ok := h.(*handle); ok {
+			if i, found := slices.BinarySearch(sorted, zh.n.key); found {
+				back = append(back, sorted[i])
+			}
+		}
+	}
+	if len(back) > 0 {
+		sorted = slices.DeleteFunc(sorted, func(k string) bool { return slices.Contains(back, k) })
+	}
+	if len(sorted) == 0 {
+		b.Held, _ = lock.BatchKeys(back)
+		return b, l.releaseHandles(ctx, prev), nil
+	}
 	err = l.inSession(ctx, func(s *session) (err error) {
-		b, err = s.acquireBatch(ctx, sorted)
+		gone, others := s.own(ctx, prev)
+		prev = nil // released by this attempt, whatever it becomes
+		var rerr error
+		b, rerr, err = s.acquireBatch(ctx, sorted, gone)
+		released = errors.Join(released, others, rerr)
 		return err
 	})
+	released = errors.Join(released, l.releaseHandles(ctx, prev)) // no attempt was made
 	if err != nil {
 		l.m.Failed(lockmetrics.Reason(err))
-		return lock.Batch{}, fmt.Errorf("zookeeper: batch of %d keys: %w", len(sorted), err)
+		return lock.Batch{}, released, fmt.Errorf("zookeeper: batch of %d keys: %w", len(sorted), err)
 	}
 	for range b.Leases {
 		l.m.Acquired(time.Since(start))
@@ -52,25 +84,58 @@ func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.O
 	for range b.Held {
 		l.m.Failed(lockmetrics.ReasonNotAcquired)
 	}
-	return b, nil
+	if len(back) > 0 {
+		b.Held = slices.Sorted(slices.Values(append(b.Held, back...)))
+	}
+	return b, released, nil
 }
 
-// acquireBatch runs the batch once in this session; keys are sorted and
-// valid. On any error it leaves none of its nodes behind.
-func (s *session) acquireBatch(ctx context.Context, keys []string) (lock.Batch, error) {
-	nodes, err := s.createAll(ctx, keys)
+// releaseHandles releases hs one by one, as lock.Set would not group them.
+func (l *Locker) releaseHandles(ctx context.Context, hs []lock.Handle) error {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	var errs []error
+	for _, h := range hs {
+		if err := h.Release(rctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// own returns the nodes of hs that are s's leases, unregistered as a
+// release does, having released every other handle on its own.
+func (s *session) own(ctx context.Context, hs []lock.Handle) (nodes []*node, others error) {
+	var rest []lock.Handle
+	for _, lh := range hs {
+		if h, ok := lh.(*handle); ok && h.s == s {
+			if s.unregister(h) {
+				nodes = append(nodes, h.n)
+			}
+			continue
+		}
+		rest = append(rest, lh)
+	}
+	return nodes, s.l.releaseHandles(ctx, rest)
+}
+
+// acquireBatch runs the batch once in this session, its create multi first
+// deleting gone's nodes; keys are sorted and valid. On any error it leaves
+// none of its nodes behind; gone's are deleted whatever happens, released
+// being why not yet.
+func (s *session) acquireBatch(ctx context.Context, keys []string, gone []*node) (b lock.Batch, released, err error) {
+	nodes, released, err := s.createAll(ctx, keys, gone)
 	if err != nil {
-		return lock.Batch{}, err
+		return lock.Batch{}, released, err
 	}
 	positions, err := s.locateAll(ctx, nodes)
 	if err != nil {
 		if !errors.Is(err, errSessionGone) {
 			s.abandon(ctx, nodes...)
 		}
-		return lock.Batch{}, err
+		return lock.Batch{}, released, err
 	}
 	var won, held []*node
-	var b lock.Batch
 	for i, n := range nodes {
 		s.l.m.queueDepth.Observe(float64(positions[i].ahead))
 		if positions[i].ahead == 0 {
@@ -84,43 +149,44 @@ func (s *session) acquireBatch(ctx context.Context, keys []string) (lock.Batch, 
 	// nobody to take it: it goes before the batch returns.
 	s.abandon(ctx, held...)
 	if len(won) == 0 {
-		return b, nil
+		return b, released, nil
 	}
 	if b.Leases, err = s.grant(won); err != nil {
-		return lock.Batch{}, err
+		return lock.Batch{}, released, err
 	}
-	return b, nil
+	return b, released, nil
 }
 
 // createAll runs createNodes without outliving ctx or the session. A
 // create may still succeed after we stopped waiting; its nodes are deleted
-// then, so no queue holds a waiter that nobody will ever serve.
-func (s *session) createAll(ctx context.Context, keys []string) ([]*node, error) {
+// then, so no queue holds a waiter that nobody will ever serve (and gone's
+// deletion goes on, too).
+func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([]*node, error, error) {
 	if ctx.Done() == nil {
-		return s.createNodes(keys)
+		return s.createNodes(keys, gone)
 	}
 	type result struct {
-		nodes []*node
-		err   error
+		nodes         []*node
+		released, err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		nodes, err := s.createNodes(keys)
-		done <- result{nodes, err}
+		nodes, released, err := s.createNodes(keys, gone)
+		done <- result{nodes, released, err}
 	}()
 	select {
 	case r := <-done:
-		return r.nodes, r.err
+		return r.nodes, r.released, r.err
 	case <-ctx.Done():
 	case <-s.dead:
-		return nil, errSessionGone
+		return nil, nil, errSessionGone
 	}
 	go func() {
 		if r := <-done; len(r.nodes) > 0 {
 			_ = s.removeAll(context.Background(), r.nodes)
 		}
 	}()
-	return nil, ctx.Err()
+	return nil, nil, ctx.Err()
 }
 
 // maxCreateTries bounds the retries of one create; each retry is the server
@@ -148,23 +214,37 @@ const maxCreateTries = 10
 // reaped since fails the multi; the reply names only the first such key,
 // and keys idle as long went too, so the next try ensures them all rather
 // than one per try.
-func (s *session) createNodes(keys []string) ([]*node, error) {
+//
+// gone's nodes (leases let go of, lock.Handover) are deleted by the same
+// multi, ahead of the creates; where it fails for any reason but a lost
+// reply (after which recoverCreates tells whether it was applied), they are
+// deleted on their own and the creates retried without them. Either way
+// they are gone, or going, when createNodes returns; released is why not.
+func (s *session) createNodes(keys []string, gone []*node) (_ []*node, released, err error) {
+	defer func() {
+		if len(gone) > 0 {
+			released = s.removeAll(context.Background(), gone)
+		}
+	}()
 	ids := make([]uuid.UUID, len(keys))
 	for i := range ids {
 		ids[i] = uuid.New()
 	}
-	var err error
 	for range maxCreateTries {
 		if s.isGone() {
-			return nil, errSessionGone
+			return nil, nil, errSessionGone
 		}
 		if err = s.ensureParents(keys); lostResponse(err) {
 			time.Sleep(retryPause)
 			continue
 		} else if err != nil {
-			return nil, s.classify(err)
+			return nil, nil, s.classify(err)
 		}
-		ops := make([]any, 0, 2*len(keys))
+		d := len(gone)
+		ops := make([]any, 0, d+2*len(keys))
+		for _, n := range gone {
+			ops = append(ops, &zk.DeleteRequest{Path: n.path(), Version: -1})
+		}
 		for i, k := range keys {
 			parent := s.l.cfg.root + "/" + k
 			ops = append(ops,
@@ -175,30 +255,45 @@ func (s *session) createNodes(keys []string) ([]*node, error) {
 		res, err = s.conn.Multi(ops...)
 		switch {
 		case err == nil:
+			gone = nil
 			nodes := make([]*node, 0, len(keys))
 			for i, k := range keys {
-				n, err := newNode(k, s.l.cfg.root+"/"+k, res[2*i].String, ids[i], res[2*i+1].Stat)
+				n, err := newNode(k, s.l.cfg.root+"/"+k, res[d+2*i].String, ids[i], res[d+2*i+1].Stat)
 				if err != nil {
-					return nil, errors.Join(err, s.removeAll(context.Background(), nodes))
+					return nil, nil, errors.Join(err, s.removeAll(context.Background(), nodes))
 				}
 				nodes = append(nodes, n)
 			}
-			return nodes, nil
+			return nodes, nil, nil
 		case lostResponse(err):
 			nodes, rerr := s.recoverCreates(keys, ids)
+			if nodes != nil {
+				gone = nil // applied whole: the deletes too
+			}
 			if nodes != nil || rerr != nil {
-				return nodes, rerr
+				return nodes, nil, rerr
 			}
 			time.Sleep(retryPause)
-		case errors.Is(err, zk.ErrNoNode):
-			for _, k := range keys {
-				s.l.parents.set(k, false)
+		case len(gone) > 0 || errors.Is(err, zk.ErrNoNode):
+			if len(gone) > 0 {
+				// One of the deletes may be what failed: they go on their
+				// own, and the creates are tried again alone (if they were
+				// the cause, the next try says so).
+				released, gone = s.removeAll(context.Background(), gone), nil
+				if released != nil {
+					return nil, released, s.classify(err)
+				}
+			}
+			if errors.Is(err, zk.ErrNoNode) {
+				for _, k := range keys {
+					s.l.parents.set(k, false)
+				}
 			}
 		default:
-			return nil, s.classify(err)
+			return nil, nil, s.classify(err)
 		}
 	}
-	return nil, fmt.Errorf("create under %s (%d keys): gave up after %d tries: %w", s.l.cfg.root+"/"+keys[0], len(keys), maxCreateTries, err)
+	return nil, nil, fmt.Errorf("create under %s (%d keys): gave up after %d tries: %w", s.l.cfg.root+"/"+keys[0], len(keys), maxCreateTries, err)
 }
 
 // ensureParents is ensureParent, in one pipelined round, for every key we

@@ -101,3 +101,71 @@ func TestLostBatchReply(t *testing.T) {
 		}
 	}
 }
+
+// TestHandoverOneMulti: a handover deletes the earlier batch's nodes in the
+// transaction that creates the new batch's: each old key's parent last
+// changed its children in the new nodes' czxid, the new tokens.
+func TestHandoverOneMulti(t *testing.T) {
+	servers := sharedZK(t)
+	insp := inspector(t, servers)
+	l := mustLocker(t, servers)
+	base := key(t)
+	first := []string{base + "-a", base + "-b", base + "-c"}
+	b, err := l.AcquireBatch(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, released, err := lock.HandoverBatch(context.Background(), l, b.Leases, []string{base + "-d", base + "-e"})
+	if err != nil || released != nil || len(next.Leases) != 2 {
+		t.Fatalf("handover = %d leases, %v, released: %v", len(next.Leases), err, released)
+	}
+	zxid := next.Leases[0].Token()
+	for _, k := range first {
+		if names := children(t, insp, k); len(names) > 0 {
+			t.Fatalf("nodes of %s left after the handover: %v", k, names)
+		}
+		if _, st := exists(t, insp, testRoot+"/"+k); lock.Token(st.Pzxid) != zxid {
+			t.Fatalf("%s's node deleted in transaction %#x, the new nodes created in %#x: want one multi", k, st.Pzxid, zxid)
+		}
+	}
+	if err := next.Leases.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLostHandoverReply loses the reply to a handover's multi: the new
+// nodes are found by their uuids, and the old ones, deleted by the same
+// multi, are gone.
+func TestLostHandoverReply(t *testing.T) {
+	servers := sharedZK(t)
+	insp := inspector(t, servers)
+	d := &replyDropper{}
+	l := mustLocker(t, servers, WithDialer(d.dial))
+	base := key(t)
+	first := []string{base + "-a", base + "-b"}
+	b, err := l.AcquireBatch(context.Background(), first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	next, released, err := lock.HandoverBatch(context.Background(), l, b.Leases, []string{base + "-c", base + "-d"})
+	if err != nil || released != nil || len(next.Leases) != 2 {
+		t.Fatalf("handover = %d leases, held %v, %v, released: %v", len(next.Leases), next.Held, err, released)
+	}
+	if d.dropped.Load() != 1 {
+		t.Fatal("no reply was dropped")
+	}
+	for _, k := range first {
+		if names := children(t, insp, k); len(names) > 0 {
+			t.Fatalf("nodes of %s left after the handover: %v", k, names)
+		}
+	}
+	for _, lease := range next.Leases {
+		if names := children(t, insp, lease.Key()); len(names) != 1 || !strings.Contains(names[0], lease.ID().String()) {
+			t.Fatalf("%s: children = %v, want only the lease's node", lease.Key(), names)
+		}
+	}
+	if err := next.Leases.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}

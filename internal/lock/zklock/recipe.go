@@ -55,7 +55,7 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 		// has its own recovery, and the listing after it the last word.
 	}
 
-	nodes, err := s.createAll(ctx, []string{key})
+	nodes, _, err := s.createAll(ctx, []string{key}, nil)
 	if err != nil {
 		return nil, err
 	}
