@@ -98,6 +98,9 @@ type coalescer struct {
 	intake []*pending
 	// gatherers counts the gatherers running.
 	gatherers int
+	// handover: the locker lets a batch's leases go in its next try's
+	// round (lock.Handover), so a gatherer hands them over (handsOver).
+	handover bool
 }
 
 // queue is the orders waiting for one SKU, in arrival order; guarded by

@@ -14,7 +14,8 @@ import (
 // SKUs — as one batch: it takes the free keys of all of them in one try
 // (one round per lock server per phase, lock.Locker.AcquireBatch), places
 // the orders whose keys it all obtained with one claim and one write, and
-// releases everything in one round. An order with a key held elsewhere is
+// releases everything in one round: the next batch's try, while orders wait
+// for it (lock.HandoverBatch). An order with a key held elsewhere is
 // not retried: it moves to the queue of its lowest SKU, whose leader waits
 // in that key's line (woken by the backend, not polling) holding nothing
 // else, exactly as a hot SKU's orders do. A gatherer never waits for a key
@@ -148,10 +149,15 @@ func (*gathered) keep(*hold) bool { return false }
 func (*gathered) tries() bool     { return true }
 
 // handsOver keeps the leases for the next gathered batch while orders wait
-// in the intake: its try releases them in the same round per lock server
-// (one script call a node on redis and redlock, not two). With none
-// waiting they go at once, so an idle instance holds nothing.
+// in the intake, where the backend lets them go in the round of its try
+// (lock.Handover: one script call a node on redis and redlock, not two;
+// one multi on zookeeper). Elsewhere the handover would only hold the keys
+// a little longer for the same rounds. With no order waiting they go at
+// once, so an idle instance holds nothing.
 func (g *gathered) handsOver(*hold) bool {
+	if !g.c.handover {
+		return false
+	}
 	g.c.mu.Lock()
 	defer g.c.mu.Unlock()
 	return len(g.c.intake) > 0

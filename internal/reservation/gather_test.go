@@ -8,14 +8,16 @@ import (
 	"testing"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/reservation"
 )
 
 // TestGatherAcrossSKUs: orders for different SKUs that arrive while the
 // instance's gatherer is busy are placed together: one try of all their
-// keys, one claim, one write; an order whose key is held elsewhere leaves
-// the batch for its SKU's queue and is placed once the key is free, and an
-// order refused by the ledger fails alone.
+// keys, which also lets the busy batch's lease go (lock.HandoverBatch), one
+// claim, one write; an order whose key is held elsewhere leaves the batch
+// for its SKU's queue and is placed once the key is free, and an order
+// refused by the ledger fails alone. Idle again, the instance holds nothing.
 func TestGatherAcrossSKUs(t *testing.T) {
 	f := newFixture(t, reservation.Coalescing{Gatherers: 1})
 	ctx := context.Background()
@@ -72,5 +74,57 @@ func TestGatherAcrossSKUs(t *testing.T) {
 	}
 	if a := f.audit("s0"); !a.Consistent || a.Held != 2 {
 		t.Fatalf("audit s0 = %+v, want both its orders held", a)
+	}
+	if n := f.locker.handedOver.Load(); n != 1 {
+		t.Fatalf("%d leases handed over, want the first batch's", n)
+	}
+	for _, sku := range []string{"first", "s0", "s7", "held"} {
+		lease, err := f.locker.Acquire(ctx, sku, lock.TryOnce())
+		if err != nil {
+			t.Fatalf("%s still held by the idle instance: %v", sku, err)
+		}
+		_ = lease.Release(ctx)
+	}
+}
+
+// TestGatherTakesItsKeyAgain: when the gathered batch after a busy one
+// needs a key of the busy batch, the busy batch's leases are released
+// before the try rather than handed over (which would report that key held
+// and send its order to the key's queue, a cycle late): every order is
+// placed in the one gathered batch.
+func TestGatherTakesItsKeyAgain(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{Gatherers: 1})
+	ctx := context.Background()
+	f.stock("first", 3)
+	f.stock("other", 3)
+	f.store.counts()
+
+	gathered := make(chan struct{})
+	var once sync.Once
+	f.store.onWrite(func() { once.Do(func() { <-gathered }) })
+	first := make(chan error, 1)
+	go func() { _, _, err := f.svc.Place(ctx, req("", line("first", 1))); first <- err }()
+	waitFor(t, "the first batch to write", func() bool { return f.store.tried() == 1 })
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, sku := range []string{"first", "other"} {
+		wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, req("", line(sku, 1))) })
+	}
+	waitFor(t, "two orders gathered", func() bool { return reservation.Gathering(f.svc) == 2 })
+	close(gathered)
+	if err := <-first; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("order %d: %v", i, err)
+		}
+	}
+	if n := f.locker.handedOver.Load(); n != 0 {
+		t.Fatalf("%d leases handed over; want the busy batch's released first", n)
+	}
+	if claims, writes := f.store.counts(); claims != 2 || len(writes) != 2 || writes[1] != 2 {
+		t.Fatalf("claims %d, writes %v; want both gathered orders in one claim and one write", claims, writes)
 	}
 }

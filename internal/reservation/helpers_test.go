@@ -2,7 +2,9 @@ package reservation_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,6 +30,8 @@ type fencedLocker struct {
 
 	mu   sync.Mutex
 	lose map[string]func(error)
+	// handedOver counts the leases let go of by HandoverBatch.
+	handedOver atomic.Int32
 }
 
 func newFencedLocker() *fencedLocker {
@@ -277,6 +281,28 @@ func req(key string, lines ...inventory.LineRequest) inventory.PlaceRequest {
 
 func line(sku string, q int64) inventory.LineRequest {
 	return inventory.LineRequest{SKU: sku, Quantity: q}
+}
+
+// HandoverBatch implements lock.Handover as a backend without a cheaper
+// form would: release, then try the keys not let go of.
+func (l *fencedLocker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []string, opts ...lock.Option) (lock.Batch, error, error) {
+	var errs []error
+	gone := make(map[string]bool, len(prev))
+	for _, h := range prev {
+		gone[h.(releaser).l.Key()] = true
+		errs = append(errs, h.Release(ctx))
+	}
+	l.handedOver.Add(int32(len(prev)))
+	var back []string
+	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+		if gone[k] {
+			back = append(back, k)
+		}
+		return gone[k]
+	})
+	b, err := l.AcquireBatch(ctx, keys, opts...)
+	b.Held = slices.Sorted(slices.Values(append(b.Held, back...)))
+	return b, errors.Join(errs...), err
 }
 
 // AcquireBatch takes each key through Acquire, so that a batch's leases get

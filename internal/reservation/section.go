@@ -92,6 +92,21 @@ func (h *hold) keepOnly(batch []*pending) {
 	h.set = kept
 }
 
+// overlaps reports whether h holds a lease on any of keys (sorted).
+func (h *hold) overlaps(keys []string) bool {
+	if h == nil {
+		return false
+	}
+	for _, set := range []lock.Set{h.set, h.spare} {
+		for _, l := range set {
+			if _, found := slices.BinarySearch(keys, l.Key()); found {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // covers reports whether h's leases cover p: all its SKUs, and, for a
 // paused op, no watchdog.
 func (h *hold) covers(p *pending) bool {
@@ -135,7 +150,9 @@ func (s *Service) serve(ctx context.Context, src source, prev *hold) *hold {
 // for them (known.go). On failure it answers them (each one's own timer may
 // have answered it first) and returns nil.
 func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending, try bool, prev *hold) *hold {
-	if !try {
+	if !try || prev.overlaps(want) {
+		// A key of both would be reported held by the handover and its
+		// order sent to its queue, a cycle late: let prev go first.
 		s.release(ctx, prev)
 		prev = nil
 	}

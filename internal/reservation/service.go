@@ -104,7 +104,8 @@ func New(c Config) *Service {
 		s.now = time.Now
 	}
 	if !c.Coalescing.Disabled {
-		s.coalesce = &coalescer{s: s, cfg: c.Coalescing.withDefaults(), queues: make(map[string]*queue)}
+		_, handover := c.Locker.(lock.Handover)
+		s.coalesce = &coalescer{s: s, cfg: c.Coalescing.withDefaults(), queues: make(map[string]*queue), handover: handover}
 	}
 	return s
 }

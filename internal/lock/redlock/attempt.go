@@ -235,8 +235,9 @@ func (a *attempt) node(i int, replies chan<- reply) {
 		r.grants, err = nd.AcquireBump(a.bg, a.r1.After(prev, wake))
 		if len(a.prev) > 0 {
 			if err != nil {
-				// Whether the call deleted prev is not known: again, alone.
-				a.releasePrev(i, prev, wake)
+				// Whether the call deleted prev is not known: again, alone,
+				// once this node's reply is in.
+				defer a.releasePrev(i, prev, wake)
 			} else {
 				a.prevDone <- nil
 			}
