@@ -150,9 +150,8 @@ func (*gathered) tries() bool     { return true }
 
 // handsOver keeps the leases for the next gathered batch while orders wait
 // in the intake, where the backend lets them go in the round of its try
-// (lock.Handover: one script call a node on redis and redlock, not two;
-// one multi on zookeeper). Elsewhere the handover would only hold the keys
-// a little longer for the same rounds. With no order waiting they go at
+// (lock.Handover: one multi on zookeeper, not two). Elsewhere the handover
+// would only hold the keys a little longer for the same rounds. With no order waiting they go at
 // once, so an idle instance holds nothing.
 func (g *gathered) handsOver(*hold) bool {
 	if !g.c.handover {

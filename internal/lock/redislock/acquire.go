@@ -2,7 +2,6 @@ package redislock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -32,33 +31,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 // Errors wrap lock.ErrInvalidKey, lock.ErrUnavailable or ctx.Err(); nothing
 // is then held.
 func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
-	return l.loop.AcquireBatch(ctx, keys, opts, func(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
-		return l.grab(ctx, nil, keys, o, turns)
-	})
-}
-
-// HandoverBatch implements lock.Handover: the script call that takes keys
-// first deletes prev's locks, waking a waiter on each. prev's lines in this
-// Locker are still taken while keys are tried, so a key of both is
-// reported held; they are handed on once the call has answered. Where the
-// call fails, or is never made (no key to try), prev is released on its
-// own, as ReleaseBatch would.
-func (l *Locker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []string, opts ...lock.Option) (b lock.Batch, released, err error) {
-	mine, others := l.own(ctx, prev)
-	sent := false
-	b, err = l.loop.AcquireBatch(ctx, keys, opts, func(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
-		sent = true
-		return l.grab(ctx, mine, keys, o, turns)
-	})
-	if !sent {
-		released = l.release(ctx, mine)
-	}
-	return b, errors.Join(others, released), err
+	return l.loop.AcquireBatch(ctx, keys, opts, l.grab)
 }
 
 // attempt is one try on the server, under a fresh lease id.
 func (l *Locker) attempt(ctx context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error) {
-	leases, err := l.grab(ctx, nil, []string{key}, o, []func(){turn})
+	leases, err := l.grab(ctx, []string{key}, o, []func(){turn})
 	if err != nil {
 		return nil, err
 	}
@@ -68,36 +46,16 @@ func (l *Locker) attempt(ctx context.Context, key string, o lock.Options, turn f
 	return leases[0], nil
 }
 
-// grab takes keys in one script call, each under a fresh lease id, after
-// deleting prev's locks in the same call, and returns a lease per key
-// obtained (nil where held), aligned with keys. prev is released and its
-// turns handed on whatever happens.
-func (l *Locker) grab(ctx context.Context, prev []*handle, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
+// grab takes keys in one script call, each under a fresh lease id, and
+// returns a lease per key obtained (nil where held), aligned with keys.
+func (l *Locker) grab(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
 	holds := make([]redisnode.Hold, len(keys))
 	ids := make([]uuid.UUID, len(keys))
 	for i, k := range keys {
 		ids[i] = uuid.New()
 		holds[i] = redisnode.Hold{Key: k, ID: ids[i].String()}
 	}
-	c := redisnode.AcquireCall(holds, o.TTL)
-	if len(prev) > 0 {
-		rel := make([]redisnode.Hold, len(prev))
-		for i, h := range prev {
-			rel[i] = h.hold
-		}
-		c = c.After(rel, wakeAll(len(rel)))
-	}
-	tokens, deadline, err := l.try(ctx, c, holds, o.TTL)
-	if len(prev) > 0 {
-		if err != nil {
-			// The call may not have reached the server: release on its own.
-			_ = l.release(ctx, prev)
-		} else {
-			for _, h := range prev {
-				h.turn()
-			}
-		}
-	}
+	tokens, deadline, err := l.try(ctx, holds, o.TTL)
 	if err != nil {
 		return nil, err
 	}
@@ -127,16 +85,15 @@ func (l *Locker) grab(ctx context.Context, prev []*handle, keys []string, o lock
 	return leases, nil
 }
 
-// try makes one attempt at every hold, in one call (c, which may release
-// other keys first), and returns the tokens (0 where held) and the
-// validity deadline of the keys obtained. The request runs without the
-// caller's cancellation, bounded by the node timeout instead: a command
-// abandoned in flight may still run on the server, and only its reply
-// tells whether there is a key to clean up.
-func (l *Locker) try(ctx context.Context, c redisnode.Call, holds []redisnode.Hold, ttl time.Duration) ([]uint64, time.Time, error) {
+// try makes one attempt at every hold, in one call, and returns the tokens
+// (0 where held) and the validity deadline of the keys obtained. The
+// request runs without the caller's cancellation, bounded by the node
+// timeout instead: a command abandoned in flight may still run on the
+// server, and only its reply tells whether there is a key to clean up.
+func (l *Locker) try(ctx context.Context, holds []redisnode.Hold, ttl time.Duration) ([]uint64, time.Time, error) {
 	start := time.Now()
 	nctx := context.WithoutCancel(ctx)
-	tokens, err := l.node.AcquireIncr(nctx, c)
+	tokens, err := l.node.AcquireIncr(nctx, holds, ttl)
 	if err != nil {
 		// The SETs may have run before the reply was lost.
 		l.cleanup(nctx, holds)

@@ -41,23 +41,16 @@ type releaser struct{ l *Locker }
 
 // ReleaseBatch implements lock.BatchReleaser.
 func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
-	mine, others := r.l.own(ctx, hs)
-	return errors.Join(others, r.l.release(ctx, mine))
-}
-
-// own returns the handles of hs that are this Locker's, having released the
-// others one by one (Set.Release never passes any; lock.HandoverBatch may).
-func (l *Locker) own(ctx context.Context, hs []lock.Handle) (mine []*handle, others error) {
-	mine = make([]*handle, 0, len(hs))
+	mine := make([]*handle, 0, len(hs))
 	var errs []error
 	for _, h := range hs {
-		if rh, ok := h.(*handle); ok && rh.l == l {
+		if rh, ok := h.(*handle); ok && rh.l == r.l {
 			mine = append(mine, rh)
-		} else if err := h.Release(ctx); err != nil {
+		} else if err := h.Release(ctx); err != nil { // not ours: cannot happen through Set.Release
 			errs = append(errs, err)
 		}
 	}
-	return mine, errors.Join(errs...)
+	return errors.Join(append(errs, r.l.release(ctx, mine))...)
 }
 
 // release deletes the locks of hs that are still theirs in one call, then
@@ -65,9 +58,6 @@ func (l *Locker) own(ctx context.Context, hs []lock.Handle) (mine []*handle, oth
 // is gone, or its first attempt would find it still held and sleep a retry
 // delay.
 func (l *Locker) release(ctx context.Context, hs []*handle) error {
-	if len(hs) == 0 {
-		return nil
-	}
 	holds := make([]redisnode.Hold, len(hs))
 	for i, h := range hs {
 		holds[i] = h.hold

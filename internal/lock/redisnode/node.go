@@ -112,12 +112,11 @@ type Grant struct {
 }
 
 // lockFenceKeys returns the lock and fence key of every hold, in the order
-// the acquire scripts expect them, and argv: releaseLua's empty prefix, the
-// TTL in ms, then each lease id.
+// the scripts expect them, and argv: the TTL in ms, then each lease id.
 func lockFenceKeys(holds []Hold, ttl time.Duration) (keys []string, argv []any) {
 	keys = make([]string, 0, 2*len(holds))
-	argv = make([]any, 0, 3+len(holds))
-	argv = append(argv, 0, wakeTTLms, ttl.Milliseconds())
+	argv = make([]any, 0, 1+len(holds))
+	argv = append(argv, ttl.Milliseconds())
 	for _, h := range holds {
 		keys = append(keys, LockKey(h.Key), FenceKey(h.Key))
 		argv = append(argv, h.ID)
@@ -125,22 +124,22 @@ func lockFenceKeys(holds []Hold, ttl time.Duration) (keys []string, argv []any) 
 	return keys, argv
 }
 
-// AcquireIncr takes the lock on every hold's key of c (see AcquireCall) and
-// increments its fence counter where it did, in one script call, and
-// returns per hold the incremented counter (the token), or 0 where someone
-// else holds the lock.
-func (n *Node) AcquireIncr(ctx context.Context, c Call) ([]uint64, error) {
-	if c.holds == 0 && c.released == 0 {
+// AcquireIncr takes the lock on every hold's key for ttl, in one script
+// call, and returns per hold the incremented fence counter (the token), or
+// 0 where someone else holds the lock.
+func (n *Node) AcquireIncr(ctx context.Context, holds []Hold, ttl time.Duration) ([]uint64, error) {
+	if len(holds) == 0 {
 		return nil, nil
 	}
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
-	v, err := acquireIncrScript.Run(ctx, n.c, c.keys, c.argv...).Int64Slice()
+	keys, argv := lockFenceKeys(holds, ttl)
+	v, err := acquireIncrScript.Run(ctx, n.c, keys, argv...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}
-	if len(v) != c.holds {
-		return nil, fmt.Errorf("acquire script: %d replies for %d keys", len(v), c.holds)
+	if len(v) != len(holds) {
+		return nil, fmt.Errorf("acquire script: %d replies for %d keys", len(v), len(holds))
 	}
 	tokens := make([]uint64, len(v))
 	for i, t := range v {
@@ -154,45 +153,15 @@ func (n *Node) AcquireIncr(ctx context.Context, c Call) ([]uint64, error) {
 // and building the arguments per node cost as many allocations as the rest
 // of the round. A Call is read-only once built and safe to share.
 type Call struct {
-	holds    int // the keys acquired
-	released int // the keys released first (After)
-	keys     []string
-	argv     []any
+	holds int
+	keys  []string
+	argv  []any
 }
 
-// AcquireCall is the acquisition's call (AcquireIncr, AcquireBump) for
-// holds and ttl.
+// AcquireCall is AcquireBump's call for holds and ttl.
 func AcquireCall(holds []Hold, ttl time.Duration) Call {
 	keys, argv := lockFenceKeys(holds, ttl)
 	return Call{holds: len(holds), keys: keys, argv: argv}
-}
-
-// After returns c preceded by the release of holds (wake as for Release):
-// one script call lets those locks go and then takes c's, in that order.
-// c must be an acquisition with no release of its own.
-func (c Call) After(holds []Hold, wake []bool) Call {
-	if len(holds) == 0 {
-		return c
-	}
-	keys, argv := releaseArgs(holds, wake, len(c.keys), len(c.argv)-2)
-	return Call{holds: c.holds, released: len(holds), keys: append(keys, c.keys...), argv: append(argv, c.argv[2:]...)}
-}
-
-// releaseArgs is releaseLua's keys and arguments for holds, with room for
-// more keys and more arguments after them.
-func releaseArgs(holds []Hold, wake []bool, moreKeys, moreArgs int) (keys []string, argv []any) {
-	keys = make([]string, 0, 2*len(holds)+moreKeys)
-	argv = make([]any, 0, 2+2*len(holds)+moreArgs)
-	argv = append(argv, len(holds), wakeTTLms)
-	for i, h := range holds {
-		flag := "0"
-		if i < len(wake) && wake[i] {
-			flag = "1"
-		}
-		keys = append(keys, LockKey(h.Key), WakeKey(h.Key))
-		argv = append(argv, h.ID, flag)
-	}
-	return keys, argv
 }
 
 // AcquireBump takes the lock on every hold's key of c (see AcquireCall)
@@ -200,7 +169,7 @@ func releaseArgs(holds []Hold, wake []bool, moreKeys, moreArgs int) (keys []stri
 // step, in one script call; each counter is returned whether or not its lock
 // was taken.
 func (n *Node) AcquireBump(ctx context.Context, c Call) ([]Grant, error) {
-	if c.holds == 0 && c.released == 0 {
+	if c.holds == 0 {
 		return nil, nil
 	}
 	ctx, cancel := n.ctx(ctx)
@@ -335,7 +304,17 @@ func (n *Node) Release(ctx context.Context, holds []Hold, wake []bool) (deleted 
 	if len(holds) == 0 {
 		return 0, nil
 	}
-	keys, argv := releaseArgs(holds, wake, 0, 0)
+	keys := make([]string, 0, 2*len(holds))
+	argv := make([]any, 0, 1+2*len(holds))
+	argv = append(argv, wakeTTLms)
+	for i, h := range holds {
+		flag := "0"
+		if i < len(wake) && wake[i] {
+			flag = "1"
+		}
+		keys = append(keys, LockKey(h.Key), WakeKey(h.Key))
+		argv = append(argv, h.ID, flag)
+	}
 	for try := 1; ; try++ {
 		rctx, cancel := n.ctx(ctx)
 		var v int64

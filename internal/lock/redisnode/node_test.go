@@ -105,7 +105,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 
 // acquire1 is AcquireIncr of one key: its token, 0 when held.
 func acquire1(ctx context.Context, n *redisnode.Node, key, id string) (uint64, error) {
-	tokens, err := n.AcquireIncr(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: id}}, time.Minute))
+	tokens, err := n.AcquireIncr(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute)
 	if err != nil {
 		return 0, err
 	}
@@ -197,53 +197,6 @@ func TestBatchCalls(t *testing.T) {
 		if got := n.Client().LLen(ctx, redisnode.WakeKey(holds[i].Key)).Val(); got != want {
 			t.Errorf("%s: %d wake-ups, want %d", holds[i].Key, got, want)
 		}
-	}
-}
-
-// TestAcquireAfter: an acquisition's call with a release in front deletes
-// the released locks that are still ours (waking where asked) before it
-// takes its own keys, so a key in both is taken again under the new id; a
-// lock that is not ours is left alone.
-func TestAcquireAfter(t *testing.T) {
-	n, base := newNode(t)
-	ctx := t.Context()
-	a, b, c := base+"-a", base+"-b", base+"-c"
-	t.Cleanup(func() {
-		for _, k := range []string{a, b, c} {
-			n.Client().Del(context.Background(), redisnode.LockKey(k), redisnode.FenceKey(k), redisnode.WakeKey(k))
-		}
-	})
-	if _, err := acquire1(ctx, n, a, "old-a"); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Client().Set(ctx, redisnode.LockKey(b), "other", time.Minute).Err(); err != nil {
-		t.Fatal(err)
-	}
-	gone := []redisnode.Hold{{Key: a, ID: "old-a"}, {Key: b, ID: "old-b"}}
-	take := []redisnode.Hold{{Key: a, ID: "new-a"}, {Key: c, ID: "new-c"}}
-	tokens, err := n.AcquireIncr(ctx, redisnode.AcquireCall(take, time.Minute).After(gone, []bool{true, true}))
-	if err != nil || len(tokens) != 2 || tokens[0] != 2 || tokens[1] != 1 {
-		t.Fatalf("AcquireIncr after a release = %v, %v; want a taken again with token 2, c with 1", tokens, err)
-	}
-	for k, want := range map[string]string{a: "new-a", b: "other", c: "new-c"} {
-		if v, _ := n.Client().Get(ctx, redisnode.LockKey(k)).Result(); v != want {
-			t.Errorf("%s holds %q, want %q", k, v, want)
-		}
-	}
-	for k, want := range map[string]int64{a: 1, b: 0} { // b was not ours to delete
-		if got := n.Client().LLen(ctx, redisnode.WakeKey(k)).Val(); got != want {
-			t.Errorf("%s: %d wake-ups, want %d", k, got, want)
-		}
-	}
-	// Redlock's round 1 takes the same prefix; a call that only releases
-	// takes nothing.
-	grants, err := n.AcquireBump(ctx, redisnode.AcquireCall(nil, time.Minute).After(
-		[]redisnode.Hold{{Key: a, ID: "new-a"}, {Key: c, ID: "new-c"}}, nil))
-	if err != nil || len(grants) != 0 {
-		t.Fatalf("AcquireBump releasing only = %v, %v", grants, err)
-	}
-	if n := n.Client().Exists(ctx, redisnode.LockKey(a), redisnode.LockKey(c)).Val(); n != 0 {
-		t.Fatalf("%d of the released locks remain", n)
 	}
 }
 
@@ -364,7 +317,7 @@ func TestTimeout(t *testing.T) {
 	}
 	defer srv.Cont()
 	start := time.Now()
-	if _, err := n.AcquireIncr(t.Context(), redisnode.AcquireCall([]redisnode.Hold{{Key: "k", ID: "a"}}, time.Second)); err == nil {
+	if _, err := n.AcquireIncr(t.Context(), []redisnode.Hold{{Key: "k", ID: "a"}}, time.Second); err == nil {
 		t.Fatal("AcquireIncr on a paused server succeeded")
 	}
 	if d := time.Since(start); d > time.Second {

@@ -29,50 +29,17 @@ func WakeKey(key string) string { return "stockguard:{" + key + "}:wake" }
 // (These servers are independent masters, not a Redis Cluster: a script may
 // touch keys of many slots.)
 
-// releaseLua opens every script that deletes locks: the acquisitions, so
-// that a batch that follows another lets the other's keys go in the same
-// call that takes its own (lock.Handover), and the release itself. It
-// deletes each of the first ARGV[1] locks only if it still holds our lease
-// id, so a holder whose lease expired can never delete the next holder's
-// lock, and, where asked to, wakes one waiter: after the delete it leaves
-// one element in the key's wake list, which the waiter blocked longest on
-// it (AwaitRelease) pops. Nobody blocked: the element waits for the next
-// waiter, kept to one and expiring, so a stale wake-up costs one early
-// attempt. A lock that was not ours wakes nobody. KEYS: lock, wake list per
-// released key. ARGV: the count r, the wake list's TTL in ms, then per key
-// the lease id and "1" to wake or "0". The keys and arguments after those
-// (from KEYS[K+1] and ARGV[A+1]) are the rest of the script's.
-const releaseLua = `
-local r = tonumber(ARGV[1])
-local deleted = 0
-for i = 1, r do
-  if redis.call('GET', KEYS[2*i-1]) == ARGV[2*i+1] then
-    redis.call('DEL', KEYS[2*i-1])
-    deleted = deleted + 1
-    if ARGV[2*i+2] == '1' then
-      redis.call('LPUSH', KEYS[2*i], '1')
-      redis.call('LTRIM', KEYS[2*i], 0, 0)
-      redis.call('PEXPIRE', KEYS[2*i], ARGV[2])
-    end
-  end
-end
-local K, A = 2*r, 2*r + 2
-`
-
-// releaseScript is releaseLua alone. Returns how many locks it deleted.
-var releaseScript = goredis.NewScript(releaseLua + `return deleted`)
-
 // acquireIncrScript takes each lock and, only where it did, increments that
 // key's fence counter; both in one script so that no acquisition can get a
-// token without the lock or the lock without a token. After releaseLua's:
-// KEYS: lock, fence per key. ARGV: TTL in ms, then a lease id per key.
-// Returns per key the new counter value, or 0 when the lock is held (INCR
-// never yields 0 on a counter that started at 0).
-var acquireIncrScript = goredis.NewScript(releaseLua + `
+// token without the lock or the lock without a token. KEYS: lock, fence per
+// key. ARGV: TTL in ms, then a lease id per key. Returns per key the new
+// counter value, or 0 when the lock is held (INCR never yields 0 on a
+// counter that started at 0).
+var acquireIncrScript = goredis.NewScript(`
 local out = {}
-for i = 1, #ARGV - A - 1 do
-  if redis.call('SET', KEYS[K+2*i-1], ARGV[A+1+i], 'NX', 'PX', ARGV[A+1]) then
-    out[i] = redis.call('INCR', KEYS[K+2*i])
+for i = 1, #ARGV - 1 do
+  if redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1]) then
+    out[i] = redis.call('INCR', KEYS[2*i])
   else
     out[i] = 0
   end
@@ -85,19 +52,19 @@ return out
 // so the value returned is the counter as of the moment this node granted
 // us the lock, bumped under that grant. Where the lock is held elsewhere the
 // counter is only read: a larger maximum is still a correct lower bound for
-// the next token. After releaseLua's: KEYS: lock, fence per key. ARGV: TTL
-// in ms, then a lease id per key. Returns per key a flag — 2 acquired and
-// incremented, 1 acquired but not incremented, 0 held — followed by the
-// counter: an integer below 2^53 (where Lua's doubles are exact) after
-// INCR, otherwise the decimal string read back, so it survives unrounded.
-// A counter INCR refuses (at 2^63 − 1 or beyond, which round 2 may have
-// written) is read and left alone: that key then takes round 2.
-var acquireBumpScript = goredis.NewScript(releaseLua + `
+// the next token. KEYS: lock, fence per key. ARGV: TTL in ms, then a lease
+// id per key. Returns per key a flag — 2 acquired and incremented, 1
+// acquired but not incremented, 0 held — followed by the counter: an
+// integer below 2^53 (where Lua's doubles are exact) after INCR, otherwise
+// the decimal string read back, so it survives unrounded. A counter INCR
+// refuses (at 2^63 − 1 or beyond, which round 2 may have written) is read
+// and left alone: that key then takes round 2.
+var acquireBumpScript = goredis.NewScript(`
 local out = {}
-for i = 1, #ARGV - A - 1 do
-  local fence = KEYS[K+2*i]
+for i = 1, #ARGV - 1 do
+  local fence = KEYS[2*i]
   out[2*i-1] = 0
-  if redis.call('SET', KEYS[K+2*i-1], ARGV[A+1+i], 'NX', 'PX', ARGV[A+1]) then
+  if redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1]) then
     out[2*i-1] = 1
     local v = redis.pcall('INCR', fence)
     if type(v) == 'number' then
@@ -149,6 +116,31 @@ for i = 1, #KEYS / 2 do
   end
 end
 return out
+`)
+
+// releaseScript deletes each lock only if it still holds our lease id, so a
+// holder whose lease expired can never delete the next holder's lock, and,
+// where asked to, wakes one waiter: after the delete it leaves one element
+// in the key's wake list, which the waiter blocked longest on it
+// (AwaitRelease) pops. Nobody blocked: the element waits for the next
+// waiter, kept to one and expiring, so a stale wake-up costs one early
+// attempt. A lock that was not ours wakes nobody. KEYS: lock, wake list per
+// key. ARGV: the wake list's TTL in ms, then per key the lease id and "1" to
+// wake or "0". Returns how many locks it deleted.
+var releaseScript = goredis.NewScript(`
+local n = 0
+for i = 1, #KEYS / 2 do
+  if redis.call('GET', KEYS[2*i-1]) == ARGV[2*i] then
+    redis.call('DEL', KEYS[2*i-1])
+    n = n + 1
+    if ARGV[2*i+1] == '1' then
+      redis.call('LPUSH', KEYS[2*i], '1')
+      redis.call('LTRIM', KEYS[2*i], 0, 0)
+      redis.call('PEXPIRE', KEYS[2*i], ARGV[1])
+    end
+  end
+end
+return n
 `)
 
 // extendScript resets the lock's TTL only if it still holds our lease id: extending

@@ -2,8 +2,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/stockguard/stockguard/internal/lock"
 )
@@ -29,37 +27,12 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 // wrap lock.ErrInvalidKey, lock.ErrUnavailable (fewer than a majority
 // answered) or ctx.Err(); nothing is then held on any node.
 func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
-	return l.loop.AcquireBatch(ctx, keys, opts, func(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
-		return l.grab(ctx, l.newAttempt(ctx, nil, keys, o.TTL), o, turns)
-	})
-}
-
-// HandoverBatch implements lock.Handover: round 1 of the attempt at keys
-// first deletes prev's locks on each node, in the same call (with fencing;
-// without, a release call goes first on each node). prev's lines in this
-// Locker are still taken while keys are tried, so a key of both is
-// reported held; they are handed on once prev is gone from a majority of
-// the nodes, as a release does. Where a node's call fails, prev is
-// released there on its own; where no attempt is made (no key to try),
-// prev is released as ReleaseBatch would.
-func (l *Locker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []string, opts ...lock.Option) (b lock.Batch, released, err error) {
-	mine, others := l.own(ctx, prev)
-	sent := false
-	b, err = l.loop.AcquireBatch(ctx, keys, opts, func(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
-		sent = true
-		leases, rerr, err := l.grabAfter(ctx, mine, keys, o, turns)
-		released = rerr
-		return leases, err
-	})
-	if !sent {
-		released = l.releaseHandles(mine)
-	}
-	return b, errors.Join(others, released), err
+	return l.loop.AcquireBatch(ctx, keys, opts, l.grab)
 }
 
 // attempt is one round of requests to every node for key.
 func (l *Locker) attempt(ctx context.Context, key string, o lock.Options, turn func()) (*lock.Lease, error) {
-	leases, t, err := l.take(ctx, l.newAttempt(ctx, nil, []string{key}, o.TTL), o, []func(){turn})
+	leases, t, err := l.take(ctx, []string{key}, o, []func(){turn})
 	if err != nil {
 		return nil, err
 	}
@@ -69,27 +42,9 @@ func (l *Locker) attempt(ctx context.Context, key string, o lock.Options, turn f
 	return leases[0], nil
 }
 
-// grabAfter is grab with prev deleted in the same round 1, its turns handed
-// on once prev is gone from a majority; released is why it is not.
-func (l *Locker) grabAfter(ctx context.Context, prev []*handle, keys []string, o lock.Options, turns []func()) (leases []*lock.Lease, released, err error) {
-	a := l.newAttempt(ctx, helds(prev), keys, o.TTL)
-	leases, err = l.grab(ctx, a, o, turns)
-	if len(prev) == 0 {
-		return leases, nil, err
-	}
-	released = a.released()
-	for _, h := range prev {
-		h.turn()
-	}
-	if released != nil {
-		released = fmt.Errorf("redlock: release %d keys: %w", len(prev), released)
-	}
-	return leases, released, err
-}
-
-// grab is retry.Grab: attempt a, for its keys.
-func (l *Locker) grab(ctx context.Context, a *attempt, o lock.Options, turns []func()) ([]*lock.Lease, error) {
-	leases, t, err := l.take(ctx, a, o, turns)
+// grab is retry.Grab: one attempt for keys.
+func (l *Locker) grab(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, error) {
+	leases, t, err := l.take(ctx, keys, o, turns)
 	if err != nil {
 		return nil, err
 	}
@@ -106,10 +61,11 @@ func (l *Locker) grab(ctx context.Context, a *attempt, o lock.Options, turns []f
 	return leases, nil
 }
 
-// take makes attempt a and returns a lease per key obtained (nil
+// take makes one attempt at keys and returns a lease per key obtained (nil
 // for the others, already unlocked), aligned with keys, and the tally that
 // explains the rest.
-func (l *Locker) take(ctx context.Context, a *attempt, o lock.Options, turns []func()) ([]*lock.Lease, *tally, error) {
+func (l *Locker) take(ctx context.Context, keys []string, o lock.Options, turns []func()) ([]*lock.Lease, *tally, error) {
+	a := l.newAttempt(ctx, keys, o.TTL)
 	out, err := a.run(ctx)
 	if err != nil {
 		return nil, nil, err
@@ -126,7 +82,7 @@ func (l *Locker) take(ctx context.Context, a *attempt, o lock.Options, turns []f
 		_ = l.release(got, true)
 		return nil, nil, cerr
 	}
-	leases := make([]*lock.Lease, len(a.keys))
+	leases := make([]*lock.Lease, len(keys))
 	for k, ok := range out.obtained {
 		if ok {
 			leases[k] = l.lease(a, k, out, o, turns[k])

@@ -62,12 +62,6 @@ type attempt struct {
 	r2Err      error
 	// r1 is round 1's call with fencing, the same for every node.
 	r1 redisnode.Call
-
-	// prev is the keys of earlier attempts that round 1 deletes first, on
-	// each node in the same call with fencing (lock.Handover); each node
-	// then sends one result to prevDone: nil once they are gone there.
-	prev     []held
-	prevDone chan error
 }
 
 // wrote is what node i's round-1 reply said of our lock write of key k;
@@ -84,11 +78,11 @@ type reply struct {
 	err      error             // the request failed
 }
 
-func (l *Locker) newAttempt(ctx context.Context, prev []held, keys []string, ttl time.Duration) *attempt {
+func (l *Locker) newAttempt(ctx context.Context, keys []string, ttl time.Duration) *attempt {
 	n := len(l.nodes)
 	a := &attempt{
 		l: l, keys: keys, ids: make([]uuid.UUID, len(keys)), holds: make([]redisnode.Hold, len(keys)),
-		ttl: ttl, fenced: !l.cfg.noFencing, prev: prev,
+		ttl: ttl, fenced: !l.cfg.noFencing,
 		bg:         context.WithoutCancel(ctx),
 		done:       make([]chan struct{}, n),
 		write:      make([]int8, n*len(keys)),
@@ -105,41 +99,7 @@ func (l *Locker) newAttempt(ctx context.Context, prev []held, keys []string, ttl
 	for i := range n {
 		a.done[i] = make(chan struct{})
 	}
-	if len(prev) > 0 {
-		a.prevDone = make(chan error, n)
-	}
 	return a
-}
-
-// releasePrev deletes prev's holds on node i with a release of their own.
-func (a *attempt) releasePrev(i int, holds []redisnode.Hold, wake []bool) {
-	if _, err := a.l.nodes[i].Release(a.bg, holds, wake); err != nil {
-		a.prevDone <- a.l.nodeErr(i, err)
-		return
-	}
-	a.prevDone <- nil
-}
-
-// released waits until prev is gone from a majority of the nodes, or every
-// node has answered, and returns the errors of the nodes where it is not.
-func (a *attempt) released() error {
-	if len(a.prev) == 0 {
-		return nil
-	}
-	n := len(a.l.nodes)
-	cleared := 0
-	var errs []error
-	for pending := n; pending > 0 && cleared < a.l.quorum; pending-- {
-		if err := <-a.prevDone; err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		cleared++
-	}
-	if cleared < a.l.quorum {
-		return fmt.Errorf("released on %d/%d nodes: %w: %w", cleared, n, lock.ErrUnavailable, joinNodeErrs(errs))
-	}
-	return nil
 }
 
 // outcome is what an attempt obtained: per key whether it is ours, and the
@@ -225,27 +185,10 @@ func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, er
 func (a *attempt) node(i int, replies chan<- reply) {
 	nd := a.l.nodes[i]
 	r := reply{node: i, round: 1}
-	var prev []redisnode.Hold
-	var wake []bool
-	if len(a.prev) > 0 {
-		prev, wake = a.l.onNode(i, a.prev)
-	}
 	var err error
 	if a.fenced {
-		r.grants, err = nd.AcquireBump(a.bg, a.r1.After(prev, wake))
-		if len(a.prev) > 0 {
-			if err != nil {
-				// Whether the call deleted prev is not known: again, alone,
-				// once this node's reply is in.
-				defer a.releasePrev(i, prev, wake)
-			} else {
-				a.prevDone <- nil
-			}
-		}
+		r.grants, err = nd.AcquireBump(a.bg, a.r1)
 	} else {
-		if len(a.prev) > 0 {
-			a.releasePrev(i, prev, wake)
-		}
 		var ok []bool
 		if ok, err = nd.SetNX(a.bg, a.holds, a.ttl); err == nil {
 			r.grants = make([]redisnode.Grant, len(ok))

@@ -85,11 +85,7 @@
 // majority; keys not obtained are unlocked, in one call per node, on every
 // node that may hold them, and reported held. A key whose line in this
 // Locker is busy counts as held and is not sent (see below). Leases of one
-// Locker released together (lock.Set.Release) go in one call per node; a
-// batch that follows another (lock.HandoverBatch) deletes the other's keys
-// at the head of its own round-1 call on each node, and a node whose call
-// fails gets a release of its own. Their lines are handed on once they are
-// gone from a majority, as after a release.
+// Locker released together (lock.Set.Release) go in one call per node.
 //
 // Goroutines of one Locker that want the same key wait in a local FIFO line
 // (package keyqueue), and only the head polls the nodes: several goroutines

@@ -229,7 +229,7 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	t.Cleanup(func() { _ = n.Close() })
 	key := locktest.Key(t)
 	holds := []redisnode.Hold{{Key: key, ID: "a"}}
-	if tokens, err := n.AcquireIncr(t.Context(), redisnode.AcquireCall(holds, time.Minute)); err != nil || tokens[0] == 0 {
+	if tokens, err := n.AcquireIncr(t.Context(), holds, time.Minute); err != nil || tokens[0] == 0 {
 		t.Fatalf("AcquireIncr = %v, %v", tokens, err)
 	}
 	if err := c.srv[0].Stop(); err != nil {

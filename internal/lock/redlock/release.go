@@ -33,7 +33,29 @@ func (l *Locker) release(hs []held, wait bool) error {
 	// reaches the nodes leaves the keys held for a whole TTL.
 	ctx := hs[0].a.bg
 	results := l.each(allNodes(n), func(i int) error {
-		holds, wake := l.onNode(i, hs)
+		if len(hs) == 1 { // a lone lease: no per-node slices to build
+			h := hs[0]
+			<-h.a.done[i]
+			if h.a.wrote(i, h.k) == writeRefused {
+				return nil
+			}
+			var wake []bool
+			if i == l.wakeNode(h.a.keys[h.k]) {
+				wake = []bool{true}
+			}
+			_, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], wake)
+			return err
+		}
+		holds := make([]redisnode.Hold, 0, len(hs))
+		wake := make([]bool, 0, len(hs))
+		for _, h := range hs {
+			<-h.a.done[i]
+			if h.a.wrote(i, h.k) == writeRefused {
+				continue
+			}
+			holds = append(holds, h.a.holds[h.k])
+			wake = append(wake, i == l.wakeNode(h.a.keys[h.k]))
+		}
 		_, err := l.nodes[i].Release(ctx, holds, wake)
 		return err
 	})
@@ -56,62 +78,21 @@ func (l *Locker) release(hs []held, wait bool) error {
 	return nil
 }
 
-// onNode returns the holds of hs that node i may hold, with their wake-up
-// flags (the key's wake node wakes a waiter), once node i has answered
-// round 1 of each of their attempts.
-func (l *Locker) onNode(i int, hs []held) ([]redisnode.Hold, []bool) {
-	if len(hs) == 1 { // a lone lease: no per-node slices to build
-		h := hs[0]
-		<-h.a.done[i]
-		if h.a.wrote(i, h.k) == writeRefused {
-			return nil, nil
-		}
-		return h.a.holds[h.k : h.k+1 : h.k+1], []bool{i == l.wakeNode(h.a.keys[h.k])}
-	}
-	holds := make([]redisnode.Hold, 0, len(hs))
-	wake := make([]bool, 0, len(hs))
-	for _, h := range hs {
-		<-h.a.done[i]
-		if h.a.wrote(i, h.k) == writeRefused {
-			continue
-		}
-		holds = append(holds, h.a.holds[h.k])
-		wake = append(wake, i == l.wakeNode(h.a.keys[h.k]))
-	}
-	return holds, wake
-}
-
 // releaser releases many of one Locker's leases in one request per node.
 type releaser struct{ l *Locker }
 
 // ReleaseBatch implements lock.BatchReleaser.
 func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
-	mine, others := r.l.own(ctx, hs)
-	return errors.Join(others, r.l.releaseHandles(mine))
-}
-
-// own returns the handles of hs that are this Locker's, having released the
-// others one by one (Set.Release never passes any; lock.HandoverBatch may).
-func (l *Locker) own(ctx context.Context, hs []lock.Handle) (mine []*handle, others error) {
-	mine = make([]*handle, 0, len(hs))
+	mine := make([]*handle, 0, len(hs))
 	var errs []error
 	for _, h := range hs {
-		if rh, ok := h.(*handle); ok && rh.a.l == l {
+		if rh, ok := h.(*handle); ok && rh.a.l == r.l {
 			mine = append(mine, rh)
-		} else if err := h.Release(ctx); err != nil {
+		} else if err := h.Release(ctx); err != nil { // not ours: cannot happen through Set.Release
 			errs = append(errs, err)
 		}
 	}
-	return mine, errors.Join(errs...)
-}
-
-// helds is the keys of hs.
-func helds(hs []*handle) []held {
-	items := make([]held, len(hs))
-	for i, h := range hs {
-		items[i] = held{a: h.a, k: h.k}
-	}
-	return items
+	return errors.Join(append(errs, r.l.releaseHandles(mine))...)
 }
 
 // releaseHandles releases the leases of hs together and then hands each
@@ -122,7 +103,11 @@ func (l *Locker) releaseHandles(hs []*handle) error {
 	if len(hs) == 0 {
 		return nil
 	}
-	err := l.release(helds(hs), false)
+	items := make([]held, len(hs))
+	for i, h := range hs {
+		items[i] = held{a: h.a, k: h.k}
+	}
+	err := l.release(items, false)
 	for _, h := range hs {
 		h.turn()
 	}
