@@ -30,12 +30,7 @@ func TestGatherAcrossSKUs(t *testing.T) {
 	f.store.counts()
 
 	// The first order's write waits until the others have gathered.
-	gathered := make(chan struct{})
-	var once sync.Once
-	f.store.onWrite(func() { once.Do(func() { <-gathered }) })
-	first := make(chan error, 1)
-	go func() { _, _, err := f.svc.Place(ctx, req("", line("first", 1))); first <- err }()
-	waitFor(t, "the first batch to write", func() bool { return f.store.tried() == 1 })
+	first, gathered := f.busyFirst()
 
 	release := f.hold("held")
 	var wg, onHeld sync.WaitGroup
@@ -99,12 +94,7 @@ func TestGatherTakesItsKeyAgain(t *testing.T) {
 	f.stock("other", 3)
 	f.store.counts()
 
-	gathered := make(chan struct{})
-	var once sync.Once
-	f.store.onWrite(func() { once.Do(func() { <-gathered }) })
-	first := make(chan error, 1)
-	go func() { _, _, err := f.svc.Place(ctx, req("", line("first", 1))); first <- err }()
-	waitFor(t, "the first batch to write", func() bool { return f.store.tried() == 1 })
+	first, gathered := f.busyFirst()
 	var wg sync.WaitGroup
 	errs := make([]error, 2)
 	for i, sku := range []string{"first", "other"} {
@@ -127,4 +117,17 @@ func TestGatherTakesItsKeyAgain(t *testing.T) {
 	if claims, writes := f.store.counts(); claims != 2 || len(writes) != 2 || writes[1] != 2 {
 		t.Fatalf("claims %d, writes %v; want both gathered orders in one claim and one write", claims, writes)
 	}
+}
+
+// busyFirst places one order on "first" whose write waits until gathered is
+// closed, and returns once that write has started; first is its answer.
+func (f *fixture) busyFirst() (first <-chan error, gathered chan struct{}) {
+	f.t.Helper()
+	gathered = make(chan struct{})
+	var once sync.Once
+	f.store.onWrite(func() { once.Do(func() { <-gathered }) })
+	answer := make(chan error, 1)
+	go func() { _, _, err := f.svc.Place(context.Background(), req("", line("first", 1))); answer <- err }()
+	waitFor(f.t, "the first batch to write", func() bool { return f.store.tried() == 1 })
+	return answer, gathered
 }

@@ -220,17 +220,23 @@ func mustHandover(tb testing.TB, l lock.Locker, prev lock.Set, keys []string) lo
 	return b
 }
 
+// handoverFrom returns a Locker holding the batch of base-a and base-b,
+// and another Locker (the same one where Lockers do not exclude each other).
+func handoverFrom(t *testing.T, c Config) (l, other lock.Locker, base string, first lock.Batch) {
+	l, other = newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		other = l
+	}
+	base = Key(t)
+	return l, other, base, MustBatch(t, l, []string{base + "-a", base + "-b"})
+}
+
 // testHandover: HandoverBatch lets the earlier batch go — its leases end,
 // its keys are free for another Locker — and tries the new keys as
 // AcquireBatch would; a key of both is reported held, and taken again it
 // has a larger token.
 func testHandover(t *testing.T, c Config) {
-	l, other := newLocker(t, c), newLocker(t, c)
-	if !c.Distributed {
-		other = l
-	}
-	base := Key(t)
-	first := MustBatch(t, l, []string{base + "-a", base + "-b"})
+	l, other, base, first := handoverFrom(t, c)
 	next := mustHandover(t, l, first.Leases, []string{base + "-d", base + "-b", base + "-c"})
 	if want := []string{base + "-c", base + "-d"}; !slices.Equal(keysOf(next.Leases), want) || !slices.Equal(next.Held, []string{base + "-b"}) {
 		t.Fatalf("handover got %q, held %q; want %q, and the key let go held", keysOf(next.Leases), next.Held, want)
@@ -258,12 +264,7 @@ func testHandover(t *testing.T, c Config) {
 // testHandoverCancelled: on a done context the try fails with its error,
 // yet the earlier batch is let go: every key is free for another Locker.
 func testHandoverCancelled(t *testing.T, c Config) {
-	l, other := newLocker(t, c), newLocker(t, c)
-	if !c.Distributed {
-		other = l
-	}
-	base := Key(t)
-	first := MustBatch(t, l, []string{base + "-a", base + "-b"})
+	l, other, base, first := handoverFrom(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	b, released, err := lock.HandoverBatch(ctx, l, first.Leases, []string{base + "-c"})
