@@ -261,8 +261,9 @@ func testHandover(t *testing.T, c Config) {
 	mustReleaseSet(t, next.Leases)
 }
 
-// testHandoverCancelled: on a done context the try fails with its error,
-// yet the earlier batch is let go: every key is free for another Locker.
+// testHandoverCancelled: on a done context, or with an invalid key, the try
+// fails with its error, yet the earlier batch is let go: every key is free
+// for another Locker.
 func testHandoverCancelled(t *testing.T, c Config) {
 	l, other, base, first := handoverFrom(t, c)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -274,4 +275,10 @@ func testHandoverCancelled(t *testing.T, c Config) {
 	for _, k := range []string{base + "-a", base + "-b", base + "-c"} {
 		MustRelease(t, MustAcquire(t, other, k, lock.TryOnce()))
 	}
+	// An invalid key fails the try, and still the earlier batch goes.
+	again := MustBatch(t, l, []string{base + "-a"})
+	if _, released, err := lock.HandoverBatch(context.Background(), l, again.Leases, []string{base + "-c", ""}); !errors.Is(err, lock.ErrInvalidKey) || released != nil {
+		t.Fatalf("handover to an empty key = %v, released: %v; want ErrInvalidKey and the release done", err, released)
+	}
+	MustRelease(t, MustAcquire(t, other, base+"-a", lock.TryOnce()))
 }
