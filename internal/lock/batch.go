@@ -102,8 +102,14 @@ func (s Set) detach() (hs []Handle, keys []string) {
 	return hs, keys
 }
 
-// releaseHandles releases detached handles (keys[i] is hs[i]'s key) as
-// Set.release does.
+// ReleaseHandles releases detached handles as Set.Release releases leases:
+// those that are BatchHandles grouped by Releaser, one call per group, the
+// others one by one. A Handover calls it for the handles of prev it cannot
+// let go of in its own round.
+func ReleaseHandles(ctx context.Context, hs []Handle) error { return releaseHandles(ctx, hs, nil) }
+
+// releaseHandles is ReleaseHandles; keys[i], when keys is not nil, is
+// hs[i]'s key, for the errors.
 func releaseHandles(ctx context.Context, hs []Handle, keys []string) error {
 	var errs []error
 	groups := make(map[BatchReleaser][]Handle)
@@ -118,7 +124,10 @@ func releaseHandles(ctx context.Context, hs []Handle, keys []string) error {
 			continue
 		}
 		if err := h.Release(ctx); err != nil {
-			errs = append(errs, fmt.Errorf("lock: release %q: %w", keys[i], err))
+			if keys != nil {
+				err = fmt.Errorf("%q: %w", keys[i], err)
+			}
+			errs = append(errs, fmt.Errorf("lock: release %w", err))
 		}
 	}
 	for _, r := range order {
@@ -134,9 +143,12 @@ func releaseHandles(ctx context.Context, hs []Handle, keys []string) error {
 // that saves work the servers pay per round (zookeeper: one multi deletes
 // the old nodes and creates the new, one transaction the ensemble agrees on
 // instead of two). Redis' script calls cost per key far more than per call:
-// folding the release into the acquire script was measured no cheaper. Its HandoverBatch has the contract of the function
-// HandoverBatch, which calls it with prev's leases already detached; a
-// handle of prev that is not the backend's own it releases on its own.
+// folding the release into the acquire script was measured no cheaper.
+//
+// Its HandoverBatch has the contract of the function HandoverBatch, which
+// calls it with prev's leases already detached and with no key of prev in
+// keys; a handle of prev that is not the backend's own it releases on its
+// own.
 type Handover interface {
 	HandoverBatch(ctx context.Context, prev []Handle, keys []string, opts ...Option) (b Batch, released, err error)
 }
@@ -152,21 +164,25 @@ type Handover interface {
 // that let it go.
 func HandoverBatch(ctx context.Context, l Locker, prev Set, keys []string, opts ...Option) (b Batch, released, err error) {
 	hs, prevKeys := prev.detach()
-	if h, ok := l.(Handover); ok {
-		return h.HandoverBatch(ctx, hs, keys, opts...)
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	released = releaseHandles(rctx, hs, prevKeys)
-	cancel()
 	var back []string
-	keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
-		if slices.Contains(prevKeys, k) {
-			back = append(back, k)
-			return true
-		}
-		return false
-	})
-	if b, err = l.AcquireBatch(ctx, keys, opts...); err != nil {
+	if len(prevKeys) > 0 {
+		keys = slices.DeleteFunc(slices.Clone(keys), func(k string) bool {
+			if slices.Contains(prevKeys, k) {
+				back = append(back, k)
+				return true
+			}
+			return false
+		})
+	}
+	if h, ok := l.(Handover); ok {
+		b, released, err = h.HandoverBatch(ctx, hs, keys, opts...)
+	} else {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		released = releaseHandles(rctx, hs, prevKeys)
+		cancel()
+		b, err = l.AcquireBatch(ctx, keys, opts...)
+	}
+	if err != nil {
 		return Batch{}, released, err
 	}
 	if len(back) > 0 {

@@ -6,6 +6,8 @@ package locktrace
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -36,6 +38,9 @@ const (
 	AttrObtained = attribute.Key("lock.obtained")
 	// AttrHeld is how many a batch found held elsewhere.
 	AttrHeld = attribute.Key("lock.held")
+	// AttrReleased is how many leases a handover let go of in the round of
+	// its batch (lock.HandoverBatch).
+	AttrReleased = attribute.Key("lock.released")
 	// AttrToken is the fencing token of a one-key lease; AttrTokens those
 	// of a batch's leases, in key order.
 	AttrToken  = attribute.Key("lock.fencing_token")
@@ -46,14 +51,23 @@ const (
 )
 
 // Wrap returns l with spans on tp. The result is a lock.MultiAcquirer
-// exactly when l is one, so callers that type-assert on it take the same
-// path as without the wrapper. Leases it returns are the backend's, seen
-// through a lease of the wrapper's (see wrapLease).
+// exactly when l is one, and a lock.Handover exactly when l is one, so
+// callers that type-assert on either take the same path as without the
+// wrapper: tracing an instance must not change what it does. Leases it
+// returns are the backend's, seen through a lease of the wrapper's (see
+// wrapLease).
 func Wrap(l lock.Locker, tp trace.TracerProvider) lock.Locker {
 	t := &Locker{inner: l, tracer: tp.Tracer(Scope), backend: AttrBackend.String(l.Name())}
 	t.rel = &releaser{t: t}
-	if m, ok := l.(lock.MultiAcquirer); ok {
+	m, multi := l.(lock.MultiAcquirer)
+	_, hands := l.(lock.Handover)
+	switch {
+	case multi && hands:
+		return &multiHandoverLocker{multiLocker: &multiLocker{Locker: t, multi: m}, handover: handover{t}}
+	case multi:
 		return &multiLocker{Locker: t, multi: m}
+	case hands:
+		return &handoverLocker{Locker: t, handover: handover{t}}
 	}
 	return t
 }
@@ -70,6 +84,53 @@ type Locker struct {
 type multiLocker struct {
 	*Locker
 	multi lock.MultiAcquirer
+}
+
+// handover is the lock.Handover of the decorator of a backend that is one.
+type handover struct{ t *Locker }
+
+type handoverLocker struct {
+	*Locker
+	handover
+}
+
+type multiHandoverLocker struct {
+	*multiLocker
+	handover
+}
+
+// HandoverBatch implements lock.Handover with the backend's own, under one
+// acquire_batch span that also counts the leases let go of. prev are the
+// wrapper's handles: the backend's leases behind them go to the backend's
+// handover, any other handle is released on its own.
+func (h handover) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []string, opts ...lock.Option) (lock.Batch, error, error) {
+	t := h.t
+	ctx, span := t.tracer.Start(ctx, SpanAcquireBatch, trace.WithAttributes(t.backend,
+		AttrKeys.Int(len(keys)), AttrReleased.Int(len(prev))))
+	defer span.End()
+	var inner lock.Set
+	var others []lock.Handle
+	for _, ph := range prev {
+		if wh, ok := ph.(*handle); ok && wh.t == t {
+			inner = append(inner, wh.inner)
+			continue
+		}
+		others = append(others, ph)
+	}
+	b, released, err := lock.HandoverBatch(ctx, t.inner, inner, keys, opts...)
+	if len(others) > 0 {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		released = errors.Join(released, lock.ReleaseHandles(rctx, others))
+		cancel()
+	}
+	if released != nil {
+		span.RecordError(released)
+	}
+	if err != nil {
+		failed(ctx, span, err)
+		return lock.Batch{}, released, err
+	}
+	return t.obtained(span, b), released, nil
 }
 
 // Acquire implements lock.Locker.
@@ -94,9 +155,7 @@ func (t *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.O
 		failed(ctx, span, err)
 		return lock.Batch{}, err
 	}
-	span.SetAttributes(AttrObtained.Int(len(b.Leases)), AttrHeld.Int(len(b.Held)), AttrTokens.Int64Slice(tokens(b.Leases)))
-	b.Leases = t.wrapSet(b.Leases)
-	return b, nil
+	return t.obtained(span, b), nil
 }
 
 // AcquireAll implements lock.MultiAcquirer with the backend's own.
@@ -136,6 +195,13 @@ func failed(ctx context.Context, span trace.Span, err error) {
 	if reason != lockmetrics.ReasonNotAcquired || ctx.Err() != nil {
 		span.SetStatus(codes.Error, reason)
 	}
+}
+
+// obtained records what a batch got on span and wraps its leases.
+func (t *Locker) obtained(span trace.Span, b lock.Batch) lock.Batch {
+	span.SetAttributes(AttrObtained.Int(len(b.Leases)), AttrHeld.Int(len(b.Held)), AttrTokens.Int64Slice(tokens(b.Leases)))
+	b.Leases = t.wrapSet(b.Leases)
+	return b
 }
 
 func tokens(s lock.Set) []int64 {

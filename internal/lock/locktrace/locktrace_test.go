@@ -20,6 +20,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/memlock"
 	"github.com/stockguard/stockguard/internal/lock/redislock"
 	"github.com/stockguard/stockguard/internal/lock/redisnode"
+	"github.com/stockguard/stockguard/internal/lock/zklock"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
@@ -59,6 +60,25 @@ func TestConformanceAroundRedis(t *testing.T) {
 				t.Fatalf("delete lock key: %v", err)
 			}
 		},
+	})
+}
+
+// TestConformanceAroundZooKeeper runs the suite around a backend that is a
+// lock.Handover, so its handover cases go through the wrapper's.
+func TestConformanceAroundZooKeeper(t *testing.T) {
+	servers := stacktest.RequireZK(t)
+	_, tp := newRecorder()
+	locktest.Run(t, locktest.Config{
+		New: func(tb testing.TB) lock.Locker {
+			l, err := zklock.New(servers, zklock.WithRoot("/stockguard-test/locktrace"))
+			if err != nil {
+				tb.Fatalf("zklock.New: %v", err)
+			}
+			tb.Cleanup(func() { _ = l.Close() })
+			return locktrace.Wrap(l, tp)
+		},
+		Exclusive:   true,
+		Distributed: true,
 	})
 }
 
@@ -192,6 +212,67 @@ func TestOptionalInterfaces(t *testing.T) {
 	acq := byName(rec, locktrace.SpanAcquire)
 	if len(acq) != 1 || attrs(acq[0])[locktrace.AttrKeys].AsInt64() != 2 {
 		t.Fatalf("AcquireAll made %d acquire spans, want one for both keys", len(acq))
+	}
+}
+
+// handing is a backend that is a lock.Handover, as zklock is; its
+// handover is release-then-try, counted.
+type handing struct {
+	lock.Locker
+	calls, prev atomic.Int32
+}
+
+func (h *handing) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []string, opts ...lock.Option) (lock.Batch, error, error) {
+	h.calls.Add(1)
+	h.prev.Add(int32(len(prev)))
+	released := lock.ReleaseHandles(ctx, prev)
+	b, err := h.AcquireBatch(ctx, keys, opts...)
+	return b, released, err
+}
+
+// TestHandoverThroughTheWrapper: the wrapper of a lock.Handover is one, its
+// handover goes through the backend's own with the backend's leases, and
+// one span tells what it let go of and what it got.
+func TestHandoverThroughTheWrapper(t *testing.T) {
+	rec, tp := newRecorder()
+	if _, ok := locktrace.Wrap(memlock.New(), tp).(lock.Handover); ok {
+		t.Fatal("the wrapper of a backend without a handover is a lock.Handover")
+	}
+	if _, ok := locktrace.Wrap(&multi{Locker: memlock.New()}, tp).(lock.Handover); ok {
+		t.Fatal("the wrapper of a MultiAcquirer without a handover is a lock.Handover")
+	}
+	h := &handing{Locker: memlock.New()}
+	l := locktrace.Wrap(h, tp)
+	if _, ok := l.(lock.Handover); !ok {
+		t.Fatal("the wrapper of a lock.Handover is not one")
+	}
+	ctx := context.Background()
+	first, err := l.AcquireBatch(ctx, []string{"a", "b"})
+	if err != nil || len(first.Leases) != 2 {
+		t.Fatalf("AcquireBatch: %d leases, %v", len(first.Leases), err)
+	}
+	next, released, err := lock.HandoverBatch(ctx, l, first.Leases, []string{"b", "c"})
+	if err != nil || released != nil {
+		t.Fatalf("HandoverBatch: %v, released %v", err, released)
+	}
+	if h.calls.Load() != 1 || h.prev.Load() != 2 {
+		t.Fatalf("the backend's handover ran %d times with %d leases, want once with both", h.calls.Load(), h.prev.Load())
+	}
+	if len(next.Leases) != 1 || next.Leases[0].Key() != "c" || !slices.Equal(next.Held, []string{"b"}) {
+		t.Fatalf("handover got %d leases, held %v; want c, and b (let go of) reported held", len(next.Leases), next.Held)
+	}
+	for _, k := range []string{"a", "b"} {
+		locktest.MustRelease(t, locktest.MustAcquire(t, l, k, lock.TryOnce()))
+	}
+	locktest.MustRelease(t, next.Leases[0])
+	spans := byName(rec, locktrace.SpanAcquireBatch)
+	// b went back to its line before the backend's round: the span counts
+	// the round, in which c was tried and a and b let go of.
+	last := attrs(spans[len(spans)-1])
+	got := []int64{last[locktrace.AttrReleased].AsInt64(), last[locktrace.AttrKeys].AsInt64(),
+		last[locktrace.AttrObtained].AsInt64(), last[locktrace.AttrHeld].AsInt64()}
+	if !slices.Equal(got, []int64{2, 1, 1, 0}) {
+		t.Fatalf("handover span: released, keys, obtained, held = %v; want [2 1 1 0]", got)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,10 +31,9 @@ func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.O
 // HandoverBatch implements lock.Handover: the multi that creates the
 // batch's nodes first deletes the nodes of prev's leases of the current
 // session, one transaction for both (a round and a transaction fewer; the
-// ensemble's cost is per transaction). A key of prev that is also in
-// keys is left out and reported held, so its line's next waiter gets it.
-// Handles of an earlier session have nothing left to delete; where the
-// multi fails, prev's nodes are deleted on their own.
+// ensemble's cost is per transaction). Handles of an earlier session have
+// nothing left to delete; where the multi fails, prev's nodes are deleted
+// on their own.
 func (l *Locker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []string, _ ...lock.Option) (b lock.Batch, released, err error) {
 	start := time.Now()
 	sorted, err := lock.BatchKeys(keys)
@@ -50,19 +48,7 @@ func (l *Locker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []s
 	if err != nil {
 		return lock.Batch{}, l.releaseHandles(ctx, prev), fmt.Errorf("zookeeper: batch: %w", err)
 	}
-	var back []string
-	for _, h := range prev {
-		if zh, ok := h.(*handle); ok {
-			if i, found := slices.BinarySearch(sorted, zh.n.key); found {
-				back = append(back, sorted[i])
-			}
-		}
-	}
-	if len(back) > 0 {
-		sorted = slices.DeleteFunc(sorted, func(k string) bool { return slices.Contains(back, k) })
-	}
 	if len(sorted) == 0 {
-		b.Held, _ = lock.BatchKeys(back)
 		return b, l.releaseHandles(ctx, prev), nil
 	}
 	err = l.inSession(ctx, func(s *session) (err error) {
@@ -84,23 +70,18 @@ func (l *Locker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []s
 	for range b.Held {
 		l.m.Failed(lockmetrics.ReasonNotAcquired)
 	}
-	if len(back) > 0 {
-		b.Held = slices.Sorted(slices.Values(append(b.Held, back...)))
-	}
 	return b, released, nil
 }
 
-// releaseHandles releases hs one by one, as lock.Set would not group them.
+// releaseHandles releases hs, those of one session in one multi, without
+// outliving the clean-up bound.
 func (l *Locker) releaseHandles(ctx context.Context, hs []lock.Handle) error {
+	if len(hs) == 0 {
+		return nil
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	var errs []error
-	for _, h := range hs {
-		if err := h.Release(rctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return lock.ReleaseHandles(rctx, hs)
 }
 
 // own returns the nodes of hs that are s's leases, unregistered as a
@@ -160,7 +141,7 @@ func (s *session) acquireBatch(ctx context.Context, keys []string, gone []*node)
 // createAll runs createNodes without outliving ctx or the session. A
 // create may still succeed after we stopped waiting; its nodes are deleted
 // then, so no queue holds a waiter that nobody will ever serve (and gone's
-// deletion goes on, too).
+// deletion goes on, too, reported as not yet done).
 func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([]*node, error, error) {
 	if ctx.Done() == nil {
 		return s.createNodes(keys, gone)
@@ -186,7 +167,13 @@ func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([
 			_ = s.removeAll(context.Background(), r.nodes)
 		}
 	}()
-	return nil, nil, ctx.Err()
+	var released error
+	if len(gone) > 0 {
+		// As removeAll says when its wait is cut short: the deletes are
+		// in that multi, or after it, still going.
+		released = fmt.Errorf("zookeeper: delete %d nodes: still trying in the background: %w", len(gone), ctx.Err())
+	}
+	return nil, released, ctx.Err()
 }
 
 // maxCreateTries bounds the retries of one create; each retry is the server
