@@ -8,6 +8,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"reflect"
 	"unicode/utf8"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -42,7 +43,15 @@ func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[st
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {
-		return fmt.Errorf("%w: %v", inventory.ErrInvalid, err)
+		var typ *json.UnmarshalTypeError
+		if errors.As(err, &typ) {
+			// The decoder's own text quotes the value whole (a number of
+			// 60,000 digits comes back in the answer and the log) and names
+			// our Go types: say the field and the kind wanted instead.
+			return fmt.Errorf("%w: %s: got %s, want %s", inventory.ErrInvalid, inventory.Clip(typ.Field),
+				inventory.Clip(typ.Value), jsonKind(typ.Type))
+		}
+		return fmt.Errorf("%w: %s", inventory.ErrInvalid, inventory.Clip(err.Error()))
 	}
 	if !onlySpace(body[dec.InputOffset():]) {
 		return fmt.Errorf("%w: trailing data after the JSON value", inventory.ErrInvalid)
@@ -144,4 +153,25 @@ func onlySpace(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// jsonKind names the JSON kind a Go type decodes from, for errors.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	default:
+		return "an object"
+	}
 }

@@ -31,6 +31,9 @@ var errorTable = []struct {
 	code   string
 }{
 	{inventory.ErrInvalid, http.StatusBadRequest, "invalid_request"},
+	// A name the SKU pattern allows that a lock backend still refuses: the
+	// request's to change, not a fault of the service.
+	{lock.ErrInvalidKey, http.StatusBadRequest, "invalid_request"},
 	{errUnauthorized, http.StatusUnauthorized, "unauthorized"},
 	{inventory.ErrUnknownSKU, http.StatusNotFound, "unknown_sku"},
 	{inventory.ErrUnknownOrder, http.StatusNotFound, "unknown_order"},

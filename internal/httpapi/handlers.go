@@ -15,13 +15,21 @@ import (
 
 func (s *server) healthz(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) }
 
+// readyTimeout bounds the database's part of /readyz, as the lock probe's
+// own timeout bounds the lock's: a probe that hangs on an exhausted pool
+// tells the orchestrator less than a prompt 503.
+const readyTimeout = 2 * time.Second
+
 // readyz answers whether this instance can serve: its database and schema.
 // The lock backend's health is in the body only: the lock servers are shared
 // by every replica, so failing readiness on them would pull all replicas out
 // of rotation at once, reads included, which answer without a lock.
 func (s *server) readyz(c *gin.Context) {
 	ctx := c.Request.Context()
-	if err := s.Service.Ready(ctx); err != nil {
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	err := s.Service.Ready(rctx)
+	cancel()
+	if err != nil {
 		fail(c, fmt.Errorf("%w: %w", errServiceUnhealthy, err))
 		return
 	}

@@ -159,6 +159,15 @@ func TestHostileInputNeverReachesTheService(t *testing.T) {
 		t.Errorf("60 KB unknown key = %d %q, %d bytes; want 400 invalid_request under 1 KB", w.Code, got, w.Body.Len())
 	}
 
+	// A number of 60,000 digits is refused naming the field, not echoed
+	// whole, and without our Go type names.
+	w = hostileReq{"POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":1` + strings.Repeat("0", 60_000) + `}]}`, nil}.serve(h)
+	if got := errorCode(t, w); w.Code != http.StatusBadRequest || got != "invalid_request" || w.Body.Len() > 1024 ||
+		!strings.Contains(w.Body.String(), "quantity") || strings.Contains(w.Body.String(), "Request") {
+		t.Errorf("60,000-digit quantity = %d %q, %d bytes: %.300s; want 400 invalid_request under 1 KB naming the field",
+			w.Code, got, w.Body.Len(), w.Body)
+	}
+
 	// The edges of the key rule are accepted: printable ASCII of 1 and 255 bytes.
 	for _, k := range []string{"~", strings.Repeat(" !~", inventory.MaxIdempotency/3)} {
 		w := hostileReq{"POST", "/v1/orders", oneLine, key(k)}.serve(h)

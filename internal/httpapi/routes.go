@@ -8,7 +8,9 @@ import (
 // routes is the whole API surface.
 func (s *server) routes(r *gin.Engine) {
 	s.useTracing(r) // first: its span covers the other middleware
-	r.Use(s.requestID, s.recover, s.observe, s.renderErrors)
+	// observe outside recover, so a request that panicked is counted and
+	// logged with its 500 like any other.
+	r.Use(s.requestID, s.observe, s.recover, s.renderErrors)
 	r.NoRoute(func(c *gin.Context) { _ = c.Error(errNotFound) })
 	r.NoMethod(func(c *gin.Context) { _ = c.Error(errMethod) })
 

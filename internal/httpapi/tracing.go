@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 	"go.opentelemetry.io/otel/attribute"
@@ -72,6 +73,10 @@ func (t requestTracer) handle(c *gin.Context) {
 	if len(path) > maxTracedPath {
 		path = path[:maxTracedPath]
 	}
+	// The path arrives percent-decoded, any bytes a client chose; an
+	// attribute that is not UTF-8 fails the exporter's whole batch, every
+	// other request's spans with it.
+	path = strings.ToValidUTF8(path, "\uFFFD")
 	attrs = append(attrs, semconv.URLPath(path))
 
 	ctx := t.prop.Extract(c.Request.Context(), propagation.HeaderCarrier(c.Request.Header))

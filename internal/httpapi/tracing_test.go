@@ -6,12 +6,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"unicode/utf8"
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/stockguard/stockguard/internal/httpapi"
@@ -154,6 +156,29 @@ func TestHostileTraceparent(t *testing.T) {
 		ended := rec.Ended()[before:]
 		if len(ended) != 1 || ended[0].Parent().IsValid() {
 			t.Fatalf("traceparent %.40q: spans %v, want one root span", v, ended)
+		}
+	}
+}
+
+// TestTracedPathIsUTF8: a path a client percent-encoded into bytes that are
+// not UTF-8 (or that the length cap cuts inside a character) is still a
+// valid attribute, since one invalid string fails the exporter's whole
+// batch.
+func TestTracedPathIsUTF8(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	h := httpapi.New(httpapi.Config{Service: &recorder{}, TracerProvider: tp})
+	for _, path := range []string{"/v1/skus/a%FF/audit", "/v1/skus/" + strings.Repeat("a", 246) + "%C3%A9"} {
+		before := len(rec.Ended())
+		hostileReq{"GET", path, "", nil}.serve(h)
+		ended := rec.Ended()[before:]
+		if len(ended) != 1 {
+			t.Fatalf("GET %.40q: %d spans, want 1", path, len(ended))
+		}
+		for _, kv := range ended[0].Attributes() {
+			if kv.Key == semconv.URLPathKey && !utf8.ValidString(kv.Value.AsString()) {
+				t.Errorf("GET %.40q: url.path %q is not UTF-8", path, kv.Value.AsString())
+			}
 		}
 	}
 }

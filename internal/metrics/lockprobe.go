@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -24,7 +25,19 @@ type LockProbe struct {
 	ping    func(context.Context) error
 	timeout time.Duration
 	up      prometheus.Gauge
-	mu      sync.Mutex // serialises checks: one ping in flight at a time
+
+	mu sync.Mutex
+	// inflight is the check running now, nil when none is: callers that
+	// come while it runs share its answer instead of queueing behind it,
+	// so any number of concurrent /readyz waits at most one timeout (a
+	// slow lock server would otherwise stall the k-th caller k timeouts).
+	inflight *check
+}
+
+// check is one ping; h is set before done is closed.
+type check struct {
+	done chan struct{}
+	h    LockHealth
 }
 
 // NewLockProbe registers stockguard_lock_backend_up on reg for backend,
@@ -41,22 +54,50 @@ func NewLockProbe(reg prometheus.Registerer, backend string, ping func(context.C
 	return p
 }
 
-// Check pings the backend now, sets the gauge and returns the result.
+// Check pings the backend, or joins the ping already in flight, sets the
+// gauge and returns the result: within the probe's timeout (unhealthy if
+// the ping has not answered by then), or sooner when ctx ends (unhealthy,
+// with ctx's error).
 func (p *LockProbe) Check(ctx context.Context) LockHealth {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	c := p.inflight
+	if c == nil {
+		c = &check{done: make(chan struct{})}
+		p.inflight = c
+		// The ping serves every caller that joins it, so no one caller's
+		// cancellation may cut it short; the timeout bounds it.
+		go p.run(context.WithoutCancel(ctx), c)
+	}
+	p.mu.Unlock()
+	// A ping that does not honour its deadline must not hold the callers.
+	t := time.NewTimer(p.timeout)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return c.h
+	case <-t.C:
+		return LockHealth{Backend: p.backend, Error: fmt.Sprintf("health ping unanswered after %v", p.timeout)}
+	case <-ctx.Done():
+		return LockHealth{Backend: p.backend, Error: "health check cut short: " + ctx.Err().Error()}
+	}
+}
+
+func (p *LockProbe) run(ctx context.Context, c *check) {
 	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
-	h := LockHealth{Backend: p.backend, Healthy: true}
+	c.h = LockHealth{Backend: p.backend, Healthy: true}
 	if err := p.ping(ctx); err != nil {
-		h.Healthy, h.Error = false, err.Error()
+		c.h.Healthy, c.h.Error = false, err.Error()
 	}
-	if h.Healthy {
+	if c.h.Healthy {
 		p.up.Set(1)
 	} else {
 		p.up.Set(0)
 	}
-	return h
+	p.mu.Lock()
+	p.inflight = nil
+	p.mu.Unlock()
+	close(c.done)
 }
 
 // Run checks at once, then every interval, until ctx ends.

@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,5 +61,52 @@ func TestLockProbe(t *testing.T) {
 	}
 	if n, err := testutil.GatherAndCount(reg, "stockguard_lock_backend_up"); err != nil || n != 1 {
 		t.Errorf("registered series: %d, %v", n, err)
+	}
+}
+
+// TestLockProbeSharesOnePing: callers that come while a ping is in flight
+// share it, so a slow lock server holds none of them past one timeout,
+// however many there are.
+func TestLockProbeSharesOnePing(t *testing.T) {
+	var pings atomic.Int64
+	release := make(chan struct{})
+	ping := func(ctx context.Context) error {
+		pings.Add(1)
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	const timeout = 300 * time.Millisecond
+	p := NewLockProbe(prometheus.NewRegistry(), "zookeeper", ping, timeout)
+	const callers = 20
+	start := time.Now()
+	results := make(chan LockHealth, callers)
+	for range callers {
+		go func() { results <- p.Check(context.Background()) }()
+	}
+	for range callers {
+		if h := <-results; h.Healthy || h.Error == "" {
+			t.Errorf("a ping cut by its timeout reported %+v, want unhealthy with the reason", h)
+		}
+	}
+	if took := time.Since(start); took > 3*timeout {
+		t.Errorf("%d concurrent checks took %v, want about one timeout (%v)", callers, took, timeout)
+	}
+	if n := pings.Load(); n > 2 {
+		t.Errorf("%d concurrent checks made %d pings, want them to share one", callers, n)
+	}
+
+	// A caller that leaves is answered at once; the ping goes on for the others.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if h := p.Check(ctx); h.Healthy || !strings.Contains(h.Error, "cut short") {
+		t.Errorf("a cancelled caller got %+v, want unhealthy, cut short", h)
+	}
+	close(release)
+	if h := p.Check(context.Background()); !h.Healthy {
+		t.Errorf("after the server answers again: %+v, want healthy", h)
 	}
 }

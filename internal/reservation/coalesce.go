@@ -245,6 +245,14 @@ func (q *queue) next(h *hold) (batch []*pending, want []string, waiting []*pendi
 		}
 		want, waiting = union, append(waiting, p)
 	}
+	if len(waiting) == 0 {
+		// Every order left between the prune and this scan (a client drops
+		// its order without c.mu): leave as an emptied queue does, or the
+		// key's later orders would join a queue no leader serves.
+		clear(q.items)
+		q.items = nil
+		delete(c.queues, q.key)
+	}
 	return nil, want, waiting
 }
 

@@ -49,18 +49,25 @@ func (k *knownSKUs) add(names ...string) {
 	}
 }
 
-// unknown returns those of names that do not exist. It asks the store only
-// about the names it does not remember, in one call, and none when it
-// remembers them all.
-func (k *knownSKUs) unknown(ctx context.Context, names []string) (map[string]bool, error) {
+// misses returns those of names not remembered to exist: unknown asks the
+// store about them.
+func (k *knownSKUs) misses(names []string) []string {
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	var ask []string
 	for _, n := range names {
 		if _, ok := k.names[n]; !ok {
 			ask = append(ask, n)
 		}
 	}
-	k.mu.Unlock()
+	return ask
+}
+
+// unknown returns those of names that do not exist. It asks the store only
+// about the names it does not remember, in one call, and none when it
+// remembers them all.
+func (k *knownSKUs) unknown(ctx context.Context, names []string) (map[string]bool, error) {
+	ask := k.misses(names)
 	if len(ask) == 0 {
 		return nil, nil
 	}

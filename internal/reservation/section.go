@@ -150,9 +150,11 @@ func (s *Service) serve(ctx context.Context, src source, prev *hold) *hold {
 // for them (known.go). On failure it answers them (each one's own timer may
 // have answered it first) and returns nil.
 func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending, try bool, prev *hold) *hold {
-	if !try || prev.overlaps(want) {
+	if !try || prev.overlaps(want) || (prev != nil && len(s.known.misses(want)) > 0) {
 		// A key of both would be reported held by the handover and its
-		// order sent to its queue, a cycle late: let prev go first.
+		// order sent to its queue, a cycle late; and a store lookup of
+		// SKUs not seen yet (dropUnknown) is no reason to keep prev's
+		// keys from other instances: let prev go first.
 		s.release(ctx, prev)
 		prev = nil
 	}
