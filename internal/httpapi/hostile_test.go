@@ -289,3 +289,23 @@ func TestStoreUnavailable(t *testing.T) {
 		t.Fatalf("the answer leaks the cause: %s", w.Body)
 	}
 }
+
+// TestPanicIsCountedAndAnswered: a handler that panics answers 500 in the
+// API's error shape and is counted like any other request, so an alert on
+// the 5xx rate sees the bugs too.
+func TestPanicIsCountedAndAnswered(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	svc := &recorder{place: func(context.Context, inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		panic("a bug")
+	}}
+	h := httpapi.New(httpapi.Config{Service: svc, Metrics: metrics.New(reg, "test"), Gatherer: reg})
+	w := hostileReq{"POST", "/v1/orders", oneLine, nil}.serve(h)
+	if w.Code != http.StatusInternalServerError || errorCode(t, w) == "" {
+		t.Fatalf("panicking handler = %d %s, want 500 with the API's error body", w.Code, w.Body)
+	}
+	m := hostileReq{"GET", "/metrics", "", nil}.serve(h)
+	if !strings.Contains(m.Body.String(), `stockguard_http_requests_total{method="POST",route="/v1/orders",status="500"} 1`) {
+		t.Fatalf("the panicked request is not counted:\n%s", grep(m.Body.String(), "stockguard_http_requests_total"))
+	}
+}
+
