@@ -308,4 +308,3 @@ func TestPanicIsCountedAndAnswered(t *testing.T) {
 		t.Fatalf("the panicked request is not counted:\n%s", grep(m.Body.String(), "stockguard_http_requests_total"))
 	}
 }
-
