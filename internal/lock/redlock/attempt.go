@@ -150,7 +150,7 @@ func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 	obtained := make([]bool, len(a.keys))
 	for k := range a.keys {
 		if obtained[k] = t.keys[k].obtained; !obtained[k] {
-			lost = append(lost, held{a: a, k: k})
+			lost = append(lost, held{a: a, k: k, quiet: a.heldElsewhere(k)})
 		}
 	}
 	none := len(lost) == len(a.keys)
@@ -168,12 +168,33 @@ func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 	return outcome{obtained: obtained, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl)), t: t}, nil
 }
 
+// heldElsewhere reports whether a majority of nodes refused key k because
+// another lease holds it there. Then that holder's release is the wake-up
+// the key's waiters need; the clean-up of this attempt's writes must not be
+// one: it would wake this Locker's own head of line (or another process'),
+// whose next attempt meets the same majority, and so on, an attempt a round
+// trip for as long as the other lease is held. After a split vote (no
+// majority refused) the clean-up does wake: the key may be free now.
+func (a *attempt) heldElsewhere(k int) bool {
+	refused := 0
+	for i := range a.l.nodes {
+		select {
+		case <-a.done[i]: // its writes are recorded: readable without a race
+			if a.wrote(i, k) == writeRefused {
+				refused++
+			}
+		default: // not answered yet: counts as not refused
+		}
+	}
+	return refused >= a.l.quorum
+}
+
 // fail unlocks every key of the attempt and returns cause.
 func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, error) {
 	close(a.abort)
 	all := make([]held, len(a.keys))
 	for k := range a.keys {
-		all[k] = held{a: a, k: k}
+		all[k] = held{a: a, k: k, quiet: a.heldElsewhere(k)}
 	}
 	_ = a.l.release(all, true)
 	t.drain(replies)

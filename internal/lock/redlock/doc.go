@@ -104,7 +104,11 @@
 // key no longer stands free for the rest of everyone's pause (on a hot key
 // it was free about a third of the time), and there is no herd to split the
 // votes, which is what publishing releases to every waiter (Redisson's way)
-// did here. Wake-ups are hints: safety never depends on them, and with the
+// did here. The clean-up of an attempt that a majority refused wakes
+// nobody: the key is still set there, so the wake-up could only send a
+// waiter (its own line's head, often) straight into the same refusal, an
+// attempt a round trip while the holder keeps the key; the holder's release
+// wakes them. Wake-ups are hints: safety never depends on them, and with the
 // wake node down, waiters fall back to their pauses. A Locker that wants a
 // key again within its retry delay of releasing it awaits a wake-up before
 // its first attempt (package retry): the release woke the waiter blocked

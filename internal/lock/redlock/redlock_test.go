@@ -329,3 +329,52 @@ func gather(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 	}
 	return out
 }
+
+// TestCleanupOfAHeldKeyWakesNobody: an attempt refused by a majority (the
+// key is another lease's there) deletes what it wrote elsewhere without
+// pushing a wake-up: one would wake its own line's head at once, for an
+// attempt that meets the same majority, a round trip after round trip for
+// as long as the other lease is held.
+func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
+	t.Parallel()
+	addrs := stacktest.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	l := newLocker(t, addrs)
+	key := locktest.Key(t)
+	// The node that holds key's wake-ups: the one a release pushes to.
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, key))
+	waitNoKey(t, raw, key)
+	wakeNode := -1
+	for i, c := range raw {
+		if c.LLen(t.Context(), redisnode.WakeKey(key)).Val() > 0 {
+			wakeNode = i
+		}
+		c.Del(t.Context(), redisnode.WakeKey(key))
+	}
+	if wakeNode < 0 {
+		t.Fatal("a release woke no node")
+	}
+	// Another lease on a majority that leaves out the wake node.
+	var others []int
+	for i := range raw {
+		if i != wakeNode && len(others) < len(raw)/2+1 {
+			others = append(others, i)
+			raw[i].Set(t.Context(), redisnode.LockKey(key), "another-lease", 10*time.Second)
+		}
+	}
+	t.Cleanup(func() {
+		for _, i := range others {
+			raw[i].Del(context.Background(), redisnode.LockKey(key))
+		}
+	})
+	if _, err := l.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+		t.Fatalf("TryOnce against a majority held elsewhere = %v, want ErrNotAcquired", err)
+	}
+	vals := raw.lockValues(t, key)
+	if count(vals, "another-lease") != len(others) || count(vals, "")+len(others) != len(vals) {
+		t.Fatalf("after the refused attempt: %q; want the other lease's keys and nothing of ours", vals)
+	}
+	if n := raw[wakeNode].LLen(t.Context(), redisnode.WakeKey(key)).Val(); n != 0 {
+		t.Fatalf("the clean-up of a refused attempt left %d wake-up(s) on node %d", n, wakeNode)
+	}
+}

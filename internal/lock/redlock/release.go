@@ -10,9 +10,12 @@ import (
 )
 
 // held is key k of attempt a: what a release must delete, and where.
+// quiet marks the clean-up of a key another holder has: its delete wakes
+// nobody (see heldElsewhere).
 type held struct {
-	a *attempt
-	k int
+	a     *attempt
+	k     int
+	quiet bool
 }
 
 // release compare-and-deletes every key of hs on every node it may have been
@@ -40,7 +43,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 				return nil
 			}
 			var wake []bool
-			if i == l.wakeNode(h.a.keys[h.k]) {
+			if !h.quiet && i == l.wakeNode(h.a.keys[h.k]) {
 				wake = []bool{true}
 			}
 			_, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], wake)
@@ -54,7 +57,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 				continue
 			}
 			holds = append(holds, h.a.holds[h.k])
-			wake = append(wake, i == l.wakeNode(h.a.keys[h.k]))
+			wake = append(wake, !h.quiet && i == l.wakeNode(h.a.keys[h.k]))
 		}
 		_, err := l.nodes[i].Release(ctx, holds, wake)
 		return err
