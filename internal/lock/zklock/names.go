@@ -38,9 +38,11 @@ func checkName(name string) error {
 		return errors.New("name is not valid UTF-8")
 	}
 	for _, r := range name {
-		// The server rejects these code points (PathUtils.validatePath).
+		// The server rejects these code points (PathUtils.validatePath),
+		// which checks Java's UTF-16 units: a code point past U+FFFF is a
+		// surrogate pair there, in the range it refuses.
 		if r == '/' || r < 0x20 || (r >= 0x7f && r <= 0x9f) ||
-			(r >= 0xd800 && r <= 0xf8ff) || (r >= 0xfff0 && r <= 0xffff) {
+			(r >= 0xd800 && r <= 0xf8ff) || r >= 0xfff0 {
 			return fmt.Errorf("name %q contains %U", name, r)
 		}
 	}

@@ -1,10 +1,14 @@
 package zklock
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
+	"github.com/go-zookeeper/zk"
 	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 func TestParseSeq(t *testing.T) {
@@ -40,9 +44,47 @@ func TestCheckName(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", ".", "..", "a/b", "/", "a\x00b", "tab\t", "\u0085", "\uf000", "\ufffe",
-		string([]byte{0xff}), strings.Repeat("k", maxKeyLen+1)} {
+		"sku-\U0001F600", string([]byte{0xff}), strings.Repeat("k", maxKeyLen+1)} {
 		if err := checkName(bad); err == nil {
 			t.Errorf("checkName(%q) = nil, want an error", bad)
+		}
+	}
+}
+
+// TestCheckNameMatchesTheServer asks the ensemble itself about names at
+// the edges of checkName's rule: every name it accepts the server creates
+// (a name it let through and the server refused would be a "retry later"
+// forever, not ErrInvalidKey), and the names the server refuses it refuses.
+// At the ends of the server's ranges, which the server leaves open, it is
+// stricter.
+func TestCheckNameMatchesTheServer(t *testing.T) {
+	c := inspector(t, stacktest.RequireZK(t))
+	root := testRoot + "-names"
+	if _, err := c.Create(root, nil, 0, zk.WorldACL(zk.PermAll)); err != nil && !errors.Is(err, zk.ErrNodeExists) {
+		t.Fatalf("create %s: %v", root, err)
+	}
+	create := func(name string) error {
+		path := root + "/" + name
+		_, err := c.Create(path, nil, 0, zk.WorldACL(zk.PermAll))
+		if err == nil || errors.Is(err, zk.ErrNodeExists) {
+			_ = c.Delete(path, -1)
+			return nil
+		}
+		return err
+	}
+	for _, name := range []string{"sku-1", "é", "\u00a0", "\ud7ff", "\uf900", "\uffef", strings.Repeat("k", maxKeyLen)} {
+		if err := checkName(name); err != nil {
+			t.Errorf("checkName(%q) = %v, want it accepted", name, err)
+		} else if err := create(name); err != nil {
+			t.Errorf("checkName accepts %q, the server refuses it: %v", name, err)
+		}
+	}
+	for _, name := range []string{"sku-\U0001F600", "\U00010000", "\u0085", "\ue000", "\ufff5", "a\x01"} {
+		if err := create(name); err == nil {
+			t.Errorf("the server accepts %q: the case is no test of checkName", name)
+		}
+		if checkName(name) == nil {
+			t.Errorf("checkName accepts %q, which the server refuses", name)
 		}
 	}
 }
