@@ -39,10 +39,13 @@ type Store interface {
 	// its SKU row, committed at once so a later, older holder is shut out
 	// from then on, and returns the counters it saw. A row whose fence is
 	// newer fails with ErrStaleFence, a missing row with ErrUnknownSKU (or is
-	// created empty when create is set), both as *SKUError.
+	// created empty when create is set), both as *SKUError; several such
+	// rows fail as their *SKUErrors joined (errors.Join), every one named,
+	// and the rows that did match stay claimed.
 	Claim(ctx context.Context, fences []Fence, create bool) (map[string]SKU, error)
 	// Write applies w in one transaction that requires every fence to still
-	// stand; otherwise nothing is written and the error is ErrStaleFence. An
+	// stand; otherwise nothing is written and the error is ErrStaleFence,
+	// naming the rows as Claim does where it can tell them. An
 	// order whose idempotency key another order holds fails the whole write
 	// with a *KeyTakenError naming every such key.
 	Write(ctx context.Context, fences []Fence, w Write) error

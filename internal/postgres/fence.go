@@ -93,23 +93,32 @@ func (s *Store) Claim(ctx context.Context, fences []inventory.Fence, create bool
 	return nil, s.whyMissing(ctx, names, out)
 }
 
-// whyMissing tells an unknown SKU from one fenced by a newer lease.
+// whyMissing tells an unknown SKU from one fenced by a newer lease, for
+// every SKU the claim did not match.
 func (s *Store) whyMissing(ctx context.Context, skus []string, got map[string]inventory.SKU) error {
 	var existing []string
 	if err := s.db.WithContext(ctx).Raw(`SELECT sku FROM skus WHERE sku = ANY(?::text[])`, textArray(skus)).
 		Scan(&existing).Error; err != nil {
 		return translate("claim", err)
 	}
+	var errs []error
 	for _, sku := range skus {
 		if _, ok := got[sku]; ok {
 			continue
 		}
 		if !slices.Contains(existing, sku) {
-			return &inventory.SKUError{SKU: sku, Err: inventory.ErrUnknownSKU}
+			errs = append(errs, &inventory.SKUError{SKU: sku, Err: inventory.ErrUnknownSKU})
+		} else {
+			errs = append(errs, &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence})
 		}
-		return &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence}
 	}
-	return fmt.Errorf("postgres: claim: %w", errNoRows)
+	switch len(errs) {
+	case 0:
+		return fmt.Errorf("postgres: claim: %w", errNoRows)
+	case 1:
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 type skuRow struct {

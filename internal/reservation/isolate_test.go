@@ -1,12 +1,16 @@
 package reservation_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/reservation"
 )
 
@@ -110,5 +114,71 @@ func TestBatchUnattributedFailure(t *testing.T) {
 	attempts := f.store.tried()
 	if attempts != 1 {
 		t.Fatalf("%d write attempts, want 1", attempts)
+	}
+}
+
+// TestStaleRowFailsAlone: in a gathered batch, a row that a newer lease has
+// claimed — found by the claim, or only by the write — fails the orders
+// that name it (stale_fence) and no other: the batch's orders of other SKUs
+// are placed, in one write.
+func TestStaleRowFailsAlone(t *testing.T) {
+	for _, at := range []string{"claim", "write"} {
+		t.Run(at, func(t *testing.T) {
+			f := newFixture(t, reservation.Coalescing{Gatherers: 1})
+			ctx := context.Background()
+			const n = 4
+			for i := range n {
+				f.stock(fmt.Sprintf("s%d", i), 2)
+			}
+			f.stock("first", 1)
+			f.stock("taken", 2)
+			takeRow := func() { // as a newer lease's claim would
+				if _, err := f.store.Store.(*postgres.Store).DB().Exec(
+					`UPDATE skus SET fence_token = 9000000000000000000 WHERE sku = 'taken'`); err != nil {
+					t.Error(err)
+				}
+			}
+			if at == "claim" {
+				takeRow()
+			} else {
+				var once sync.Once
+				f.store.onClaim(func(fences []inventory.Fence) {
+					if slices.ContainsFunc(fences, func(fc inventory.Fence) bool { return fc.SKU == "taken" }) {
+						once.Do(takeRow)
+					}
+				})
+			}
+			first, gathered := f.busyFirst()
+			reqs := []inventory.PlaceRequest{req("", line("taken", 1)), req("", line("s1", 1), line("taken", 1))}
+			for i := range n {
+				reqs = append(reqs, req("", line(fmt.Sprintf("s%d", i), 1)))
+			}
+			errs := make([]error, len(reqs))
+			var wg sync.WaitGroup
+			for i, r := range reqs {
+				wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, r) })
+			}
+			waitFor(t, "the orders gathered", func() bool { return reservation.Gathering(f.svc) == len(reqs) })
+			close(gathered)
+			if err := <-first; err != nil {
+				t.Fatalf("first order: %v", err)
+			}
+			wg.Wait()
+			for i, err := range errs {
+				var ke *inventory.SKUError
+				switch {
+				case i < 2 && (!errors.As(err, &ke) || ke.SKU != "taken" || !errors.Is(err, inventory.ErrStaleFence)):
+					t.Errorf("order %d, naming the taken row = %v, want its stale fence", i, err)
+				case i >= 2 && err != nil:
+					t.Errorf("order %d, a neighbour of the taken row: %v", i, err)
+				}
+			}
+			if _, writes := f.store.counts(); len(writes) != 2 || writes[1] != n {
+				t.Errorf("writes %v, want the first order's and the %d neighbours in one", writes, n)
+			}
+			if a := f.audit("s1"); !a.Consistent || a.Held != 1 {
+				t.Errorf("audit s1 = %+v, want the lone order held, the one with the taken row not", a)
+			}
+		})
 	}
 }

@@ -290,14 +290,29 @@ func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pendin
 		if !ok || rewrites == maxRewrites {
 			return fail(err, groups...)
 		}
+		if errors.Is(err, inventory.ErrStaleFence) {
+			h.broken = true // a newer lease has some of its rows: no more batches under it
+		}
 		rewrites++
 		for _, p := range blamed {
-			done = append(done, verdict{p, err})
+			done = append(done, verdict{p, ownPart(err, p)})
 		}
 		groups = append(rest, groups[1:]...)
 	}
 	return done
 }
+
+// ownPart is the stale row of err that p names, its own answer, or err.
+func ownPart(err error, p *pending) error {
+	for _, ke := range skuRefusals(err, isStale) {
+		if slices.Contains(p.op.skus, ke.SKU) {
+			return ke
+		}
+	}
+	return err
+}
+
+func isStale(ke *inventory.SKUError) bool { return errors.Is(ke, inventory.ErrStaleFence) }
 
 // maxRewrites bounds the writes a batch makes again after a write was
 // refused for some of its ops; past it, the ops not yet written fail with
@@ -309,10 +324,11 @@ const maxRewrites = 16
 // and the groups to write again; ok is false when the refusal is the whole
 // write's. A store names the ops it can: the orders whose idempotency keys
 // other orders took (*inventory.KeyTakenError), an order it refused
-// (*inventory.OrderError). A value it refused as invalid without saying
-// whose (invalid text) belongs to some op: g is halved until the op is
-// alone. A lost lease, a stale fence or an unreachable database belong to
-// every op.
+// (*inventory.OrderError), the rows a newer lease has claimed
+// (*inventory.SKUError, stale: the ops naming them). A value it refused as
+// invalid without saying whose (invalid text) belongs to some op: g is
+// halved until the op is alone. A lost lease, a stale fence it cannot name
+// or an unreachable database belong to every op.
 func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bool) {
 	if errors.Is(err, lock.ErrLeaseLost) {
 		return nil, nil, false
@@ -325,6 +341,11 @@ func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bo
 		named = func(p *pending) bool { return p.op.key != "" && slices.Contains(taken.Keys, p.op.key) }
 	case errors.As(err, &refused):
 		named = func(p *pending) bool { return p.op.order == refused.ID }
+	case skuRefusals(err, isStale) != nil:
+		stale := skuRefusals(err, isStale)
+		named = func(p *pending) bool {
+			return slices.ContainsFunc(stale, func(ke *inventory.SKUError) bool { return slices.Contains(p.op.skus, ke.SKU) })
+		}
 	case errors.Is(err, inventory.ErrInvalid) && len(g) == 1:
 		return g, nil, true
 	case errors.Is(err, inventory.ErrInvalid):
@@ -395,9 +416,13 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 }
 
 // claim stamps h's fences on the rows the first time a batch runs under h,
-// and fills its ledger. Unless the batch creates rows, a SKU that does not
-// exist is set aside, so only the ops that name it fail (unknown_sku); the
-// claim is retried for the rest.
+// and fills its ledger. A SKU whose row a newer lease has claimed, and,
+// unless the batch creates rows, a SKU that does not exist, is set aside,
+// so only the ops that name it fail (stale_fence, unknown_sku): a gathered
+// batch's orders of other SKUs are placed. The claim is retried for the
+// rest (their rows are claimed already; claiming again under the same fence
+// matches). A stale row leaves h broken: its other leases serve no more
+// batches.
 func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error {
 	if h.ledger != nil {
 		return nil
@@ -416,10 +441,11 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 		cctx, cancel := context.WithTimeout(lctx, storeTimeout)
 		skus, err := s.store.Claim(cctx, fences, create)
 		cancel()
-		var ke *inventory.SKUError
-		if errors.As(err, &ke) && errors.Is(err, inventory.ErrUnknownSKU) && !create {
-			unknown[ke.SKU] = err
-			fences = slices.DeleteFunc(fences, func(f inventory.Fence) bool { return f.SKU == ke.SKU })
+		if aside := s.setAside(err, create, h); len(aside) > 0 {
+			for _, ke := range aside {
+				unknown[ke.SKU] = ke
+			}
+			fences = slices.DeleteFunc(fences, func(f inventory.Fence) bool { _, ok := unknown[f.SKU]; return ok })
 			continue
 		}
 		if err != nil {
@@ -433,6 +459,46 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 	}
 	h.ledger = inventory.NewLedger(map[string]inventory.SKU{}, byKey, unknown)
 	return nil
+}
+
+// setAside returns the per-SKU refusals of a claim's err that answer only
+// the ops naming their SKU, or nil when any part of err is the whole
+// batch's (a database that does not answer, a row a creating batch could
+// not make).
+func (s *Service) setAside(err error, create bool, h *hold) []*inventory.SKUError {
+	aside := skuRefusals(err, func(ke *inventory.SKUError) bool {
+		return errors.Is(ke, inventory.ErrStaleFence) || errors.Is(ke, inventory.ErrUnknownSKU) && !create
+	})
+	for _, ke := range aside {
+		if errors.Is(ke, inventory.ErrStaleFence) {
+			s.obs.StaleFence()
+			s.log.Warn("stale fence: claim rejected", "err", ke)
+			h.broken = true
+		}
+	}
+	return aside
+}
+
+// skuRefusals returns the *SKUErrors that err is made of (one, or several
+// joined), when each is one that only answers the ops naming its SKU; nil
+// when err is nil or any part of it is something else.
+func skuRefusals(err error, only func(*inventory.SKUError) bool) []*inventory.SKUError {
+	if err == nil {
+		return nil
+	}
+	parts := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts = j.Unwrap()
+	}
+	out := make([]*inventory.SKUError, 0, len(parts))
+	for _, e := range parts {
+		var ke *inventory.SKUError
+		if !errors.As(e, &ke) || !only(ke) {
+			return nil
+		}
+		out = append(out, ke)
+	}
+	return out
 }
 
 func (s *Service) release(ctx context.Context, h *hold) {
