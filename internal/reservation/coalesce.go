@@ -124,6 +124,7 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 			return err
 		case <-ctx.Done():
 			if p.move(stateQueued, stateDropped) || p.move(stateBatched, stateDropped) {
+				p.leave()
 				return fmt.Errorf("reservation: order left its queue undecided: %w", ctx.Err())
 			}
 			// Decided already: it stands or falls with its batch, which
@@ -131,6 +132,7 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 			return <-p.answer
 		case <-wait.C:
 			if p.move(stateQueued, stateDropped) {
+				p.leave()
 				return notAcquired(c.s.lockWait, context.DeadlineExceeded)
 			}
 			// Its batch holds the leases: the answer is near.

@@ -35,3 +35,12 @@ func Gathering(s *Service) int {
 	}
 	return n
 }
+
+// Leading reports whether a batch leader serves sku's queue.
+func Leading(s *Service, sku string) bool {
+	c := s.coalesce
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.queues[sku]
+	return ok
+}

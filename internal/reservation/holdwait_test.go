@@ -2,9 +2,11 @@ package reservation_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/reservation"
 )
@@ -38,5 +40,44 @@ func TestHoldWaitIsBounded(t *testing.T) {
 	}
 	if a := f.audit("a"); !a.Consistent || a.Held != 2 {
 		t.Fatalf("audit a = %+v", a)
+	}
+}
+
+// TestLeaderStopsWhenItsOrdersLeave: a queue leader waiting in a key's line
+// stops waiting once every order it waits for has left (their clients hung
+// up), rather than holding its place, a goroutine and a queue for the whole
+// lock wait; the key's next order is served as usual.
+func TestLeaderStopsWhenItsOrdersLeave(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	f.stock("a", 10)
+	release := f.hold("a")
+	ctxs := make([]context.Context, 3)
+	cancels := make([]context.CancelFunc, 3)
+	reqs := make([]inventory.PlaceRequest, 3)
+	for i := range ctxs {
+		ctxs[i], cancels[i] = context.WithCancel(context.Background())
+		reqs[i] = req("", line("a", 1))
+	}
+	results := f.queueCtx(f.svc, "a", ctxs, reqs)
+	start := time.Now()
+	for _, cancel := range cancels {
+		cancel()
+	}
+	out, _ := results()
+	for i, r := range out {
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("order %d, its client gone = %v, want context.Canceled", i, r.err)
+		}
+	}
+	waitFor(t, "the leader to leave the key's line", func() bool { return !reservation.Leading(f.svc, "a") })
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("the leader waited %v after its last order left (lock wait 5s)", d)
+	}
+	release()
+	if _, _, err := f.svc.Place(context.Background(), req("", line("a", 1))); err != nil {
+		t.Fatalf("the next order on a: %v", err)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 1 {
+		t.Fatalf("audit a = %+v, want the one order held", a)
 	}
 }

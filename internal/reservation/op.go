@@ -99,6 +99,41 @@ type pending struct {
 	// span is its request's span (a no-op one when tracing is off), linked
 	// to the batch that decides it.
 	span trace.Span
+	// wait is the lock wait of the queue leader that waits for p's keys,
+	// if one does; left is set once p has counted itself out of it.
+	wait atomic.Pointer[lockWait]
+	left atomic.Bool
+}
+
+// lockWait is a queue leader's wait for the keys of the orders it waits
+// for. Once every one of them has left (client gone, lock wait over) the
+// wait is cancelled: nobody would take what it got, and a client that sends
+// orders and hangs up at once would otherwise keep a leader, and a queue,
+// waiting in the key's line for the whole --lock-wait.
+type lockWait struct {
+	waiting atomic.Int32
+	cancel  context.CancelFunc
+}
+
+// waitFor makes w the lock wait of waiting, counting out those that left
+// already.
+func (w *lockWait) waitFor(waiting []*pending) {
+	w.waiting.Store(int32(len(waiting)))
+	for _, p := range waiting {
+		p.wait.Store(w)
+	}
+	for _, p := range waiting {
+		if p.state.Load() == stateDropped {
+			p.leave()
+		}
+	}
+}
+
+// leave counts p, dropped, out of its leader's lock wait, once.
+func (p *pending) leave() {
+	if w := p.wait.Load(); w != nil && p.left.CompareAndSwap(false, true) && w.waiting.Add(-1) == 0 {
+		w.cancel()
+	}
 }
 
 // pending wraps o for the request whose context is ctx.

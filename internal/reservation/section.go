@@ -186,6 +186,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 		}
 		set = b.Leases
 	} else {
+		(&lockWait{cancel: cancel}).waitFor(waiting)
 		set, err = lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
 	}
 	cancel()
