@@ -47,6 +47,9 @@ type attempt struct {
 	// the only lock write an attempt sends; wrote(i, k) is then final.
 	done  []chan struct{}
 	write []int8 // [i*len(keys)+k]: see wrote
+	// fin[i] is closed once this attempt has nothing more to send to node
+	// i (round 2, or the lesson of a token decided without it, included).
+	fin []chan struct{}
 
 	// Round 2 starts on each node that answered round 1 once tokenReady is
 	// closed (tokens is then set: the token of each key won, 0 for the
@@ -85,6 +88,7 @@ func (l *Locker) newAttempt(ctx context.Context, keys []string, ttl time.Duratio
 		ttl: ttl, fenced: !l.cfg.noFencing,
 		bg:         context.WithoutCancel(ctx),
 		done:       make([]chan struct{}, n),
+		fin:        make([]chan struct{}, n),
 		write:      make([]int8, n*len(keys)),
 		tokenReady: make(chan struct{}),
 		abort:      make(chan struct{}),
@@ -98,6 +102,7 @@ func (l *Locker) newAttempt(ctx context.Context, keys []string, ttl time.Duratio
 	}
 	for i := range n {
 		a.done[i] = make(chan struct{})
+		a.fin[i] = make(chan struct{})
 	}
 	return a
 }
@@ -204,6 +209,7 @@ func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, er
 // node runs this attempt's requests to node i, in order: round 1 (the lock
 // writes), then, with fencing, round 2 once the tokens are decided.
 func (a *attempt) node(i int, replies chan<- reply) {
+	defer close(a.fin[i])
 	nd := a.l.nodes[i]
 	r := reply{node: i, round: 1}
 	var err error

@@ -68,7 +68,13 @@
 // that did not answer takes one off that number. The next acquisition
 // brings the restarted nodes up again: their counters differ from the
 // others', so it takes round 2 (or teaches them, when they answer late).
-// Losing the counters on more nodes at once breaks the guarantee, as it
+// On a node that granted us the lock, the lease's release waits until the
+// attempt has sent that node everything (round 2, the lesson), so T lands
+// there before the lock is free for the next holder's increment; on a node
+// that refused us nothing orders the lesson before the other holder's lock
+// lapses, so there the lesson is best effort, and such a node counts as
+// one that did not answer. Losing the counters on more nodes at once
+// breaks the guarantee, as it
 // breaks Redlock's mutual exclusion (which, like the paper, assumes that a
 // node restarted empty stays away for a TTL or keeps its data).
 //

@@ -21,8 +21,12 @@ type held struct {
 // release compare-and-deletes every key of hs on every node it may have been
 // written to (all but those whose round-1 answer was that SET NX found the
 // key held), in one request per node for all the keys. Each node's delete
-// waits for the round-1 replies of that node for every attempt among hs: a
-// SET that landed after the delete would hold that node for the whole TTL.
+// waits until every attempt among hs has sent that node all it will: a SET
+// that landed after the delete would hold that node for the whole TTL, and
+// a round-2 raise or a late node's lesson that landed after it could come
+// after the next holder's increment there, leaving that node's counter
+// below our token (which the empty-restart argument of the package doc
+// counts on it knowing).
 // With wait it returns when every delete has finished; otherwise once a
 // majority of nodes is clear of the keys (the rest finish in the
 // background). It returns the errors of the deletes it waited for, when
@@ -38,7 +42,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 	results := l.each(allNodes(n), func(i int) error {
 		if len(hs) == 1 { // a lone lease: no per-node slices to build
 			h := hs[0]
-			<-h.a.done[i]
+			<-h.a.fin[i]
 			if h.a.wrote(i, h.k) == writeRefused {
 				return nil
 			}
@@ -52,7 +56,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 		holds := make([]redisnode.Hold, 0, len(hs))
 		wake := make([]bool, 0, len(hs))
 		for _, h := range hs {
-			<-h.a.done[i]
+			<-h.a.fin[i]
 			if h.a.wrote(i, h.k) == writeRefused {
 				continue
 			}
