@@ -19,13 +19,9 @@ import (
 // for its SKU's queue and is placed once the key is free, and an order
 // refused by the ledger fails alone. Idle again, the instance holds nothing.
 func TestGatherAcrossSKUs(t *testing.T) {
-	f := newFixture(t, reservation.Coalescing{Gatherers: 1})
-	ctx := context.Background()
 	const n = 8
-	for i := range n {
-		f.stock(fmt.Sprintf("s%d", i), 2)
-	}
-	f.stock("first", 1)
+	f := gatherFixture(t, n)
+	ctx := context.Background()
 	f.stock("held", 1)
 	f.store.counts()
 
@@ -121,6 +117,18 @@ func TestGatherTakesItsKeyAgain(t *testing.T) {
 
 // busyFirst places one order on "first" whose write waits until gathered is
 // closed, and returns once that write has started; first is its answer.
+// gatherFixture is a fixture with one gatherer and SKUs s0..s<n-1> of 2
+// units each, and "first" (busyFirst's) of 1.
+func gatherFixture(t *testing.T, n int) *fixture {
+	t.Helper()
+	f := newFixture(t, reservation.Coalescing{Gatherers: 1})
+	for i := range n {
+		f.stock(fmt.Sprintf("s%d", i), 2)
+	}
+	f.stock("first", 1)
+	return f
+}
+
 func (f *fixture) busyFirst() (first <-chan error, gathered chan struct{}) {
 	f.t.Helper()
 	gathered = make(chan struct{})

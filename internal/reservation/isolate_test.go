@@ -124,13 +124,9 @@ func TestBatchUnattributedFailure(t *testing.T) {
 func TestStaleRowFailsAlone(t *testing.T) {
 	for _, at := range []string{"claim", "write"} {
 		t.Run(at, func(t *testing.T) {
-			f := newFixture(t, reservation.Coalescing{Gatherers: 1})
-			ctx := context.Background()
 			const n = 4
-			for i := range n {
-				f.stock(fmt.Sprintf("s%d", i), 2)
-			}
-			f.stock("first", 1)
+			f := gatherFixture(t, n)
+			ctx := context.Background()
 			f.stock("taken", 2)
 			takeRow := func() { // as a newer lease's claim would
 				if _, err := f.store.Store.(*postgres.Store).DB().Exec(
