@@ -173,13 +173,15 @@ func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 	return outcome{obtained: obtained, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl)), t: t}, nil
 }
 
-// heldElsewhere reports whether a majority of nodes refused key k because
-// another lease holds it there. Then that holder's release is the wake-up
-// the key's waiters need; the clean-up of this attempt's writes must not be
-// one: it would wake this Locker's own head of line (or another process'),
-// whose next attempt meets the same majority, and so on, an attempt a round
-// trip for as long as the other lease is held. After a split vote (no
-// majority refused) the clean-up does wake: the key may be free now.
+// heldElsewhere reports whether a majority of nodes refused key k: others'
+// values hold it there (a lease, or what attempts that split the vote left
+// until their clean-up or TTL), so deleting this attempt's writes frees no
+// majority. The holder's release is then the wake-up the key's waiters
+// need; the clean-up must not be one: it would wake this Locker's own head
+// of line (or another process'), whose next attempt meets the same
+// majority, and so on, an attempt a round trip for as long as the key
+// stays held. With fewer refusals the clean-up does wake: the key may be
+// free now.
 func (a *attempt) heldElsewhere(k int) bool {
 	refused := 0
 	for i := range a.l.nodes {
