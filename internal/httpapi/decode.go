@@ -157,6 +157,9 @@ func onlySpace(b []byte) bool {
 
 // jsonKind names the JSON kind a Go type decodes from, for errors.
 func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another value"
+	}
 	switch t.Kind() {
 	case reflect.Bool:
 		return "a boolean"
