@@ -311,9 +311,14 @@ func (s *session) classify(err error) error {
 }
 
 // lostResponse reports errors after which a write may or may not have been
-// applied: the connection died with the request in flight.
+// applied: the connection died with the request in flight. A request whose
+// own write to the socket failed as the connection dropped gets the
+// socket's error (a *net.OpError: "use of closed network connection",
+// EPIPE), not ErrConnectionClosed, from go-zookeeper; it is the same loss,
+// and the request may have reached the server in part or whole.
 func lostResponse(err error) bool {
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer)
+	var op *net.OpError
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.As(err, &op)
 }
 
 // zkLogger sends go-zookeeper's messages to slog at debug level: the

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,6 +255,66 @@ func TestProcessDeath(t *testing.T) {
 	lease := mustAcquire(t, l, k)
 	if lease.Token() <= childToken {
 		t.Fatalf("token %d after the dead holder's %d", lease.Token(), childToken)
+	}
+	mustRelease(t, lease)
+}
+
+// breakingDialer's connections fail their next write once armed, closing
+// the socket as a dropped connection does: go-zookeeper then hands that
+// write's own error (a *net.OpError) to the request, not
+// ErrConnectionClosed.
+type breakingDialer struct{ armed atomic.Bool }
+
+func (d *breakingDialer) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
+	c, err := net.DialTimeout(network, addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &breakingConn{Conn: c, d: d}, nil
+}
+
+type breakingConn struct {
+	net.Conn
+	d *breakingDialer
+}
+
+func (c *breakingConn) Write(b []byte) (int, error) {
+	if c.d.armed.CompareAndSwap(true, false) {
+		_ = c.Conn.Close()
+	}
+	return c.Conn.Write(b)
+}
+
+// TestFailedWriteIsALostResponse: a request whose write fails as the
+// connection drops gets the socket's error from go-zookeeper, and that is a
+// lost response (retried once the session reconnects, a create recovered
+// by its uuid), not the backend being unavailable; end to end, a TryOnce
+// across such a write obtains its key. (TestDisconnectLosesLease's waiter
+// once met this in CI as "backend unavailable: write tcp …: use of closed
+// network connection".)
+func TestFailedWriteIsALostResponse(t *testing.T) {
+	servers := sharedZK(t)
+	d := &breakingDialer{}
+	l := mustLocker(t, servers, WithDialer(d.dial))
+	waitFor(t, 5*time.Second, "a session", func() bool { return l.Ping(context.Background()) == nil })
+	s, err := l.session()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.armed.Store(true)
+	_, _, err = s.conn.Exists("/")
+	var op *net.OpError
+	if !errors.As(err, &op) || !lostResponse(err) {
+		t.Fatalf("a read whose write failed with the connection = %v (%T), lost response: %v; want a *net.OpError, lost",
+			err, err, lostResponse(err))
+	}
+	waitFor(t, 5*time.Second, "the session back", func() bool { return l.Ping(context.Background()) == nil })
+	d.armed.Store(true)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	lease, err := l.Acquire(ctx, key(t), lock.TryOnce())
+	if err != nil {
+		t.Fatalf("Acquire across a write that failed with the connection: %v", err)
 	}
 	mustRelease(t, lease)
 }
