@@ -117,6 +117,43 @@ func TestGatherTakesItsKeyAgain(t *testing.T) {
 
 // busyFirst places one order on "first" whose write waits until gathered is
 // closed, and returns once that write has started; first is its answer.
+// TestGatherLetsGoBeforeLookingUp: a gathered batch that names a SKU this
+// instance has not seen yet lets the busy batch's leases go before it asks
+// the store about it, rather than keeping their keys from other instances
+// for the lookup's round trip (or its timeout, with the database slow).
+func TestGatherLetsGoBeforeLookingUp(t *testing.T) {
+	f := gatherFixture(t, 0)
+	// Made by another instance: this one has not seen it.
+	if _, err := f.service(reservation.Coalescing{}).SetStock(context.Background(), "fresh", 1); err != nil {
+		t.Fatal(err)
+	}
+	f.store.counts()
+	var heldAtLookup []string
+	f.store.mu.Lock()
+	f.store.beforeLookup = func() {
+		if lease, err := f.locker.Acquire(context.Background(), "first", lock.TryOnce()); err != nil {
+			heldAtLookup = append(heldAtLookup, "first")
+		} else {
+			_ = lease.Release(context.Background())
+		}
+	}
+	f.store.mu.Unlock()
+	first, gathered := f.busyFirst()
+	done := make(chan error, 1)
+	go func() { _, _, err := f.svc.Place(context.Background(), req("", line("fresh", 1))); done <- err }()
+	waitFor(t, "the order gathered", func() bool { return reservation.Gathering(f.svc) == 1 })
+	close(gathered)
+	if err := <-first; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the order on the SKU not seen before: %v", err)
+	}
+	if len(heldAtLookup) > 0 {
+		t.Fatalf("keys %v still held by the earlier batch while the store was asked about a new SKU", heldAtLookup)
+	}
+}
+
 // gatherFixture is a fixture with one gatherer and SKUs s0..s<n-1> of 2
 // units each, and "first" (busyFirst's) of 1.
 func gatherFixture(t *testing.T, n int) *fixture {

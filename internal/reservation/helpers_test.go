@@ -81,6 +81,18 @@ type spyStore struct {
 	// as the database would; attempts counts the writes tried.
 	refuse   func(w inventory.Write) error
 	attempts int
+	// beforeLookup, when set, runs before every KnownSKUs.
+	beforeLookup func()
+}
+
+func (s *spyStore) KnownSKUs(ctx context.Context, names []string) (map[string]bool, error) {
+	s.mu.Lock()
+	hook := s.beforeLookup
+	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
+	return s.Store.KnownSKUs(ctx, names)
 }
 
 func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create bool) (map[string]inventory.SKU, error) {
