@@ -285,6 +285,20 @@ func TestSweepRemovesOnlyDeadRuns(t *testing.T) {
 	}
 	sleeperDone := make(chan error, 1)
 	go func() { sleeperDone <- sleeper.Wait() }()
+	// Sweep kills what `ip netns pids` lists: wait until the sleeper has
+	// entered the namespace, or a sweep that ran first (a loaded machine)
+	// would find it empty and leave the sleeper to enter it afterwards.
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		out, _ := exec.Command("ip", "netns", "pids", dead).Output()
+		if strings.TrimSpace(string(out)) != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sleeper never entered the dead run's namespace")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 
 	removed, err := netns.Sweep(t.Context(), testPrefix)
 	if err != nil {
