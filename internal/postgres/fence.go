@@ -112,10 +112,16 @@ func (s *Store) whyMissing(ctx context.Context, skus []string, got map[string]in
 			errs = append(errs, &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence})
 		}
 	}
-	switch len(errs) {
-	case 0:
+	if len(errs) == 0 {
 		return fmt.Errorf("postgres: claim: %w", errNoRows)
-	case 1:
+	}
+	return refusedRows(errs)
+}
+
+// refusedRows is the error naming every refused row (*inventory.SKUError
+// each, inventory.Store's contract): the one alone, or all joined.
+func refusedRows(errs []error) error {
+	if len(errs) == 1 {
 		return errs[0]
 	}
 	return errors.Join(errs...)

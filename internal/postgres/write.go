@@ -175,16 +175,12 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write)
 		if err != nil {
 			return translate("write", err)
 		}
-		switch len(stale) {
-		case 0:
-		case 1:
-			return &inventory.SKUError{SKU: stale[0], Err: inventory.ErrStaleFence}
-		default:
+		if len(stale) > 0 {
 			errs := make([]error, len(stale))
 			for i, sku := range stale {
 				errs[i] = &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence}
 			}
-			return errors.Join(errs...)
+			return refusedRows(errs)
 		}
 	}
 	if t := w.Transition; t != nil {

@@ -49,8 +49,8 @@ func (k *knownSKUs) add(names ...string) {
 	}
 }
 
-// misses returns those of names not remembered to exist: unknown asks the
-// store about them.
+// misses returns those of names not remembered to exist: the ones unknown
+// asks the store about.
 func (k *knownSKUs) misses(names []string) []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -63,11 +63,10 @@ func (k *knownSKUs) misses(names []string) []string {
 	return ask
 }
 
-// unknown returns those of names that do not exist. It asks the store only
-// about the names it does not remember, in one call, and none when it
-// remembers them all.
-func (k *knownSKUs) unknown(ctx context.Context, names []string) (map[string]bool, error) {
-	ask := k.misses(names)
+// unknown returns those of ask, names not remembered (misses), that do
+// not exist, asking the store about them in one call, and nothing when ask
+// is empty.
+func (k *knownSKUs) unknown(ctx context.Context, ask []string) (map[string]bool, error) {
 	if len(ask) == 0 {
 		return nil, nil
 	}
@@ -92,14 +91,14 @@ func (k *knownSKUs) unknown(ctx context.Context, names []string) (map[string]boo
 
 // dropUnknown answers, without locking anything, the ops of waiting that
 // name a SKU that does not exist (unknown_sku), or every op with the
-// lookup's error; it returns the rest and the SKUs they need. Ops that
-// create SKUs (setting stock) are not checked: creating a SKU takes its
-// lock like any other stock change.
-func (s *Service) dropUnknown(ctx context.Context, want []string, waiting []*pending) ([]string, []*pending) {
+// lookup's error; it returns the rest and the SKUs they need. ask is
+// s.known.misses(want). Ops that create SKUs (setting stock) are not
+// checked: creating a SKU takes its lock like any other stock change.
+func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, waiting []*pending) ([]string, []*pending) {
 	if slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.create }) {
 		return want, waiting
 	}
-	unknown, err := s.known.unknown(ctx, want)
+	unknown, err := s.known.unknown(ctx, ask)
 	if err == nil && len(unknown) == 0 {
 		return want, waiting
 	}

@@ -150,7 +150,8 @@ func (s *Service) serve(ctx context.Context, src source, prev *hold) *hold {
 // for them (known.go). On failure it answers them (each one's own timer may
 // have answered it first) and returns nil.
 func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending, try bool, prev *hold) *hold {
-	if !try || prev.overlaps(want) || (prev != nil && len(s.known.misses(want)) > 0) {
+	ask := s.known.misses(want)
+	if !try || prev.overlaps(want) || (prev != nil && len(ask) > 0) {
 		// A key of both would be reported held by the handover and its
 		// order sent to its queue, a cycle late; and a store lookup of
 		// SKUs not seen yet (dropUnknown) is no reason to keep prev's
@@ -158,7 +159,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 		s.release(ctx, prev)
 		prev = nil
 	}
-	if want, waiting = s.dropUnknown(ctx, want, waiting); len(waiting) == 0 {
+	if want, waiting = s.dropUnknown(ctx, want, ask, waiting); len(waiting) == 0 {
 		s.release(ctx, prev)
 		return nil
 	}
