@@ -25,6 +25,8 @@ import (
 type recorder struct {
 	calls atomic.Int32
 	place func(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error)
+	// ready, when set, answers Ready.
+	ready func(ctx context.Context) error
 }
 
 func (r *recorder) Place(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error) {
@@ -65,7 +67,12 @@ func (r *recorder) Cancel(context.Context, string) (*inventory.Order, error) {
 	return &inventory.Order{}, nil
 }
 
-func (r *recorder) Ready(context.Context) error { return nil }
+func (r *recorder) Ready(ctx context.Context) error {
+	if r.ready != nil {
+		return r.ready(ctx)
+	}
+	return nil
+}
 
 // hostileReq is a request as a hostile client may send it, written
 // straight to the handler, so nothing a real client library would refuse
@@ -308,3 +315,22 @@ func TestPanicIsCountedAndAnswered(t *testing.T) {
 		t.Fatalf("the panicked request is not counted:\n%s", grep(m.Body.String(), "stockguard_http_requests_total"))
 	}
 }
+
+// TestReadyzWithASlowDatabase: a database that does not answer (an
+// exhausted pool, a partition) makes /readyz answer 503 not_ready within
+// its bound, not hang as long as the probe's client waits.
+func TestReadyzWithASlowDatabase(t *testing.T) {
+	svc := &recorder{ready: func(ctx context.Context) error {
+		<-ctx.Done() // answers only when given up on
+		return fmt.Errorf("postgres: ping: %w", ctx.Err())
+	}}
+	start := time.Now()
+	w := hostileReq{"GET", "/readyz", "", nil}.serve(httpapi.New(httpapi.Config{Service: svc}))
+	if code := errorCode(t, w); w.Code != http.StatusServiceUnavailable || code != "not_ready" {
+		t.Fatalf("readyz with the database hung = %d %q: %s", w.Code, code, w.Body)
+	}
+	if d := time.Since(start); d > 4*time.Second {
+		t.Fatalf("readyz with the database hung took %v, want its 2 s bound", d)
+	}
+}
+
