@@ -333,4 +333,3 @@ func TestReadyzWithASlowDatabase(t *testing.T) {
 		t.Fatalf("readyz with the database hung took %v, want its 2 s bound", d)
 	}
 }
-
