@@ -38,6 +38,11 @@ type LeaseParams struct {
 	Handle   Handle
 	// OnLost, when set, is called once if the lease is lost (not on Release).
 	OnLost func(error)
+	// Follows, when set, is the lease this one stands for (a decorator's,
+	// which ends when Follows does): Deadline is Follows' current one, which
+	// Follows' keepalive moves. Leave Deadline zero with it, so that this
+	// lease runs no keepalive of its own.
+	Follows *Lease
 }
 
 // Lease is a held lock. Done may close at any time, long before Release: the
@@ -89,6 +94,9 @@ func (l *Lease) ID() uuid.UUID { return l.p.ID }
 // Deadline is the current validity deadline; zero when the lease has none
 // (it lasts as long as the backend's session or connection).
 func (l *Lease) Deadline() time.Time {
+	if l.p.Follows != nil {
+		return l.p.Follows.Deadline()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline

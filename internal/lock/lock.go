@@ -39,7 +39,9 @@ type Locker interface {
 	// Ping checks that the backend can currently grant locks (quorum reachable,
 	// session connected); readiness probes call it.
 	Ping(ctx context.Context) error
-	// Close releases the backend's connections. Leases still held are lost.
+	// Close releases the backend's connections. Leases still held are lost:
+	// their Done closes, at once or at the latest at their next extension
+	// (their deadline, without a watchdog), and Err wraps ErrLeaseLost.
 	Close() error
 }
 

@@ -19,19 +19,30 @@ type MultiAcquirer interface {
 	AcquireAll(ctx context.Context, keys []string, opts ...Option) (Set, error)
 }
 
-// AcquireAll locks every key in sorted order, so two operations over
-// overlapping keys can never wait on each other in a cycle. On any failure it
-// releases what it already holds and returns the error. Duplicate keys are
-// locked once.
+// AcquireAll locks every key and returns the leases in sorted order, until
+// ctx ends. On any failure it releases what it holds and returns the error.
+// Duplicate keys are locked once.
 //
-// Sorted order alone keeps it deadlock-free, but every key held while it
-// waits for a later one is blocked for everyone else: an order of 100 lines
-// stuck behind its last key would stall every order on its other 99. So it
-// holds keys while waiting for the rest at most the hold-wait bound
-// (WithHoldWait, default DefaultHoldWait) in all: each later key is first
-// tried once, and only the waits for keys found held count against the
-// bound. Past it, it releases what it holds and starts over, in line again
-// for its first key, until ctx ends. A MultiAcquirer applies the same bound
+// It waits for a key only while it holds nothing or only smaller keys, so
+// operations over overlapping keys can never wait on each other in a cycle:
+// in one, each would wait for a key the next one holds, and the next one
+// waits only for a larger key than those it holds, so the keys waited for
+// would grow all the way round the cycle back to the first. Keys it takes
+// out of sorted order it takes with TryOnce, which waits for no one.
+//
+// Sorted order alone would keep every key held while it waits for a later
+// one blocked for everyone else: an order of 100 lines stuck behind its last
+// key would stall every order on its other 99. So it holds keys while
+// waiting at most the hold-wait bound (WithHoldWait, default
+// DefaultHoldWait) in all: each later key is first tried once, and only the
+// waits for keys found held count against the bound. Past it, it lets go of
+// every key it holds and waits on, holding nothing, in the same place in
+// that key's line. Giving the wait up and queueing again would put it at the
+// back of a line that may always hold more than the bound of work, where it
+// would never get the key while every lone acquisition of it does. Once it
+// has the key, it tries each smaller key once and takes the larger ones as
+// before; a smaller key found held is the next one it lets everything go
+// for and waits for, holding nothing. A MultiAcquirer applies the same bound
 // its own way.
 func AcquireAll(ctx context.Context, l Locker, keys []string, opts ...Option) (Set, error) {
 	if m, ok := l.(MultiAcquirer); ok {
@@ -43,54 +54,105 @@ func AcquireAll(ctx context.Context, l Locker, keys []string, opts ...Option) (S
 	if len(sorted) == 0 {
 		return Set{}, nil
 	}
-	bound := Apply(0, opts).HoldWait
+	m := &multi{l: l, keys: sorted, opts: opts, tryOnce: append(slices.Clip(opts), TryOnce()), bound: Apply(0, opts).HoldWait}
+	next := &restart{}
 	for {
-		set, err := acquireHolding(ctx, l, sorted, opts, bound)
-		if !errors.Is(err, errHoldWait) {
+		lease := next.lease
+		if lease == nil {
+			var err error
+			if lease, err = l.Acquire(ctx, sorted[next.at], opts...); err != nil {
+				return nil, err
+			}
+		}
+		set, again, err := m.round(ctx, next.at, lease)
+		if again == nil {
 			return set, err
 		}
+		next = again
 	}
 }
 
-// errHoldWait is an attempt that passed the hold-wait bound holding keys.
-var errHoldWait = errors.New("lock: held keys past the hold-wait bound")
+// multi is one AcquireAll on a Locker without a multi-key form of its own.
+type multi struct {
+	l       Locker
+	keys    []string // sorted, unique
+	opts    []Option
+	tryOnce []Option
+	bound   time.Duration
+}
 
-// acquireHolding is one attempt of AcquireAll: the first key as long as ctx
-// allows, each later one tried once and, if held, waited for within what is
-// left of bound. On any failure it releases what it holds.
-func acquireHolding(ctx context.Context, l Locker, keys []string, opts []Option, bound time.Duration) (Set, error) {
-	first, err := l.Acquire(ctx, keys[0], opts...)
-	if err != nil {
-		return nil, err
-	}
-	set := Set{first}
-	fail := func(err error) (Set, error) {
-		// A release that never reaches the backend would leave the keys we
-		// hold blocked for a whole TTL.
-		return nil, errors.Join(err, set.releaseDetached(ctx))
-	}
-	tryOnce := append(slices.Clip(opts), TryOnce())
-	budget := bound
-	for _, k := range keys[1:] {
-		lease, err := l.Acquire(ctx, k, tryOnce...)
+// restart is where a round of AcquireAll left off, holding nothing: the key
+// to wait for next, keys[at], and its lease when that wait is already over.
+type restart struct {
+	at    int
+	lease *Lease
+}
+
+// round holds keys[at] (lease) and takes the other keys around it: each
+// smaller key tried once, each larger one tried once and, if held, waited
+// for within what is left of the bound. It returns the set; or, with nothing
+// held any more, where to start again; or an error, with nothing held.
+func (m *multi) round(ctx context.Context, at int, lease *Lease) (Set, *restart, error) {
+	set := make(Set, 0, len(m.keys))
+	for i, k := range m.keys[:at] {
+		got, err := m.l.Acquire(ctx, k, m.tryOnce...)
 		if errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
-			start := time.Now()
-			wctx, cancel := context.WithTimeout(ctx, budget)
-			lease, err = l.Acquire(wctx, k, opts...)
-			expired := wctx.Err() != nil
-			cancel()
-			budget -= time.Since(start)
-			if err != nil && ctx.Err() == nil && expired {
-				return fail(errHoldWait)
+			// Waiting for k now would be waiting out of order, holding
+			// keys[at]: wait for it holding nothing.
+			letGo(ctx, append(set, lease))
+			return nil, &restart{at: i}, nil
+		}
+		if err != nil {
+			return nil, nil, errors.Join(err, append(set, lease).releaseDetached(ctx))
+		}
+		set = append(set, got)
+	}
+	set = append(set, lease)
+	budget := m.bound
+	for i := at + 1; i < len(m.keys); i++ {
+		got, err := m.l.Acquire(ctx, m.keys[i], m.tryOnce...)
+		if errors.Is(err, ErrNotAcquired) && ctx.Err() == nil {
+			var gone bool
+			got, budget, gone, err = m.waitHolding(ctx, m.keys[i], set, budget)
+			if gone {
+				if err != nil {
+					return nil, nil, err
+				}
+				return nil, &restart{at: i, lease: got}, nil
 			}
 		}
 		if err != nil {
-			return fail(err)
+			return nil, nil, errors.Join(err, set.releaseDetached(ctx))
 		}
-		set = append(set, lease)
+		set = append(set, got)
 	}
-	return set, nil
+	return set, nil, nil
 }
+
+// waitHolding waits in key's line while it holds held. Once the wait has
+// lasted budget, it lets held go and waits on in its place, holding
+// nothing. It returns the wait's lease or error, what is left of budget,
+// and whether held was let go.
+func (m *multi) waitHolding(ctx context.Context, key string, held Set, budget time.Duration) (*Lease, time.Duration, bool, error) {
+	start := time.Now()
+	gone := make(chan struct{})
+	t := time.AfterFunc(budget, func() {
+		defer close(gone)
+		letGo(ctx, held)
+	})
+	lease, err := m.l.Acquire(ctx, key, m.opts...)
+	if !t.Stop() {
+		<-gone
+		return lease, 0, true, err
+	}
+	return lease, budget - time.Since(start), false, err
+}
+
+// letGo releases the leases an AcquireAll holds while it goes on waiting.
+// The error is dropped, as the operation goes on: the leases are over for
+// it either way, and a key whose release did not reach the backend stays
+// blocked until its TTL whatever the operation does next.
+func letGo(ctx context.Context, held Set) { _ = held.releaseDetached(ctx) }
 
 // Lease returns the lease on key, or nil.
 func (s Set) Lease(key string) *Lease {

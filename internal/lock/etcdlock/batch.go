@@ -53,8 +53,16 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 			}
 		}
 	}
+	if len(got) == 0 {
+		return b, nil
+	}
+	deadline, err := s.valid(ctx)
+	if err != nil {
+		s.abandonAll(ctx, got)
+		return lock.Batch{}, err
+	}
 	for _, w := range got {
-		lease, err := s.grant(w)
+		lease, err := s.grant(w, deadline)
 		if err != nil {
 			// The session ended: every key went with it, granted or not.
 			_ = b.Leases.Release(context.WithoutCancel(ctx))

@@ -10,13 +10,17 @@
 // revision counts every write in one total order, so a later holder of any
 // key has a larger token than every earlier one, across leader elections.
 //
-// Every lease a Locker grants lives in its one session (a lease with a
-// keepalive, concurrency.Session). When that session ends — its lease expired
-// because no keepalive reached a quorum within the TTL, or it was revoked —
-// its keys vanish with it, every lease on it is lost at once (Done closes,
-// Err wraps lock.ErrLeaseLost), waiters in it queue again, and the Locker
-// opens a new session for what comes next. A lease has no deadline of its
-// own: Done is its only end.
+// Every lease a Locker grants lives in its one session: an etcd lease that
+// the Locker renews every TTL/3, each renewal a call of its own that may
+// take TTL/4, so that a frozen member delays one renewal, not the session.
+// The session is surely alive until the send time of its last answered
+// renewal plus the TTL, less the drift allowance of the TTL backends; that
+// is every lease's Deadline, and when it passes with no renewal answered the
+// Locker gives the session up, before the cluster may expire it and hand
+// its keys on. When the session ends that way, or its lease is revoked or
+// found expired, its keys vanish with it, every lease on it is lost at once
+// (Done closes, Err wraps lock.ErrLeaseLost), waiters in it queue again, and
+// the Locker opens a new session for what comes next.
 package etcdlock
 
 import (
@@ -88,9 +92,11 @@ func New(endpoints []string, opts ...Option) (*Locker, error) {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   append([]string(nil), endpoints...),
 		DialTimeout: cfg.dialTimeout,
-		// Find a dead or frozen member within seconds, so requests and the
-		// keepalive move to another one while the session can still live.
-		DialKeepAliveTime:    time.Second,
+		// gRPC raises keepalive pings below 10 s to 10 s, so a frozen
+		// member's connection is found dead only some 11 s on, past the
+		// session TTL: the session's renewals do not wait for it (see
+		// session.keepAlive), other requests are bounded by their contexts.
+		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: time.Second,
 		Logger:               zap.NewNop(),
 	})
@@ -147,13 +153,14 @@ func (l *Locker) Close() error {
 }
 
 // Acquire implements lock.Locker. Options other than TryOnce do not apply: a
-// lease has no TTL of its own, it lasts as long as the session.
+// lease has no TTL of its own, it lasts as long as the session, whose
+// renewals extend every lease (its Deadline) whatever WithoutWatchdog says.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	start := time.Now()
 	lease, err := l.acquire(ctx, key, lock.Apply(0, opts))
 	if err != nil {
 		l.m.Failed(lockmetrics.Reason(err))
-		return nil, fmt.Errorf("etcd: acquire %q: %w", key, err)
+		return nil, fmt.Errorf("etcd: acquire %q: %w", clip(key), err)
 	}
 	l.m.Acquired(time.Since(start))
 	return lease, nil
@@ -250,13 +257,34 @@ func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.O
 	return lock.Batch{}, fmt.Errorf("etcd: batch of %d keys: %w", len(sorted), err)
 }
 
-// checkKey rejects keys that would not name one prefix of their own: with a
-// slash, key "a" would count the waiters of "a/b" as its own.
+// maxKeyLen bounds a key so that every request stays far below what the
+// servers take (--max-request-bytes, 1.5 MiB by default; past it they refuse
+// the request, and past 2 MiB gRPC does): a batch transaction carries up to
+// maxTxnOps keys, each about three times (the range compare's key and end,
+// the waiter key), so 64 keys of 1 KiB make some 200 KiB. SKUs are at most
+// 64 bytes; zklock allows 200.
+const maxKeyLen = 1024
+
+// checkKey rejects keys that would not name one prefix of their own (with a
+// slash, key "a" would count the waiters of "a/b" as its own) and keys
+// longer than maxKeyLen.
 func checkKey(key string) error {
-	if key == "" || strings.ContainsRune(key, '/') {
+	switch {
+	case len(key) > maxKeyLen:
+		return fmt.Errorf("%w: %d bytes, longer than %d", lock.ErrInvalidKey, len(key), maxKeyLen)
+	case key == "" || strings.ContainsRune(key, '/'):
 		return fmt.Errorf("%w: %q (empty or contains '/')", lock.ErrInvalidKey, key)
 	}
 	return nil
+}
+
+// clip shortens a key for an error message: one refused as too long may be
+// of any length.
+func clip(key string) string {
+	if len(key) <= maxKeyLen {
+		return key
+	}
+	return fmt.Sprintf("%.64s… (%d bytes)", key, len(key))
 }
 
 // prefix is the directory of key's waiters; the trailing slash keeps key

@@ -2,12 +2,16 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stockguard/stockguard/internal/lock"
 )
@@ -44,17 +48,22 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 			return nil, lock.ErrNotAcquired
 		}
 		s.l.m.queueDepth.Observe(0)
-		return s.grant(w)
+	} else {
+		first, err := s.enqueue(ctx, w)
+		if err == nil && !first {
+			err = s.wait(ctx, w)
+		}
+		if err != nil {
+			s.abandon(ctx, w)
+			return nil, err
+		}
 	}
-	first, err := s.enqueue(ctx, w)
-	if err == nil && !first {
-		err = s.wait(ctx, w)
-	}
+	deadline, err := s.valid(ctx)
 	if err != nil {
 		s.abandon(ctx, w)
 		return nil, err
 	}
-	return s.grant(w)
+	return s.grant(w, deadline)
 }
 
 // tryFirst creates w's key only if the key has no waiter at all, in one
@@ -84,7 +93,9 @@ func freeCmp(key string) clientv3.Cmp {
 }
 
 // enqueue creates w's key and, in the same transaction, reads the key's
-// oldest waiter: when that is w, the lock is ours in one round trip.
+// oldest waiter: when that is w, the lock is ours in one round trip. The
+// read's count is every waiter key, w's (the newest) included: the others
+// are the waiters ahead of w.
 func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
 	resp, err := s.l.cli.Txn(ctx).Then(
 		clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)),
@@ -94,12 +105,9 @@ func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
 		return false, s.classify(err)
 	}
 	w.rev = resp.Header.Revision
-	owner := resp.Responses[1].GetResponseRange().Kvs
-	first := len(owner) == 0 || owner[0].CreateRevision == w.rev
-	if first {
-		s.l.m.queueDepth.Observe(0)
-	}
-	return first, nil
+	oldest := resp.Responses[1].GetResponseRange()
+	s.l.m.queueDepth.Observe(float64(max(oldest.Count-1, 0)))
+	return len(oldest.Kvs) == 0 || oldest.Kvs[0].CreateRevision == w.rev, nil
 }
 
 // wait returns once w is the oldest waiter of its key. Each pass reads w's
@@ -111,7 +119,7 @@ func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
 // no predecessor left w is first.
 func (s *session) wait(ctx context.Context, w *waiter) error {
 	predOpts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1), clientv3.WithKeysOnly())
-	for first := true; ; first = false {
+	for {
 		resp, err := s.l.cli.Txn(ctx).Then(
 			clientv3.OpGet(w.path, clientv3.WithKeysOnly()),
 			clientv3.OpGet(prefix(w.key), predOpts...),
@@ -122,14 +130,11 @@ func (s *session) wait(ctx context.Context, w *waiter) error {
 		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
 			return errSessionGone // only the session's end (or an operator) deletes our key
 		}
-		ahead := resp.Responses[1].GetResponseRange()
-		if first {
-			s.l.m.queueDepth.Observe(float64(ahead.Count))
-		}
-		if len(ahead.Kvs) == 0 {
+		pred := resp.Responses[1].GetResponseRange().Kvs
+		if len(pred) == 0 {
 			return nil
 		}
-		if err := s.watchDelete(ctx, string(ahead.Kvs[0].Key), resp.Header.Revision+1); err != nil {
+		if err := s.watchDelete(ctx, string(pred[0].Key), resp.Header.Revision+1); err != nil {
 			return err
 		}
 	}
@@ -162,7 +167,7 @@ func (s *session) watchDelete(ctx context.Context, key string, rev int64) error 
 			}
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-s.dead:
+		case <-s.ctx.Done():
 			return errSessionGone
 		}
 	}
@@ -188,8 +193,9 @@ func (s *session) abandon(ctx context.Context, w *waiter) {
 // deleteRetry spaces the retries of a clean-up delete.
 const deleteRetry = 200 * time.Millisecond
 
-// deleteUntilGone retries deleting w's key until it succeeds or the session
-// ends (its lease then deletes the key).
+// deleteUntilGone retries deleting w's key until it succeeds, the session
+// ends (its lease then deletes the key), or the servers refuse the delete
+// for good; the key then goes with the session.
 func (s *session) deleteUntilGone(w *waiter) {
 	for {
 		ctx, cancel := context.WithTimeout(s.l.life, cleanupTimeout)
@@ -198,9 +204,13 @@ func (s *session) deleteUntilGone(w *waiter) {
 		if err == nil {
 			return
 		}
+		if refused(err) {
+			s.l.log.Warn("etcd: waiter key cannot be deleted; it goes when the session ends", "key", w.path, "err", err)
+			return
+		}
 		s.l.log.Warn("etcd: waiter key not deleted yet", "key", w.path, "err", err)
 		select {
-		case <-s.dead:
+		case <-s.ctx.Done():
 			return
 		case <-s.l.life.Done():
 			return
@@ -209,16 +219,38 @@ func (s *session) deleteUntilGone(w *waiter) {
 	}
 }
 
+// refused reports whether the servers refused a request in a way no retry
+// can mend: malformed or too large (etcd's own InvalidArgument errors, such
+// as rpctypes.ErrRequestTooLarge, and gRPC's message size limit, which it
+// reports as ResourceExhausted). etcd's ResourceExhausted errors (too many
+// requests, no space) pass, and are retried.
+func refused(err error) bool {
+	var etcdErr rpctypes.EtcdError
+	if errors.As(err, &etcdErr) {
+		return etcdErr.Code() == codes.InvalidArgument
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.ResourceExhausted:
+		return true
+	}
+	return false
+}
+
 // grant wraps w, now the oldest waiter of its key, in a Lease whose token is
-// w's create revision.
-func (s *session) grant(w *waiter) (*lock.Lease, error) {
+// w's create revision and whose deadline is the session's, from valid. The
+// lease's keepalive takes the session's later deadlines (Extend) every
+// TTL/3: whatever the options, since the session renews for every lease.
+func (s *session) grant(w *waiter, deadline time.Time) (*lock.Lease, error) {
 	h := &handle{s: s, w: w}
 	lease, lose := lock.NewLease(lock.LeaseParams{
-		Key:    w.key,
-		Token:  lock.Token(w.rev),
-		ID:     w.id,
-		Handle: h,
-		OnLost: func(error) { s.l.m.Lost() },
+		Key:      w.key,
+		Token:    lock.Token(w.rev),
+		ID:       w.id,
+		Deadline: deadline,
+		TTL:      s.ttl,
+		Watchdog: true,
+		Handle:   h,
+		OnLost:   func(error) { s.l.m.Lost() },
 	})
 	if !s.register(h, lose) {
 		// The session ended between the verdict and now: the key went with

@@ -3,13 +3,18 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
@@ -239,5 +244,131 @@ func TestBatchReleaseIsOneTransaction(t *testing.T) {
 	}
 	if len(revs) != 1 {
 		t.Fatalf("deletes at revisions %v, want one transaction", revs)
+	}
+}
+
+// The queue depth of a new waiter is the waiters ahead of it: the holder
+// and those who queued before, not itself or those who came after.
+func TestQueueDepthCountsWaitersAhead(t *testing.T) {
+	const n = 3
+	reg := prometheus.NewRegistry()
+	insp := inspector(t)
+	l := mustLocker(t, WithRegisterer(reg))
+	key := locktest.Key(t)
+	holder := locktest.MustAcquire(t, l, key)
+	got := make(chan *lock.Lease, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			lease, err := l.Acquire(ctx, key)
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+				return
+			}
+			got <- lease
+		})
+		if !eventually(10*time.Second, func() bool { return len(waiters(t, insp, key)) == i+2 }) {
+			t.Fatalf("waiter %d never queued", i)
+		}
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count uint64
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() == "stockguard_etcd_queue_depth" {
+			h := mf.GetMetric()[0].GetHistogram()
+			count, sum = h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	if count != n+1 || sum != 0+1+2+3 {
+		t.Errorf("queue depth: %d samples summing to %v; want %d summing to 6 (0, 1, 2 and 3 ahead)", count, sum, n+1)
+	}
+	next := holder
+	for range n {
+		locktest.MustRelease(t, next)
+		next = <-got
+	}
+	locktest.MustRelease(t, next)
+	wg.Wait()
+}
+
+// A key longer than maxKeyLen is invalid, however the servers would take
+// it; a full transaction of keys of the largest length fits.
+func TestKeyLengthBound(t *testing.T) {
+	l := mustLocker(t)
+	base := locktest.Key(t)
+	for _, n := range []int{maxKeyLen + 1, 1600 << 10} {
+		key := base + strings.Repeat("x", n-len(base))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, err := l.Acquire(ctx, key, lock.TryOnce())
+		cancel()
+		if !errors.Is(err, lock.ErrInvalidKey) {
+			t.Errorf("Acquire of a %d-byte key = %.200v, want ErrInvalidKey", n, err)
+		}
+		if _, err := l.AcquireBatch(context.Background(), []string{base, key}); !errors.Is(err, lock.ErrInvalidKey) {
+			t.Errorf("batch with a %d-byte key = %.200v, want ErrInvalidKey", n, err)
+		}
+	}
+	keys := make([]string, maxTxnOps)
+	for i := range keys {
+		k := fmt.Sprintf("%s-%02d-", base, i)
+		keys[i] = k + strings.Repeat("x", maxKeyLen-len(k))
+	}
+	b := locktest.MustBatch(t, l, keys)
+	if len(b.Leases) != len(keys) {
+		t.Fatalf("batch of %d keys of %d bytes: %d leases, held %d", len(keys), maxKeyLen, len(b.Leases), len(b.Held))
+	}
+	if err := b.Leases.Release(context.Background()); err != nil {
+		t.Fatalf("release of %d keys of %d bytes: %v", len(keys), maxKeyLen, err)
+	}
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, keys[0]))
+}
+
+// A clean-up the servers refuse for good (too large for them, or for gRPC)
+// stops instead of retrying until the session ends.
+func TestCleanupStopsWhenRefused(t *testing.T) {
+	l := mustLocker(t)
+	s, err := l.session(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{1600 << 10, 2500 << 10} { // past --max-request-bytes; past gRPC's 2 MiB
+		w := &waiter{key: "k", path: prefix(locktest.Key(t)) + strings.Repeat("y", n)}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			s.deleteUntilGone(w)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("clean-up of a %d-byte key still retrying after 10 s", n)
+		}
+	}
+}
+
+func TestRefused(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{rpctypes.ErrRequestTooLarge, true},
+		{fmt.Errorf("delete: %w", rpctypes.ErrTooManyOps), true},
+		{status.Error(codes.ResourceExhausted, "grpc: trying to send message larger than max"), true},
+		{status.Error(codes.InvalidArgument, "bad"), true},
+		{rpctypes.ErrTooManyRequests, false},
+		{rpctypes.ErrNoSpace, false},
+		{rpctypes.ErrNoLeader, false},
+		{status.Error(codes.Unavailable, "connection refused"), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := refused(c.err); got != c.want {
+			t.Errorf("refused(%v) = %t, want %t", c.err, got, c.want)
+		}
 	}
 }

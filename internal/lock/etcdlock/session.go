@@ -8,9 +8,9 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
 // errSessionGone means the session an attempt ran in has ended; its keys
@@ -21,17 +21,25 @@ var errSessionGone = errors.New("session gone")
 // revoked the cluster expires it after its TTL anyway.
 const revokeTimeout = 2 * time.Second
 
-// session is one etcd lease with its keepalive and the leases granted in it.
-type session struct {
-	l  *Locker
-	cs *concurrency.Session
-	id clientv3.LeaseID
+// renewRetry spaces renewal calls that fail at once (a call that fails by
+// its timeout is followed by the next at once).
+const renewRetry = 50 * time.Millisecond
 
-	dead chan struct{} // closed when the session is given up
+// session is one etcd lease, which the session renews itself (see
+// keepAlive), and the leases granted in it.
+type session struct {
+	l   *Locker
+	id  clientv3.LeaseID
+	ttl time.Duration // as granted: the servers may raise the TTL asked for
+
+	ctx context.Context // cancelled when the session is given up
+	end context.CancelFunc
 
 	// Guarded by l.mu.
-	gone   bool
-	leases map[*handle]func(error)
+	gone     bool
+	leases   map[*handle]func(error)
+	deadline time.Time     // until when the lease is surely ours (see keepAlive)
+	renewed  chan struct{} // closed, and replaced, at each answered renewal
 }
 
 // session returns the current session, granting a new lease if there is
@@ -75,35 +83,147 @@ func (l *Locker) current() (*session, error) {
 func (l *Locker) open(ctx context.Context) (*session, error) {
 	gctx, cancel := context.WithTimeout(ctx, l.cfg.dialTimeout)
 	defer cancel()
+	sent := time.Now()
 	grant, err := l.cli.Grant(gctx, l.cfg.ttlSeconds())
 	if err != nil {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
-	cs, err := concurrency.NewSession(l.cli, concurrency.WithLease(grant.ID),
-		concurrency.WithTTL(int(grant.TTL)), concurrency.WithContext(l.life))
-	if err != nil {
-		l.revokeLater(grant.ID)
-		return nil, fmt.Errorf("keep lease %x alive: %w", grant.ID, err)
-	}
-	s := &session{l: l, cs: cs, id: grant.ID, dead: make(chan struct{}), leases: make(map[*handle]func(error))}
+	ttl := time.Duration(grant.TTL) * time.Second
+	sctx, end := context.WithCancel(l.life)
+	s := &session{l: l, id: grant.ID, ttl: ttl, ctx: sctx, end: end, leases: make(map[*handle]func(error)),
+		deadline: validUntil(sent, ttl), renewed: make(chan struct{})}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
-		cs.Orphan()
+		end()
 		l.revokeLater(grant.ID)
 		return nil, fmt.Errorf("%w: %w", errClosed, lock.ErrUnavailable)
 	}
 	l.cur = s
+	l.bg.Go(func() { s.keepAlive(sent) })
 	l.mu.Unlock()
-	go func() {
-		select {
-		case <-cs.Done():
-			l.giveUp(s, fmt.Errorf("session lease %x expired or was revoked", s.id))
-		case <-s.dead:
-		}
-	}()
 	l.log.Info("etcd: session opened", "lease", fmt.Sprintf("%x", grant.ID), "ttl_s", grant.TTL)
 	return s, nil
+}
+
+// validUntil is until when a lease the servers renewed (or granted) no
+// earlier than sent is surely ours. The servers time the TTL on their own
+// clocks, so it keeps the other backends' allowance for clock drift: the
+// session must end on our side before the cluster can expire it.
+func validUntil(sent time.Time, ttl time.Duration) time.Time {
+	return sent.Add(ttl - retry.Drift(ttl))
+}
+
+// keepAlive renews the session's lease every TTL/3 until the session is
+// given up, and gives it up itself at its deadline, validUntil the send
+// time of the last answered renewal: the servers renew no earlier than
+// that send and time the TTL from their renewal, so the session ends here
+// before the cluster can free its keys.
+//
+// Each renewal is a call of its own (KeepAliveOnce, a fresh stream the
+// balancer places on the next member) that may take TTL/4, so a frozen
+// member holds up one call and the next goes elsewhere, at least twice
+// before the deadline. One long-lived keepalive stream, concurrency.Session's,
+// stays on a frozen member until gRPC's keepalive gives up on the
+// connection, some 11 s later (gRPC raises pings below 10 s to 10 s), longer
+// than the TTL.
+func (s *session) keepAlive(sent time.Time) {
+	next := sent.Add(s.ttl / 3)
+	for {
+		deadline := s.validity()
+		t := time.NewTimer(time.Until(earlier(next, deadline)))
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		if !time.Now().Before(deadline) {
+			s.l.giveUp(s, fmt.Errorf("session lease %x: no renewal answered before its deadline", s.id))
+			return
+		}
+		sent := time.Now()
+		cctx, cancel := context.WithDeadline(s.ctx, earlier(sent.Add(s.ttl/4), deadline))
+		resp, err := s.l.cli.KeepAliveOnce(cctx, s.id)
+		cancel()
+		switch {
+		case s.ctx.Err() != nil:
+			return
+		case err == nil:
+			s.renew(validUntil(sent, time.Duration(resp.TTL)*time.Second))
+			next = sent.Add(s.ttl / 3)
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			s.l.giveUp(s, fmt.Errorf("session lease %x expired or was revoked", s.id))
+			return
+		default:
+			s.l.log.Debug("etcd: lease renewal failed; trying again", "lease", fmt.Sprintf("%x", s.id), "err", err)
+			next = time.Now().Add(renewRetry)
+		}
+	}
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func (s *session) validity() time.Time {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	return s.deadline
+}
+
+func (s *session) renew(deadline time.Time) {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	s.deadline = deadline
+	close(s.renewed)
+	s.renewed = make(chan struct{})
+}
+
+// valid returns the session's deadline for a lease to take as its own. A
+// lease's keepalive asks for it every TTL/3 and, given one less than that
+// away, stops asking and ends the lease at it, even if the session renews
+// meanwhile. So valid hands out a deadline only while it is more than
+// TTL/3 + TTL/24 away, and otherwise waits for the next answered renewal,
+// or the session's end (errSessionGone). That costs a renewed session
+// nothing: with calls bounded by TTL/4, an answered renewal leaves the
+// deadline at least 3TTL/4 - drift away, and one answered since a lease's
+// last ask leaves it still far enough at the next. A lease that waits here
+// has its session's very deadline, and ends with the session, not before.
+func (s *session) valid(ctx context.Context) (time.Time, error) {
+	for {
+		s.l.mu.Lock()
+		deadline, renewed, gone := s.deadline, s.renewed, s.gone
+		s.l.mu.Unlock()
+		if gone {
+			return time.Time{}, errSessionGone
+		}
+		if time.Until(deadline) > s.ttl/3+s.ttl/24 {
+			return deadline, nil
+		}
+		select {
+		case <-renewed:
+		case <-s.ctx.Done():
+		case <-ctx.Done():
+			return time.Time{}, ctx.Err()
+		}
+	}
+}
+
+var _ lock.Extender = (*handle)(nil)
+
+// Extend implements lock.Extender: the session renews the one etcd lease
+// every lease of it lives in, and Extend gives the lease the session's
+// deadline (see valid).
+func (h *handle) Extend(ctx context.Context) (time.Time, error) {
+	deadline, err := h.s.valid(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("etcd: %w: session %x: %w", lock.ErrLeaseLost, h.s.id, err)
+	}
+	return deadline, nil
 }
 
 // giveUp ends a session for good: every lease in it is lost and waiters in
@@ -118,7 +238,7 @@ func (l *Locker) giveUp(s *session, cause error) {
 		return
 	}
 	s.gone = true
-	close(s.dead)
+	s.end()
 	leases := s.leases
 	s.leases = nil
 	if l.cur == s {
@@ -134,7 +254,6 @@ func (l *Locker) giveUp(s *session, cause error) {
 	for _, lose := range leases {
 		lose(err)
 	}
-	s.cs.Orphan()
 	l.revokeLater(s.id)
 }
 
@@ -183,14 +302,7 @@ func (s *session) unregister(h *handle) bool {
 	return true
 }
 
-func (s *session) isGone() bool {
-	select {
-	case <-s.dead:
-		return true
-	default:
-		return false
-	}
-}
+func (s *session) isGone() bool { return s.ctx.Err() != nil }
 
 // classify maps an error of a request made in s: a lease the cluster no
 // longer knows means the session ended (the keepalive has not noticed yet).

@@ -1,8 +1,10 @@
 package locktest
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -130,7 +132,8 @@ func testBatchTokens(t *testing.T, c Config) {
 }
 
 // testBatchCancelled: a batch on a done context fails with its error and
-// leaves every key free for another Locker at once.
+// leaves every key free for another Locker at once; so does one whose
+// context ends while its requests are in flight, at any point of them.
 func testBatchCancelled(t *testing.T, c Config) {
 	l, other := newLocker(t, c), newLocker(t, c)
 	if !c.Distributed {
@@ -145,6 +148,94 @@ func testBatchCancelled(t *testing.T, c Config) {
 	}
 	for _, k := range keys {
 		MustRelease(t, MustAcquire(t, other, k, lock.TryOnce()))
+	}
+	short := 0
+	for i, d := range inFlight() {
+		keys := manyKeys(fmt.Sprintf("%s-%d", base, i))
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		b, err := l.AcquireBatch(ctx, keys)
+		cancel()
+		if cutShort(t, other, "batch", d, b, err, keys) {
+			short++
+		}
+	}
+	t.Logf("%d of %d batches cut short", short, len(inFlight()))
+}
+
+// cutShort checks what an acquisition (what) under a deadline d left: cut
+// short (err, the result), no lease and every key free for other; else
+// every key covered, then released.
+func cutShort(t *testing.T, other lock.Locker, what string, d time.Duration, b lock.Batch, err error, keys []string) bool {
+	t.Helper()
+	if err == nil {
+		mustCover(t, b, keys)
+		mustReleaseSet(t, b.Leases)
+		return false
+	}
+	if len(b.Leases) != 0 {
+		t.Errorf("%s cut short after %v: %v, yet %d leases", what, d, err, len(b.Leases))
+	}
+	mustBeFree(t, other, fmt.Sprintf("after a %s cut short after %v (%v)", what, d, err), keys)
+	return true
+}
+
+// inFlight is the deadlines at which the cancellation tests cut a batch
+// short: from before its first request is sent to after a round or two,
+// 0 to 5 ms, denser towards 0 where a local Redis answers.
+func inFlight() []time.Duration {
+	const n, most = 20, 5 * time.Millisecond
+	ds := make([]time.Duration, 0, n+1)
+	for i := range n + 1 {
+		ds = append(ds, most*time.Duration(i*i)/(n*n))
+	}
+	return ds
+}
+
+// manyKeys is the keys of one cancellation round: enough that a backend's
+// round for them takes a while.
+func manyKeys(base string) []string {
+	keys := make([]string, 16)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%s-%02d", base, i)
+	}
+	return keys
+}
+
+// mustBeFree fails unless l can take every key at once.
+func mustBeFree(tb testing.TB, l lock.Locker, when string, keys []string) {
+	tb.Helper()
+	var taken []string
+	var first error
+	for _, k := range keys {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		lease, err := l.Acquire(ctx, k, lock.TryOnce())
+		cancel()
+		if err != nil {
+			taken, first = append(taken, k), cmp.Or(first, err)
+			continue
+		}
+		MustRelease(tb, lease)
+	}
+	if len(taken) > 0 {
+		tb.Errorf("%s: %d of %d keys not free (%q): %v", when, len(taken), len(keys), taken, first)
+	}
+}
+
+// mustCover fails unless b accounts for each of keys exactly once: obtained
+// or held, each part in key order.
+func mustCover(tb testing.TB, b lock.Batch, keys []string) {
+	tb.Helper()
+	want, err := lock.BatchKeys(keys)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	got := keysOf(b.Leases)
+	if !slices.IsSorted(got) || !slices.IsSorted(b.Held) {
+		tb.Errorf("batch of %q: got %q, held %q: not in key order", want, got, b.Held)
+	}
+	all := slices.Sorted(slices.Values(append(got, b.Held...)))
+	if !slices.Equal(all, want) {
+		tb.Errorf("batch of %q: got %q, held %q: want every key once, obtained or held", want, got, b.Held)
 	}
 }
 
@@ -186,6 +277,7 @@ func testBatchExclusion(t *testing.T, c Config) {
 				} else {
 					b = mustHandover(t, l, prev, pick)
 				}
+				mustCover(t, b, pick)
 				mu.Lock()
 				for _, lease := range b.Leases {
 					if inUse[lease.Key()] {
@@ -281,4 +373,24 @@ func testHandoverCancelled(t *testing.T, c Config) {
 		t.Fatalf("handover to an empty key = %v, released: %v; want ErrInvalidKey and the release done", err, released)
 	}
 	MustRelease(t, MustAcquire(t, other, base+"-a", lock.TryOnce()))
+	// A try whose context ends in flight: the earlier batch is let go all
+	// the same, and the try leaves nothing behind or returns what it got.
+	short := 0
+	for i, d := range inFlight() {
+		base := fmt.Sprintf("%s-%d", base, i)
+		prevKeys, keys := manyKeys(base+"-prev"), manyKeys(base+"-next")
+		prev := MustBatch(t, l, prevKeys)
+		mustCover(t, prev, prevKeys)
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		b, released, err := lock.HandoverBatch(ctx, l, prev.Leases, keys)
+		cancel()
+		if released != nil {
+			t.Errorf("handover cut short after %v: release of the earlier batch: %v", d, released)
+		}
+		mustBeFree(t, other, fmt.Sprintf("earlier batch of a handover cut short after %v (%v)", d, err), prevKeys)
+		if cutShort(t, other, "handover", d, b, err, keys) {
+			short++
+		}
+	}
+	t.Logf("%d of %d handovers cut short", short, len(inFlight()))
 }

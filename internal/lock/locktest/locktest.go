@@ -75,6 +75,7 @@ func Run(t *testing.T, c Config) {
 	if c.Lose != nil {
 		t.Run("DoneClosesOnLoss", func(t *testing.T) { testLoss(t, c) })
 	}
+	t.Run("CloseLosesLeases", func(t *testing.T) { testClose(t, c) })
 }
 
 func newLocker(t *testing.T, c Config) lock.Locker {
@@ -332,40 +333,102 @@ func testTokensIncrease(t *testing.T, c Config) {
 	}
 }
 
+// testExpiry: a lease without watchdog, on a short TTL, reports a deadline
+// within that TTL, is reported lost soon after it (far sooner than any
+// backend's default TTL, so a backend that ignores WithTTL fails), and
+// nobody else gets the key before that deadline: a holder that watches
+// Deadline or Done stops in time. b waits for the key from the start, and
+// the check is on timestamps, so a busy scheduler cannot fail it.
 func testExpiry(t *testing.T, c Config) {
+	const ttl = 300 * time.Millisecond
 	a, b := newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		b = a
+	}
 	key := Key(t)
-	old := MustAcquire(t, a, key, lock.WithTTL(300*time.Millisecond), lock.WithoutWatchdog())
+	old := MustAcquire(t, a, key, lock.WithTTL(ttl), lock.WithoutWatchdog())
+	acquired := time.Now()
+	deadline := old.Deadline()
+	if deadline.IsZero() {
+		t.Fatal("an expiring lease has no Deadline")
+	}
+	if deadline.After(acquired.Add(ttl)) {
+		t.Fatalf("Deadline %v after acquiring with a %v TTL: WithTTL not honoured", deadline.Sub(acquired), ttl)
+	}
+	type taken struct {
+		lease *lock.Lease
+		at    time.Time
+		err   error
+	}
+	next := make(chan taken, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		lease, err := b.Acquire(ctx, key)
+		next <- taken{lease, time.Now(), err}
+	}()
 	select {
 	case <-old.Done():
-	case <-time.After(3 * time.Second):
-		t.Fatal("lease without watchdog still held 3 s after a 300 ms TTL")
+	case <-time.After(time.Until(acquired.Add(expiryBound))):
+		t.Fatalf("lease without watchdog still held %v after acquiring it with a %v TTL", expiryBound, ttl)
 	}
 	if !errors.Is(old.Err(), lock.ErrLeaseLost) {
 		t.Fatalf("Err() after expiry = %v, want ErrLeaseLost", old.Err())
 	}
-	if !old.Deadline().IsZero() && time.Now().Before(old.Deadline()) {
+	if time.Now().Before(deadline) {
 		t.Fatal("Done closed before the validity deadline")
 	}
-	next := MustAcquire(t, b, key)
-	if a.Fenced() && next.Token() <= old.Token() {
-		t.Fatalf("token after expiry %d <= expired holder's %d", next.Token(), old.Token())
+	got := <-next
+	if got.err != nil {
+		t.Fatalf("acquire after expiry: %v", got.err)
+	}
+	if got.at.Before(deadline) {
+		t.Fatalf("another locker took the key %v before the expired lease's deadline: the holder was told too late",
+			deadline.Sub(got.at))
+	}
+	if a.Fenced() && got.lease.Token() <= old.Token() {
+		t.Fatalf("token after expiry %d <= expired holder's %d", got.lease.Token(), old.Token())
 	}
 	// The expired holder's release must not free the new holder's lock.
 	MustRelease(t, old)
 	if _, err := a.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("key free after the expired holder released: %v", err)
 	}
-	MustRelease(t, next)
+	MustRelease(t, got.lease)
 }
 
+// expiryBound is how soon after acquiring testExpiry wants a lease of a
+// 300 ms TTL lost: room for a busy machine, yet well below the default TTLs
+// the backends' suites run with (1.5 s for redis and redlock, 10 s for
+// pglock), so a backend that ignores WithTTL cannot pass.
+const expiryBound = time.Second
+
+// testWatchdog holds a lease for several times the TTL it sets (and longer
+// than the Redis suites' 1.5 s default): only extension keeps it. Its
+// deadline moves, and stays within the TTL set, so a backend that extends
+// by its default TTL instead fails too.
 func testWatchdog(t *testing.T, c Config) {
+	const ttl = 300 * time.Millisecond
 	a, b := newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		b = a
+	}
 	key := Key(t)
-	lease := MustAcquire(t, a, key, lock.WithTTL(300*time.Millisecond))
-	time.Sleep(time.Second)
+	lease := MustAcquire(t, a, key, lock.WithTTL(ttl))
+	first := lease.Deadline()
+	if first.IsZero() {
+		t.Fatal("an expiring lease has no Deadline")
+	}
+	time.Sleep(7 * ttl)
 	if err := lease.Err(); err != nil {
-		t.Fatalf("watchdog lease lost after 1 s: %v", err)
+		t.Fatalf("watchdog lease lost after %v: %v", 7*ttl, err)
+	}
+	now := lease.Deadline()
+	if !now.After(first) {
+		t.Fatalf("Deadline did not move in %v (first %v, now %v): not extended", 7*ttl, first, now)
+	}
+	if now.After(time.Now().Add(ttl)) {
+		t.Fatalf("Deadline %v ahead, beyond the %v TTL", time.Until(now), ttl)
 	}
 	if _, err := b.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("another locker took a watchdog-extended key: %v", err)
@@ -389,5 +452,37 @@ func testLoss(t *testing.T, c Config) {
 	}
 	_ = lease.Release(context.Background()) // must not panic or hang
 	other := newLocker(t, c)
-	MustRelease(t, MustAcquire(t, other, key))
+	next := MustAcquire(t, other, key)
+	if l.Fenced() && next.Token() <= lease.Token() {
+		t.Errorf("token after loss %d <= the lost lease's %d", next.Token(), lease.Token())
+	}
+	MustRelease(t, next)
+}
+
+// testClose: Close loses the leases still held: Done closes, promptly, Err
+// wraps ErrLeaseLost, Release after it returns, and (where Lockers exclude
+// each other) another Locker gets the key.
+func testClose(t *testing.T, c Config) {
+	l := c.New(t)
+	t.Cleanup(func() { _ = l.Close() })
+	key := Key(t)
+	lease := MustAcquire(t, l, key)
+	if err := l.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	select {
+	case <-lease.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done not closed 5 s after the Locker was closed")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() after Close = %v, want ErrLeaseLost", lease.Err())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = lease.Release(ctx) // the connections are gone: it may fail, but returns
+	if c.Distributed && c.Exclusive {
+		other := newLocker(t, c)
+		MustRelease(t, MustAcquire(t, other, key))
+	}
 }

@@ -9,20 +9,19 @@ import (
 	"github.com/stockguard/stockguard/internal/lock"
 )
 
-// wrapLease returns a lease with in's key, token and id whose release goes
-// through a span, and which ends when in ends, with in's cause: a lost
-// backend lease is a lost wrapper lease at once. A lock.Lease's release is
-// its handle's, which only its backend sets, so the wrapper's own lease is
-// the one place a release can be seen.
+// wrapLease returns a lease with in's key, token, id and deadline whose
+// release goes through a span, and which ends when in ends, with in's
+// cause: a lost backend lease is a lost wrapper lease at once. A
+// lock.Lease's release is its handle's, which only its backend sets, so the
+// wrapper's own lease is the one place a release can be seen.
 //
-// The wrapper's lease has no keepalive and no deadline of its own (its
-// Deadline is zero): in's keepalive goes on extending in, and a copy of
-// in's deadline would need a second watchdog to follow it. Nothing on the
-// request path reads Deadline; Done, Err and Context, which it does use,
-// follow in.
+// The wrapper's lease has no keepalive of its own: in's keepalive goes on
+// extending in, and the wrapper's Deadline reads in's (Follows), so that
+// tracing an instance does not turn an expiring lease into one that
+// reports no deadline.
 func (t *Locker) wrapLease(in *lock.Lease) *lock.Lease {
 	out, lose := lock.NewLease(lock.LeaseParams{Key: in.Key(), Token: in.Token(), ID: in.ID(),
-		Handle: &handle{inner: in, t: t}})
+		Handle: &handle{inner: in, t: t}, Follows: in})
 	// ictx ends when in does; once out is released first (its Release
 	// releases in), lose is a no-op, so no cancel is needed: the callback
 	// runs once, when in ends, which every lease eventually does.

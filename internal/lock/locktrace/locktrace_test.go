@@ -312,3 +312,43 @@ func TestLossReachesTheWrapper(t *testing.T) {
 	}
 	locktest.MustRelease(t, lease)
 }
+
+// expiring is a backend whose leases expire and are extended by the
+// watchdog, as redis' are.
+type expiring struct {
+	lock.Locker
+	last *lock.Lease
+}
+
+type extendHandle struct{ ttl time.Duration }
+
+func (extendHandle) Release(context.Context) error { return nil }
+
+func (h extendHandle) Extend(context.Context) (time.Time, error) { return time.Now().Add(h.ttl), nil }
+
+func (l *expiring) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	const ttl = 90 * time.Millisecond
+	l.last, _ = lock.NewLease(lock.LeaseParams{Key: key, Deadline: time.Now().Add(ttl), TTL: ttl, Watchdog: true,
+		Handle: extendHandle{ttl}})
+	return l.last, nil
+}
+
+// TestDeadlineFollowsTheBackend: the wrapper's lease reports the backend
+// lease's deadline, and the later one once the watchdog has extended it.
+func TestDeadlineFollowsTheBackend(t *testing.T) {
+	_, tp := newRecorder()
+	inner := &expiring{Locker: memlock.New()}
+	lease := locktest.MustAcquire(t, locktrace.Wrap(inner, tp), "k")
+	first := lease.Deadline()
+	if first.IsZero() || !first.Equal(inner.last.Deadline()) {
+		t.Fatalf("wrapper Deadline %v, backend's %v", first, inner.last.Deadline())
+	}
+	time.Sleep(200 * time.Millisecond) // several extensions at TTL/3
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease lost: %v", err)
+	}
+	if d := lease.Deadline(); !d.After(first) {
+		t.Fatalf("wrapper Deadline %v after extensions, first %v: not following the backend's", d, first)
+	}
+	locktest.MustRelease(t, lease)
+}

@@ -19,17 +19,17 @@ import (
 var _ lock.MultiAcquirer = (*Locker)(nil)
 
 // errHoldWait means a multi-key wait passed the hold-wait bound while the
-// caller still waits: its session is ended (which frees what it took) and
-// the acquisition queues again on a fresh one.
+// caller still waits: what it took is freed and it queues again.
 var errHoldWait = errors.New("held keys past the hold-wait bound while waiting for the rest")
 
 // AcquireAll implements lock.MultiAcquirer: every key on one connection,
-// locked in key order by one statement (then the tokens, in the same
-// pipeline), so a multi-key operation needs one connection however many
-// keys it has. While it holds some keys and waits for others, it keeps them
-// at most the hold-wait bound (lock.WithHoldWait) at a time: then it ends the
-// session, which frees them for their other waiters, and queues again. With
-// TryOnce it is all or nothing, in one statement.
+// locked in key order (the first key by one statement, the rest and their
+// tokens by another), so a multi-key operation needs one connection however
+// many keys it has. The wait for the first key, holding nothing, lasts as
+// long as ctx allows. Once it holds the first key it keeps what it holds
+// at most the hold-wait bound (lock.WithHoldWait) at a time while it waits
+// for the rest: then it frees them for their other waiters and queues again
+// for its first key. With TryOnce it is all or nothing, in one statement.
 func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...lock.Option) (lock.Set, error) {
 	sorted, err := checkKeys(keys)
 	if err != nil {
@@ -124,7 +124,7 @@ func (l *Locker) tryAll(parent context.Context, keys []string, o lock.Options, a
 		pb := &pgx.Batch{}
 		pb.Queue(settingsSQL, leaseAppName(ids[0]), idleTimeout(o.TTL))
 		pb.Queue(tryAllSQL, keys).QueryRow(func(row pgx.Row) error { return row.Scan(&tokens) })
-		if err := c.SendBatch(ctx, pb).Close(); err != nil {
+		if err := l.send(ctx, c, pb, fmt.Sprintf("try of %d keys from %q", len(keys), keys[0])); err != nil {
 			return err
 		}
 		if len(tokens) != len(keys) {
@@ -141,7 +141,7 @@ func (l *Locker) tryAll(parent context.Context, keys []string, o lock.Options, a
 			got, gotIDs, gotTokens = append(got, keys[i]), append(gotIDs, ids[i]), append(gotTokens, *t)
 		}
 		if len(got) == 0 || (all && len(b.Held) > 0) {
-			if _, err := c.Exec(ctx, unlockAllSQL, poolAppName); err != nil {
+			if err := l.exec(ctx, c, keys[0], unlockAllSQL, poolAppName); err != nil {
 				return err
 			}
 			c.Release()
@@ -163,8 +163,13 @@ func (l *Locker) tryAll(parent context.Context, keys []string, o lock.Options, a
 	return b, nil
 }
 
-// waitAll locks every key in key order on one connection: one pipeline
-// labels the session, waits for each lock in turn, and draws the tokens.
+// waitAll locks every key in key order on one connection. A first pipeline
+// labels the session and waits for the first key, holding nothing, as long
+// as ctx allows, so the acquisition keeps its place in that key's line; a
+// second waits for the other keys in turn, within the hold-wait bound, and
+// draws the tokens. Two round trips, not one: the server sends a
+// pipeline's results only at its end, so one pipeline could not tell us
+// when the first key was granted and the bound should start.
 func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) (lock.Set, error) {
 	if err := parent.Err(); err != nil {
 		return nil, err
@@ -175,19 +180,21 @@ func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) 
 	var set lock.Set
 	err := l.withConn(ctx, parent, func(c *pgxpool.Conn) error {
 		sent := time.Now()
+		first := &pgx.Batch{}
+		first.Queue(settingsSQL, leaseAppName(ids[0]), idleTimeout(o.TTL))
+		first.Queue(lockAllSQL, keys[:1])
+		if err := l.send(ctx, c, first, keys[0]); err != nil {
+			return err
+		}
 		var tokens []int64
-		pb := &pgx.Batch{}
-		pb.Queue(settingsSQL, leaseAppName(ids[0]), idleTimeout(o.TTL))
-		pb.Queue(lockAllSQL, keys)
-		pb.Queue(nextvalAllSQL, len(keys)).QueryRow(func(row pgx.Row) error { return row.Scan(&tokens) })
-		// The bound counts the whole statement, the wait for the first key
-		// (holding nothing) included: the server cannot tell us, mid-
-		// statement, how many keys it has granted.
-		wctx, cancel := context.WithTimeout(ctx, o.HoldWait)
-		err := l.send(wctx, c, pb, fmt.Sprintf("%d keys from %q", len(keys), keys[0]))
+		rest := &pgx.Batch{}
+		rest.Queue(lockAllSQL, keys[1:])
+		rest.Queue(nextvalAllSQL, len(keys)).QueryRow(func(row pgx.Row) error { return row.Scan(&tokens) })
+		hctx, cancel := context.WithTimeout(ctx, o.HoldWait)
+		err := l.send(hctx, c, rest, fmt.Sprintf("%d keys after %q", len(keys)-1, keys[0]))
 		cancel()
 		switch {
-		case err != nil && ctx.Err() == nil && wctx.Err() != nil:
+		case err != nil && ctx.Err() == nil && hctx.Err() != nil:
 			return errHoldWait
 		case err != nil:
 			return err
@@ -197,7 +204,7 @@ func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) 
 		if time.Since(sent) > o.TTL/refreshAfter {
 			// A long wait ate into the validity counted from before it.
 			sent = time.Now()
-			if _, err := c.Exec(ctx, keepaliveSQL); err != nil {
+			if err := l.exec(ctx, c, keys[0], keepaliveSQL); err != nil {
 				return err
 			}
 		}
@@ -209,10 +216,11 @@ func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) 
 
 // withConn runs attempt on a pooled connection. attempt owns the
 // connection when it succeeds (it keeps it for its leases or hands it
-// back); when it fails, withConn ends the session, which frees whatever it
-// took or was about to be granted. A connection found dead (after a server
+// back); when it fails, withConn discards it, which frees whatever it took
+// or was about to be granted. A connection found dead (after a server
 // restart every idle pooled connection is) is replaced, up to maxDeadConns
-// times; a wait past the hold-wait bound starts over on a fresh one.
+// times; a wait past the hold-wait bound starts over, in line again for
+// the first key.
 func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Conn) error) error {
 	for dead := 0; ; {
 		c, err := l.pool.Acquire(ctx)
@@ -226,12 +234,12 @@ func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Con
 		case errors.Is(err, lock.ErrNotAcquired):
 			return err // attempt handed the connection back
 		case errors.Is(err, errHoldWait):
-			destroy(c)
+			l.discard(c)
 			l.log.Debug("multi-key wait gave up its keys past the hold-wait bound; queueing again")
 			continue
 		}
 		closed := c.Conn().IsClosed()
-		destroy(c)
+		l.discard(c)
 		if dead++; !closed || dead >= maxDeadConns || ctx.Err() != nil {
 			return l.failure(parent, err)
 		}

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
@@ -214,5 +216,90 @@ func TestMultiTryOnce(t *testing.T) {
 	}
 	if err := set.Release(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMultiKeyWaitKeepsItsPlace: a multi-key acquisition waiting for its
+// first key holds nothing, so the hold-wait bound does not apply to it: it
+// keeps its place in that key's line however long the wait, ahead of a
+// waiter that queued after it, on its one connection.
+func TestMultiKeyWaitKeepsItsPlace(t *testing.T) {
+	const holdWait = 200 * time.Millisecond
+	url := stacktest.NewDatabase(t, t.Context())
+	x, m, y := newLocker(t, url), newLocker(t, url), newLocker(t, url)
+	probe := connect(t, url)
+	base := locktest.Key(t)
+	a, b := base+"-a", base+"-b"
+	held := locktest.MustAcquire(t, x, a)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	got := make(chan string, 2)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		set, err := lock.AcquireAll(ctx, m, []string{a, b}, lock.WithHoldWait(holdWait))
+		if err != nil {
+			t.Errorf("multi-key wait: %v", err)
+			got <- "multi-key wait failed"
+			return
+		}
+		got <- "multi-key"
+		_ = set.Release(context.Background())
+	})
+	waitFor(t, "the multi-key wait to queue", func() bool { return lockWaiters(t, probe) == 1 })
+	wg.Go(func() {
+		lease, err := y.Acquire(ctx, a)
+		if err != nil {
+			t.Errorf("one-key wait: %v", err)
+			got <- "one-key wait failed"
+			return
+		}
+		got <- "one-key"
+		_ = lease.Release(context.Background())
+	})
+	waitFor(t, "the one-key wait to queue", func() bool { return lockWaiters(t, probe) == 2 })
+	time.Sleep(5 * holdWait) // each bound passed would have sent the multi-key wait to the back
+	locktest.MustRelease(t, held)
+	if first, second := <-got, <-got; first != "multi-key" {
+		t.Fatalf("%s got %q first, then %s; the multi-key wait queued first", first, a, second)
+	}
+	if n := m.pool.Stat().NewConnsCount(); n != 1 {
+		t.Errorf("the multi-key acquisition opened %d connections, want 1", n)
+	}
+}
+
+// TestCloseDuringGrant: Close lands between a multi-key statement and the
+// grant of its leases. The acquisition fails with ErrUnavailable, its
+// connection is ended exactly once (Close waits for it), nothing panics.
+func TestCloseDuringGrant(t *testing.T) {
+	l := newLocker(t, stacktest.NewDatabase(t, t.Context()))
+	defer func() {
+		if r := recover(); r != nil {
+			t.Fatalf("panic: %v", r)
+		}
+	}()
+	closed := make(chan error, 1)
+	ctx := context.Background()
+	err := l.withConn(ctx, ctx, func(c *pgxpool.Conn) error {
+		go func() { closed <- l.Close() }()
+		waitFor(t, "Close to begin", func() bool {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			return l.closed
+		})
+		_, err := l.grant(c, []string{locktest.Key(t)}, newIDs(1), []int64{1}, time.Now(), lock.Apply(time.Second, nil))
+		return err
+	})
+	if !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("acquisition that met Close = %v, want ErrUnavailable", err)
+	}
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waits for the acquisition's connection")
 	}
 }

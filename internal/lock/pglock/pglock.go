@@ -4,13 +4,16 @@
 //
 // One acquisition uses one connection however many keys it takes: a lone
 // Acquire, a batch (AcquireBatch: every key tried in one statement) and a
-// multi-key operation (AcquireAll: every key locked in one statement, in key
-// order) each hold their locks on a connection of their own, so an order of
-// a hundred lines needs one connection, not a hundred. Each lease still
-// releases its own key; the connection returns to the pool with the last.
-// A multi-key AcquireAll that holds some keys while it waits for the rest
-// gives them all up after the hold-wait bound (lock.WithHoldWait, default 1s) and queues again, so it
-// never keeps other orders off its keys for longer than that at a time.
+// multi-key operation (AcquireAll: every key locked in key order, in two
+// statements) each hold their locks on a connection of their own, so an
+// order of a hundred lines needs one connection, not a hundred. Each lease
+// still releases its own key; the connection returns to the pool with the
+// last.
+// A multi-key AcquireAll waits for its first key as long as its context
+// allows; once it holds that key, it gives everything up if the rest take
+// longer than the hold-wait bound (lock.WithHoldWait, default 1s) and queues
+// again for the first, so it never keeps other orders off its keys for
+// longer than that at a time.
 //
 // A lease lives exactly as long as its database session. Each lease sets its
 // session's idle_session_timeout to the lease TTL, so a holder that stops
@@ -19,6 +22,13 @@
 // same expiry as the TTL backends, which the chaos scenarios rely on. The
 // watchdog's keepalive is a trivial statement that restarts the server's idle
 // timer.
+//
+// Between statements the Locker reads each lease session's connection, so a
+// session that the server ends (pg_terminate_backend, a shutdown or crash)
+// loses its leases the moment the server says so or the socket closes. A
+// server that falls silent without closing the socket (a frozen host, a
+// partition) is noticed by the keepalive, at the latest at the lease's
+// Deadline, which comes before the server's idle timeout could free the lock.
 //
 // Lock keys are hashtextextended('stockguard:' || key, 0), one 64-bit
 // advisory lock per key in the database of the URL. Tokens are values of the
@@ -122,6 +132,9 @@ const (
 	// refreshAfter: a wait longer than TTL/refreshAfter is followed by a
 	// keepalive, so that the lease starts with (nearly) its whole TTL.
 	refreshAfter = 10
+	// discardTimeout bounds the statement that frees a failed acquisition's
+	// locks; past it the connection is closed instead.
+	discardTimeout = time.Second
 )
 
 var errClosed = fmt.Errorf("%w: locker closed", lock.ErrUnavailable)
@@ -316,10 +329,9 @@ func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*l
 		// A session that broke during the attempt holds nothing, and after a
 		// server restart every idle connection in the pool is dead (the pool
 		// pings only those idle for over a second): try another. Any other
-		// failure may have come as the lock was granted: the lock dies with
-		// the session.
+		// failure may have come as the lock was granted: discard frees it.
 		closed := c.Conn().IsClosed()
-		destroy(c)
+		l.discard(c)
 		if !closed || dead+1 >= maxDeadConns || ctx.Err() != nil {
 			return nil, l.failure(parent, err)
 		}
@@ -329,13 +341,14 @@ func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*l
 		// A long wait ate into the validity counted from before it; restart
 		// the server's timer to get the whole TTL back.
 		sent = time.Now()
-		if _, err := c.Exec(ctx, keepaliveSQL); err != nil {
-			destroy(c)
+		if err := l.exec(ctx, c, key, keepaliveSQL); err != nil {
+			l.discard(c)
 			return nil, l.failure(parent, err)
 		}
 	}
 	set, err := l.grant(c, []string{key}, []uuid.UUID{id}, []int64{token}, sent, o)
 	if err != nil {
+		l.discard(c)
 		return nil, err
 	}
 	return set[0], nil
@@ -348,7 +361,9 @@ const maxDeadConns = 3
 // elsewhere.
 func (l *Locker) try(ctx context.Context, c *pgxpool.Conn, key string, id uuid.UUID, ttl time.Duration) (token int64, held bool, err error) {
 	var t *int64
-	if err := c.QueryRow(ctx, tryLockSQL, key, leaseAppName(id), idleTimeout(ttl)).Scan(nil, nil, &t); err != nil || t == nil {
+	b := &pgx.Batch{}
+	b.Queue(tryLockSQL, key, leaseAppName(id), idleTimeout(ttl)).QueryRow(func(row pgx.Row) error { return row.Scan(nil, nil, &t) })
+	if err := l.send(ctx, c, b, key); err != nil || t == nil {
 		return 0, false, err
 	}
 	return *t, true, nil
@@ -418,6 +433,34 @@ func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what s
 		return ctx.Err() // granted as the caller gave up
 	}
 	return err
+}
+
+// exec runs one statement of an acquisition as send runs a pipeline.
+func (l *Locker) exec(ctx context.Context, c *pgxpool.Conn, what, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	return l.send(ctx, c, b, what)
+}
+
+// discard ends an acquisition's hold on c after a failure, which may have
+// come just as a lock was granted. A working connection gets one statement
+// that frees every lock of its session and undoes the lease's settings, and
+// goes back to the pool: the keys are free for anyone the moment the
+// acquisition returns, as a cancelled acquisition promises. Closing the
+// socket would free them too, but only once the server notices, a moment
+// later; discard does that only for a connection that is broken already or
+// does not answer.
+func (l *Locker) discard(c *pgxpool.Conn) {
+	if !c.Conn().IsClosed() {
+		ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
+		_, err := c.Exec(ctx, unlockAllSQL, poolAppName)
+		cancel()
+		if err == nil {
+			c.Release()
+			return
+		}
+	}
+	destroy(c)
 }
 
 // recycle hands a connection that holds no lock back to the pool, with the

@@ -458,3 +458,27 @@ func TestPingWithFullPool(t *testing.T) {
 	}
 	locktest.MustRelease(t, lease)
 }
+
+// TestServerEndedSessionLosesAtOnce: a session the server ends loses its
+// lease when the server says so, not at the next keepalive (10 s away with
+// a 30 s TTL), while the lease's deadline still looks valid.
+func TestServerEndedSessionLosesAtOnce(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	l := newLocker(t, url, WithTTL(30*time.Second))
+	lease := locktest.MustAcquire(t, l, locktest.Key(t))
+	start := time.Now()
+	terminate(t, url, lease)
+	select {
+	case <-lease.Done():
+	case <-time.After(3 * time.Second):
+		t.Fatal("lease still open 3 s after the server ended its session")
+	}
+	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("Err() = %v, want ErrLeaseLost", lease.Err())
+	}
+	t.Logf("lost %v after the session ended", time.Since(start))
+	locktest.MustRelease(t, lease)
+	if got := l.pool.Stat().AcquiredConns(); got != 0 {
+		t.Fatalf("%d pooled connections still in use", got)
+	}
+}

@@ -27,6 +27,9 @@ type session struct {
 	conn   *pgxpool.Conn
 	leases map[*handle]struct{}
 	alive  time.Time // when the last statement that restarted the idle timer was sent
+	// unwatch stops the read that watches conn between statements (see
+	// watch) and waits for it; nil while none runs.
+	unwatch func()
 }
 
 // handle is one lease's hold: its key's lock on its session.
@@ -40,13 +43,13 @@ var _ lock.Extender = (*handle)(nil)
 
 // grant wraps the locks just taken on c (one per key, tokens in key order)
 // in a session and its leases. sent is when the statements that took them
-// were sent: the server's idle timer started no earlier.
+// were sent: the server's idle timer started no earlier. On error the
+// caller still owns c and must end it: it holds the locks.
 func (l *Locker) grant(c *pgxpool.Conn, keys []string, ids []uuid.UUID, tokens []int64, sent time.Time, o lock.Options) (lock.Set, error) {
 	s := &session{l: l, ttl: o.TTL, conn: c, alive: sent, leases: make(map[*handle]struct{}, len(keys))}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		destroy(c)
 		return nil, errClosed
 	}
 	s.mu.Lock()
@@ -69,7 +72,45 @@ func (l *Locker) grant(c *pgxpool.Conn, keys []string, ids []uuid.UUID, tokens [
 		set[i] = lease
 	}
 	l.live[s] = struct{}{}
+	s.watch()
 	return set, nil
+}
+
+// watch reads s's connection while no statement runs, so that the server
+// ending the session (pg_terminate_backend, a shutdown or crash, its idle
+// timeout) loses the leases at once rather than at the next keepalive, up
+// to TTL/3 later, while their deadlines still look valid. An idle session
+// that never LISTENs is sent nothing else: the read ends only with the
+// session (a FATAL error or EOF) or when a statement needs the connection
+// (stopWatch), and a cancelled read leaves the connection usable (pgx sets
+// a socket deadline, then clears it). The caller holds s.mu.
+func (s *session) watch() {
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	pg := s.conn.Conn().PgConn()
+	s.unwatch = func() {
+		stop()
+		<-done
+	}
+	go func() {
+		err := pg.WaitForNotification(ctx)
+		for err == nil {
+			err = pg.WaitForNotification(ctx)
+		}
+		close(done) // before end, which stops the watch under s.mu
+		if ctx.Err() == nil {
+			s.end(fmt.Errorf("%w: the server ended the session: %w", lock.ErrLeaseLost, err))
+		}
+	}()
+}
+
+// stopWatch stops the watch, if one runs, before a statement or the end of
+// the session. The caller holds s.mu.
+func (s *session) stopWatch() {
+	if s.unwatch != nil {
+		s.unwatch()
+		s.unwatch = nil
+	}
 }
 
 // Extend restarts the server's idle timer, which keeps every lock of the
@@ -89,6 +130,7 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	if time.Since(s.alive) < s.ttl/refreshAfter {
 		return validUntil(s.alive, s.ttl), nil
 	}
+	s.stopWatch()
 	sent := time.Now()
 	if _, err := s.conn.Exec(ctx, keepaliveSQL); err != nil {
 		// Whatever the cause, the session can no longer be shown alive before
@@ -96,6 +138,7 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("pglock: %w: keepalive: %w", lock.ErrLeaseLost, err)
 	}
 	s.alive = sent
+	s.watch()
 	return validUntil(sent, s.ttl), nil
 }
 
@@ -137,6 +180,7 @@ func (s *session) unlock(ctx context.Context, hs []*handle) error {
 		s.mu.Unlock()
 		return nil // released already
 	}
+	s.stopWatch()
 	c, last := s.conn, len(s.leases) == 0
 	var unlocked bool
 	var err error
@@ -148,6 +192,8 @@ func (s *session) unlock(ctx context.Context, hs []*handle) error {
 	if err == nil && unlocked {
 		if last {
 			s.conn = nil
+		} else {
+			s.watch()
 		}
 		s.mu.Unlock()
 		if last {
@@ -184,6 +230,7 @@ func (h *handle) onLost(err error) {
 // every lease still on it with cause (which wraps lock.ErrLeaseLost).
 func (s *session) end(cause error) {
 	s.mu.Lock()
+	s.stopWatch()
 	c := s.conn
 	s.conn = nil
 	leases := s.leases

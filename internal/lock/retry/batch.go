@@ -59,8 +59,16 @@ func (lp *Loop) AcquireBatch(ctx context.Context, keys []string, opts []lock.Opt
 		turns = append(turns, turn)
 	}
 	if len(mine) > 0 {
+		// The leases' turns note their release, as Acquire's do: the next
+		// local Acquire of the key then yields to the waiter elsewhere that
+		// the release woke. turns stays raw for the keys not obtained,
+		// which this Locker never held.
+		owned := make([]func(), len(mine))
+		for i, k := range mine {
+			owned[i] = lp.noteRelease(k, turns[i])
+		}
 		lp.Metrics.Attempt()
-		leases, err := grab(ctx, mine, o, turns)
+		leases, err := grab(ctx, mine, o, owned)
 		if err != nil {
 			releaseTurns(turns)
 			lp.failed(len(sorted), err)

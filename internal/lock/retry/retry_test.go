@@ -191,3 +191,45 @@ func TestYieldsAfterOwnRelease(t *testing.T) {
 		t.Errorf("%d awaits for a key let go of longer than RetryDelay ago", awaits-before)
 	}
 }
+
+// TestBatchLeaseYieldsAfterRelease: a key a batch lease let go of is, like
+// one a lone lease let go of, awaited before the next local Acquire's first
+// attempt; a key the batch found held elsewhere, which this Loop never
+// held, is attempted at once.
+func TestBatchLeaseYieldsAfterRelease(t *testing.T) {
+	lp := newLoop(t)
+	lp.RetryDelay = time.Hour // "lately" covers the whole test
+	awaits := 0
+	lp.Await = func(context.Context, string, time.Duration) error { awaits++; return nil }
+	grab := func(_ context.Context, keys []string, _ lock.Options, turns []func()) ([]*lock.Lease, error) {
+		leases := make([]*lock.Lease, len(keys))
+		for i, k := range keys {
+			if k != "held" {
+				leases[i], _ = lock.NewLease(lock.LeaseParams{Key: k, Handle: releaser(turns[i])})
+			}
+		}
+		return leases, nil
+	}
+	b, err := lp.AcquireBatch(context.Background(), []string{"k", "held"}, nil, grab)
+	if err != nil || len(b.Leases) != 1 || len(b.Held) != 1 {
+		t.Fatalf("batch = %v, %v", b, err)
+	}
+	if err := b.Leases.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key   string
+		waits int
+	}{{"k", 1}, {"held", 0}} {
+		before := awaits
+		try, _ := attempts()
+		lease, err := lp.Acquire(context.Background(), c.key, nil, try)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := awaits - before; got != c.waits {
+			t.Errorf("%s: %d awaits before the attempt, want %d", c.key, got, c.waits)
+		}
+		_ = lease.Release(context.Background())
+	}
+}

@@ -1,6 +1,7 @@
 package zklock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -138,10 +139,15 @@ func (s *session) acquireBatch(ctx context.Context, keys []string, gone []*node)
 	return b, released, nil
 }
 
-// createAll runs createNodes without outliving ctx or the session. A
-// create may still succeed after we stopped waiting; its nodes are deleted
-// then, so no queue holds a waiter that nobody will ever serve (and gone's
-// deletion goes on, too, reported as not yet done).
+// createAll runs createNodes without outliving the session, nor ctx for
+// longer than it takes the create to settle. A multi in flight when ctx
+// ends may yet be applied, and only its outcome tells whether there are
+// nodes to delete and whether gone's deletes went with it; returning
+// before would leave keys held after the error that says none are. So the
+// wait goes on, detached and bounded by cleanupTimeout, and nodes it
+// created are deleted before the error returns. Only a server out of reach
+// for that long leaves the clean-up to the background, said in the error
+// (and in released, for gone).
 func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([]*node, error, error) {
 	if ctx.Done() == nil {
 		return s.createNodes(keys, gone)
@@ -162,18 +168,31 @@ func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([
 	case <-s.dead:
 		return nil, nil, errSessionGone
 	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	select {
+	case r := <-done:
+		if err := s.removeAll(cctx, r.nodes); err != nil {
+			return nil, r.released, fmt.Errorf("%w (nodes created as it ended: %w)", ctx.Err(), err)
+		}
+		return nil, r.released, cmp.Or(r.err, ctx.Err())
+	case <-s.dead:
+		return nil, nil, errSessionGone // every node with it, gone's too
+	case <-cctx.Done():
+	}
 	go func() {
-		if r := <-done; len(r.nodes) > 0 {
-			_ = s.removeAll(context.Background(), r.nodes)
+		r := <-done
+		if err := s.removeAll(context.Background(), r.nodes); err != nil {
+			s.l.log.Warn("zookeeper: nodes of a cancelled create not deleted", "nodes", len(r.nodes), "err", err)
 		}
 	}()
 	var released error
 	if len(gone) > 0 {
 		// As removeAll says when its wait is cut short: the deletes are
 		// in that multi, or after it, still going.
-		released = fmt.Errorf("zookeeper: delete %d nodes: still trying in the background: %w", len(gone), ctx.Err())
+		released = fmt.Errorf("zookeeper: delete %d nodes: still trying in the background: %w", len(gone), cctx.Err())
 	}
-	return nil, released, ctx.Err()
+	return nil, released, fmt.Errorf("%w (create still unanswered %v later: any nodes it made are deleted in the background)", ctx.Err(), cleanupTimeout)
 }
 
 // maxCreateTries bounds the retries of one create; each retry is the server
