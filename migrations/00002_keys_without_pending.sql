@@ -1,6 +1,6 @@
 -- Idempotency keys are no longer reserved by a 'pending' order row ahead of
 -- the write: the order row that the write inserts is the key's only record
--- (internal/inventory/keys.go). Pending rows left by an older version are
+-- (internal/reservation/keys.go). Pending rows left by an older version are
 -- keys of requests that never finished; dropping them frees those keys.
 -- +goose Up
 DELETE FROM orders WHERE status = 'pending';

@@ -21,13 +21,25 @@ var (
 	// in flight, orders queued) is reached; retry later, elsewhere if need be.
 	ErrOverloaded = errors.New("overloaded")
 	// ErrConflict is a write that collided with a concurrent writer the lock
-	// should have kept out (a deadlock between unlocked writers); retryable.
+	// should have kept out: a deadlock between writers that no lock kept
+	// apart (the none and local backends, across instances). Nothing was
+	// written; retryable.
 	ErrConflict = errors.New("concurrent write conflict")
 	// ErrStoreUnavailable is a database that could not answer: connection
 	// lost or refused, too many connections, a statement timeout, a server
-	// shutting down. Nothing was written that the caller must undo; a retry
-	// may succeed.
+	// shutting down or read-only. Unless the error also matches
+	// ErrOutcomeUnknown, the statement failed and nothing was written; a
+	// retry may succeed.
 	ErrStoreUnavailable = errors.New("store unavailable")
+	// ErrOutcomeUnknown is a write that was sent but whose answer never
+	// came: the connection broke, or the request's context ended and the
+	// server did not confirm the statement's cancel in time, or the server
+	// said it cannot tell. The write may have been applied, whole, or not at
+	// all: only reading it back (the order by its id) tells, and only once
+	// the store has settled it (the postgres store bounds that with its
+	// statement timeout). It comes with ErrStoreUnavailable, or with the
+	// context's error when the request's context ended first.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the write may have been applied")
 )
 
 // StockError is an insufficient-stock failure on one SKU.

@@ -14,24 +14,26 @@ import (
 type Ledger struct {
 	skus   map[string]SKU
 	fences map[string]Fence
-	// unknown holds the claim's error for each SKU that does not exist.
-	unknown map[string]error
+	// refused holds the claim's refusal of each SKU it set aside: one that
+	// does not exist, or whose row a newer lease has claimed.
+	refused map[string]error
 	// changed is the set of SKUs moved since the last Written.
 	changed map[string]bool
 }
 
 // NewLedger starts a ledger from what a claim returned: the counters of the
-// SKUs it claimed, the fence of every lease held, and the error of each SKU
-// that does not exist (an operation naming one fails with it).
-func NewLedger(skus map[string]SKU, fences map[string]Fence, unknown map[string]error) *Ledger {
-	return &Ledger{skus: skus, fences: fences, unknown: unknown, changed: make(map[string]bool)}
+// SKUs it claimed, the fence of every lease held, and the claim's refusal
+// of each SKU it could not claim, unknown or stale (an operation naming one
+// fails with it).
+func NewLedger(skus map[string]SKU, fences map[string]Fence, refused map[string]error) *Ledger {
+	return &Ledger{skus: skus, fences: fences, refused: refused, changed: make(map[string]bool)}
 }
 
 // Clone is a copy to decide a batch on: if its write fails, the ledger it
 // came from is unchanged (and, since whether the write landed is not known,
 // no longer to be trusted).
 func (l *Ledger) Clone() *Ledger {
-	return &Ledger{skus: maps.Clone(l.skus), fences: l.fences, unknown: l.unknown, changed: make(map[string]bool)}
+	return &Ledger{skus: maps.Clone(l.skus), fences: l.fences, refused: l.refused, changed: make(map[string]bool)}
 }
 
 // Reserve moves o's lines from available to reserved, all of them or none,
@@ -111,7 +113,7 @@ func (l *Ledger) Written() { clear(l.changed) }
 
 // sku returns the counters of a SKU under the leases, or why there are none.
 func (l *Ledger) sku(name string) (SKU, error) {
-	if err, ok := l.unknown[name]; ok {
+	if err, ok := l.refused[name]; ok {
 		return SKU{}, err
 	}
 	k, ok := l.skus[name]

@@ -47,7 +47,9 @@ type Store interface {
 	// stand; otherwise nothing is written and the error is ErrStaleFence,
 	// naming the rows as Claim does where it can tell them. An
 	// order whose idempotency key another order holds fails the whole write
-	// with a *KeyTakenError naming every such key.
+	// with a *KeyTakenError naming every such key. An error that matches
+	// ErrOutcomeUnknown leaves open whether w was applied; any other error
+	// means nothing of w was.
 	Write(ctx context.Context, fences []Fence, w Write) error
 
 	SKU(ctx context.Context, sku string) (SKU, error)

@@ -17,14 +17,23 @@ import (
 
 func TestTranslate(t *testing.T) {
 	pg := func(code string) error { return fmt.Errorf("pgx: %w", &pgconn.PgError{Code: code, Message: "m"}) }
+	check := func(constraint string) error {
+		return fmt.Errorf("pgx: %w", &pgconn.PgError{Code: "23514", Message: "m", ConstraintName: constraint})
+	}
 	opErr := &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}
 	cases := []struct {
 		name string
 		err  error
-		want error // nil: a fault of ours, no sentinel
+		want error // nil: a fault of ours, no sentinel; joined: each of them
 	}{
 		{"foreign key", pg("23503"), inventory.ErrUnknownSKU},
-		{"check", pg("23514"), inventory.ErrInsufficientStock},
+		{"available check", check("skus_available_check"), inventory.ErrInsufficientStock},
+		{"reserved check", check("skus_reserved_check"), inventory.ErrInsufficientStock},
+		{"sold check", check("skus_sold_check"), inventory.ErrInsufficientStock},
+		{"received check", check("skus_received_check"), inventory.ErrInsufficientStock},
+		{"fence token check", check("skus_fence_token_check"), nil},
+		{"order status check", check("orders_status_check"), nil},
+		{"line quantity check", check("order_lines_quantity_check"), nil},
 		{"deadlock", pg("40P01"), inventory.ErrConflict},
 		{"serialization", pg("40001"), inventory.ErrConflict},
 		{"not utf-8", pg("22021"), inventory.ErrInvalid},
@@ -35,6 +44,8 @@ func TestTranslate(t *testing.T) {
 		{"statement timeout", pg("57014"), inventory.ErrStoreUnavailable},
 		{"lock timeout", pg("55P03"), inventory.ErrStoreUnavailable},
 		{"idle in transaction timeout", pg("25P03"), inventory.ErrStoreUnavailable},
+		{"read only", pg("25006"), inventory.ErrStoreUnavailable},
+		{"completion unknown", pg("40003"), errors.Join(inventory.ErrStoreUnavailable, inventory.ErrOutcomeUnknown)},
 		{"connection failure", pg("08006"), inventory.ErrStoreUnavailable},
 		{"too many connections", pg("53300"), inventory.ErrStoreUnavailable},
 		{"disk full", pg("53100"), inventory.ErrStoreUnavailable},
@@ -51,16 +62,16 @@ func TestTranslate(t *testing.T) {
 		{"plain", errors.New("boom"), nil},
 	}
 	sentinels := []error{inventory.ErrUnknownSKU, inventory.ErrInsufficientStock, inventory.ErrConflict, inventory.ErrInvalid,
-		inventory.ErrStoreUnavailable}
+		inventory.ErrStoreUnavailable, inventory.ErrOutcomeUnknown}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			got := translate("op", c.err)
+			got := translate(context.Background(), "op", c.err)
 			if !errors.Is(got, c.err) {
 				t.Errorf("translate(%v) = %v: lost the cause", c.err, got)
 			}
 			for _, s := range sentinels {
-				if errors.Is(got, s) != (s == c.want) {
-					t.Errorf("translate(%v) = %v: errors.Is(%v) = %v, want %v", c.err, got, s, !(s == c.want), s == c.want)
+				if want := errors.Is(c.want, s); errors.Is(got, s) != want {
+					t.Errorf("translate(%v) = %v: errors.Is(%v) = %v, want %v", c.err, got, s, !want, want)
 				}
 			}
 		})
@@ -72,9 +83,44 @@ func TestTranslate(t *testing.T) {
 // 503 timeout from it, not store_unavailable.
 func TestTranslateKeepsContextErrors(t *testing.T) {
 	for _, ctxErr := range []error{context.Canceled, context.DeadlineExceeded} {
-		got := translate("op", fmt.Errorf("%w: %w", ctxErr, io.ErrUnexpectedEOF))
+		got := translate(context.Background(), "op", fmt.Errorf("%w: %w", ctxErr, io.ErrUnexpectedEOF))
 		if !errors.Is(got, ctxErr) || errors.Is(got, inventory.ErrStoreUnavailable) {
 			t.Errorf("translate(%v) = %v", ctxErr, got)
+		}
+	}
+	// The server's answer to the cancel request a context's end sends
+	// (cancelRequests) is the context's error too.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	got := translate(ctx, "op", &pgconn.PgError{Code: "57014", Message: "canceling statement due to user request"})
+	if !errors.Is(got, context.Canceled) || errors.Is(got, inventory.ErrStoreUnavailable) {
+		t.Errorf("translate(query_canceled, cancelled context) = %v", got)
+	}
+}
+
+// retryable is an error pgx marks as failed before it was sent.
+type retryable struct{ error }
+
+func (retryable) SafeToRetry() bool { return true }
+
+func TestUnanswered(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"statement error", &pgconn.PgError{Severity: "ERROR", Code: "23514"}, false},
+		{"statement timeout", &pgconn.PgError{Severity: "ERROR", Code: "57014"}, false},
+		{"session ended", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, true},
+		{"connection reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, true},
+		{"unexpected eof", fmt.Errorf("receive message: %w", io.ErrUnexpectedEOF), true},
+		{"context ended", fmt.Errorf("timeout: %w", context.DeadlineExceeded), true},
+		{"never sent", retryable{io.ErrUnexpectedEOF}, false},
+		{"not the connection", errors.New("boom"), false},
+	}
+	for _, c := range cases {
+		if got := unanswered(c.err); got != c.want {
+			t.Errorf("%s: unanswered(%v) = %v, want %v", c.name, c.err, got, c.want)
 		}
 	}
 }

@@ -61,7 +61,7 @@ func (s *Store) Claim(ctx context.Context, fences []inventory.Fence, create bool
 		// off the order path, so this stays on gorm.
 		if err := s.db.WithContext(ctx).Exec(`INSERT INTO skus (sku) SELECT unnest(?::text[]) ON CONFLICT (sku) DO NOTHING`,
 			textArray(names)).Error; err != nil {
-			return nil, translate("create sku", err)
+			return nil, translate(ctx, "create sku", err)
 		}
 	}
 	out := make(map[string]inventory.SKU, len(fences))
@@ -85,7 +85,7 @@ func (s *Store) Claim(ctx context.Context, fences []inventory.Fence, create bool
 		return err
 	})
 	if err != nil {
-		return nil, translate("claim", err)
+		return nil, translate(ctx, "claim", err)
 	}
 	if len(out) == len(fences) {
 		return out, nil
@@ -99,7 +99,7 @@ func (s *Store) whyMissing(ctx context.Context, skus []string, got map[string]in
 	var existing []string
 	if err := s.db.WithContext(ctx).Raw(`SELECT sku FROM skus WHERE sku = ANY(?::text[])`, textArray(skus)).
 		Scan(&existing).Error; err != nil {
-		return translate("claim", err)
+		return translate(ctx, "claim", err)
 	}
 	var errs []error
 	for _, sku := range skus {

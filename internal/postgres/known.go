@@ -12,7 +12,7 @@ func (s *Store) KnownSKUs(ctx context.Context, names []string) (map[string]bool,
 	var found []string
 	if err := s.db.WithContext(ctx).Raw(`SELECT sku FROM skus WHERE sku = ANY(?::text[])`, textArray(names)).
 		Scan(&found).Error; err != nil {
-		return nil, translate("known skus", err)
+		return nil, translate(ctx, "known skus", err)
 	}
 	out := make(map[string]bool, len(found))
 	for _, n := range found {

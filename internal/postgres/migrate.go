@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
@@ -13,13 +15,20 @@ import (
 )
 
 // Migrate applies every pending migration. A session advisory lock makes it
-// safe for several instances starting at once.
+// safe for several instances starting at once. The migrations run on
+// connections of their own (untimed), without the statement timeout of the
+// store's: a migration may rewrite, check or index a whole table.
 func Migrate(ctx context.Context, db *sql.DB) ([]string, error) {
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, migrations.FS, goose.WithSessionLocker(locker))
+	mdb, err := untimed(ctx, db)
+	if err != nil {
+		return nil, translate(ctx, "migrate", err)
+	}
+	defer mdb.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, mdb, migrations.FS, goose.WithSessionLocker(locker))
 	if err != nil {
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
 	}
@@ -32,6 +41,20 @@ func Migrate(ctx context.Context, db *sql.DB) ([]string, error) {
 		applied = append(applied, r.Source.Path)
 	}
 	return applied, nil
+}
+
+// untimed opens a pool like db's, whose connections have no statement
+// timeout, from the config of one of db's connections.
+func untimed(ctx context.Context, db *sql.DB) (*sql.DB, error) {
+	var cfg *pgx.ConnConfig
+	if err := onPgx(ctx, db, func(c *pgx.Conn) error {
+		cfg = c.Config() // a copy, its map included
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	cfg.RuntimeParams["statement_timeout"] = "0"
+	return stdlib.OpenDB(*cfg), nil
 }
 
 // ErrMigrationsPending is what Ping answers while the schema lags the
@@ -47,7 +70,7 @@ func checkMigrated(ctx context.Context, db *sql.DB) error {
 	}
 	pending, err := p.HasPending(ctx)
 	if err != nil {
-		return translate("migrations", err)
+		return translate(ctx, "migrations", err)
 	}
 	if pending {
 		return ErrMigrationsPending

@@ -31,7 +31,7 @@ func (s *Store) Order(ctx context.Context, id uuid.UUID) (*inventory.Order, erro
 	var rows []orderRow
 	if err := s.db.WithContext(ctx).Raw(`SELECT id, idempotency_key, request_hash, status, expires_at, created_at
 		FROM orders WHERE id = ?`, id).Scan(&rows).Error; err != nil {
-		return nil, translate("get order", err)
+		return nil, translate(ctx, "get order", err)
 	}
 	if len(rows) == 0 {
 		return nil, inventory.ErrUnknownOrder
@@ -44,7 +44,7 @@ func (s *Store) withLines(ctx context.Context, r orderRow) (*inventory.Order, er
 	var lines []lineRow
 	if err := s.db.WithContext(ctx).Raw(`SELECT sku, quantity, fence_token FROM order_lines WHERE order_id = ? ORDER BY position`, r.ID).
 		Scan(&lines).Error; err != nil {
-		return nil, translate("get order lines", err)
+		return nil, translate(ctx, "get order lines", err)
 	}
 	o := &inventory.Order{ID: r.ID, Status: inventory.Status(r.Status), ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt,
 		IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash, Lines: make([]inventory.Line, len(lines))}
@@ -57,10 +57,11 @@ func (s *Store) withLines(ctx context.Context, r orderRow) (*inventory.Order, er
 const ordersByKeySQL = `SELECT id, idempotency_key, request_hash, status, expires_at, created_at
 	FROM orders WHERE idempotency_key = ANY($1)`
 
-// OrdersByKey implements inventory.Store. Every keyed order is looked up
-// before it queues (several at once, see inventory's keys.go), so the
-// statement runs on pgx like the hot path (see pgx.go); the lines, read only
-// for a replay, stay on gorm.
+// OrdersByKey implements inventory.Store. The key of every keyed request
+// that did not go through is looked up (several at once, see
+// internal/reservation/keys.go), a replay's among them, so the statement
+// runs on pgx like the hot path (see pgx.go); the lines, read only for a
+// replay, stay on gorm.
 func (s *Store) OrdersByKey(ctx context.Context, keys []string) (map[string]*inventory.Order, error) {
 	var found []orderRow
 	err := s.withPgx(ctx, func(c *pgx.Conn) error {
@@ -77,7 +78,7 @@ func (s *Store) OrdersByKey(ctx context.Context, keys []string) (map[string]*inv
 		return err
 	})
 	if err != nil {
-		return nil, translate("find orders by idempotency key", err)
+		return nil, translate(ctx, "find orders by idempotency key", err)
 	}
 	out := make(map[string]*inventory.Order, len(found))
 	for _, r := range found {
@@ -96,7 +97,7 @@ func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int, ski
 	err := s.db.WithContext(ctx).Raw(`SELECT id FROM orders WHERE status = 'reserved' AND expires_at <= ?
 		AND id <> ALL(?::uuid[]) ORDER BY expires_at LIMIT ?`, now, uuidArray(skip), limit).Scan(&ids).Error
 	if err != nil {
-		return nil, translate("list expired orders", err)
+		return nil, translate(ctx, "list expired orders", err)
 	}
 	return ids, nil
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strconv"
 	"strings"
@@ -26,7 +27,12 @@ import (
 // each statement it has prepared on that connection, so after the first use
 // a statement costs one round trip (Bind, Execute, Sync).
 func (s *Store) withPgx(ctx context.Context, f func(*pgx.Conn) error) error {
-	conn, err := s.sqlDB.Conn(ctx)
+	return onPgx(ctx, s.sqlDB, f)
+}
+
+// onPgx runs f on the pgx connection of one of db's connections.
+func onPgx(ctx context.Context, db *sql.DB, f func(*pgx.Conn) error) error {
+	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}

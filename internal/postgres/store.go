@@ -7,10 +7,13 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
 	"github.com/jackc/pgx/v5/stdlib"
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/driver/postgres"
@@ -109,10 +112,40 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 // a URL that names random_page_cost keeps its own.
 const randomPageCost = "1.1"
 
-// dialector is gorm's driver over pgx, with randomPageCost and, when
-// the store has a tracer provider, a pgx tracer: both are part of each
-// connection's config, set before it connects, so gorm's statements and the
-// hot path's alike have them.
+// statementTimeout is set on every connection the store opens, unless its
+// URL sets statement_timeout. The server ends a statement that runs longer
+// with query_canceled, and so says that nothing was written. It is below
+// the service's bound on each store call under the leases (reservation's
+// storeTimeout, 10 s), so that a write stuck on a row lock or a slow disk
+// is ended by the server, which knows its outcome, before the client gives
+// up on it, which does not; and it bounds how long a write whose answer was
+// lost (inventory.ErrOutcomeUnknown) can still commit. Migrations run
+// without it (Migrate).
+const statementTimeout = "8s"
+
+// cancelDelay is how long a statement whose context ended has to answer
+// the cancel request sent for it before its connection is closed.
+const cancelDelay = time.Second
+
+// cancelRequests handles a context that ends while a statement runs by
+// asking the server to cancel it (pgx's cancel request, on a connection of
+// its own) and waiting up to cancelDelay for the answer. pgx's default
+// instead closes the socket at once: the server, not reading it, carries on
+// and may commit what the caller was told had failed, and the pool loses
+// the connection. Cancelled on the server, the statement answers
+// query_canceled (nothing written; translate keeps the context's error) or,
+// if it finished first, its result; either way the connection stays
+// usable. Only with no answer in cancelDelay is it closed, and the outcome
+// unknown (unanswered).
+func cancelRequests(pc *pgconn.PgConn) ctxwatch.Handler {
+	return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: cancelDelay}
+}
+
+// dialector is gorm's driver over pgx, with randomPageCost, statementTimeout,
+// cancelRequests and, when the store has a tracer provider, a pgx tracer:
+// all are part of each connection's config, set before it connects, so
+// gorm's statements and the hot path's alike have them (database/sql's
+// connector passes the config to pgx.ConnectConfig as it is).
 func dialector(url string, c config) gorm.Dialector {
 	var tracer *queryTracer
 	if c.tracer != nil {
@@ -120,9 +153,18 @@ func dialector(url string, c config) gorm.Dialector {
 	}
 	return postgres.New(postgres.Config{DSN: url, OptionOpenDB: []stdlib.OptionOpenDB{
 		stdlib.OptionBeforeConnect(func(_ context.Context, cc *pgx.ConnConfig) error {
+			// cc is a shallow copy: its map is every connection's, and
+			// connections open concurrently.
+			params := make(map[string]string, len(cc.RuntimeParams)+2)
+			maps.Copy(params, cc.RuntimeParams)
+			cc.RuntimeParams = params
 			if _, ok := cc.RuntimeParams["random_page_cost"]; !ok {
 				cc.RuntimeParams["random_page_cost"] = randomPageCost
 			}
+			if _, ok := cc.RuntimeParams["statement_timeout"]; !ok {
+				cc.RuntimeParams["statement_timeout"] = statementTimeout
+			}
+			cc.BuildContextWatcherHandler = cancelRequests
 			if tracer != nil {
 				cc.Tracer = tracer
 			}
@@ -159,7 +201,7 @@ func (s *Store) SKU(ctx context.Context, sku string) (inventory.SKU, error) {
 	err := s.db.WithContext(ctx).Raw(`SELECT sku, available, reserved, sold, received, fence_token, updated_at
 		FROM skus WHERE sku = ?`, sku).Scan(&rows).Error
 	if err != nil {
-		return inventory.SKU{}, translate("get sku", err)
+		return inventory.SKU{}, translate(ctx, "get sku", err)
 	}
 	if len(rows) == 0 {
 		return inventory.SKU{}, &inventory.SKUError{SKU: sku, Err: inventory.ErrUnknownSKU}
@@ -182,7 +224,7 @@ func (s *Store) Audit(ctx context.Context, sku string) (inventory.Audit, error) 
 		WHERE s.sku = ?
 		GROUP BY s.sku, s.received, s.available`, sku).Scan(&rows).Error
 	if err != nil {
-		return inventory.Audit{}, translate("audit", err)
+		return inventory.Audit{}, translate(ctx, "audit", err)
 	}
 	if len(rows) == 0 {
 		return inventory.Audit{}, &inventory.SKUError{SKU: sku, Err: inventory.ErrUnknownSKU}

@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -373,4 +374,74 @@ func TestWriteBatchOfOrders(t *testing.T) {
 		"{"+o1.ID.String()+","+o3.ID.String()+"}").Scan(&keyless); err != nil || keyless != 2 {
 		t.Fatalf("%d of the 2 orders without a key have a NULL key (%v)", keyless, err)
 	}
+}
+
+// TestSharedKeysInOppositeOrders: two batches on different SKUs (so under
+// different leases, as from two instances) carry the same idempotency keys
+// in opposite orders. A write waits on a key the other inserted and has not
+// committed; were the keys inserted as they came, each would wait on the
+// other and Postgres would abort one with a deadlock, failing its whole
+// batch. One must place its orders and the other be refused with the keys
+// named, in every round.
+func TestSharedKeysInOppositeOrders(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	const rounds, n = 10, 200
+	for round := range rounds {
+		fences := []inventory.Fence{
+			mustStock(t, s, fmt.Sprintf("up-%d", round), n, 1),
+			mustStock(t, s, fmt.Sprintf("down-%d", round), n, 1),
+		}
+		keys := make([][]string, 2)
+		for i := range n {
+			k := fmt.Sprintf("r%d-k%03d", round, i)
+			keys[0] = append(keys[0], k)
+			keys[1] = append([]string{k}, keys[1]...)
+		}
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i, f := range fences {
+			wg.Go(func() {
+				<-start
+				errs[i] = placeKeyed(ctx, s, f, keys[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		placed, refused := 0, 0
+		for _, err := range errs {
+			var taken *inventory.KeyTakenError
+			switch {
+			case err == nil:
+				placed++
+			case errors.As(err, &taken) && len(taken.Keys) == n:
+				refused++
+			default:
+				t.Errorf("round %d: write = %v, want success or a KeyTakenError naming all %d keys", round, err, n)
+			}
+		}
+		if placed != 1 || refused != 1 {
+			t.Fatalf("round %d: %d writes placed, %d refused; want one each", round, placed, refused)
+		}
+	}
+}
+
+// placeKeyed claims f's SKU and writes one order of one unit per key.
+func placeKeyed(ctx context.Context, s *postgres.Store, f inventory.Fence, keys []string) error {
+	got, err := s.Claim(ctx, []inventory.Fence{f}, false)
+	if err != nil {
+		return err
+	}
+	k := got[f.SKU]
+	w := inventory.Write{}
+	for _, key := range keys {
+		o := newOrder(f.SKU, 1, f.Token)
+		o.IdempotencyKey = key
+		w.Orders = append(w.Orders, o)
+		k.Available--
+		k.Reserved++
+	}
+	w.SKUs = []inventory.SKU{k}
+	return s.Write(ctx, []inventory.Fence{f}, w)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,14 +26,23 @@ import (
 // counters computed for an order another holder already moved could break a
 // CHECK and misname the refusal. An order whose key another order holds is
 // skipped by ON CONFLICT, not raised as a unique violation, so the refusal
-// can name every such key (whyRefused). The final SELECT is the guard: if
-// the fenced UPDATE matched fewer rows than it was given (a newer lease
-// claimed one), or the status change matched nothing, or an order was
-// skipped, it divides by zero, which aborts the statement and with it
-// everything the CTEs did; it runs before the lines' insert, which the
-// SELECT does not read, and so before their foreign keys are checked. The
-// divisor depends on the CTEs' results, so the planner cannot fold it into
-// an error at plan time.
+// can name every such key (whyRefused).
+//
+// A key that another running write has inserted makes this one wait for
+// that write's end, and keys are not under the SKUs' locks: batches of
+// different SKUs, from two instances, may share keys. So every write
+// inserts its orders in idempotency key order (inKeyOrder): writers then
+// wait on each other's keys in one global order, never in a cycle, which
+// Postgres would break as a deadlock (40P01) failing a whole batch for one
+// order's key.
+//
+// The final SELECT is the guard: if the fenced UPDATE matched fewer rows
+// than it was given (a newer lease claimed one), or the status change
+// matched nothing, or an order was skipped, it divides by zero, which
+// aborts the statement and with it everything the CTEs did; it runs before
+// the lines' insert, which the SELECT does not read, and so before their
+// foreign keys are checked. The divisor depends on the CTEs' results, so
+// the planner cannot fold it into an error at plan time.
 const writeSQL = `WITH t AS (
 	UPDATE orders SET status = ?::text WHERE id = ?::uuid AND status = ?::text
 	RETURNING 1
@@ -103,7 +113,7 @@ func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArg
 		a.toStatus, a.fromStatus, a.transitionID, a.wantTransition = &to, &from, &id, 1
 	}
 	a.wantOrds = int64(len(w.Orders))
-	for _, o := range w.Orders {
+	for _, o := range inKeyOrder(w.Orders) {
 		a.orderIDs = append(a.orderIDs, o.ID)
 		a.keys = append(a.keys, o.IdempotencyKey)
 		a.hashes = append(a.hashes, o.RequestHash)
@@ -121,6 +131,20 @@ func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArg
 	return a
 }
 
+// inKeyOrder returns orders sorted by idempotency key, keyless ones first
+// and ties in arrival order: the order writeSQL inserts them in (the
+// function scan of unnest feeds the insert in array order). Lines follow
+// their orders; their positions are per order.
+func inKeyOrder(orders []*inventory.Order) []*inventory.Order {
+	cmp := func(a, b *inventory.Order) int { return strings.Compare(a.IdempotencyKey, b.IdempotencyKey) }
+	if slices.IsSortedFunc(orders, cmp) {
+		return orders // a batch without keys, or of one order: no copy
+	}
+	sorted := slices.Clone(orders)
+	slices.SortStableFunc(sorted, cmp)
+	return sorted
+}
+
 // pgx returns the arguments as pgx encodes them: Go slices become binary
 // arrays, nil pointers NULLs; UUIDs go as bytes (see uuidBytes).
 func (a *writeArgs) pgx() []any {
@@ -136,24 +160,31 @@ func (a *writeArgs) pgx() []any {
 }
 
 // Write implements inventory.Store: one statement (writeSQL), one round
-// trip. Any shortfall aborts it as a whole; the error then says why.
+// trip. Any shortfall aborts it as a whole; the error then says why. Being
+// one autocommitted statement, it is applied whole or not at all, and any
+// error the server answers it with means not at all; only a write sent and
+// never answered (unanswered) has an outcome the error cannot tell.
 func (s *Store) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
 	byKey := make(map[string]inventory.Fence, len(fences))
 	for _, f := range fences {
 		byKey[f.SKU] = f
 	}
 	a := newWriteArgs(byKey, w)
+	sent := false
 	err := s.withPgx(ctx, func(c *pgx.Conn) error {
+		sent = true
 		_, err := c.Exec(ctx, s.writePgx, a.pgx()...)
 		return err
 	})
-	if err == nil {
+	switch {
+	case err == nil:
 		return nil
-	}
-	if isGuard(err) {
+	case isGuard(err):
 		return s.whyRefused(ctx, &a, w)
+	case sent && unanswered(err):
+		return fmt.Errorf("%w (%w)", translate(ctx, "write", err), inventory.ErrOutcomeUnknown)
 	}
-	return translate("write", err)
+	return translate(ctx, "write", err)
 }
 
 // isGuard reports whether err is writeSQL's guard, the one division in it.
@@ -173,7 +204,7 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write)
 			LEFT JOIN skus s ON s.sku = v.sku AND s.fence_token = v.token AND s.fence_holder = v.holder
 			WHERE s.sku IS NULL`, textArray(a.skus), int64Array(a.tokens), uuidArray(a.holders)).Scan(&stale).Error
 		if err != nil {
-			return translate("write", err)
+			return translate(ctx, "write", err)
 		}
 		if len(stale) > 0 {
 			errs := make([]error, len(stale))
@@ -202,7 +233,7 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write)
 		var taken []string
 		if err := s.db.WithContext(ctx).Raw(`SELECT idempotency_key FROM orders WHERE idempotency_key = ANY(?::text[])`,
 			textArray(keys)).Scan(&taken).Error; err != nil {
-			return translate("write", err)
+			return translate(ctx, "write", err)
 		}
 		if len(taken) > 0 {
 			return &inventory.KeyTakenError{Keys: taken}

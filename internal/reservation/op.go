@@ -92,10 +92,12 @@ const (
 type pending struct {
 	op       *op
 	deadline time.Time
-	// pause is the chaos stall asked by its request (WithPause).
-	pause  time.Duration
-	state  atomic.Int32
-	answer chan error // buffered: the section sends once and never waits
+	// pause is the chaos stall asked by its request (WithPause, WithStall);
+	// unwatched, that its leases must have no watchdog (WithPause).
+	pause     time.Duration
+	unwatched bool
+	state     atomic.Int32
+	answer    chan error // buffered: the section sends once and never waits
 	// span is its request's span (a no-op one when tracing is off), linked
 	// to the batch that decides it.
 	span trace.Span
@@ -138,8 +140,9 @@ func (p *pending) leave() {
 
 // pending wraps o for the request whose context is ctx.
 func (s *Service) pending(ctx context.Context, o *op) *pending {
-	return &pending{op: o, deadline: time.Now().Add(s.lockWait), pause: pauseOf(ctx), answer: make(chan error, 1),
-		span: trace.SpanFromContext(ctx)}
+	st := stallOf(ctx)
+	return &pending{op: o, deadline: time.Now().Add(s.lockWait), pause: st.d, unwatched: st.d > 0 && !st.watched,
+		answer: make(chan error, 1), span: trace.SpanFromContext(ctx)}
 }
 
 func (p *pending) move(from, to int32) bool { return p.state.CompareAndSwap(from, to) }

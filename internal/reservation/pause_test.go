@@ -87,3 +87,26 @@ func TestPausedLoneOps(t *testing.T) {
 		t.Fatalf("audit = %+v", a)
 	}
 }
+
+// TestStalledOpKeepsItsWatchdog: a stall (WithStall, which X-Chaos-Stall
+// sets) waits at the pause's point but under leases with their watchdog, so
+// that only a fault that stops the renewals can lose them.
+func TestStalledOpKeepsItsWatchdog(t *testing.T) {
+	const stall = 200 * time.Millisecond
+	f := newFixture(t, reservation.Coalescing{Disabled: true})
+	f.stock("a", 10)
+	unwatched := f.locker.unwatched.Load()
+	start := time.Now()
+	if _, _, err := f.svc.Place(reservation.WithStall(context.Background(), stall), req("", line("a", 2))); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < stall {
+		t.Fatalf("placed after %v, before its %v stall", took, stall)
+	}
+	if n := f.locker.unwatched.Load() - unwatched; n != 0 {
+		t.Fatalf("%d leases taken without a watchdog, want none for a stall", n)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 2 {
+		t.Fatalf("audit = %+v", a)
+	}
+}

@@ -110,7 +110,7 @@ func (h *hold) overlaps(keys []string) bool {
 // covers reports whether h's leases cover p: all its SKUs, and, for a
 // paused op, no watchdog.
 func (h *hold) covers(p *pending) bool {
-	if p.pause > 0 && !h.unwatched {
+	if p.unwatched && !h.unwatched {
 		return false
 	}
 	for _, k := range p.op.skus {
@@ -167,7 +167,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	var reqs []trace.SpanContext
 	for _, p := range waiting {
 		deadline = later(deadline, p.deadline)
-		paused = paused || p.pause > 0
+		paused = paused || p.unwatched
 		if s.tracer != nil {
 			reqs = append(reqs, p.span.SpanContext())
 		}
@@ -330,9 +330,11 @@ const maxRewrites = 16
 // (*inventory.SKUError, stale: the ops naming them). A value it refused as
 // invalid without saying whose (invalid text) belongs to some op: g is
 // halved until the op is alone. A lost lease, a stale fence it cannot name
-// or an unreachable database belong to every op.
+// or an unreachable database belong to every op, and so does a write that
+// may have landed (inventory.ErrOutcomeUnknown): writing any of it again
+// could place an order twice.
 func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bool) {
-	if errors.Is(err, lock.ErrLeaseLost) {
+	if errors.Is(err, lock.ErrLeaseLost) || errors.Is(err, inventory.ErrOutcomeUnknown) {
 		return nil, nil, false
 	}
 	var taken *inventory.KeyTakenError
@@ -438,16 +440,16 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 	}
 	lctx, stop := h.set.Context(ctx)
 	defer stop()
-	unknown := make(map[string]error)
+	refused := make(map[string]error)
 	for len(fences) > 0 {
 		cctx, cancel := context.WithTimeout(lctx, storeTimeout)
 		skus, err := s.store.Claim(cctx, fences, create)
 		cancel()
 		if aside := s.setAside(err, create, h); len(aside) > 0 {
 			for _, ke := range aside {
-				unknown[ke.SKU] = ke
+				refused[ke.SKU] = ke
 			}
-			fences = slices.DeleteFunc(fences, func(f inventory.Fence) bool { _, ok := unknown[f.SKU]; return ok })
+			fences = slices.DeleteFunc(fences, func(f inventory.Fence) bool { _, ok := refused[f.SKU]; return ok })
 			continue
 		}
 		if err != nil {
@@ -456,10 +458,10 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 		for name := range skus {
 			s.known.add(name)
 		}
-		h.ledger = inventory.NewLedger(skus, byKey, unknown)
+		h.ledger = inventory.NewLedger(skus, byKey, refused)
 		return nil
 	}
-	h.ledger = inventory.NewLedger(map[string]inventory.SKU{}, byKey, unknown)
+	h.ledger = inventory.NewLedger(map[string]inventory.SKU{}, byKey, refused)
 	return nil
 }
 
@@ -533,7 +535,10 @@ func (s *Service) letGo(h *hold) lock.Set {
 
 // storeTimeout bounds each store call of the section: a queue's leader has
 // no client context to govern them, and one hung connection must not hold a
-// queue (and its leases) forever. Only a broken database trips it.
+// queue (and its leases) forever. Only a broken database trips it. The
+// postgres store's statement timeout (8 s) is below it, so that a statement
+// stuck in the database is ended by the server, which then says nothing was
+// written, before this bound gives up on it.
 const storeTimeout = 10 * time.Second
 
 // leaseOptions are the options of every acquisition. A lease that will be
@@ -566,6 +571,10 @@ func (s *Service) failed(set lock.Set, err error) error {
 		// The store's error is kept as text only: under a lost lease it is
 		// not what the ops failed of (a replay's taken key would otherwise
 		// make every op of the batch read as idempotency_key_in_flight).
+		// Only a write that may have landed anyway still says so.
+		if errors.Is(err, inventory.ErrOutcomeUnknown) {
+			return fmt.Errorf("%w (store: %v): %w", lerr, err, inventory.ErrOutcomeUnknown)
+		}
 		return fmt.Errorf("%w (store: %v)", lerr, err)
 	}
 	return err

@@ -149,11 +149,21 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 	} else {
 		err = s.alone(ctx, p)
 	}
+	if errors.Is(err, inventory.ErrOutcomeUnknown) {
+		// The write was sent and its answer lost: it may have placed o. Only
+		// o's row can say, and reading it costs one lookup on a path that
+		// is rare. Absent, o may still land (until the store settles the
+		// write), so the answer stays unknown.
+		if s.stored(ctx, o.ID) {
+			return o, false, nil
+		}
+	}
 	if err != nil && o.IdempotencyKey != "" && ctx.Err() == nil && !errors.Is(err, inventory.ErrOverloaded) {
-		// Nothing of this request landed. Its key may be held by an earlier
-		// request (a replay, refused by the write as *KeyTakenError, or by
-		// the ledger if the stock has gone since) or by one that another
-		// instance placed while this one waited: answer as a repeat of it.
+		// Nothing of this request landed (or, its outcome unknown, not
+		// yet). Its key may be held by an earlier request (a replay,
+		// refused by the write as *KeyTakenError, or by the ledger if the
+		// stock has gone since) or by one that another instance placed
+		// while this one waited: answer as a repeat of it.
 		if first, found, ferr := s.replayKey(ctx, o); found || ferr != nil {
 			return first, ferr == nil, ferr
 		}
@@ -162,6 +172,15 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 		return nil, false, err
 	}
 	return o, false, nil
+}
+
+// stored reports whether the order id exists, read even if ctx has ended:
+// a client still waiting for its answer gets the truth.
+func (s *Service) stored(ctx context.Context, id uuid.UUID) bool {
+	rctx, cancel := detached(ctx)
+	defer cancel()
+	_, err := s.store.Order(rctx, id)
+	return err == nil
 }
 
 // replayKey answers o from the order that holds its idempotency key, if one
@@ -256,15 +275,22 @@ func (s *Service) transition(ctx context.Context, id string, to inventory.Status
 			&inventory.TransitionError{From: inventory.StatusExpired, To: to}, o.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	err = s.alone(ctx, s.pending(ctx, transitionOp(o, to)))
-	if errors.Is(err, inventory.ErrInvalidTransition) {
-		// Someone else moved the order first (another instance, the reaper):
-		// answer from where it stands now.
-		cur, gerr := s.Order(ctx, id)
-		if gerr != nil {
+	if unknown := errors.Is(err, inventory.ErrOutcomeUnknown); unknown || errors.Is(err, inventory.ErrInvalidTransition) {
+		// Someone else moved the order first (another instance, the reaper),
+		// or our own write may have, its answer lost: answer from where it
+		// stands now. Still reserved after a lost answer, it may yet move.
+		rctx, cancel := detached(ctx)
+		defer cancel()
+		cur, gerr := s.store.Order(rctx, o.ID)
+		switch {
+		case gerr != nil && unknown:
+			return nil, err
+		case gerr != nil:
 			return nil, gerr
-		}
-		if cur.Status == to {
+		case cur.Status == to:
 			return cur, nil
+		case cur.Status == inventory.StatusReserved && unknown:
+			return nil, err
 		}
 		return nil, &inventory.TransitionError{From: cur.Status, To: to}
 	}
