@@ -14,15 +14,23 @@ import (
 func NewIdempotencyKey() string { return uuid.NewString() }
 
 // SetStock creates sku or sets its available units (PUT /v1/skus/{sku}).
+// The value is absolute: a repeat of a PUT that landed would set it again
+// over the orders placed in between (received moves by the change in
+// available), so SetStock is retried only after a 503 lock_unavailable or
+// overloaded, which say nothing was written. After any other failure (no
+// answer, store_unavailable, timeout) it may or may not have been applied:
+// read the SKU before setting it again.
 func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SKU, error) {
-	body, _ := json.Marshal(map[string]int64{"available": available})
-	h := http.Header{}
-	if c.adminToken != "" {
-		h.Set("Authorization", "Bearer "+c.adminToken)
+	if err := checkSKU(sku); err != nil {
+		return nil, notSent("setStock", err)
 	}
+	if err := checkStock(available); err != nil {
+		return nil, notSent("setStock", err)
+	}
+	body, _ := json.Marshal(map[string]int64{"available": available})
 	var out SKU
 	_, err := c.do(ctx, call{op: "setStock", method: http.MethodPut, path: "/v1/skus/" + url.PathEscape(sku),
-		body: body, header: h, want: http.StatusOK, out: &out})
+		body: body, header: c.admin(), want: http.StatusOK, out: &out, unwrittenOnly: true})
 	if err != nil {
 		return nil, err
 	}
@@ -31,6 +39,9 @@ func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SK
 
 // SKU reads sku's counters (GET /v1/skus/{sku}).
 func (c *Client) SKU(ctx context.Context, sku string) (*SKU, error) {
+	if err := checkSKU(sku); err != nil {
+		return nil, notSent("getSKU", err)
+	}
 	var out SKU
 	if _, err := c.do(ctx, call{op: "getSKU", method: http.MethodGet, path: "/v1/skus/" + url.PathEscape(sku),
 		want: http.StatusOK, out: &out}); err != nil {
@@ -41,6 +52,9 @@ func (c *Client) SKU(ctx context.Context, sku string) (*SKU, error) {
 
 // Audit recomputes sku from its order lines (GET /v1/skus/{sku}/audit).
 func (c *Client) Audit(ctx context.Context, sku string) (*Audit, error) {
+	if err := checkSKU(sku); err != nil {
+		return nil, notSent("auditSKU", err)
+	}
 	var out Audit
 	if _, err := c.do(ctx, call{op: "auditSKU", method: http.MethodGet, path: "/v1/skus/" + url.PathEscape(sku) + "/audit",
 		want: http.StatusOK, out: &out}); err != nil {
@@ -62,8 +76,16 @@ type lineBody struct {
 // PlaceOrder reserves every line of req or none (POST /v1/orders). Every
 // attempt carries req's idempotency key, or one made for this call, so a
 // retry after a lost answer replays the order instead of placing it twice;
-// the key is in the returned Order.
+// the key is in the returned Order. A call that fails without an answer
+// that settles it (no answer, store_unavailable, timeout, or
+// idempotency_key_in_flight after the client's waits) leaves the outcome
+// unknown: call again with the same key, which answers with the order if it
+// was placed. Set req.IdempotencyKey (NewIdempotencyKey) to have the key
+// for that.
 func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, error) {
+	if err := checkOrder(req); err != nil {
+		return nil, notSent("placeOrder", err)
+	}
 	b := orderBody{Lines: make([]lineBody, len(req.Lines)), HoldSeconds: req.HoldSeconds}
 	for i, l := range req.Lines {
 		b.Lines[i] = lineBody{SKU: l.SKU, Quantity: l.Quantity}
@@ -78,12 +100,15 @@ func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, erro
 // PlaceOrderJSON is PlaceOrder for a body the caller encoded already, the
 // JSON of POST /v1/orders ({"lines":[{"sku","quantity"}],"hold_seconds"}):
 // a load generator encodes each order once and sends it again on a retry
-// of its own. key is the order's idempotency key; "" makes one. The body is
-// sent as it is: a body the API refuses is an *APIError matching
+// of its own. key is the order's idempotency key; "" makes one, and one the
+// service would refuse is not sent (ErrInvalidRequest). The body is sent
+// as it is: a body the API refuses is an *APIError matching
 // ErrInvalidRequest.
 func (c *Client) PlaceOrderJSON(ctx context.Context, key string, body []byte) (*Order, error) {
 	if key == "" {
 		key = NewIdempotencyKey()
+	} else if err := checkKey(key); err != nil {
+		return nil, notSent("placeOrder", err)
 	}
 	var out Order
 	h, err := c.do(ctx, call{op: "placeOrder", method: http.MethodPost, path: "/v1/orders", body: body,

@@ -63,6 +63,10 @@ type call struct {
 	out  any  // decoded from a success answer; nil to ignore it
 	raw  bool // out is a *[]byte that gets the success answer as sent
 	once bool // never retried
+	// unwrittenOnly retries the call only after an answer that says
+	// nothing was written: a repeat of one that landed would apply it
+	// again.
+	unwrittenOnly bool
 }
 
 // callError is a call's failure. Its message is built only when asked for:
@@ -86,12 +90,12 @@ func (e *callError) Unwrap() error { return e.err }
 // do runs c's attempts until one succeeds, one fails for good, the retries
 // are spent or ctx is done; it returns the last answer's header.
 func (c *Client) do(ctx context.Context, cl call) (http.Header, error) {
-	inFlight, noAnswer := 0, 0
+	r := retries{left: c.retries}
 	for n := 1; ; n++ {
 		start := time.Now()
 		status, header, err := c.attempt(ctx, cl)
-		wait, retry := c.retryWait(err, &inFlight, &noAnswer)
-		retry = retry && !cl.once && n <= c.retries && ctx.Err() == nil
+		wait, retry := c.retryWait(cl, err, &r)
+		retry = retry && ctx.Err() == nil
 		if c.observer != nil {
 			a := Attempt{Op: cl.op, N: n, Status: status, Err: err, Duration: time.Since(start), Retry: retry}
 			if ae, ok := err.(*APIError); ok {
@@ -115,11 +119,29 @@ func (c *Client) do(ctx context.Context, cl call) (http.Header, error) {
 	}
 }
 
+// retries is what a call has used of its retries.
+type retries struct {
+	// left counts the retries left after a 503 or no answer.
+	left int
+	// backoffs and inFlight count the backoffs so far after no answer (or
+	// a 503 without Retry-After) and after a key in flight.
+	backoffs, inFlight int
+	// inFlightUntil ends the waits for a key in flight; set by the first.
+	inFlightUntil time.Time
+}
+
+// errUnsendable marks a request that could not be built: no attempt can
+// send it, so it is not retried as one that got no answer.
+var errUnsendable = errors.New("request not built")
+
 // retryWait says whether err may pass on a later attempt and how long to
 // wait first: a 503's Retry-After; for a key in flight (which has none) or
-// an attempt that got no answer, a backoff that doubles each time.
-func (c *Client) retryWait(err error, inFlight, noAnswer *int) (time.Duration, bool) {
-	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+// an attempt that got no answer, a backoff that doubles each time. A
+// request that could not be built, and one of a call that must not be
+// repeated once it may have written, are final.
+func (c *Client) retryWait(cl call, err error, r *retries) (time.Duration, bool) {
+	if err == nil || cl.once || c.retries == 0 || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUnsendable) {
 		return 0, false
 	}
 	backoff := func(k *int) time.Duration {
@@ -131,16 +153,31 @@ func (c *Client) retryWait(err error, inFlight, noAnswer *int) (time.Duration, b
 	// assertion finds it without errors.As, whose target would escape to
 	// the heap on every call.
 	ae, _ := err.(*APIError)
-	var wait time.Duration
-	switch {
-	case ae != nil && !ae.retryable():
+	if cl.unwrittenOnly && (ae == nil || !ae.unwritten()) {
 		return 0, false
-	case ae == nil:
-		wait = backoff(noAnswer)
-	case ae.RetryAfter > 0:
+	}
+	if ae != nil && ae.Code == ErrIdempotencyKeyInFlight.Error() {
+		// Waited out by time, not by the retries: the first request may
+		// run its whole lock wait, far longer than a few backoffs.
+		now := time.Now()
+		if r.inFlightUntil.IsZero() {
+			r.inFlightUntil = now.Add(c.inFlightWait)
+		}
+		left := r.inFlightUntil.Sub(now)
+		if left <= 0 {
+			return 0, false
+		}
+		return min(backoff(&r.inFlight), maxInFlightBackoff, left), true
+	}
+	if ae != nil && !ae.retryable() || r.left == 0 {
+		return 0, false
+	}
+	r.left--
+	var wait time.Duration
+	if ae != nil && ae.RetryAfter > 0 {
 		wait = ae.RetryAfter
-	default:
-		wait = backoff(inFlight)
+	} else {
+		wait = backoff(&r.backoffs)
 	}
 	return min(wait, c.maxRetryWait), true
 }
@@ -154,7 +191,7 @@ func (c *Client) attempt(ctx context.Context, cl call) (int, http.Header, error)
 	// cl.path is escaped already: joined as text, not through url.URL.Path.
 	req, err := http.NewRequestWithContext(ctx, cl.method, c.baseURL+cl.path, body)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, fmt.Errorf("%w: %w", errUnsendable, err)
 	}
 	for k, v := range cl.header {
 		req.Header[k] = v

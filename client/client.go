@@ -2,15 +2,25 @@
 // stock levels and their audit, orders with confirm and cancel, and the
 // health endpoints.
 //
-// Every call takes a context and is retried a bounded number of times when
-// the service says a retry may succeed: a 503 (lock_unavailable,
-// store_unavailable, overloaded, timeout, not_ready) after its Retry-After, a
-// 409 idempotency_key_in_flight after a short backoff, and a request that got
-// no answer at all. Retrying is safe for every call: setting stock writes an
-// absolute value, confirming or cancelling twice is not an error, and an
-// order carries one idempotency key over all its attempts, so a retry can
-// only replay it. Errors the service answered are *APIError values that
-// match the sentinel of their code with errors.Is.
+// Every call takes a context and is retried when the service says a retry
+// may succeed: a 503 (lock_unavailable, store_unavailable, overloaded,
+// timeout, not_ready) after its Retry-After and a request that got no
+// answer at all, up to WithRetries times; a 409 idempotency_key_in_flight,
+// whose first request is still running, after a short backoff for up to
+// WithInFlightWait in all, whatever the retries left. Reads, confirm and
+// cancel are safe to repeat (confirming or cancelling twice is not an
+// error), and an order carries one idempotency key over all its attempts,
+// so a retry can only replay it. SetStock is the exception: it sets an
+// absolute value, and a repeat of one that landed would set it again over
+// the orders placed in between, so it is retried only after an answer that
+// says nothing was written (503 lock_unavailable or overloaded).
+//
+// Errors the service answered are *APIError values that match the sentinel
+// of their code with errors.Is. A request the client can tell the service
+// would refuse (a SKU name off the pattern, an Idempotency-Key that is not
+// 1..255 bytes of printable ASCII, a quantity, stock level, hold or line
+// count out of range) is not sent: its error matches ErrInvalidRequest too,
+// and is no *APIError.
 package client
 
 import (
@@ -29,11 +39,21 @@ const (
 	// DefaultMaxRetryWait bounds one wait between attempts, whatever
 	// Retry-After asks for.
 	DefaultMaxRetryWait = 10 * time.Second
-	// DefaultInFlightBackoff is the first wait after a 409
-	// idempotency_key_in_flight (the service gives no Retry-After for it);
-	// it doubles on each further one.
+	// DefaultInFlightBackoff is the first wait of the client's own backoff,
+	// where the service gives no Retry-After: after a 409
+	// idempotency_key_in_flight and after an attempt that got no answer. It
+	// doubles on each further one.
 	DefaultInFlightBackoff = 50 * time.Millisecond
+	// DefaultInFlightWait bounds the time a call waits out 409
+	// idempotency_key_in_flight, from the first: the service's default lock
+	// wait, the longest its first request waits for the locks before it
+	// answers, and so by and large the longest it runs.
+	DefaultInFlightWait = 5 * time.Second
 )
+
+// maxInFlightBackoff bounds one wait for a key in flight: the first request
+// ends at a moment nobody announces, and the repeat should come soon after.
+const maxInFlightBackoff = 500 * time.Millisecond
 
 // Client calls one Stockguard service (or a load balancer in front of
 // several instances). It is safe for concurrent use.
@@ -46,6 +66,7 @@ type Client struct {
 	retries         int
 	maxRetryWait    time.Duration
 	inFlightBackoff time.Duration
+	inFlightWait    time.Duration
 	observer        Observer
 }
 
@@ -57,41 +78,68 @@ type Option func(*Client)
 // per host, so concurrent callers reuse connections.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
-// WithAdminToken sends Authorization: Bearer token on SetStock, for services
-// started with --admin-token. Default: none.
+// WithAdminToken sends Authorization: Bearer token on the calls a service
+// started with --admin-token guards (SetStock, and GetJSON's test-only
+// paths); New refuses a token with a control byte, which no header can
+// carry. Default: none.
 func WithAdminToken(token string) Option { return func(c *Client) { c.adminToken = token } }
 
-// WithRetries sets how many times a call is retried after its first attempt;
-// 0 turns retries off, so every answer reaches the caller. Default
-// DefaultRetries.
+// admin is the header of a guarded call: the bearer token, if any.
+func (c *Client) admin() http.Header {
+	h := http.Header{}
+	if c.adminToken != "" {
+		h.Set("Authorization", "Bearer "+c.adminToken)
+	}
+	return h
+}
+
+// WithRetries sets how many times a call is retried after a 503 or an
+// attempt that got no answer (the waits for a key in flight are bounded by
+// WithInFlightWait instead); 0 turns every retry off, those included, so
+// every answer reaches the caller. Default DefaultRetries.
 func WithRetries(n int) Option { return func(c *Client) { c.retries = max(0, n) } }
 
 // WithMaxRetryWait bounds one wait between attempts. Default
 // DefaultMaxRetryWait.
 func WithMaxRetryWait(d time.Duration) Option { return func(c *Client) { c.maxRetryWait = d } }
 
-// WithInFlightBackoff sets the first wait after a 409
-// idempotency_key_in_flight. Default DefaultInFlightBackoff.
+// WithInFlightBackoff sets the first wait of the client's own backoff, used
+// where the service gives no Retry-After: after a 409
+// idempotency_key_in_flight and after an attempt that got no answer. Default
+// DefaultInFlightBackoff.
 func WithInFlightBackoff(d time.Duration) Option { return func(c *Client) { c.inFlightBackoff = d } }
+
+// WithInFlightWait bounds how long a call waits out 409
+// idempotency_key_in_flight, counted from the first; past it, or once the
+// call's context ends, the caller gets the 409. Default DefaultInFlightWait.
+func WithInFlightWait(d time.Duration) Option { return func(c *Client) { c.inFlightWait = d } }
 
 // WithObserver calls o after every attempt, retried or not. Default: none.
 func WithObserver(o Observer) Option { return func(c *Client) { c.observer = o } }
 
 // New returns a client of the service at baseURL (for example
-// "http://127.0.0.1:8080").
+// "http://127.0.0.1:8080", or with a path prefix "https://host/stock"). A
+// query or a fragment is refused: request paths are appended to the base
+// URL as text, and would land inside them.
 func New(baseURL string, opts ...Option) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil {
 		return nil, fmt.Errorf("client: base URL: %w", err)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-		return nil, fmt.Errorf("client: base URL %q: want http(s)://host[:port]", baseURL)
+		return nil, fmt.Errorf("client: base URL %q: want http(s)://host[:port][/path]", baseURL)
 	}
-	u.Path = strings.TrimSuffix(u.Path, "/")
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return nil, fmt.Errorf("client: base URL %q: no query or fragment, want http(s)://host[:port][/path]", baseURL)
+	}
+	u.Path, u.RawPath = strings.TrimSuffix(u.Path, "/"), strings.TrimSuffix(u.RawPath, "/")
 	c := &Client{baseURL: u.String(), retries: DefaultRetries, maxRetryWait: DefaultMaxRetryWait,
-		inFlightBackoff: DefaultInFlightBackoff}
+		inFlightBackoff: DefaultInFlightBackoff, inFlightWait: DefaultInFlightWait}
 	for _, o := range opts {
 		o(c)
+	}
+	if err := checkHeader(c.adminToken); err != nil {
+		return nil, fmt.Errorf("client: admin token: %w", err)
 	}
 	if c.http == nil {
 		c.http = defaultHTTPClient()

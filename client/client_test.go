@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -263,12 +264,13 @@ func TestRetriesBounded(t *testing.T) {
 }
 
 // TestInFlightWaitedOut sends a repeat while the first request with its key
-// is paused in its critical section: the client waits out the 409s and
-// gets the first order, replayed.
+// is paused in its critical section for far longer than a few backoffs:
+// with the default options, the client waits out the 409s and gets the
+// first order, replayed.
 func TestInFlightWaitedOut(t *testing.T) {
 	f := newFixture(t)
 	var seen attempts
-	c := f.newClient(client.WithObserver(seen.observe), client.WithRetries(20))
+	c := f.newClient(client.WithObserver(seen.observe))
 	mustStock(t, c, "a", 10)
 	type answer struct {
 		status int
@@ -276,7 +278,7 @@ func TestInFlightWaitedOut(t *testing.T) {
 	}
 	first := make(chan answer, 1)
 	go func() {
-		res, raw := f.raw("POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":1}]}`, "Idempotency-Key", "k-1", "X-Chaos-Pause", "700ms")
+		res, raw := f.raw("POST", "/v1/orders", `{"lines":[{"sku":"a","quantity":1}]}`, "Idempotency-Key", "k-1", "X-Chaos-Pause", "1500ms")
 		var o struct {
 			ID string `json:"order_id"`
 		}
@@ -348,9 +350,32 @@ func TestContextEndsTheWait(t *testing.T) {
 }
 
 func TestNewRefusesBadURL(t *testing.T) {
-	for _, u := range []string{"", "127.0.0.1:8080", "ftp://host", "http://"} {
+	for _, u := range []string{"", "127.0.0.1:8080", "ftp://host", "http://", "http:host", "http://host/?x=1",
+		"http://host?", "http://host/api#top"} {
 		if _, err := client.New(u); err == nil {
 			t.Errorf("New(%q) accepted", u)
+		}
+	}
+}
+
+// TestBaseURLPath: requests go under the base URL's path, with or without
+// its trailing slash.
+func TestBaseURLPath(t *testing.T) {
+	got := make(chan string, 2)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.EscapedPath()
+	}))
+	t.Cleanup(srv.Close)
+	for _, base := range []string{srv.URL + "/stock", srv.URL + "/stock/"} {
+		c, err := client.New(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Healthz(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if p := <-got; p != "/stock/healthz" {
+			t.Errorf("base %s: GET %s, want /stock/healthz", base, p)
 		}
 	}
 }

@@ -9,7 +9,10 @@ import (
 )
 
 // Sentinels of the API's error codes: errors.Is(err, ErrInsufficientStock)
-// holds for an *APIError with that code.
+// holds for an *APIError with that code. ErrIdempotencyKeyInFlight, once
+// the client's waits for it are over (WithInFlightWait), means the first
+// request with the key still ran: the order's outcome is unknown. Retry with
+// the same key to learn it; a new key could place the order twice.
 var (
 	ErrInvalidRequest         = errors.New("invalid_request")
 	ErrUnauthorized           = errors.New("unauthorized")
@@ -88,9 +91,18 @@ func (e *APIError) Error() string {
 // Unwrap returns the sentinel of e's code, so that errors.Is matches it.
 func (e *APIError) Unwrap() error { return codes[e.Code] }
 
-// retryable tells whether the service said a later attempt may succeed.
-func (e *APIError) retryable() bool {
-	return e.Status == http.StatusServiceUnavailable || e.Code == ErrIdempotencyKeyInFlight.Error()
+// retryable tells whether the service said a later attempt may succeed, as
+// every 503 does (a key in flight is waited out apart: see retryWait).
+func (e *APIError) retryable() bool { return e.Status == http.StatusServiceUnavailable }
+
+// unwritten tells whether the answer says the request wrote nothing: it
+// was turned away on arrival (overloaded), or its locks were not had or
+// not kept, so its write never ran or failed (lock_unavailable).
+// store_unavailable and timeout do not: they may come after a write that
+// landed, whose acknowledgement was lost.
+func (e *APIError) unwritten() bool {
+	return e.Status == http.StatusServiceUnavailable &&
+		(e.Code == ErrLockUnavailable.Error() || e.Code == ErrOverloaded.Error())
 }
 
 // errorBody is the API's error answer.

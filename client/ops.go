@@ -21,12 +21,14 @@ func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 
 // GetJSON reads path, escaped and from the API's root (for example
 // "/debug/zk-session"), and decodes its 200 answer into v: for the
-// operations that have no method of their own, the test-only ones. It is
-// retried as the other reads; an Observer sees its Op as "GET " and path.
+// operations that have no method of their own, the test-only ones. It
+// sends the admin token (WithAdminToken), which /debug/zk-session asks for.
+// It is retried as the other reads; an Observer sees its Op as "GET " and
+// path.
 func (c *Client) GetJSON(ctx context.Context, path string, v any) error {
 	if !strings.HasPrefix(path, "/") {
 		return fmt.Errorf("client: GET %q: want a path from the root, such as /healthz", path)
 	}
-	_, err := c.do(ctx, call{op: "GET " + path, method: http.MethodGet, path: path, want: http.StatusOK, out: v})
+	_, err := c.do(ctx, call{op: "GET " + path, method: http.MethodGet, path: path, header: c.admin(), want: http.StatusOK, out: v})
 	return err
 }

@@ -279,6 +279,8 @@ func TestBadRequests(t *testing.T) {
 	big := `{"lines":[{"sku":"a","quantity":1}],"pad":"` + strings.Repeat("x", 70<<10) + `"}`
 	expect(t, e.order(big), 413, "body_too_large")
 	expect(t, e.order(`{"lines":[{"sku":"a","quantity":1}]}`, "X-Chaos-Pause", "soon"), 400, "invalid_request")
+	expect(t, e.order(`{"lines":[{"sku":"a","quantity":1}]}`, "X-Chaos-Stall", "-1s"), 400, "invalid_request")
+	expect(t, e.order(`{"lines":[{"sku":"a","quantity":1}]}`, "X-Chaos-Pause", "1ms", "X-Chaos-Stall", "1ms"), 400, "invalid_request")
 	// Nothing above may have touched stock.
 	if a := e.audit("a"); a.Available != 5 || a.Held != 0 {
 		t.Fatalf("bad requests changed stock: %+v", a)

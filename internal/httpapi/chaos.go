@@ -32,13 +32,15 @@ var errNoZKSession = fmt.Errorf("no ZooKeeper session at the moment: %w", lock.E
 
 // debugRoutes registers the fault-injection endpoints. They hand out what
 // it takes to end the service's lock session, so they exist only when the
-// service runs with --chaos and has such a session; otherwise the path is
-// an unknown route (404 not_found) like any other.
+// service runs with --chaos and has such a session (otherwise the path is
+// an unknown route, 404 not_found, like any other), and they ask for the
+// admin token as stock changes do: --chaos alone must not let any caller
+// end the session.
 func (s *server) debugRoutes(r *gin.Engine) {
 	if !s.Chaos || s.ZKSession == nil {
 		return
 	}
-	r.GET("/debug/zk-session", s.zkSession)
+	r.GET("/debug/zk-session", s.admin, s.zkSession)
 }
 
 // zkSession answers the current session's credentials. The id is also given

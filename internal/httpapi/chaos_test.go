@@ -19,27 +19,40 @@ type fakeZK struct {
 func (f fakeZK) SessionCredentials() (int64, []byte, bool) { return f.id, f.passwd, f.ok }
 
 // TestZKSessionRoute checks that /debug/zk-session exists only with --chaos
-// and a ZooKeeper locker, and answers the credentials in the documented shape.
+// and a ZooKeeper locker, asks for the admin token when the service has
+// one, and answers the credentials in the documented shape.
 func TestZKSessionRoute(t *testing.T) {
 	live := fakeZK{id: 0x1000044cb690001, passwd: []byte{0x6f, 0x1c, 0x00, 0xff}, ok: true}
 	cases := []struct {
 		name       string
 		chaos      bool
 		locker     any
+		token      string // the service's admin token
+		auth       string // the request's Authorization header
 		wantStatus int
 		wantCode   string
 	}{
-		{"chaos with zookeeper", true, live, 200, ""},
-		{"no chaos", false, live, 404, "not_found"},
-		{"chaos, other backend", true, struct{}{}, 404, "not_found"},
-		{"chaos, between sessions", true, fakeZK{}, 503, "lock_unavailable"},
+		{"chaos with zookeeper", true, live, "", "", 200, ""},
+		{"no chaos", false, live, "", "", 404, "not_found"},
+		{"chaos, other backend", true, struct{}{}, "", "", 404, "not_found"},
+		{"chaos, between sessions", true, fakeZK{}, "", "", 503, "lock_unavailable"},
+		{"admin token, none sent", true, live, "s3cret", "", 401, "unauthorized"},
+		{"admin token, wrong one", true, live, "s3cret", "Bearer nope", 401, "unauthorized"},
+		{"admin token, right one", true, live, "s3cret", "Bearer s3cret", 200, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(New(Config{Gatherer: prometheus.NewRegistry(), Chaos: tc.chaos,
-				ZKSession: ZKSessionOf(tc.locker)}))
+				ZKSession: ZKSessionOf(tc.locker), AdminToken: tc.token}))
 			defer srv.Close()
-			res, err := http.Get(srv.URL + "/debug/zk-session")
+			req, err := http.NewRequest(http.MethodGet, srv.URL+"/debug/zk-session", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			res, err := http.DefaultClient.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

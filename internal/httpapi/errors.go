@@ -19,7 +19,7 @@ var (
 	errBodyTooLarge     = errors.New("request body is larger than 64 KiB")
 	errMediaType        = errors.New("request body must be application/json")
 	errClientGone       = errors.New("request cancelled by the client")
-	errServiceUnhealthy = errors.New("not ready")
+	errServiceUnhealthy = errors.New("not ready: database")
 	errOverloaded       = fmt.Errorf("too many requests in flight on this instance: %w", inventory.ErrOverloaded)
 )
 
@@ -63,8 +63,10 @@ var errorTable = []struct {
 }
 
 // opaque errors answer with the sentinel's own message: their causes name
-// servers, users and databases, which are for the log only.
-var opaque = []error{inventory.ErrStoreUnavailable}
+// servers, users and databases, which are for the log only (and /readyz
+// answers anyone). errServiceUnhealthy names the one part readiness checks:
+// the lock backend never makes an instance unready (see readyz).
+var opaque = []error{inventory.ErrStoreUnavailable, errServiceUnhealthy}
 
 // apiError is the body of every error answer.
 type apiError struct {

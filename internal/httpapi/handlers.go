@@ -226,21 +226,30 @@ func (s *server) answerOrder(c *gin.Context) func(*inventory.Order, error) {
 	}
 }
 
-// MaxChaosPause is the longest X-Chaos-Pause honoured; a server's write
-// deadline must leave room for it (see cmd/stockguard).
+// MaxChaosPause is the longest X-Chaos-Pause or X-Chaos-Stall honoured; a
+// server's write deadline must leave room for it (see cmd/stockguard).
 const MaxChaosPause = 5 * time.Minute
 
-// chaos returns the request context, carrying the X-Chaos-Pause stall when
-// the service runs with --chaos; without it the header is ignored.
+// chaos returns the request context, carrying the X-Chaos-Pause stall (a
+// paused process: no lease watchdog) or the X-Chaos-Stall one (a slow step:
+// the watchdog renews on) when the service runs with --chaos; without it
+// both headers are ignored.
 func (s *server) chaos(c *gin.Context) (context.Context, error) {
 	ctx := c.Request.Context()
-	h := c.GetHeader("X-Chaos-Pause")
-	if !s.Chaos || h == "" {
+	pause, stall := c.GetHeader("X-Chaos-Pause"), c.GetHeader("X-Chaos-Stall")
+	if !s.Chaos || pause == "" && stall == "" {
 		return ctx, nil
+	}
+	if pause != "" && stall != "" {
+		return nil, fmt.Errorf("%w: X-Chaos-Pause and X-Chaos-Stall exclude each other", inventory.ErrInvalid)
+	}
+	name, with, h := "X-Chaos-Pause", reservation.WithPause, pause
+	if stall != "" {
+		name, with, h = "X-Chaos-Stall", reservation.WithStall, stall
 	}
 	d, err := time.ParseDuration(h)
 	if err != nil || d < 0 || d > MaxChaosPause {
-		return nil, errors.Join(fmt.Errorf("%w: X-Chaos-Pause must be a duration in 0..%s", inventory.ErrInvalid, MaxChaosPause), err)
+		return nil, errors.Join(fmt.Errorf("%w: %s must be a duration in 0..%s", inventory.ErrInvalid, name, MaxChaosPause), err)
 	}
-	return reservation.WithPause(ctx, d), nil
+	return with(ctx, d), nil
 }

@@ -1,9 +1,11 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -24,6 +26,8 @@ import (
 // it counts every call that gets through, and answers with place.
 type recorder struct {
 	calls atomic.Int32
+	// arg is the SKU or order id of the last call that took one.
+	arg   atomic.Pointer[string]
 	place func(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error)
 	// ready, when set, answers Ready.
 	ready func(ctx context.Context) error
@@ -37,33 +41,39 @@ func (r *recorder) Place(ctx context.Context, req inventory.PlaceRequest) (*inve
 	return &inventory.Order{ID: uuid.New(), Status: inventory.StatusReserved}, false, nil
 }
 
-func (r *recorder) SetStock(context.Context, string, int64) (inventory.SKU, error) {
+func (r *recorder) SetStock(_ context.Context, sku string, _ int64) (inventory.SKU, error) {
 	r.calls.Add(1)
+	r.arg.Store(&sku)
 	return inventory.SKU{}, nil
 }
 
-func (r *recorder) SKU(context.Context, string) (inventory.SKU, error) {
+func (r *recorder) SKU(_ context.Context, sku string) (inventory.SKU, error) {
 	r.calls.Add(1)
+	r.arg.Store(&sku)
 	return inventory.SKU{}, nil
 }
 
-func (r *recorder) Audit(context.Context, string) (inventory.Audit, error) {
+func (r *recorder) Audit(_ context.Context, sku string) (inventory.Audit, error) {
 	r.calls.Add(1)
+	r.arg.Store(&sku)
 	return inventory.Audit{}, nil
 }
 
-func (r *recorder) Order(context.Context, string) (*inventory.Order, error) {
+func (r *recorder) Order(_ context.Context, id string) (*inventory.Order, error) {
 	r.calls.Add(1)
+	r.arg.Store(&id)
 	return &inventory.Order{}, nil
 }
 
-func (r *recorder) Confirm(context.Context, string) (*inventory.Order, error) {
+func (r *recorder) Confirm(_ context.Context, id string) (*inventory.Order, error) {
 	r.calls.Add(1)
+	r.arg.Store(&id)
 	return &inventory.Order{}, nil
 }
 
-func (r *recorder) Cancel(context.Context, string) (*inventory.Order, error) {
+func (r *recorder) Cancel(_ context.Context, id string) (*inventory.Order, error) {
 	r.calls.Add(1)
+	r.arg.Store(&id)
 	return &inventory.Order{}, nil
 }
 
@@ -180,6 +190,69 @@ func TestHostileInputNeverReachesTheService(t *testing.T) {
 		w := hostileReq{"POST", "/v1/orders", oneLine, key(k)}.serve(h)
 		if w.Code != http.StatusCreated {
 			t.Errorf("key of %d printable bytes = %d %s, want 201", len(k), w.Code, w.Body)
+		}
+	}
+}
+
+// TestEscapedSlashStaysInItsSegment: a path is routed as sent, so a %2F in
+// a SKU or an order id is part of that name, never a separator that leads
+// to another route (GET /v1/skus/a%2Faudit once answered a's audit).
+// Escapes of other characters in a SKU or an id stand for those characters;
+// the fixed segments are matched as sent, unescaped only in parameters.
+func TestEscapedSlashStaysInItsSegment(t *testing.T) {
+	const id = "0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10"
+	refused := []struct {
+		req    hostileReq
+		status int
+		code   string
+	}{
+		{hostileReq{"GET", "/v1/skus/a%2Faudit", "", nil}, 400, "invalid_request"},
+		{hostileReq{"GET", "/v1/skus/a%2fb", "", nil}, 400, "invalid_request"},
+		{hostileReq{"PUT", "/v1/skus/a%2Faudit", `{"available":1}`, nil}, 400, "invalid_request"},
+		{hostileReq{"GET", "/v1/skus/a%2Fb/audit", "", nil}, 400, "invalid_request"},
+		{hostileReq{"GET", "/v1/orders/" + id + "%2Fconfirm", "", nil}, 404, "unknown_order"},
+		// GET is the only method of /v1/orders/{id}, whatever the id.
+		{hostileReq{"POST", "/v1/orders/" + id + "%2Fconfirm", "", nil}, 405, "method_not_allowed"},
+		{hostileReq{"GET", "/v1/skus%2Fa", "", nil}, 404, "not_found"},
+		{hostileReq{"GET", "/v1/%73kus/a", "", nil}, 404, "not_found"},
+		{hostileReq{"GET", "/v1/skus/a/", "", nil}, 404, "not_found"},
+		{hostileReq{"GET", "/v1/orders/", "", nil}, 404, "not_found"},
+	}
+	svc := &recorder{}
+	h := httpapi.New(httpapi.Config{Service: svc})
+	for _, c := range refused {
+		before := svc.calls.Load()
+		w := c.req.serve(h)
+		if got := errorCode(t, w); w.Code != c.status || got != c.code {
+			t.Errorf("%s %s = %d %q, want %d %q: %s", c.req.method, c.req.path, w.Code, got, c.status, c.code, w.Body)
+		}
+		if n := svc.calls.Load() - before; n != 0 {
+			t.Errorf("%s %s: %d call(s) reached the service", c.req.method, c.req.path, n)
+		}
+	}
+
+	routed := []struct {
+		req    hostileReq
+		status int
+		arg    string // the SKU or order id the service was called with
+	}{
+		{hostileReq{"GET", "/v1/skus/widget%2D1", "", nil}, 200, "widget-1"},
+		{hostileReq{"GET", "/v1/skus/gadget%3Ablue/audit", "", nil}, 200, "gadget:blue"},
+		{hostileReq{"PUT", "/v1/skus/%77idget", `{"available":1}`, nil}, 200, "widget"},
+		{hostileReq{"GET", "/v1/orders/" + strings.Replace(id, "-", "%2D", 1), "", nil}, 200, id},
+		{hostileReq{"POST", "/v1/orders/" + id + "/confirm", "", nil}, 200, id},
+		{hostileReq{"POST", "/v1/orders/" + id + "/cancel", "", nil}, 200, id},
+		{hostileReq{"GET", "/v1/skus/a%2Db%5Fc%2E1", "", nil}, 200, "a-b_c.1"},
+	}
+	for _, c := range routed {
+		svc.arg.Store(nil)
+		w := c.req.serve(h)
+		if w.Code != c.status {
+			t.Errorf("%s %s = %d, want %d: %s", c.req.method, c.req.path, w.Code, c.status, w.Body)
+			continue
+		}
+		if got := svc.arg.Load(); got == nil || *got != c.arg {
+			t.Errorf("%s %s reached the service with %v, want %q", c.req.method, c.req.path, got, c.arg)
 		}
 	}
 }
@@ -313,6 +386,27 @@ func TestPanicIsCountedAndAnswered(t *testing.T) {
 	m := hostileReq{"GET", "/metrics", "", nil}.serve(h)
 	if !strings.Contains(m.Body.String(), `stockguard_http_requests_total{method="POST",route="/v1/orders",status="500"} 1`) {
 		t.Fatalf("the panicked request is not counted:\n%s", grep(m.Body.String(), "stockguard_http_requests_total"))
+	}
+}
+
+// TestReadyzHidesTheCause: /readyz answers anyone, so a database that is
+// down is "not ready: database" there, and the driver's words (user, host,
+// port) go to the log only.
+func TestReadyzHidesTheCause(t *testing.T) {
+	const cause = "failed to connect to `user=stock_admin host=10.1.2.3 port=5433`"
+	svc := &recorder{ready: func(context.Context) error { return fmt.Errorf("store: postgres: ping: %s", cause) }}
+	var log bytes.Buffer
+	h := httpapi.New(httpapi.Config{Service: svc, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	w := hostileReq{"GET", "/readyz", "", nil}.serve(h)
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil || w.Code != http.StatusServiceUnavailable ||
+		body.Error.Code != "not_ready" || body.Error.Message != "not ready: database" || w.Header().Get("Retry-After") == "" {
+		t.Fatalf("readyz with the database down = %d %s, want 503 not_ready \"not ready: database\" with Retry-After", w.Code, w.Body)
+	}
+	if !strings.Contains(log.String(), "stock_admin") {
+		t.Fatalf("the cause is not in the log:\n%s", log.String())
 	}
 }
 

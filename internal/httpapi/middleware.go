@@ -149,6 +149,8 @@ func (s *server) writeError(c *gin.Context) {
 		s.Logger.Error("request failed", "request_id", body.RequestID, "err", err)
 	case body.Code == "store_unavailable":
 		s.Logger.Warn("database unavailable", "request_id", body.RequestID, "err", err)
+	case body.Code == "not_ready":
+		s.Logger.Warn("not ready", "request_id", body.RequestID, "err", err)
 	}
 	if status == http.StatusServiceUnavailable {
 		c.Header("Retry-After", "1")

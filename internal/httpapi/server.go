@@ -73,6 +73,10 @@ func New(c Config) http.Handler {
 	// A redirect has no JSON body; /v1/orders/ is simply not a route.
 	r.RedirectTrailingSlash = false
 	r.RedirectFixedPath = false
+	// Route on the path as sent: gin unescapes each parameter itself, so a
+	// %2F stays inside its SKU or order id, which its check then refuses,
+	// instead of splitting the decoded path into another route's segments.
+	r.UseRawPath = true
 	r.ContextWithFallback = true
 	s.routes(r)
 	return r

@@ -1,0 +1,245 @@
+package client_test
+
+// Tests of what the client retries and what it treats as final, against
+// servers that answer what each test needs (so no spec check stands in
+// between), and of what it refuses to send at all.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/client"
+	"github.com/stockguard/stockguard/internal/inventory"
+)
+
+// scripted serves fn's answer to each request, n counting them from 1, and
+// returns the server's URL and the count.
+func scripted(t *testing.T, fn func(n int, w http.ResponseWriter, r *http.Request)) (string, *atomic.Int32) {
+	t.Helper()
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fn(int(n.Add(1)), w, r)
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, &n
+}
+
+// answerError writes the API's error body; retryAfter "" sends none.
+func answerError(w http.ResponseWriter, status int, code, retryAfter string) {
+	if retryAfter != "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"error":{"code":%q,"message":"scripted"}}`, code)
+}
+
+// noAnswer drops the connection without a word.
+func noAnswer(t *testing.T, w http.ResponseWriter) {
+	conn, _, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	_ = conn.Close()
+}
+
+func mustNew(t *testing.T, url string, opts ...client.Option) *client.Client {
+	t.Helper()
+	c, err := client.New(url, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+var oneLine = []byte(`{"lines":[{"sku":"a","quantity":1}]}`)
+
+// TestInFlightWaitBounded: a key that stays in flight is waited out for
+// WithInFlightWait, by time and not by the retries (one, here), and the
+// caller then gets the 409.
+func TestInFlightWaitBounded(t *testing.T) {
+	url, n := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		answerError(w, http.StatusConflict, "idempotency_key_in_flight", "")
+	})
+	c := mustNew(t, url, client.WithRetries(1), client.WithInFlightBackoff(5*time.Millisecond),
+		client.WithInFlightWait(300*time.Millisecond))
+	start := time.Now()
+	_, err := c.PlaceOrderJSON(context.Background(), "k", oneLine)
+	d := time.Since(start)
+	if !errors.Is(err, client.ErrIdempotencyKeyInFlight) {
+		t.Fatalf("err = %v, want idempotency_key_in_flight", err)
+	}
+	if n.Load() <= 2 || d < 300*time.Millisecond || d > 2*time.Second {
+		t.Fatalf("%d attempts in %v, want more than the 2 the retries allow, for 300ms", n.Load(), d)
+	}
+}
+
+// TestInFlightLeavesRetries: waiting out a key in flight spends none of the
+// retries a later 503 needs.
+func TestInFlightLeavesRetries(t *testing.T) {
+	url, n := scripted(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case n <= 5:
+			answerError(w, http.StatusConflict, "idempotency_key_in_flight", "")
+		case n <= 7:
+			answerError(w, http.StatusServiceUnavailable, "lock_unavailable", "0")
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `{"order_id":"0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10","status":"reserved","lines":[]}`)
+		}
+	})
+	c := mustNew(t, url, client.WithRetries(2), client.WithInFlightBackoff(time.Millisecond))
+	if _, err := c.PlaceOrderJSON(context.Background(), "k", oneLine); err != nil || n.Load() != 8 {
+		t.Fatalf("after 5 × 409 and 2 × 503: %v after %d attempts, want the order on the 8th", err, n.Load())
+	}
+}
+
+// TestSetStockRepeatsOnlyWhatWroteNothing: SetStock sets an absolute value,
+// so it is retried after a 503 that says nothing was written, never after
+// no answer or one that may come after a write.
+func TestSetStockRepeatsOnlyWhatWroteNothing(t *testing.T) {
+	cases := []struct {
+		name     string
+		first    func(t *testing.T, w http.ResponseWriter)
+		attempts int32
+	}{
+		{"no answer", noAnswer, 1},
+		{"store_unavailable", func(_ *testing.T, w http.ResponseWriter) {
+			answerError(w, http.StatusServiceUnavailable, "store_unavailable", "0")
+		}, 1},
+		{"timeout", func(_ *testing.T, w http.ResponseWriter) {
+			answerError(w, http.StatusServiceUnavailable, "timeout", "0")
+		}, 1},
+		{"lock_unavailable", func(_ *testing.T, w http.ResponseWriter) {
+			answerError(w, http.StatusServiceUnavailable, "lock_unavailable", "0")
+		}, 2},
+		{"overloaded", func(_ *testing.T, w http.ResponseWriter) {
+			answerError(w, http.StatusServiceUnavailable, "overloaded", "0")
+		}, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, n := scripted(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					tc.first(t, w)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				fmt.Fprint(w, `{"sku":"a","available":5,"received":5}`)
+			})
+			c := mustNew(t, url, client.WithInFlightBackoff(time.Millisecond))
+			_, err := c.SetStock(context.Background(), "a", 5)
+			if n.Load() != tc.attempts || (err == nil) != (tc.attempts == 2) {
+				t.Fatalf("%d attempts, err %v; want %d", n.Load(), err, tc.attempts)
+			}
+		})
+	}
+}
+
+// TestUnsendableIsFinal: what no attempt could send is refused at once,
+// not retried as if it got no answer.
+func TestUnsendableIsFinal(t *testing.T) {
+	url, n := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		answerError(w, http.StatusServiceUnavailable, "lock_unavailable", "0")
+	})
+	var seen attempts
+	c := mustNew(t, url, client.WithObserver(seen.observe))
+	start := time.Now()
+	_, err := c.PlaceOrder(context.Background(), client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 1}},
+		IdempotencyKey: "k\r\n"})
+	var ae *client.APIError
+	if !errors.Is(err, client.ErrInvalidRequest) || errors.As(err, &ae) || len(seen.list()) != 0 {
+		t.Fatalf("key with CR LF = %v after %d attempts, want invalid_request, not sent", err, len(seen.list()))
+	}
+	if _, err := client.New(url, client.WithAdminToken("s3cret\n")); err == nil {
+		t.Fatal("New took an admin token with a newline")
+	}
+	var v any
+	err = c.GetJSON(context.Background(), "/debug/zk-session\n", &v)
+	if all := seen.list(); err == nil || len(all) != 1 || all[0].Retry {
+		t.Fatalf("a path with a newline = %v, attempts %+v; want one final attempt", err, all)
+	}
+	if n.Load() != 0 || time.Since(start) > time.Second {
+		t.Fatalf("%d requests reached the server in %v", n.Load(), time.Since(start))
+	}
+}
+
+// TestClientRefusesWhatTheServiceRefuses holds the client's own checks to
+// the service's (internal/inventory): the client sends a request exactly
+// when the service would not refuse it for its name, key or numbers; what it
+// does not send matches ErrInvalidRequest and is no *APIError.
+func TestClientRefusesWhatTheServiceRefuses(t *testing.T) {
+	url, n := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		answerError(w, http.StatusBadRequest, "invalid_request", "")
+	})
+	c := mustNew(t, url, client.WithRetries(0))
+	ctx := context.Background()
+	check := func(what string, serviceTakes bool, call func() error) {
+		t.Helper()
+		before := n.Load()
+		err := call()
+		sent := n.Load() > before
+		var ae *client.APIError
+		if sent != serviceTakes || !errors.Is(err, client.ErrInvalidRequest) || !sent && errors.As(err, &ae) {
+			t.Errorf("%s: sent %v, the service takes it %v; err %v", what, sent, serviceTakes, err)
+		}
+	}
+
+	for _, sku := range []string{"a", "A9", "widget-1", "gadget:blue", "SKU.2026_04", strings.Repeat("x", 64),
+		strings.Repeat("x", 65), "", "-a", ".a", "a/b", "a/audit", "a b", "a%2F", "ä", "a\n", "a*", "a{b}"} {
+		takes := inventory.ValidateSKU(sku) == nil
+		check(fmt.Sprintf("SKU(%q)", sku), takes, func() error { _, err := c.SKU(ctx, sku); return err })
+		check(fmt.Sprintf("Audit(%q)", sku), takes, func() error { _, err := c.Audit(ctx, sku); return err })
+		check(fmt.Sprintf("SetStock(%q)", sku), takes, func() error { _, err := c.SetStock(ctx, sku, 1); return err })
+	}
+	for _, v := range []int64{-1, 0, 1, inventory.MaxStock, inventory.MaxStock + 1} {
+		check(fmt.Sprintf("SetStock(%d)", v), inventory.ValidateStock(v) == nil,
+			func() error { _, err := c.SetStock(ctx, "a", v); return err })
+	}
+	for _, k := range []string{"k", "~", " ", strings.Repeat("k", inventory.MaxIdempotency), strings.Repeat("k", inventory.MaxIdempotency+1),
+		"k\r\n", "k\x00", "k\x7f", "k\xff", "ключ", "k\t"} {
+		check(fmt.Sprintf("key %q", k), inventory.ValidateIdempotencyKey(k) == nil,
+			func() error { _, err := c.PlaceOrderJSON(ctx, k, oneLine); return err })
+	}
+
+	lines := func(n int) []client.Line {
+		out := make([]client.Line, n)
+		for i := range out {
+			out[i] = client.Line{SKU: fmt.Sprintf("s%d", i), Quantity: 1}
+		}
+		return out
+	}
+	orders := map[string]client.OrderRequest{
+		"one line":           {Lines: lines(1)},
+		"no lines":           {},
+		"100 lines":          {Lines: lines(inventory.MaxLines)},
+		"101 lines":          {Lines: lines(inventory.MaxLines + 1)},
+		"a SKU twice":        {Lines: []client.Line{{SKU: "a", Quantity: 1}, {SKU: "a", Quantity: 2}}},
+		"a bad SKU":          {Lines: []client.Line{{SKU: "a/b", Quantity: 1}}},
+		"quantity 0":         {Lines: []client.Line{{SKU: "a", Quantity: 0}}},
+		"quantity -1":        {Lines: []client.Line{{SKU: "a", Quantity: -1}}},
+		"quantity max":       {Lines: []client.Line{{SKU: "a", Quantity: inventory.MaxQuantity}}},
+		"quantity max+1":     {Lines: []client.Line{{SKU: "a", Quantity: inventory.MaxQuantity + 1}}},
+		"hold -1":            {Lines: lines(1), HoldSeconds: -1},
+		"hold 1":             {Lines: lines(1), HoldSeconds: 1},
+		"hold max":           {Lines: lines(1), HoldSeconds: int(inventory.MaxHold / time.Second)},
+		"hold max+1":         {Lines: lines(1), HoldSeconds: int(inventory.MaxHold/time.Second) + 1},
+		"key with a newline": {Lines: lines(1), IdempotencyKey: "k\n"},
+	}
+	for name, o := range orders {
+		req := inventory.PlaceRequest{Hold: time.Duration(o.HoldSeconds) * time.Second, IdempotencyKey: o.IdempotencyKey}
+		for _, l := range o.Lines {
+			req.Lines = append(req.Lines, inventory.LineRequest{SKU: l.SKU, Quantity: l.Quantity})
+		}
+		check("order, "+name, req.Validate() == nil, func() error { _, err := c.PlaceOrder(ctx, o); return err })
+	}
+}
