@@ -68,8 +68,9 @@ also read from STOCKGUARD_LOAD_<FLAG>; --redis-addrs, --zk-servers,
 --etcd-endpoints, --database-url and --admin-token from serve's variables
 (STOCKGUARD_REDIS_ADDRS, ...).
 
-exit status: 0 safe, 1 the run failed, 2 bad usage, 3 units oversold or lost
-(unless expected), 130 interrupted (the partial summary is printed first).
+exit status: 0 safe, 1 the run failed or is inconclusive (orders whose outcome
+stayed unknown), 2 bad usage, 3 units oversold or lost (unless expected), 130
+interrupted (the partial summary is printed first).
 `
 
 // Main is `stockguard load`: args are what follows "load". It returns an
@@ -186,10 +187,12 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 	fs.BoolVar(&expectUnsafe, "expect-unsafe", false, "exit 0 even if units were oversold or lost (for none/local demonstrations)")
 	fs.StringVar(&wf.cfg.Label, "label", "", "free text recorded in the result")
 	fs.StringVar(&wf.cfg.Backend, "backend", "", "lock backend the instances run (informational, recorded in the result)")
-	fs.StringVar(&wf.cfg.Fencing, "fencing", "", "fencing mode the instances run, on|off (informational)")
+	fs.StringVar(&wf.cfg.Fencing, "fencing", "", "fencing mode the instances run, on|off: recorded in the result; off skips the check of the rows' fence tokens, which unfenced writes do not stamp")
 	fs.Synopsis("--urls=URL,... [--orders=N --concurrency=C | --rate=R/s --duration=D] [flags]")
 	fs.About("Drives running instances with a seeded workload, then verifies from the client's ledger, /audit and the\n" +
-		"SKU counters. Ctrl-C stops sending and prints what was measured so far.")
+		"SKU counters; orders it never heard an answer to are resent with their key until one settles them\n" +
+		"(a run left with unresolved orders is INCONCLUSIVE, exit 1). Ctrl-C, in any phase, stops and prints\n" +
+		"what was measured so far, not verified (exit 130).")
 	fs.Example("stockguard load run --urls=http://127.0.0.1:8081,http://127.0.0.1:8082 --orders=5000 --concurrency=64")
 	fs.Example("STOCKGUARD_ADMIN_TOKEN=secret stockguard load run --urls=http://127.0.0.1:8080 --rate=500/s --duration=30s")
 	if err := fs.Parse(args, getenv); err != nil {
@@ -224,6 +227,10 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	if res.Damaged() && !expectUnsafe {
 		return fmt.Errorf("load run: %w: %s", ErrUnsafe, res.Verdict)
+	}
+	if !res.Safe && !expectUnsafe {
+		// Inconclusive: no damage found, but not every order accounted for.
+		return fmt.Errorf("load run: %w: %s", errFailed, res.Verdict)
 	}
 	return nil
 }

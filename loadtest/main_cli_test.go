@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -59,6 +60,27 @@ func TestMainRunFailsOnDamage(t *testing.T) {
 	args[1] = "--urls=" + s2.URL
 	if err := Main(fakeservice.Context(t), append(args, "--expect-unsafe"), func(string) string { return "" }, &stdout, &stderr); err != nil {
 		t.Fatalf("--expect-unsafe: %v", err)
+	}
+}
+
+// TestMainRunInterruptedBeforeSending: Ctrl-C while the SKUs are being
+// created still prints the (empty) summary and returns ErrInterrupted:
+// exit 130, as the usage promises.
+func TestMainRunInterruptedBeforeSending(t *testing.T) {
+	ctx, cancel := context.WithCancel(fakeservice.Context(t))
+	defer cancel()
+	f := fakeservice.New("", false)
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			cancel()
+		}
+		f.ServeHTTP(w, r)
+	}))
+	t.Cleanup(s.Close)
+	var stdout, stderr bytes.Buffer
+	err := Main(ctx, []string{"run", "--urls=" + s.URL, "--orders=50", "--progress=off"}, func(string) string { return "" }, &stdout, &stderr)
+	if !errors.Is(err, ErrInterrupted) || !strings.Contains(stdout.String(), "INTERRUPTED after 0 of 50 orders, while creating the SKUs") {
+		t.Fatalf("err = %v, want ErrInterrupted; stdout:\n%s", err, stdout.String())
 	}
 }
 

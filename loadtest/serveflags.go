@@ -4,8 +4,8 @@ import (
 	"strings"
 )
 
-// serveFlagList is the repeatable --serve-flag of compare (and what bench
-// passes for --coalesce): each value goes verbatim to every instance.
+// serveFlagList is the repeatable --serve-flag of compare: each value goes
+// verbatim to every instance (compare.Config.ServeFlags).
 type serveFlagList []string
 
 func (l *serveFlagList) String() string {

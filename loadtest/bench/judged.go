@@ -5,7 +5,8 @@ import "github.com/stockguard/stockguard/loadtest/tally"
 // JudgedRatios are one backend's figures from the outside generator
 // (vegeta, coalescing on unless named off) and the limits measured next
 // to its runs, with the ratios issue 13's targets are stated in. A nil
-// ratio could not be computed (a run or a limit is missing).
+// ratio could not be computed (a run or a limit is missing). The p99s are
+// of the 201s alone. "Naive" is the library lock loops (package naive).
 type JudgedRatios struct {
 	HotPerS        float64 `json:"hot_per_s"`
 	HotP99Ms       float64 `json:"hot_p99_ms"`
@@ -41,8 +42,8 @@ type JudgedRatios struct {
 func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
 	judged := func(backend, workload, coalesce string) *Judged {
 		for _, r := range runs {
-			if r.Backend == backend && r.Workload == workload && r.Coalesce == coalesce && r.Ran && r.Judge != nil && r.Judge.Error == "" {
-				return r.Judge
+			if r.Backend == backend && r.Workload == workload && r.Coalesce == coalesce {
+				return r.judgedFigures()
 			}
 		}
 		return nil
@@ -52,16 +53,16 @@ func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
 		r := &ratios[i]
 		j := &r.Judged
 		if x := judged(r.Backend, benchHot, "on"); x != nil {
-			j.HotPerS, j.HotP99Ms, j.HotCPUUs = x.OrdersPerS, x.LatencyMs.P99, cpuByClass(x)
+			j.HotPerS, j.HotP99Ms, j.HotCPUUs = x.OrdersPerS, x.CreatedLatencyMs.P99, cpuByClass(x)
 		}
 		if x := judged(r.Backend, benchHot, "off"); x != nil {
 			j.HotOffPerS = x.OrdersPerS
 		}
 		if x := judged(r.Backend, benchSpread, "on"); x != nil {
-			j.SpreadPerS, j.SpreadP99Ms, j.SpreadCPUUs = x.OrdersPerS, x.LatencyMs.P99, cpuByClass(x)
+			j.SpreadPerS, j.SpreadP99Ms, j.SpreadCPUUs = x.OrdersPerS, x.CreatedLatencyMs.P99, cpuByClass(x)
 		}
 		if x := judged(r.Backend, benchSpread, "off"); x != nil {
-			j.SpreadOffPerS, j.SpreadOffP99Ms = x.OrdersPerS, x.LatencyMs.P99
+			j.SpreadOffPerS, j.SpreadOffP99Ms = x.OrdersPerS, x.CreatedLatencyMs.P99
 		}
 		for _, l := range limits {
 			if l.Backend != r.Backend {
@@ -88,6 +89,20 @@ func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
 		j := &ratios[i].Judged
 		j.SpreadOverPostgres = ratioIf(j.SpreadPerS, postgresSpread)
 	}
+}
+
+// judgedFigures is the run's judged attack if its figures may be used: the
+// run completed, the attack did, and the store agrees with its answers (a
+// backend unsafe by design keeps figures whose store disagrees).
+func (r Run) judgedFigures() *Judged {
+	j := r.Judge
+	if !r.Ran || j == nil || j.Error != "" || j.Readback == nil || j.Readback.Error != "" {
+		return nil
+	}
+	if !j.Readback.Safe && !r.ExpectedUnsafe {
+		return nil
+	}
+	return j
 }
 
 // ratioIf is ratio, or nil when the numerator was not measured either.

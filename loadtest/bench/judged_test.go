@@ -15,8 +15,9 @@ import (
 func judgedRun(backend, workload, coalesce string, perS, p99 float64) Run {
 	r := benchRunOf(backend, workload, coalesce, perS/2, p99*2, 40)
 	r.Judge = &Judged{Result: judge.Result{OrdersPerS: perS, Created: int64(perS * 10), LatencyMs: tally.LatencySummary{P99: p99},
-		Status: map[string]int{"201": int(perS * 10)}},
-		CPU: &cpu.Window{Orders: int64(perS * 10), TotalPerOrderUs: 900, Classes: []cpu.Usage{{Class: "instances", PerOrderUs: 400}, {Class: "redis", PerOrderUs: 500}}}}
+		CreatedLatencyMs: tally.LatencySummary{P99: p99}, Status: map[string]int{"201": int(perS * 10)}},
+		Readback: &Readback{Safe: true, Verdict: "safe"},
+		CPU:      &cpu.Window{Orders: int64(perS * 10), TotalPerOrderUs: 900, Classes: []cpu.Usage{{Class: "instances", PerOrderUs: 400}, {Class: "redis", PerOrderUs: 500}}}}
 	return r
 }
 

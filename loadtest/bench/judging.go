@@ -18,8 +18,16 @@ import (
 type Judged struct {
 	judge.Result
 	CPU *cpu.Window `json:"cpu,omitempty"`
-	// Error says why the attack or the CPU reading failed.
+	// Error says why the attack failed: its figures are not used.
 	Error string `json:"error,omitempty"`
+	// CPUError says why the CPU was not read; the attack's figures stand.
+	CPUError string `json:"cpu_error,omitempty"`
+	// ServersMissing are the servers not found before this window: their
+	// CPU is not in its figures.
+	ServersMissing []string `json:"servers_missing,omitempty"`
+	// Readback is the store's account of the attack; nil for the floor,
+	// which has no store, and for an attack that failed.
+	Readback *Readback `json:"readback,omitempty"`
 }
 
 // judgeStock is each judged SKU's stock: the most PUT accepts, far above
@@ -33,12 +41,16 @@ const putTries = 3
 // judgeConfig is the attack of one workload on urls.
 func (bc Config) judgeConfig(urls, skus []string) judge.Config {
 	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow,
-		KeyPrefix: run.NewRunID(), HoldSeconds: 900, Seed: bc.Seed, RequestTimeout: 30 * time.Second}
+		KeyPrefix: run.NewRunID(), HoldSeconds: benchHoldSeconds, Seed: bc.Seed, RequestTimeout: 30 * time.Second}
 }
 
 // judgeWorkload attacks processes already serving, reading the CPU of
 // every class around the window. pids are the instances' (or the floor's).
-func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int, servers serverPIDs) *Judged {
+// The servers' processes are looked up again for every window: one
+// restarted since the last (or its PID reused) would otherwise be read as
+// missing, or as some other process.
+func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int) *Judged {
+	servers := bc.findServers()
 	meter := cpu.NewMeter(servers.classes(pids))
 	var before, after cpu.Snapshot
 	var cpuErr error
@@ -54,12 +66,12 @@ func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int,
 		}
 	}
 	res, err := judge.Attack(ctx, jc)
-	j := &Judged{Result: res}
+	j := &Judged{Result: res, ServersMissing: servers.Missing}
 	switch {
 	case err != nil:
 		j.Error = err.Error()
 	case cpuErr != nil:
-		j.Error = cpuErr.Error()
+		j.CPUError = cpuErr.Error()
 	default:
 		w := meter.Between(before, after, res.Created)
 		j.CPU = &w
@@ -68,8 +80,8 @@ func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int,
 }
 
 // judgeService is compare's AfterRun for one bench run: fresh SKUs of the
-// run's workload, then the attack.
-func (bc Config) judgeService(workload string, servers serverPIDs, dst **Judged, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
+// run's workload, the attack, then the read back of those SKUs.
+func (bc Config) judgeService(workload string, dst **Judged, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
 	return func(ctx context.Context, cfg run.Config, ins []*procs.Instance) {
 		n := 1
 		if workload == benchSpread {
@@ -107,6 +119,10 @@ func (bc Config) judgeService(workload string, servers serverPIDs, dst **Judged,
 			pids[i] = in.PID()
 		}
 		fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
-		*dst = bc.judgeWorkload(ctx, bc.judgeConfig(cfg.URLs, skus), pids, servers)
+		j := bc.judgeWorkload(ctx, bc.judgeConfig(cfg.URLs, skus), pids)
+		if j.Error == "" {
+			j.Readback = readBack(ctx, c, cfg.URLs[0], skus, judgeStock, j.Result)
+		}
+		*dst = j
 	}
 }

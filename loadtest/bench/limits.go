@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/internal/stack"
 	"github.com/stockguard/stockguard/loadtest/bench/floor"
 	"github.com/stockguard/stockguard/loadtest/bench/naive"
@@ -38,7 +39,6 @@ var floorBackends = []string{"redlock", "zookeeper"}
 // loops' table and lock clients, opened when first needed.
 type limitsKit struct {
 	bc      Config
-	servers serverPIDs
 	table   *naive.Table
 	lockers map[string]naive.Locker
 	closers []func()
@@ -90,7 +90,7 @@ func (k *limitsKit) locker(ctx context.Context, backend string) (naive.Locker, e
 }
 
 func orStack(v string, def []string) []string {
-	if l := stack.SplitList(v); len(l) > 0 {
+	if l := cliflag.SplitList(v); len(l) > 0 {
 		return l
 	}
 	return def
@@ -124,7 +124,7 @@ func (k *limitsKit) floorRun(ctx context.Context, stderr io.Writer) (*Judged, er
 		urls, pids = append(urls, p.URL), append(pids, p.PID())
 	}
 	fmt.Fprintf(stderr, "bench: HTTP floor, %d processes, vegeta %d workers, %v\n", len(ps), k.bc.Clients, k.bc.JudgeWindow)
-	j := k.bc.judgeWorkload(ctx, k.bc.judgeConfig(urls, []string{"floor-hot"}), pids, k.servers)
+	j := k.bc.judgeWorkload(ctx, k.bc.judgeConfig(urls, []string{"floor-hot"}), pids)
 	return j, nil
 }
 

@@ -22,13 +22,17 @@ import (
 )
 
 // floorChildEnv makes this test binary serve the floor, as `stockguard
-// load floor` does, when floor.Start runs it.
+// load floor` does, when floor.Start runs it: "1" on a free port, else on
+// the address it holds.
 const floorChildEnv = "STOCKGUARD_BENCH_FLOOR_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(floorChildEnv) == "1" {
+	if addr := os.Getenv(floorChildEnv); addr != "" {
+		if addr == "1" {
+			addr = "127.0.0.1:0"
+		}
 		// Stop's SIGTERM ends the child by the signal's default action.
-		if err := floor.Serve(context.Background(), "127.0.0.1:0", os.Stdout); err != nil {
+		if err := floor.Serve(context.Background(), addr, os.Stdout); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -81,9 +85,14 @@ func TestNaiveLoops(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s, %d keys: %v", lk.Name(), n, err)
 			}
-			t.Logf("%s, %d keys: %.0f orders/s, %d lock failures", lk.Name(), n, r.OrdersPerS, r.LockFailures)
+			t.Logf("%s, %d keys: %.0f orders/s, %d lock failures, %d placed, %d stored", lk.Name(), n, r.OrdersPerS, r.LockFailures, r.Total, r.Stored)
 			if r.Orders < 1 || r.OrdersPerS <= 0 || r.Library != lk.Name() || r.Keys != n {
 				t.Errorf("%s, %d keys: %+v", lk.Name(), n, r)
+			}
+			// The window's orders are among all placed, and each placed
+			// order is a reservation in the table.
+			if r.Total < r.Orders || r.Stored < r.Total {
+				t.Errorf("%s, %d keys: %d in the window, %d placed, %d reached the table", lk.Name(), n, r.Orders, r.Total, r.Stored)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"slices"
@@ -33,7 +34,7 @@ func printLimits(w io.Writer, res *Result) {
 		}
 		errs := slices.Clone(l.Errors)
 		if l.Floor != nil && l.Floor.Error == "" {
-			fl, fp = fmt.Sprintf("%.0f", l.Floor.OrdersPerS), fmt.Sprintf("%.1f", l.Floor.LatencyMs.P99)
+			fl, fp = fmt.Sprintf("%.0f", l.Floor.OrdersPerS), fmt.Sprintf("%.1f", l.Floor.CreatedLatencyMs.P99)
 		} else if l.Floor != nil {
 			errs = append(errs, "floor: "+benchFirstLine(l.Floor.Error))
 		}
@@ -52,9 +53,9 @@ func printJudged(w io.Writer, res *Result) {
 	if !slices.ContainsFunc(res.Runs, func(r Run) bool { return r.Judge != nil }) {
 		return
 	}
-	fmt.Fprintf(w, "\n== the judge: vegeta after each run on the same instances (Rate{Freq:0}, %d workers, round-robin, fresh Idempotency-Key per order)\n", res.Settings.Clients)
+	fmt.Fprintf(w, "\n== the judge: vegeta after each run on the same instances (Rate{Freq:0}, %d workers, round-robin, fresh Idempotency-Key per order; p50 and p99 of the 201s, \"all\" of every answer; store: the judged SKUs read back)\n", res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\tvegeta orders/s\tp50 ms\tp99 ms\tstatus\tload run reserved/s\tload p99 ms\tCPU µs/order: %s\ttotal\t errors\n", strings.Join(cpuClasses, "\t"))
+	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\tvegeta orders/s\tp50 ms\tp99 ms\tp99 all ms\tstatus\tstore\tload run reserved/s\tload p99 ms\tCPU µs/order: %s\ttotal\t errors\n", strings.Join(cpuClasses, "\t"))
 	for _, r := range res.Runs {
 		j := r.Judge
 		if j == nil {
@@ -64,19 +65,39 @@ func printJudged(w io.Writer, res *Result) {
 		if j.CPU != nil {
 			cpuCols = formatCPU(*j.CPU)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%.1f\t%s\t%.0f\t%.1f\t%s %s\n", r.Backend, r.SKUs, r.Coalesce, j.OrdersPerS,
-			j.LatencyMs.P50, j.LatencyMs.P99, formatStatus(j.Status), r.ReservedPerS, r.LatencyMs.P99, cpuCols, benchFirstLine(j.Error))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%.1f\t%.1f\t%s\t%s\t%.0f\t%.1f\t%s %s\n", r.Backend, r.SKUs, r.Coalesce, j.OrdersPerS,
+			j.CreatedLatencyMs.P50, j.CreatedLatencyMs.P99, j.LatencyMs.P99, formatStatus(j.Status), storeMark(j.Readback),
+			r.ReservedPerS, r.LatencyMs.P99, cpuCols, benchFirstLine(cmp.Or(j.Error, j.CPUError)))
 	}
 	for _, l := range res.Limits {
 		if f := l.Floor; f != nil && f.CPU != nil {
-			fmt.Fprintf(tw, "floor (before %s)\t1\t–\t%.0f\t%.1f\t%.1f\t%s\t–\t–\t%s\n", l.Backend, f.OrdersPerS, f.LatencyMs.P50, f.LatencyMs.P99,
-				formatStatus(f.Status), formatCPU(*f.CPU))
+			fmt.Fprintf(tw, "floor (before %s)\t1\t–\t%.0f\t%.1f\t%.1f\t%.1f\t%s\t–\t–\t–\t%s\n", l.Backend, f.OrdersPerS, f.CreatedLatencyMs.P50,
+				f.CreatedLatencyMs.P99, f.LatencyMs.P99, formatStatus(f.Status), formatCPU(*f.CPU))
 		}
 	}
 	_ = tw.Flush()
+	for _, r := range res.Runs {
+		if rb := r.readback(); rb != nil && !rb.Safe {
+			fmt.Fprintf(w, "  %s %s coalesce=%s, judged window: %s\n", r.Backend, r.Workload, r.Coalesce, rb.Verdict)
+		}
+	}
 	if len(res.ServersMissing) > 0 {
 		fmt.Fprintf(w, "  CPU not read for (no process found listening): %s\n", strings.Join(res.ServersMissing, ", "))
 	}
+}
+
+// storeMark is the read back's verdict in a word: "safe", "UNSAFE", "not
+// read" or "–" (none).
+func storeMark(rb *Readback) string {
+	switch {
+	case rb == nil:
+		return "–"
+	case rb.Error != "":
+		return "not read"
+	case rb.Safe:
+		return "safe"
+	}
+	return "UNSAFE"
 }
 
 // formatCPU is a window's per-order µs in cpuClasses' order, then the total.
@@ -105,7 +126,7 @@ func formatStatus(m map[string]int) string {
 // printJudgedRatios is issue 13's table: the judge's rates against the
 // limits of the same run, each target marked.
 func printJudgedRatios(w io.Writer, res *Result) {
-	fmt.Fprintf(w, "\n== ratios and targets, the judge (vegeta orders/s, coalescing on; limits from this run)\n")
+	fmt.Fprintf(w, "\n== ratios and targets, the judge (vegeta orders/s, coalescing on; p99 of the 201s; limits from this run)\n")
 	marks := map[string]string{}
 	for _, t := range res.Targets {
 		marks[t.Backend+"/"+t.ID] = t.Want + " " + string(t.Status)

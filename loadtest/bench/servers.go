@@ -8,13 +8,14 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/internal/stack"
 	"github.com/stockguard/stockguard/loadtest/bench/cpu"
 	"github.com/stockguard/stockguard/loadtest/compare"
 )
 
-// serverPIDs are the lock and database servers' processes, found once
-// per suite by the ports the bench's configuration names.
+// serverPIDs are the lock and database servers' processes, found by the
+// ports the bench's configuration names, before every measured window.
 type serverPIDs struct {
 	postgres, redis, zookeeper, etcd []int
 	// Missing says which servers were not found; their CPU is not read.
@@ -25,7 +26,7 @@ type serverPIDs struct {
 func (bc Config) findServers() serverPIDs {
 	var s serverPIDs
 	orList := func(v string, def []string) []string {
-		if l := stack.SplitList(v); len(l) > 0 {
+		if l := cliflag.SplitList(v); len(l) > 0 {
 			return l
 		}
 		return def

@@ -37,13 +37,13 @@ func TestBenchRatios(t *testing.T) {
 	runs[6].Oversold, runs[6].Lost, runs[6].Safe = 7, 2, false
 	got := benchRatios([]string{"redlock", "zookeeper", "none"}, runs, map[string]float64{"redlock": 3200, "zookeeper": 0, "none": 3000})
 	want := []BackendRatios{
-		{Backend: "redlock", HotCoalescedPerS: 4000, HotNaivePerS: 500, CoalescedOverNaive: fp(8), CeilingPerS: 3200,
-			CoalescedOverCeiling: fp(1.25), P99CoalescedMs: 20, P99NaiveMs: 400, P99CoalescedOverNaive: fp(0.05),
-			SpreadCoalescedPerS: 6000, SpreadNaivePerS: 3000, SpreadCoalescedOverNaive: fp(2), PeakRSSMB: 55.5},
+		{Backend: "redlock", HotCoalescedPerS: 4000, HotUncoalescedPerS: 500, CoalescedOverUncoalesced: fp(8), CeilingPerS: 3200,
+			CoalescedOverCeiling: fp(1.25), P99CoalescedMs: 20, P99UncoalescedMs: 400, P99CoalescedOverUncoalesced: fp(0.05),
+			SpreadCoalescedPerS: 6000, SpreadUncoalescedPerS: 3000, SpreadCoalescedOverUncoalesced: fp(2), PeakRSSMB: 55.5},
 		{Backend: "zookeeper", HotCoalescedPerS: 900, P99CoalescedMs: 80,
 			PeakRSSMB: 30, Missing: []string{"hot/off", "spread/on", "spread/off"}},
 		{Backend: "none", ExpectedUnsafe: true, HotCoalescedPerS: 5000, CeilingPerS: 3000, CoalescedOverCeiling: fp(1.667),
-			P99CoalescedMs: 5, P99NaiveMs: 5, P99CoalescedOverNaive: fp(1), PeakRSSMB: 30, Oversold: 7, Lost: 2,
+			P99CoalescedMs: 5, P99UncoalescedMs: 5, P99CoalescedOverUncoalesced: fp(1), PeakRSSMB: 30, Oversold: 7, Lost: 2,
 			Missing: []string{"spread/on", "spread/off"}},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -59,10 +59,10 @@ func dumpRatios(rs []BackendRatios) string {
 
 func TestEvaluateTargets(t *testing.T) {
 	ratios := []BackendRatios{
-		{Backend: "redlock", CoalescedOverNaive: fp(5), CoalescedOverCeiling: fp(0.99), P99CoalescedOverNaive: fp(1), PeakRSSMB: 149.9},
-		{Backend: "zookeeper", CoalescedOverNaive: fp(9.99), CoalescedOverCeiling: fp(1), P99CoalescedOverNaive: fp(1.01), PeakRSSMB: 150},
-		{Backend: "postgres", CoalescedOverNaive: fp(100), P99CoalescedOverNaive: nil},
-		{Backend: "local", ExpectedUnsafe: true, CoalescedOverNaive: fp(0.5), CoalescedOverCeiling: fp(0.1), P99CoalescedOverNaive: fp(0.2), PeakRSSMB: 20},
+		{Backend: "redlock", CoalescedOverUncoalesced: fp(5), CoalescedOverCeiling: fp(0.99), P99CoalescedOverUncoalesced: fp(1), PeakRSSMB: 149.9},
+		{Backend: "zookeeper", CoalescedOverUncoalesced: fp(9.99), CoalescedOverCeiling: fp(1), P99CoalescedOverUncoalesced: fp(1.01), PeakRSSMB: 150},
+		{Backend: "postgres", CoalescedOverUncoalesced: fp(100), P99CoalescedOverUncoalesced: nil},
+		{Backend: "local", ExpectedUnsafe: true, CoalescedOverUncoalesced: fp(0.5), CoalescedOverCeiling: fp(0.1), P99CoalescedOverUncoalesced: fp(0.2), PeakRSSMB: 20},
 	}
 	type row struct {
 		backend, id, want string

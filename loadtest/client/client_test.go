@@ -45,23 +45,26 @@ func TestOrderKinds(t *testing.T) {
 	created := `{"order_id":"0b8f3c1e-6f1a-4c55-9a8e-2d1f0c9b7a6e","status":"reserved",` +
 		`"lines":[{"sku":"a","quantity":2,"fence_token":42}],"expires_at":"2026-12-01T14:00:00.5Z"}`
 	cases := []struct {
-		name   string
-		answer *canned
-		kind   Kind
-		code   string
-		retry  string
+		name    string
+		answer  *canned
+		kind    Kind
+		code    string
+		retry   string
+		settled bool
 	}{
-		{"reserved", &canned{status: 201, body: created}, KindReserved, "", ""},
-		{"insufficient", &canned{status: 409, body: apiErr("insufficient_stock")}, KindInsufficient, "insufficient_stock", ""},
-		{"stale fence", &canned{status: 409, body: apiErr("stale_fence")}, KindStaleFence, "stale_fence", ""},
-		{"lock unavailable", &canned{status: 503, header: retry, body: apiErr("lock_unavailable")}, KindLockUnavailable, "lock_unavailable", "1"},
-		{"key in flight", &canned{status: 409, body: apiErr("idempotency_key_in_flight")}, KindUnknown, "idempotency_key_in_flight", ""},
-		{"store unavailable", &canned{status: 503, header: retry, body: apiErr("store_unavailable")}, KindUnknown, "store_unavailable", "1"},
-		{"timeout", &canned{status: 503, header: http.Header{"Retry-After": {"0"}}, body: apiErr("timeout")}, KindUnknown, "timeout", "0"},
-		{"overloaded", &canned{status: 503, header: retry, body: apiErr("overloaded")}, KindError, "overloaded", "1"},
-		{"not the API's body", &canned{status: 502, body: "<html>bad gateway</html>"}, KindError, "http_502", ""},
-		{"unreadable 201", &canned{status: 201, body: "<html>"}, KindError, "bad_201_body", ""},
-		{"201 without an id", &canned{status: 201, body: `{"status":"reserved","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`}, KindError, "bad_201_body", ""},
+		{"reserved", &canned{status: 201, body: created}, KindReserved, "", "", true},
+		{"insufficient", &canned{status: 409, body: apiErr("insufficient_stock")}, KindInsufficient, "insufficient_stock", "", true},
+		{"stale fence", &canned{status: 409, body: apiErr("stale_fence")}, KindStaleFence, "stale_fence", "", true},
+		{"lock unavailable", &canned{status: 503, header: retry, body: apiErr("lock_unavailable")}, KindLockUnavailable, "lock_unavailable", "1", false},
+		{"key in flight", &canned{status: 409, body: apiErr("idempotency_key_in_flight")}, KindUnknown, "idempotency_key_in_flight", "", false},
+		{"store unavailable", &canned{status: 503, header: retry, body: apiErr("store_unavailable")}, KindUnknown, "store_unavailable", "1", false},
+		{"timeout", &canned{status: 503, header: http.Header{"Retry-After": {"0"}}, body: apiErr("timeout")}, KindUnknown, "timeout", "0", false},
+		{"overloaded", &canned{status: 503, header: retry, body: apiErr("overloaded")}, KindError, "overloaded", "1", false},
+		{"key reused", &canned{status: 422, body: apiErr("idempotency_key_reused")}, KindError, "idempotency_key_reused", "", true},
+		{"internal", &canned{status: 500, body: apiErr("internal")}, KindError, "internal", "", false},
+		{"not the API's body", &canned{status: 502, body: "<html>bad gateway</html>"}, KindError, "http_502", "", false},
+		{"unreadable 201", &canned{status: 201, body: "<html>"}, KindError, "bad_201_body", "", true},
+		{"201 without an id", &canned{status: 201, body: `{"status":"reserved","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`}, KindError, "bad_201_body", "", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,6 +75,9 @@ func TestOrderKinds(t *testing.T) {
 			out := c.PlaceOrder(context.Background(), srv.URL, "k-1", []byte(orderBody))
 			if out.Kind != tc.kind || out.Code != tc.code || out.RetryAfter != tc.retry || out.Status != tc.answer.status {
 				t.Fatalf("outcome %+v, want %v %q Retry-After %q", out, tc.kind, tc.code, tc.retry)
+			}
+			if out.Settled() != tc.settled {
+				t.Fatalf("Settled() = %v, want %v", out.Settled(), tc.settled)
 			}
 			if (out.Err == nil) != (tc.kind == KindReserved) {
 				t.Fatalf("err = %v", out.Err)
@@ -140,8 +146,8 @@ func TestRequests(t *testing.T) {
 			_, _ = w.Write([]byte("# TYPE stockguard_stale_fence_total counter\nstockguard_stale_fence_total 3\n"))
 		case "/debug/zk-session":
 			_, _ = w.Write([]byte(`{"session_id":72057594037927937,"session_id_hex":"0x100000000000001","password_hex":"00ff"}`))
-		case "/v1/skus/a b", "/v1/skus/a b/audit":
-			_, _ = w.Write([]byte(`{"sku":"a b","available":5,"received":5,"consistent":true}`))
+		case "/v1/skus/a.b", "/v1/skus/a.b/audit":
+			_, _ = w.Write([]byte(`{"sku":"a.b","available":5,"received":5,"consistent":true}`))
 		case "/v1/orders/o-1/confirm", "/v1/orders/o-1/cancel":
 			_, _ = w.Write([]byte(`{"order_id":"o-1","status":"confirmed","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`))
 		case "/readyz":
@@ -160,13 +166,13 @@ func TestRequests(t *testing.T) {
 		})
 	})
 	ctx := context.Background()
-	if s, err := c.PutSKU(ctx, srv.URL, "a b", 5); err != nil || s.Available != 5 {
+	if s, err := c.PutSKU(ctx, srv.URL, "a.b", 5); err != nil || s.Available != 5 {
 		t.Fatalf("PutSKU = %+v, %v", s, err)
 	}
-	if s, err := c.GetSKU(ctx, srv.URL, "a b"); err != nil || s.Received != 5 {
+	if s, err := c.GetSKU(ctx, srv.URL, "a.b"); err != nil || s.Received != 5 {
 		t.Fatalf("GetSKU = %+v, %v", s, err)
 	}
-	if a, err := c.Audit(ctx, srv.URL, "a b"); err != nil || !a.Consistent {
+	if a, err := c.Audit(ctx, srv.URL, "a.b"); err != nil || !a.Consistent {
 		t.Fatalf("Audit = %+v, %v", a, err)
 	}
 	if out := c.ConfirmOrder(ctx, srv.URL, "o-1"); out.Kind != KindReserved || out.Status != 200 || out.Order.Status != "confirmed" {
@@ -196,12 +202,12 @@ func TestRequests(t *testing.T) {
 	}
 	close(got)
 	want := []seen{
-		{"PUT", "/v1/skus/a%20b", "", "Bearer s3cret"},
-		{"GET", "/v1/skus/a%20b", "", ""},
-		{"GET", "/v1/skus/a%20b/audit", "", ""},
+		{"PUT", "/v1/skus/a.b", "", "Bearer s3cret"},
+		{"GET", "/v1/skus/a.b", "", ""},
+		{"GET", "/v1/skus/a.b/audit", "", ""},
 		{"POST", "/v1/orders/o-1/confirm", "", ""},
 		{"POST", "/v1/orders/o-1/cancel", "", ""},
-		{"GET", "/debug/zk-session", "", ""},
+		{"GET", "/debug/zk-session", "", "Bearer s3cret"},
 		{"GET", "/metrics", "", ""},
 		{"GET", "/healthz", "", ""},
 		{"GET", "/readyz", "", ""},

@@ -53,6 +53,20 @@ type Outcome struct {
 	RetryAfter string
 }
 
+// Settled reports whether the answer settles what became of the order its
+// idempotency key names, whatever earlier attempts with the key did: a 2xx,
+// or a 4xx refusal (the service answers a request that did not go through
+// from the order holding its key, if there is one). No answer, a key still
+// in flight and a 5xx leave it open: every 503 (each with Retry-After) sheds
+// or fails this attempt — overloaded, shutting down, a lock or store
+// outage — without deciding anything about an earlier one still running.
+func (o Outcome) Settled() bool {
+	if o.Kind == KindUnknown {
+		return false
+	}
+	return o.Status >= 200 && o.Status < 500
+}
+
 // outcome classifies the public client's answer to one order call; ok is
 // the call's success status.
 func outcome(o *api.Order, err error, ok int) Outcome {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/internal/lock/backends"
 	"github.com/stockguard/stockguard/internal/stack"
 	"github.com/stockguard/stockguard/loadtest/compare/seedtable"
@@ -330,7 +331,7 @@ func (cc Config) faultConfig(backend, token, dbURL, logDir string) seedtable.Fau
 
 // orList splits a comma-separated list, or returns def for an empty one.
 func orList(s string, def []string) []string {
-	if l := stack.SplitList(s); len(l) > 0 {
+	if l := cliflag.SplitList(s); len(l) > 0 {
 		return l
 	}
 	return def
@@ -343,7 +344,7 @@ func (cc Config) failures(entries []Entry) []string {
 		switch {
 		case e.Result == nil || e.err != nil: // an interrupted run has a partial Result
 			fs = append(fs, fmt.Sprintf("%s: did not run: %s", e.Backend, e.Error))
-		case !e.ExpectedUnsafe && e.Result.Damaged():
+		case !e.ExpectedUnsafe && !e.Result.Safe: // damaged, or inconclusive
 			fs = append(fs, fmt.Sprintf("%s: %s", e.Backend, e.Result.Verdict))
 		case slices.Contains(cc.RequireUnsafe, e.Backend) && e.Result.Units.Oversold+e.Result.Units.Lost == 0:
 			fs = append(fs, fmt.Sprintf("%s: expected damage (--require-unsafe) but saw 0 oversold, 0 lost", e.Backend))
@@ -369,7 +370,7 @@ func PrintTable(w io.Writer, cr *Result) {
 		if e.ExpectedUnsafe && r.Damaged() {
 			v += " (expected)"
 		}
-		if r.Orders.Unsent > 0 {
+		if r.TimedOut {
 			v += fmt.Sprintf(" [timed out: %d orders unsent]", r.Orders.Unsent)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t %s\n", e.Backend, e.Fencing,
@@ -404,18 +405,25 @@ func Report(cr *Result) report.Report {
 	if cr.Label != "" {
 		r.Title += " — " + cr.Label
 	}
-	safe, unsafe := 0, 0
+	safe, unsafe, unverified := 0, 0, 0
 	for _, e := range cr.Backends {
 		r.Runs = append(r.Runs, SummarizeRun(e.Backend, e.Fencing, e.Instances, e.ExpectedUnsafe, e.Result, e.err))
-		if e.Result != nil && !e.Result.Damaged() {
-			safe++
-		} else if e.Result != nil {
+		switch {
+		case e.Result == nil:
+		case e.Result.Damaged():
 			unsafe++
+		case e.Result.Safe && e.err == nil:
+			safe++
+		default: // interrupted before its verification, or inconclusive
+			unverified++
 		}
 	}
 	r.Summary = fmt.Sprintf("The same seeded workload (seed %d) ran against %d instances of the service for each lock backend. "+
 		"%d backend(s) came out safe, %d showed oversold or lost units. Backends none and local are expected to fail with several instances: "+
 		"they show what the distributed locks and fencing tokens prevent.", cr.Seed, cr.Instances, safe, unsafe)
+	if unverified > 0 {
+		r.Summary += fmt.Sprintf(" %d backend(s) could not be verified (interrupted, or orders whose outcome stayed unknown).", unverified)
+	}
 	if !cr.Pass {
 		r.Summary += " This comparison FAILED: " + strings.Join(cr.Failures, "; ") + "."
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/run"
 )
 
 func TestCompareReportsStartFailure(t *testing.T) {
@@ -29,5 +30,36 @@ func TestCompareReportsStartFailure(t *testing.T) {
 	var buf bytes.Buffer
 	if err := report.Write(&buf, r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReportCountsOnlyVerifiedBackendsSafe: a backend interrupted before its
+// verification, or left inconclusive, is counted neither safe nor unsafe,
+// and an inconclusive safe backend fails the comparison.
+func TestReportCountsOnlyVerifiedBackendsSafe(t *testing.T) {
+	safe := &run.Result{Safe: true, Verdict: "safe: 0 oversold, 0 lost"}
+	damaged := &run.Result{Verification: run.Verification{Lost: 4}, Verdict: "UNSAFE: 0 units oversold, 4 lost"}
+	interrupted := &run.Result{Verdict: "INTERRUPTED after 3 of 10 orders, while sending: not verified"}
+	v := run.Verification{Unresolved: 2}
+	inconclusive := &run.Result{Verification: v, Verdict: run.VerdictText(v)}
+	cr := &Result{Backends: []Entry{
+		{Backend: "redis", Result: safe},
+		{Backend: "postgres", Result: damaged},
+		{Backend: "etcd", Result: inconclusive},
+		{Backend: "zookeeper", Result: interrupted, err: run.ErrInterrupted, Error: "run interrupted"},
+	}}
+	r := Report(cr)
+	for _, want := range []string{"1 backend(s) came out safe, 1 showed oversold or lost units", "2 backend(s) could not be verified"} {
+		if !strings.Contains(r.Summary, want) {
+			t.Errorf("summary lacks %q: %s", want, r.Summary)
+		}
+	}
+	if st := r.Runs[2].Verdict.Status; st != report.StatusNeutral {
+		t.Errorf("inconclusive run's status %q", st)
+	}
+	fs := (Config{}).failures(cr.Backends)
+	want := []string{"postgres: UNSAFE: 0 units oversold, 4 lost", "etcd: " + inconclusive.Verdict, "zookeeper: did not run: run interrupted"}
+	if strings.Join(fs, "\n") != strings.Join(want, "\n") {
+		t.Errorf("failures %q, want %q", fs, want)
 	}
 }

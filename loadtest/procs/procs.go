@@ -25,6 +25,12 @@ import (
 // stopGrace is how long an instance gets to drain after SIGTERM before SIGKILL.
 const stopGrace = 10 * time.Second
 
+// readyWait bounds the wait for one instance's /readyz once it is healthy,
+// apart from the start timeout: an instance that is never ready must not
+// use up the time the next ones have to start. Its database part answers
+// within 2 s, so this is a few tries.
+const readyWait = 10 * time.Second
+
 // ServeOptions is how compare, chaos and bench start `stockguard serve` for one backend.
 type ServeOptions struct {
 	Bin         string // the stockguard binary
@@ -71,18 +77,19 @@ type Instance struct {
 	logFile *os.File
 }
 
-// Start starts n serve processes on free loopback ports and waits
-// until each answers /healthz (then, best effort, /readyz) within timeout.
-// The first instance is started and waited for alone, so that it applies
-// the database migrations before the others race to. On any failure it
-// stops those already started.
+// Start starts n serve processes on free loopback ports and waits until
+// each answers /healthz within timeout, then, best effort, /readyz within
+// min(timeout, readyWait) more. The first instance is started and waited
+// for alone, so that it applies the database migrations before the others
+// race to; the others then get a timeout (and a readiness bound) of their
+// own. On any failure it stops those already started.
 func Start(ctx context.Context, o ServeOptions, n int, timeout time.Duration) ([]*Instance, error) {
 	c := client.New(2, "", 2*time.Second)
 	defer c.Close()
-	deadline := time.Now().Add(timeout)
 	var out []*Instance
 	for _, batch := range [][2]int{{0, min(1, n)}, {min(1, n), n}} {
 		start := len(out)
+		deadline := time.Now().Add(timeout)
 		for i := batch[0]; i < batch[1]; i++ {
 			in, err := startInstance(o, i)
 			if err != nil {
@@ -96,6 +103,10 @@ func Start(ctx context.Context, o ServeOptions, n int, timeout time.Duration) ([
 				_ = StopAll(out)
 				return nil, err
 			}
+		}
+		ready := time.Now().Add(min(timeout, readyWait))
+		for _, in := range out[start:] {
+			in.waitReady(ctx, c, ready)
 		}
 	}
 	return out, nil
@@ -149,15 +160,22 @@ func (in *Instance) waitHealthy(ctx context.Context, c *client.Client, deadline 
 		}
 		pause(ctx, 50*time.Millisecond)
 	}
-	// Readiness (database and lock backend reachable) is waited for but not
-	// required: the run itself will show lock_unavailable if it never comes.
+	return nil
+}
+
+// waitReady polls /readyz until 200 or the deadline. Readiness (the instance's
+// database reachable and migrated; the lock backend's health is not part
+// of it, by design) is waited for but not required: a run against an
+// instance whose database is down fails on its first PUT, with the reason.
+func (in *Instance) waitReady(ctx context.Context, c *client.Client, deadline time.Time) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
 	for ctx.Err() == nil {
 		if c.Ready(ctx, in.URL) == nil {
-			return nil
+			return
 		}
 		pause(ctx, 100*time.Millisecond)
 	}
-	return nil
 }
 
 // PID is the instance's process id.

@@ -31,10 +31,14 @@ type Config struct {
 	RequestTimeout time.Duration
 	HoldSeconds    int
 	AdminToken     string
-	// Label, Backend and Fencing are informational and go to the result.
-	Label, Backend, Fencing string
-	ExpectedUnsafe          bool
-	Progress                progress.Mode
+	// Label and Backend are informational and go to the result.
+	Label, Backend string
+	// Fencing is the instances' --fencing, "on" (or empty: the service's
+	// default) or "off"; it goes to the result, and off, the store stamps no
+	// token on a row, so the rows' tokens are not checked against the 201s'.
+	Fencing        string
+	ExpectedUnsafe bool
+	Progress       progress.Mode
 }
 
 // Validate reports the first invalid field.
@@ -66,6 +70,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("request-timeout %v: want > 0", c.RequestTimeout)
 	case c.HoldSeconds < 1 || c.HoldSeconds > 86400:
 		return fmt.Errorf("hold-seconds %d: want 1..86400", c.HoldSeconds)
+	case c.Fencing != "" && c.Fencing != "on" && c.Fencing != "off":
+		return fmt.Errorf("fencing %q: want on or off", c.Fencing)
 	}
 	n := c.orderCount()
 	if n <= 0 {

@@ -34,9 +34,9 @@ func NewReceipts() *Receipts {
 	}
 }
 
-// Record books a 201 for the request sent with key. It returns false when
-// the order id was already booked (a replay).
-func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.OrderResponse) bool {
+// Record books a 201 for the request sent with key; a replay (an order id
+// already booked) adds nothing.
+func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.OrderResponse) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if first, ok := l.byKey[key]; ok && first != resp.OrderID {
@@ -48,7 +48,7 @@ func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.Orde
 		l.byKey[key] = resp.OrderID
 	}
 	if l.byOrder[resp.OrderID] {
-		return false
+		return
 	}
 	l.byOrder[resp.OrderID] = true
 	if !sameLines(req, resp) {
@@ -64,7 +64,6 @@ func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.Orde
 	for _, ln := range resp.Lines {
 		l.maxToken[ln.SKU] = max(l.maxToken[ln.SKU], ln.FenceToken)
 	}
-	return true
 }
 
 // Units returns the units the receipts hold as reserved for sku.
@@ -86,17 +85,6 @@ func (l *Receipts) Orders() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.byOrder)
-}
-
-// TotalUnits returns the units booked over all SKUs.
-func (l *Receipts) TotalUnits() int64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var n int64
-	for _, u := range l.units {
-		n += u
-	}
-	return n
 }
 
 // Problems returns what the receipts themselves show wrong with the answers.

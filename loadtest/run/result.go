@@ -51,26 +51,38 @@ type Result struct {
 	Verification    Verification            `json:"verification"`
 	Safe            bool                    `json:"safe"`
 	Verdict         string                  `json:"verdict"`
-	InstanceErrors  []string                `json:"instance_errors,omitempty"`
 	ExpectedUnsafe  bool                    `json:"expected_unsafe,omitempty"`
 	VerifyFromURL   string                  `json:"verify_from_url"`
 	GeneratorOrders int                     `json:"generated_orders"`
 }
 
-// Damaged reports whether anything was oversold or lost or any source disagrees.
-func (r *Result) Damaged() bool { return !r.Verification.Safe() }
+// Damaged reports whether anything was oversold or lost or any source
+// disagrees. A result neither Safe nor Damaged was interrupted or is
+// inconclusive: its verdict says which.
+func (r *Result) Damaged() bool { return r.Verification.Damaged() }
 
-// VerdictText is the plain-language verdict: "safe: 0 oversold, 0 lost" or
-// "UNSAFE: 37 units oversold, 12 lost". Disagreements between the sources
-// without unit damage still make a run unsafe and are named.
+// VerdictText is the plain-language verdict: "safe: 0 oversold, 0 lost",
+// "UNSAFE: 37 units oversold, 12 lost", or "INCONCLUSIVE: …" when nothing
+// was found but some orders' outcome stayed unknown, so that a run the
+// service stopped answering is never called safe. Disagreements between
+// the sources without unit damage still make a run unsafe and are named.
 func VerdictText(v Verification) string {
+	var s string
 	switch {
 	case v.Safe():
 		return "safe: 0 oversold, 0 lost"
+	case !v.Damaged():
+		return fmt.Sprintf("INCONCLUSIVE: 0 oversold, 0 lost, but %d orders' outcome stayed unknown", v.Unresolved)
 	case v.Oversold == 0 && v.Lost == 0:
-		return fmt.Sprintf("UNSAFE: 0 units oversold, 0 lost, but %d disagreements between sources", v.DisagreementCount)
+		s = fmt.Sprintf("UNSAFE: 0 units oversold, 0 lost, but %d disagreements between sources", v.DisagreementCount)
+	default:
+		s = fmt.Sprintf("UNSAFE: %d units oversold, %d lost", v.Oversold, v.Lost)
 	}
-	return fmt.Sprintf("UNSAFE: %d units oversold, %d lost", v.Oversold, v.Lost)
+	if v.Unresolved > 0 {
+		// Units of those orders may be what the receipts lack.
+		s += fmt.Sprintf(" (%d orders' outcome stayed unknown)", v.Unresolved)
+	}
+	return s
 }
 
 // PrintTable writes a human-readable summary of one run.
@@ -96,8 +108,8 @@ func (r *Result) PrintTable(w io.Writer) {
 		row("error codes", "%s", formatCodes(o.ErrorCodes))
 	}
 	if o.Retries > 0 || o.Reconciled > 0 || o.Unresolved > 0 {
-		row("retries", "%d same-key resends: %d replayed, %d mismatched; %d reconciled, %d unresolved",
-			o.Retries, o.RetryReplayed, o.RetryMismatch, o.Reconciled, o.Unresolved)
+		row("retries", "%d same-key resends: %d replayed, %d mismatched, %d unsettled; %d reconciled, %d unresolved",
+			o.Retries, o.RetryReplayed, o.RetryMismatch, o.RetryUnsettled, o.Reconciled, o.Unresolved)
 	}
 	row("throughput", "%.1f orders/s  (%.1f reserved/s)", r.ThroughputPerS, r.ReservedPerS)
 	l := r.LatencyMs

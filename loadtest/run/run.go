@@ -47,8 +47,9 @@ type runner struct {
 	done   atomic.Int64
 }
 
-// ErrInterrupted is Execute's error when ctx ended while the orders were
-// being sent; the Result it returns with it holds what was measured so far.
+// ErrInterrupted is Execute's error when ctx ended before the run was
+// verified (while it set up, sent, reconciled or verified); the Result it
+// returns with it holds what was measured so far, marked INTERRUPTED.
 var ErrInterrupted = errors.New("run interrupted")
 
 // Execute creates fresh SKUs on the instances, sends the workload, reconciles
@@ -67,29 +68,47 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 		lat:    tally.NewLatency(),
 	}
 	defer r.client.Close()
+	started := time.Now()
+	var elapsed time.Duration
+	// interrupted is what was measured so far, for the caller to print;
+	// not verified, since the servers' answers can no longer be waited for.
+	interrupted := func(during string) (*Result, error) {
+		res := r.result(started, elapsed, false, Verification{})
+		res.Safe = false
+		res.Verdict = fmt.Sprintf("INTERRUPTED after %d of %d orders, %s: not verified", res.Orders.Sent, r.cfg.orderCount(), during)
+		return res, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
+	}
 	for _, u := range cfg.URLs {
 		if err := r.client.Healthy(ctx, u); err != nil {
+			if ctx.Err() != nil {
+				return interrupted("before the start")
+			}
 			return nil, fmt.Errorf("instance %s is not up: %w", u, err)
 		}
 	}
 	if err := r.setup(ctx); err != nil {
+		if ctx.Err() != nil {
+			return interrupted("while creating the SKUs")
+		}
 		return nil, err
 	}
-	started := time.Now()
+	started = time.Now()
 	elapsed, timedOut := r.send(ctx, progressOut)
-	if err := ctx.Err(); err != nil {
-		// What was measured so far, for the caller to print; not verified,
-		// since the servers' answers can no longer be waited for.
-		res := r.result(started, elapsed, false, Verification{})
-		res.Safe = false
-		res.Verdict = fmt.Sprintf("INTERRUPTED after %d of %d orders: not verified", res.Orders.Sent, len(r.orders))
-		return res, fmt.Errorf("%w: %w", ErrInterrupted, err)
+	if ctx.Err() != nil {
+		return interrupted("while sending")
 	}
 	reconciled, unresolved := r.reconcile(ctx)
+	if ctx.Err() != nil {
+		return interrupted("while reconciling unanswered orders")
+	}
 	ver, err := r.verify(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return interrupted("while verifying")
+		}
 		return nil, err
 	}
+	ver.Unresolved = unresolved
 	res := r.result(started, elapsed, timedOut, ver)
 	res.Orders.Reconciled, res.Orders.Unresolved = reconciled, unresolved
 	return res, nil
@@ -234,7 +253,9 @@ func (r *runner) one(ctx context.Context, i int, from time.Time) {
 		if again.Kind == client.KindReserved {
 			r.rc.Record(key, r.request(r.orders[i]), again.Order)
 		}
-		if a.final != client.KindReserved && again.Kind != client.KindUnknown {
+		// A shed retry (503) says nothing of the first attempt: an order
+		// whose first answer was unknown stays unknown, for reconcile.
+		if a.final != client.KindReserved && again.Settled() {
 			a.final = again.Kind
 		}
 	}
@@ -242,12 +263,27 @@ func (r *runner) one(ctx context.Context, i int, from time.Time) {
 	r.done.Add(1)
 }
 
+// reconcileWait is the part of reconcile's budget that does not grow with
+// the request timeout. The budget outlasts how long an instance may keep a
+// key in flight (its lock wait plus its store timeout, 15 s by default);
+// a var so that tests can shorten it.
+var reconcileWait = 30 * time.Second
+
+// Backoff of reconcile's resends of one order: the first waits
+// reconcileFirstBackoff, each next one twice as long, up to
+// reconcileMaxBackoff, so that a key in flight for its whole lock wait is
+// asked a handful of times, not hammered.
+const (
+	reconcileFirstBackoff = 100 * time.Millisecond
+	reconcileMaxBackoff   = 2 * time.Second
+)
+
 // reconcile resends, with the same key and body, every order whose outcome
-// is unknown (no answer, or the key was still in flight), as a client must
-// before it can account for its orders. Attempts, parallelism and time are
-// bounded.
+// is unknown (no answer, the key still in flight, or a retry shed with a
+// 503), as a client must before it can account for its orders, until an
+// answer settles it or the budget ends. Parallelism and time are bounded.
 func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+3*r.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, reconcileWait+3*r.cfg.RequestTimeout)
 	defer cancel()
 	var todo []int
 	for i, a := range r.res {
@@ -258,10 +294,12 @@ func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
 	urls := r.cfg.URLs
 	_ = ForEach(ctx, len(todo), min(r.cfg.Concurrency, 16), func(ctx context.Context, j int) error {
 		i := todo[j]
-		for try := 0; try < 3 && ctx.Err() == nil; try++ {
+		backoff := reconcileFirstBackoff
+		for try := 0; ctx.Err() == nil; try++ {
 			out := r.client.PlaceOrder(ctx, urls[(i+try)%len(urls)], r.key(i), r.bodies[i])
-			if out.Kind == client.KindUnknown {
-				Sleep(ctx, 250*time.Millisecond)
+			if !out.Settled() {
+				Sleep(ctx, backoff)
+				backoff = min(2*backoff, reconcileMaxBackoff)
 				continue
 			}
 			if out.Kind == client.KindReserved {
@@ -283,9 +321,9 @@ func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
 }
 
 // verify reads every SKU's audit and counters and checks them against the
-// receipts.
+// receipts; with --fencing=off the rows carry no token to check.
 func (r *runner) verify(ctx context.Context) (Verification, error) {
-	return Verify(ctx, r.client, r.cfg.URLs[0], r.skus, int64(r.cfg.Workload.Stock), r.rc, true)
+	return Verify(ctx, r.client, r.cfg.URLs[0], r.skus, int64(r.cfg.Workload.Stock), r.rc, r.cfg.Fencing != "off")
 }
 
 // result tallies the attempts into a Result.
@@ -323,16 +361,20 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 		if a.retry != nil {
 			o.Retries++
 			switch {
+			case !a.retry.Settled():
+				// Shed or unanswered: no evidence either way.
+				o.RetryUnsettled++
 			case a.first.Kind == client.KindReserved && a.retry.Kind == client.KindReserved && a.retry.Order.OrderID == a.first.Order.OrderID:
 				o.RetryReplayed++
-			case a.first.Kind == client.KindReserved && a.retry.Kind != client.KindUnknown:
+			case a.first.Kind == client.KindReserved:
+				// Another order id, or a refusal of an order already placed.
 				o.RetryMismatch++
 				res.Verification.DisagreementCount++
 				res.Verification.Disagreements = append(res.Verification.Disagreements, Disagreement{
 					SKU: r.skus[r.orders[i].Lines[0].SKU], Kind: "retry_not_replayed",
 					Detail: fmt.Sprintf("key %s: first answer 201 %s, same-key retry %s (HTTP %d)", r.key(i), a.first.Order.OrderID, a.retry.Kind, a.retry.Status),
 				})
-			case a.first.Kind != client.KindReserved && a.retry.Kind == a.first.Kind:
+			case a.retry.Kind == a.first.Kind:
 				o.RetryReplayed++
 			}
 		}

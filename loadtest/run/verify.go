@@ -152,6 +152,10 @@ type Verification struct {
 	SKUs              []SKUCheck     `json:"skus"`
 	// SKUsOmitted counts checks left out of SKUs to keep the JSON small.
 	SKUsOmitted int `json:"skus_omitted,omitempty"`
+	// Unresolved counts orders whose outcome stayed unknown after
+	// reconciliation: the receipts may lack their units, so the sources'
+	// agreement proves nothing about them.
+	Unresolved int `json:"unresolved"`
 }
 
 // summarize totals the per-SKU checks and the ledger's own problems.
@@ -202,9 +206,14 @@ func summarize(checks []SKUCheck, ledgerOrders int, ledgerProblems []Disagreemen
 	return v
 }
 
-// Safe reports whether nothing was oversold or lost and all sources agree.
-func (v Verification) Safe() bool {
-	return v.Oversold == 0 && v.Lost == 0 && v.DisagreementCount == 0
+// Safe reports whether nothing was oversold or lost, all sources agree and
+// every order's outcome is known.
+func (v Verification) Safe() bool { return !v.Damaged() && v.Unresolved == 0 }
+
+// Damaged reports whether anything was oversold or lost or any source
+// disagrees. A verification neither Safe nor Damaged is inconclusive.
+func (v Verification) Damaged() bool {
+	return v.Oversold > 0 || v.Lost > 0 || v.DisagreementCount > 0
 }
 
 func abs(x int64) int64 {

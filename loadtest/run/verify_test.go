@@ -188,19 +188,15 @@ func TestReceipts(t *testing.T) {
 		}{"b", 3, tok})
 		return r
 	}
-	if !l.Record("k1", req, resp("o1", 5)) {
-		t.Fatal("first record reported as replay")
-	}
-	if l.Record("k1", req, resp("o1", 5)) {
-		t.Fatal("replay booked twice")
-	}
+	l.Record("k1", req, resp("o1", 5))
+	l.Record("k1", req, resp("o1", 5)) // a replay books nothing
 	if l.Units("a") != 2 || l.Units("b") != 3 || l.Orders() != 1 || len(l.Problems()) != 0 {
 		t.Fatalf("after replay: a=%d b=%d orders=%d problems=%v", l.Units("a"), l.Units("b"), l.Orders(), l.Problems())
 	}
 	// Same key, new order id: the service reserved twice for one key.
 	l.Record("k1", req, resp("o2", 9))
-	if l.Units("a") != 4 || l.MaxToken("b") != 9 || l.TotalUnits() != 10 {
-		t.Fatalf("after double reservation: a=%d maxToken(b)=%d total=%d", l.Units("a"), l.MaxToken("b"), l.TotalUnits())
+	if l.Units("a") != 4 || l.Units("b") != 6 || l.MaxToken("b") != 9 || l.Orders() != 2 {
+		t.Fatalf("after double reservation: a=%d b=%d maxToken(b)=%d orders=%d", l.Units("a"), l.Units("b"), l.MaxToken("b"), l.Orders())
 	}
 	if p := l.Problems(); len(p) != 1 || p[0].Kind != "idempotency_violated" {
 		t.Fatalf("problems %v", p)

@@ -14,11 +14,15 @@ type OrderCounts struct {
 	// Unsent orders were generated but not sent before the run's timeout.
 	Unsent int `json:"unsent"`
 	// Retries counts deliberate same-key resends; RetryReplayed those that
-	// answered with the first order id, RetryMismatch those where a 201 was
-	// followed by anything else.
-	Retries       int `json:"retries"`
-	RetryReplayed int `json:"retry_replayed"`
-	RetryMismatch int `json:"retry_mismatch"`
+	// answered as the first did (a 201 with the first order id),
+	// RetryMismatch those where a 201 was followed by another order id or a
+	// refusal, RetryUnsettled those whose answer settled nothing (no answer,
+	// the key in flight, or a 5xx: a 503 sheds the retry, it does not
+	// contradict the first answer).
+	Retries        int `json:"retries"`
+	RetryReplayed  int `json:"retry_replayed"`
+	RetryMismatch  int `json:"retry_mismatch"`
+	RetryUnsettled int `json:"retry_unsettled"`
 	// Reconciled counts orders without an answer that were resent with the
 	// same key after the run to learn their outcome; Unresolved those whose
 	// outcome stayed unknown.

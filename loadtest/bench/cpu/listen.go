@@ -49,7 +49,7 @@ func parseListeners(r io.Reader) (map[int][]string, error) {
 // ListenerPIDs finds, for each port, the process listening on it: of the
 // processes holding the socket, the one whose parent does not (a forking
 // server's children may inherit it). It reads every process's open files,
-// so it is called once per suite, not per window.
+// so it is called before a measured window, not within one.
 func ListenerPIDs(ports []int) (map[int]int, error) { return listenerPIDs("/proc", ports) }
 
 func listenerPIDs(proc string, ports []int) (map[int]int, error) {

@@ -14,8 +14,10 @@ import (
 )
 
 // userHZ is the unit of the clock-tick fields of /proc/<pid>/stat. The
-// kernel reports them in USER_HZ, which is 100 on every architecture Linux
-// exposes to user space, whatever its internal HZ.
+// kernel reports them in USER_HZ (sysconf(_SC_CLK_TCK)), whatever its
+// internal HZ: 100 on every architecture Go runs on under Linux, which take
+// it from asm-generic/param.h. Only alpha and ia64, which Go does not
+// support, used another value (1024).
 const userHZ = 100
 
 // ErrMalformed is returned for a /proc/<pid>/stat line that does not parse.

@@ -65,16 +65,24 @@ type Result struct {
 	Requests  uint64  `json:"requests"`
 	// Created counts the 201s; OrdersPerS is Created per second of the
 	// window, the judge's figure.
-	Created    int64                `json:"created"`
-	OrdersPerS float64              `json:"orders_per_s"`
-	LatencyMs  tally.LatencySummary `json:"latency_ms"`
+	Created    int64   `json:"created"`
+	OrdersPerS float64 `json:"orders_per_s"`
+	// LatencyMs is every answer's latency, vegeta's own figure;
+	// CreatedLatencyMs the 201s' alone, which the latency targets judge: a
+	// fast 503 is no order served.
+	LatencyMs        tally.LatencySummary `json:"latency_ms"`
+	CreatedLatencyMs tally.LatencySummary `json:"created_latency_ms"`
 	// Status counts the answers by HTTP status; "0" is a transport error.
 	Status map[string]int `json:"status"`
+	// Unsettled counts the answers that leave their order's outcome open
+	// (no answer, or a 5xx): each may or may not have reserved its unit.
+	Unsettled int64 `json:"unsettled"`
 	// Errors are vegeta's distinct error strings, at most maxErrors.
 	Errors []string `json:"errors,omitempty"`
-	// WarmupCreated counts the 201s of the warm-up: units the store holds
-	// beyond the window's.
-	WarmupCreated int64 `json:"warmup_created"`
+	// WarmupCreated and WarmupUnsettled count the warm-up's 201s and
+	// unsettled answers: units the store holds beyond the window's.
+	WarmupCreated   int64 `json:"warmup_created"`
+	WarmupUnsettled int64 `json:"warmup_unsettled"`
 }
 
 const maxErrors = 5
@@ -110,25 +118,39 @@ func Attack(ctx context.Context, c Config) (Result, error) {
 	defer hc.CloseIdleConnections()
 	var seq atomic.Uint64
 	tr := targeter(c, bodies, &seq)
-	var res Result
+	var warm Result
 	if c.Warmup > 0 {
-		m, err := attack(ctx, hc, c, tr, c.Warmup, "warmup")
+		m, _, err := attack(ctx, hc, c, tr, c.Warmup, "warmup")
 		if err != nil {
-			return res, err
+			return warm, err
 		}
-		res.WarmupCreated = int64(m.StatusCodes["201"])
+		warm.WarmupCreated, warm.WarmupUnsettled = int64(m.StatusCodes["201"]), unsettled(m.StatusCodes)
 	}
 	if c.OnWindow != nil {
 		c.OnWindow(true)
 	}
-	m, err := attack(ctx, hc, c, tr, c.Window, "window")
+	m, created, err := attack(ctx, hc, c, tr, c.Window, "window")
 	if c.OnWindow != nil {
 		c.OnWindow(false)
 	}
 	if err != nil {
-		return res, err
+		return warm, err
 	}
-	return summarize(m, res.WarmupCreated), nil
+	res := summarize(m, created)
+	res.WarmupCreated, res.WarmupUnsettled = warm.WarmupCreated, warm.WarmupUnsettled
+	return res, nil
+}
+
+// unsettled counts the answers, by status, that leave an order's outcome
+// open: no answer ("0") or a 5xx.
+func unsettled(status map[string]int) int64 {
+	var n int64
+	for code, count := range status {
+		if c, err := strconv.Atoi(code); err == nil && (c == 0 || c >= 500) {
+			n += int64(count)
+		}
+	}
+	return n
 }
 
 // targeter sends order n to instance n mod len(URLs), for the SKU that a
@@ -152,29 +174,35 @@ func splitmix(n uint64) uint64 {
 	return n ^ (n >> 31)
 }
 
-// attack is one vegeta attack of d; the context stops it early.
-func attack(ctx context.Context, hc *http.Client, c Config, tr vegeta.Targeter, d time.Duration, name string) (*vegeta.Metrics, error) {
+// attack is one vegeta attack of d, and the latencies of its 201s; the
+// context stops it early.
+func attack(ctx context.Context, hc *http.Client, c Config, tr vegeta.Targeter, d time.Duration, name string) (*vegeta.Metrics, *tally.Latency, error) {
 	w := uint64(c.Workers)
 	a := vegeta.NewAttacker(vegeta.Client(hc), vegeta.Workers(w), vegeta.MaxWorkers(w))
 	stop := context.AfterFunc(ctx, func() { a.Stop() })
 	defer stop()
 	var m vegeta.Metrics
+	created := tally.NewLatency()
 	for r := range a.Attack(tr, vegeta.Rate{Freq: 0}, d, name) {
 		m.Add(r)
+		if r.Code == http.StatusCreated {
+			created.Record(r.Latency)
+		}
 	}
 	m.Close()
 	if err := ctx.Err(); err != nil {
-		return &m, fmt.Errorf("judge: %s interrupted: %w", name, err)
+		return &m, created, fmt.Errorf("judge: %s interrupted: %w", name, err)
 	}
-	return &m, nil
+	return &m, created, nil
 }
 
-// summarize condenses vegeta's metrics of the window. Its duration runs
-// from the first request to the last answer, so the tail is counted.
-func summarize(m *vegeta.Metrics, warmupCreated int64) Result {
+// summarize condenses vegeta's metrics of the window and its 201s'
+// latencies. Its duration runs from the first request to the last answer,
+// so the tail is counted.
+func summarize(m *vegeta.Metrics, created *tally.Latency) Result {
 	d := m.Duration + m.Wait
 	r := Result{DurationS: tally.Round(d.Seconds(), 3), Requests: m.Requests, Created: int64(m.StatusCodes["201"]),
-		Status: m.StatusCodes, WarmupCreated: warmupCreated}
+		Status: m.StatusCodes, Unsettled: unsettled(m.StatusCodes), CreatedLatencyMs: created.Summary()}
 	if d > 0 {
 		r.OrdersPerS = tally.Round(float64(r.Created)/d.Seconds(), 1)
 	}

@@ -50,7 +50,18 @@ type Result struct {
 	// LockFailures counts acquisitions the library gave up on (redsync
 	// after its default 32 tries); the loop goes on with the next order.
 	LockFailures int64 `json:"lock_failures"`
+	// Total counts every order the loop placed, warm-up and tail included;
+	// Stored the reservations the table gained over the run. Run checks
+	// Total ≤ Stored ≤ Total + Goroutines: an order cut short at the end
+	// may have written before it was cancelled, and nothing else may.
+	Total  int64 `json:"orders_total"`
+	Stored int64 `json:"stored"`
 }
+
+// ErrUnaccounted is returned when the table's reservations do not match
+// the orders the loop counted: a lock that let two holders in, whose
+// rate would mean nothing.
+var ErrUnaccounted = errors.New("naive: the table's reservations do not match the orders counted")
 
 // Table is the loop's rows: a scratch table shaped like skus, so that a
 // row costs what a SKU row costs, with Keys rows of ample stock.
@@ -126,6 +137,10 @@ func (t *Table) Run(ctx context.Context, lk Locker, cfg Config) (Result, error) 
 		return Result{}, fmt.Errorf("naive: %d goroutines, %d keys of %d, window %v: want ≥ 1 of each, keys within the table", cfg.Goroutines, cfg.Keys, len(t.keys), cfg.Window)
 	}
 	res := Result{Library: lk.Name(), Keys: cfg.Keys, Goroutines: cfg.Goroutines}
+	stored0, err := t.reserved(ctx)
+	if err != nil {
+		return res, err
+	}
 	prefix := "stockguard-naive-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10] + "-"
 	var orders, failures atomic.Int64
 	var stop atomic.Bool
@@ -177,7 +192,25 @@ func (t *Table) Run(ctx context.Context, lk Locker, cfg Config) (Result, error) 
 	}
 	res.DurationS, res.Orders, res.LockFailures = tally.Round(elapsed.Seconds(), 3), o1-o0, f1-f0
 	res.OrdersPerS = tally.Round(float64(res.Orders)/elapsed.Seconds(), 1)
+	stored1, err := t.reserved(ctx)
+	if err != nil {
+		return res, err
+	}
+	res.Total, res.Stored = orders.Load(), stored1-stored0
+	if res.Stored < res.Total || res.Stored > res.Total+int64(cfg.Goroutines) {
+		return res, fmt.Errorf("%w: %s placed %d, the table gained %d", ErrUnaccounted, lk.Name(), res.Total, res.Stored)
+	}
 	return res, nil
+}
+
+// reserved is the units reserved over the whole table, read outside the
+// measured window.
+func (t *Table) reserved(ctx context.Context) (int64, error) {
+	var n int64
+	if err := t.pool.QueryRow(ctx, "SELECT coalesce(sum(reserved), 0) FROM "+t.name).Scan(&n); err != nil {
+		return 0, fmt.Errorf("naive: read back: %w", err)
+	}
+	return n, nil
 }
 
 // ErrLockFailed marks an acquisition the library gave up on.

@@ -1,0 +1,235 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/bench/floor"
+	"github.com/stockguard/stockguard/loadtest/bench/judge"
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/fakeservice"
+	"github.com/stockguard/stockguard/loadtest/run"
+)
+
+// skuServer answers GET /v1/skus/{sku} from states, and 404 for the rest.
+func skuServer(t *testing.T, states map[string]client.SKUState) string {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, ok := states[strings.TrimPrefix(r.URL.Path, "/v1/skus/")]
+		w.Header().Set("Content-Type", "application/json")
+		if !ok || r.Method != http.MethodGet {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":"unknown_sku","message":"unknown_sku"}}`))
+			return
+		}
+		_ = json.NewEncoder(w).Encode(st)
+	}))
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+// held is a judged SKU holding reserved of stock units.
+func held(sku string, stock, reserved int64) client.SKUState {
+	return client.SKUState{SKU: sku, Received: stock, Available: stock - reserved, Reserved: reserved}
+}
+
+// TestReadBack: the units the judged SKUs hold must lie between the 201s
+// (warm-up and window) and those plus the unsettled answers.
+func TestReadBack(t *testing.T) {
+	// 6 + 90 created, 1 + 3 unsettled: 96..100 units.
+	res := judge.Result{WarmupCreated: 6, Created: 90, WarmupUnsettled: 1, Unsettled: 3}
+	for _, tc := range []struct {
+		name    string
+		states  map[string]client.SKUState
+		safe    bool
+		problem string
+	}{
+		{"every 201 held", map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 46)}, true, ""},
+		{"unsettled ones placed", map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 50)}, true, ""},
+		{"a 201 lost", map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 45)}, false, "hold 95 units, the answers allow 96..100"},
+		{"units without answers", map[string]client.SKUState{"a": held("a", 1000, 51), "b": held("b", 1000, 50)}, false, "hold 101 units"},
+		{"counters broken", map[string]client.SKUState{"a": held("a", 1000, 50), "b": {SKU: "b", Received: 1000, Available: 960, Reserved: 46}}, false,
+			"b: received 1000 != available 960 + reserved 46 + sold 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := client.New(2, "", 5*time.Second)
+			defer c.Close()
+			rb := readBack(context.Background(), c, skuServer(t, tc.states), []string{"a", "b"}, 1000, res)
+			if rb.Safe != tc.safe || rb.Damaged() == tc.safe || rb.Min != 96 || rb.Max != 100 || !strings.Contains(rb.Verdict, tc.problem) {
+				t.Errorf("%+v", rb)
+			}
+		})
+	}
+	c := client.New(2, "", 5*time.Second)
+	defer c.Close()
+	rb := readBack(context.Background(), c, skuServer(t, nil), []string{"a"}, 1000, res)
+	if rb.Safe || rb.Damaged() || rb.Error == "" || !strings.HasPrefix(rb.Verdict, "NOT VERIFIED") {
+		t.Errorf("unreadable SKUs: %+v", rb)
+	}
+}
+
+// TestReadBackAfterAttack attacks a stand-in service, safe and then one
+// that loses updates (as the none backend does), and reads it back.
+func TestReadBackAfterAttack(t *testing.T) {
+	for _, lossy := range []bool{false, true} {
+		s := fakeservice.New("tok", lossy).Server(t)
+		c := client.New(4, "tok", 5*time.Second)
+		defer c.Close()
+		skus := []string{"j-0", "j-1"}
+		for _, sku := range skus {
+			if _, err := c.PutSKU(context.Background(), s.URL, sku, judgeStock); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bc := Config{Clients: 8, JudgeWarmup: 100 * time.Millisecond, JudgeWindow: 300 * time.Millisecond}
+		res, err := judge.Attack(context.Background(), bc.judgeConfig([]string{s.URL}, skus))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rb := readBack(context.Background(), c, s.URL, skus, judgeStock, res)
+		if rb.Safe == lossy || rb.Min != res.Created+res.WarmupCreated || rb.Min < 1 {
+			t.Errorf("lossy %v: %+v", lossy, rb)
+		}
+	}
+}
+
+// TestJudgedReadbackFailsTheSuite: a safe backend's judged window whose
+// store disagrees fails the suite as damage (exit 3), and its figures stay
+// out of the ratios; one not read back fails it as a plain failure; a
+// backend unsafe by design keeps its figures and passes.
+func TestJudgedReadbackFailsTheSuite(t *testing.T) {
+	lost := judgedRun("redis", benchSpread, "on", 2000, 50)
+	lost.Judge.Readback = &Readback{Problems: 1, Verdict: "UNSAFE: 1 problems (the judged SKUs hold 19990 units, the answers allow 20000..20000)"}
+	unread := judgedRun("postgres", benchSpread, "on", 2000, 50)
+	unread.Judge.Readback = &Readback{Error: "boom", Verdict: "NOT VERIFIED: boom"}
+	expected := judgedRun("none", benchSpread, "on", 3000, 50)
+	expected.Judge.Readback = lost.Judge.Readback
+	runs := []Run{lost, unread, expected}
+	want := []string{
+		"redis spread coalesce=on: judged window: " + lost.Judge.Readback.Verdict,
+		"postgres spread coalesce=on: judged window: NOT VERIFIED: boom",
+	}
+	if got := runFailures(runs); !reflect.DeepEqual(got, want) {
+		t.Errorf("failures %q, want %q", got, want)
+	}
+	if !(&Result{Runs: runs}).Damaged() || (&Result{Runs: runs[1:]}).Damaged() {
+		t.Error("Damaged: want true with the redis window, false without")
+	}
+	ratios := benchRatios([]string{"redis", "postgres", "none"}, runs, nil)
+	addLimitRatios(ratios, runs, nil)
+	if ratios[0].Judged.SpreadPerS != 0 || ratios[1].Judged.SpreadPerS != 0 || ratios[2].Judged.SpreadPerS != 3000 {
+		t.Errorf("judged spread rates %v, %v, %v: want 0, 0, 3000", ratios[0].Judged.SpreadPerS, ratios[1].Judged.SpreadPerS, ratios[2].Judged.SpreadPerS)
+	}
+}
+
+// TestSpreadP99OfCreatedOnly: the p99 target is judged on the 201s; fast
+// 503s that lower vegeta's own p99 do not meet it.
+func TestSpreadP99OfCreatedOnly(t *testing.T) {
+	r, hot := judgedRun("postgres", benchSpread, "on", 2000, 150), judgedRun("postgres", benchHot, "on", 2000, 150)
+	r.Judge.LatencyMs.P99, hot.Judge.LatencyMs.P99 = 40, 40 // every answer, 503s included
+	runs := []Run{r, hot}
+	ratios := benchRatios([]string{"postgres"}, runs, nil)
+	addLimitRatios(ratios, runs, nil)
+	if j := ratios[0].Judged; j.HotP99Ms != 150 || j.SpreadP99Ms != 150 {
+		t.Errorf("p99 hot %v, spread %v: want the 201s' 150 ms", j.HotP99Ms, j.SpreadP99Ms)
+	}
+	for _, tr := range evaluateTargets(ratios) {
+		if tr.ID == "spread-p99" && (tr.Status != TargetMissed || *tr.Value != 150) {
+			t.Errorf("spread-p99: %s at %v ms, want MISSED at 150", tr.Status, *tr.Value)
+		}
+	}
+}
+
+// TestCPUErrorKeepsTheJudgesFigures: a CPU snapshot that fails loses the
+// CPU figures only, not the attack's.
+func TestCPUErrorKeepsTheJudgesFigures(t *testing.T) {
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	defer target.Close()
+	bc := Config{Clients: 2, JudgeWindow: 200 * time.Millisecond}
+	gone := 1 << 30 // above any pid_max: no such process
+	j := bc.judgeWorkload(context.Background(), bc.judgeConfig([]string{target.URL}, []string{"s"}), []int{gone})
+	if j.Error != "" || j.CPUError == "" || j.CPU != nil || j.Created < 1 {
+		t.Fatalf("judged: error %q, CPU error %q, CPU %v, created %d", j.Error, j.CPUError, j.CPU, j.Created)
+	}
+	r := judgedRun("redis", benchHot, "on", 1, 1)
+	r.Judge.Result, r.Judge.CPU, r.Judge.CPUError = j.Result, nil, j.CPUError
+	ratios := benchRatios([]string{"redis"}, []Run{r}, nil)
+	addLimitRatios(ratios, []Run{r}, nil)
+	if ratios[0].Judged.HotPerS != j.OrdersPerS || ratios[0].Judged.HotCPUUs != nil {
+		t.Errorf("hot %v/s (want %v), CPU %v", ratios[0].Judged.HotPerS, j.OrdersPerS, ratios[0].Judged.HotCPUUs)
+	}
+}
+
+// TestJudgeFindsRestartedServer: a server restarted between two windows
+// (here the Redis address, served by a child process) is found again
+// before the second, under its new PID.
+func TestJudgeFindsRestartedServer(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	t.Setenv(floorChildEnv, addr)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	defer target.Close()
+	bc := Config{Clients: 2, JudgeWindow: 200 * time.Millisecond, RedisAddrs: addr}
+	for round := range 2 {
+		ps, err := floor.Start(ctx, os.Args[0], nil, 1, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j := bc.judgeWorkload(ctx, bc.judgeConfig([]string{target.URL}, []string{"s"}), []int{os.Getpid()})
+		floor.StopAll(ps)
+		if j.Error != "" || j.CPUError != "" || slices.Contains(j.ServersMissing, "redis "+addr) {
+			t.Fatalf("window %d (server pid %d): error %q, CPU error %q, missing %v", round, ps[0].PID(), j.Error, j.CPUError, j.ServersMissing)
+		}
+	}
+}
+
+// TestInterruptedRunIsNotRan: a run interrupted before its verification
+// keeps its partial figures but stays out of the ratios.
+func TestInterruptedRunIsNotRan(t *testing.T) {
+	partial := &run.Result{ThroughputPerS: 900, ReservedPerS: 900, Verdict: "INTERRUPTED after 10 of 100 orders, while sending: not verified"}
+	cr := &compare.Result{Backends: []compare.Entry{{Backend: "redis", Result: partial, Error: "run interrupted: context canceled"}}}
+	br := Run{Backend: "redis", Workload: benchHot, Coalesce: "on"}.condense(cr, context.Canceled)
+	if br.Ran || br.ReservedPerS != 900 || br.Error == "" {
+		t.Fatalf("condensed %+v", br)
+	}
+	if r := benchRatios([]string{"redis"}, []Run{br}, nil)[0]; r.HotCoalescedPerS != 0 || !slices.Contains(r.Missing, "hot/on") {
+		t.Errorf("ratios %+v", r)
+	}
+	done := Run{Backend: "redis"}.condense(&compare.Result{Backends: []compare.Entry{{Backend: "redis", Result: &run.Result{Safe: true}}}}, nil)
+	if !done.Ran {
+		t.Errorf("a completed run: %+v", done)
+	}
+}
+
+// TestBenchHoldsOutlastTheSuite: no order of the suite, the run's or the
+// judge's, expires before the default suite ends, however slow its
+// instances are to start and stop.
+func TestBenchHoldsOutlastTheSuite(t *testing.T) {
+	bc := Config{Backends: compare.AllBackends(), Instances: 3, Clients: 64, SpreadSKUs: 1000, Duration: 8 * time.Second,
+		MaxRate: 15000, CeilingDuration: 3 * time.Second, StartupTimeout: 30 * time.Second,
+		JudgeWarmup: 2 * time.Second, JudgeWindow: 10 * time.Second}
+	// A run: start, send, verify (the request timeout), judge, stop.
+	perRun := bc.StartupTimeout + bc.Duration + 30*time.Second + bc.JudgeWarmup + bc.JudgeWindow + 10*time.Second
+	suite := time.Duration(len(bc.Backends)) * (4*perRun + 3*bc.CeilingDuration + 4*(bc.JudgeWarmup+bc.JudgeWindow))
+	for _, hold := range []int{bc.compareConfig("redis", benchHot, "on").Run.HoldSeconds, bc.judgeConfig([]string{"u"}, []string{"s"}).HoldSeconds} {
+		if time.Duration(hold)*time.Second < suite || hold > 86400 {
+			t.Errorf("hold %d s: want at least the suite's %v, at most the service's 86400 s", hold, suite)
+		}
+	}
+}

@@ -1,0 +1,278 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/loadtest/fakeservice"
+)
+
+// scripted puts a script in front of a service's POST /v1/orders: the n-th
+// request with a key (from 1) is answered by answer, which may pass it on
+// to the service; every other request goes straight to it.
+type scripted struct {
+	next   http.Handler
+	answer func(n int, w http.ResponseWriter, r *http.Request, next http.Handler)
+
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func script(t *testing.T, next http.Handler, answer func(int, http.ResponseWriter, *http.Request, http.Handler)) string {
+	t.Helper()
+	s := httptest.NewServer(&scripted{next: next, answer: answer, seen: map[string]int{}})
+	t.Cleanup(s.Close)
+	return s.URL
+}
+
+func (s *scripted) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/orders" {
+		s.next.ServeHTTP(w, r)
+		return
+	}
+	key := r.Header.Get("Idempotency-Key")
+	s.mu.Lock()
+	s.seen[key]++
+	n := s.seen[key]
+	s.mu.Unlock()
+	s.answer(n, w, r, s.next)
+}
+
+// refuse answers status and code in the API's error shape; every 503 of
+// the service carries Retry-After.
+func refuse(w http.ResponseWriter, status int, code string) {
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]string{"code": code, "message": code}})
+}
+
+// lostAck places the order, then answers as if the commit's acknowledgement
+// was lost: 503 store_unavailable, the outcome unknown to the client.
+func lostAck(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	next.ServeHTTP(httptest.NewRecorder(), r)
+	refuse(w, http.StatusServiceUnavailable, "store_unavailable")
+}
+
+// TestRunShedRetryIsNoMismatch: a deliberate retry of an order that got its
+// 201, shed with 503 overloaded, contradicts nothing: the run is safe and
+// the retry counted unsettled, not mismatched.
+func TestRunShedRetryIsNoMismatch(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if n == 2 {
+			refuse(w, http.StatusServiceUnavailable, "overloaded")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Workload.RetryShare = 100, 1
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := res.Orders
+	if !res.Safe || o.RetryMismatch != 0 || o.Retries != 100 || o.RetryUnsettled != 100 {
+		t.Fatalf("%s: retries %d, mismatched %d, unsettled %d; %v", res.Verdict, o.Retries, o.RetryMismatch, o.RetryUnsettled, summarizeKinds(res.Verification.Disagreements))
+	}
+}
+
+// TestRunRefusedRetryIsAMismatch: a 4xx to the retry of an order that got
+// its 201 contradicts it.
+func TestRunRefusedRetryIsAMismatch(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if n == 2 {
+			refuse(w, http.StatusConflict, "insufficient_stock")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Workload.RetryShare, cfg.Workload.Stock = 20, 1, 1000
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Orders.RetryMismatch != 20 || !strings.HasPrefix(res.Verdict, "UNSAFE: 0 units oversold, 0 lost, but 20 disagreements") {
+		t.Fatalf("%s: mismatched %d", res.Verdict, res.Orders.RetryMismatch)
+	}
+}
+
+// TestRunShedRetryLeavesOutcomeUnknown: an order whose first answer was
+// unknown and whose retry was shed is still unknown, so reconcile asks
+// again and finds its 201; booked as refused, its units would be missing
+// from the receipts.
+func TestRunShedRetryLeavesOutcomeUnknown(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		switch n {
+		case 1:
+			lostAck(w, r, next)
+		case 2:
+			refuse(w, http.StatusServiceUnavailable, "overloaded")
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Workload.RetryShare, cfg.Workload.Stock = 40, 1, 1000
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Safe || res.Orders.Reconciled != 40 || res.Verification.Sources.Ledger.Orders != 40 {
+		t.Fatalf("%s: reconciled %d, receipts %d orders; %v", res.Verdict, res.Orders.Reconciled,
+			res.Verification.Sources.Ledger.Orders, summarizeKinds(res.Verification.Disagreements))
+	}
+}
+
+// TestRunReconcileWaitsOutKeyInFlight: an instance may keep a key in flight
+// for its lock wait and store timeout; reconcile keeps asking, backing
+// off, until the key's order answers.
+func TestRunReconcileWaitsOutKeyInFlight(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		switch {
+		case n == 1:
+			lostAck(w, r, next)
+		case n <= 5:
+			refuse(w, http.StatusConflict, "idempotency_key_in_flight")
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Concurrency, cfg.Workload.RetryShare, cfg.Workload.Stock = 16, 16, 0, 1000
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Safe || res.Orders.Reconciled != 16 || res.Orders.Unresolved != 0 {
+		t.Fatalf("%s: reconciled %d, unresolved %d", res.Verdict, res.Orders.Reconciled, res.Orders.Unresolved)
+	}
+}
+
+// TestRunUnresolvedIsInconclusive: orders whose outcome never became known
+// make the run inconclusive, neither safe nor damaged.
+func TestRunUnresolvedIsInconclusive(t *testing.T) {
+	defer func(d time.Duration) { reconcileWait = d }(reconcileWait)
+	reconcileWait = 300 * time.Millisecond
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		refuse(w, http.StatusServiceUnavailable, "store_unavailable")
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Workload.RetryShare, cfg.RequestTimeout = 10, 0, 100*time.Millisecond
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Safe || res.Damaged() || res.Orders.Unresolved != 10 || res.Verification.Unresolved != 10 ||
+		res.Verdict != "INCONCLUSIVE: 0 oversold, 0 lost, but 10 orders' outcome stayed unknown" {
+		t.Fatalf("safe %v damaged %v unresolved %d: %s", res.Safe, res.Damaged(), res.Orders.Unresolved, res.Verdict)
+	}
+}
+
+// TestRunFencingOff: unfenced, the store stamps no token on the rows, while
+// the 201s carry the lease's; that is no finding. Fenced, it is one.
+func TestRunFencingOff(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	unstamped := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet || !strings.HasPrefix(r.URL.Path, "/v1/skus/") || strings.HasSuffix(r.URL.Path, "/audit") {
+			f.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		f.ServeHTTP(rec, r)
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Error(err)
+		}
+		body["fence_token"] = 0
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(rec.Code)
+		_ = json.NewEncoder(w).Encode(body)
+	})
+	s := httptest.NewServer(unstamped)
+	t.Cleanup(s.Close)
+	for _, tc := range []struct {
+		fencing string
+		safe    bool
+	}{{"off", true}, {"on", false}} {
+		cfg := testConfig(s.URL)
+		cfg.Fencing = tc.fencing
+		res, err := Execute(fakeservice.Context(t), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Safe != tc.safe {
+			t.Errorf("fencing %s: %s %v", tc.fencing, res.Verdict, summarizeKinds(res.Verification.Disagreements))
+		}
+	}
+}
+
+// TestRunInterrupted: a run whose context ends before it is verified, in
+// any phase, returns what it measured, marked INTERRUPTED, with
+// ErrInterrupted.
+func TestRunInterrupted(t *testing.T) {
+	for _, tc := range []struct {
+		phase string
+		at    func(r *http.Request) bool
+	}{
+		{"while creating the SKUs", func(r *http.Request) bool { return r.Method == http.MethodPut }},
+		{"while sending", func(r *http.Request) bool { return r.Method == http.MethodPost }},
+		{"while verifying", func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, "/audit") }},
+	} {
+		t.Run(tc.phase, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(fakeservice.Context(t))
+			defer cancel()
+			f := fakeservice.New("secret", false)
+			var once sync.Once
+			s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if tc.at(r) {
+					once.Do(cancel)
+				}
+				f.ServeHTTP(w, r)
+			}))
+			t.Cleanup(s.Close)
+			res, err := Execute(ctx, testConfig(s.URL), nil)
+			if !errors.Is(err, ErrInterrupted) || res == nil {
+				t.Fatalf("err %v, result %v", err, res)
+			}
+			if res.Safe || res.Damaged() || !strings.HasPrefix(res.Verdict, "INTERRUPTED after ") || !strings.HasSuffix(res.Verdict, ", "+tc.phase+": not verified") {
+				t.Errorf("safe %v damaged %v verdict %q", res.Safe, res.Damaged(), res.Verdict)
+			}
+		})
+	}
+}
+
+// TestRunInterruptedWhileReconciling: Ctrl-C while unanswered orders are
+// being resent.
+func TestRunInterruptedWhileReconciling(t *testing.T) {
+	ctx, cancel := context.WithCancel(fakeservice.Context(t))
+	defer cancel()
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if n > 1 {
+			cancel()
+		}
+		refuse(w, http.StatusServiceUnavailable, "store_unavailable")
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Workload.RetryShare = 10, 0
+	res, err := Execute(ctx, cfg, nil)
+	if !errors.Is(err, ErrInterrupted) || res == nil || !strings.HasSuffix(res.Verdict, "while reconciling unanswered orders: not verified") {
+		t.Fatalf("err %v, result %+v", err, res)
+	}
+}
