@@ -46,8 +46,9 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs.Synopsis("--scenario=NAME|all [--backend=B,...] [--fencing=on|off|both] [--json=FILE] [--report=FILE] [--duration=D] [flags]")
 	var scenarios strings.Builder
 	chaos.PrintScenarios(&scenarios)
-	fs.About(fmt.Sprintf("Each run starts its own lock servers (Redis, ZooKeeper) and %d+ instances with --chaos, runs a steady order load,\n"+
-		"injects the scenario's fault and verifies the stock. Scenarios:\n%s", cc.Instances, scenarios.String()))
+	fs.About(fmt.Sprintf("Each run starts its own lock servers (Redis, ZooKeeper or etcd; postgres locks in the database) and %d+\n"+
+		"instances with --chaos, runs a steady order load, injects the scenario's fault and verifies the stock. Scenarios:\n%s",
+		cc.Instances, scenarios.String()))
 	fs.Example("stockguard load chaos --scenario=pause-holder --backend=redlock --fencing=both")
 	fs.Example("STOCKGUARD_LOAD_FENCING=on stockguard load chaos --scenario=all --json=out/chaos.json")
 	if err := fs.Parse(args, getenv); err != nil {

@@ -219,6 +219,14 @@ func TestChaosZKSessionExpiry(t *testing.T) {
 	}
 }
 
+func TestChaosZKSessionExpiryFencingOff(t *testing.T) {
+	r := chaosTest(t, "zk-session-expiry", "zookeeper", "off")
+	requirePass(t, r)
+	if r.Units.Oversold+r.Units.Lost == 0 {
+		t.Fatal("fencing off: no unit oversold or lost after the session expired")
+	}
+}
+
 // TestChaosRedisFailoverFencingOn is the replica race: the promoted replica
 // issues tokens at or below the stalled holder's, and the store refuses the
 // writes made under them.

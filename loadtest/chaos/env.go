@@ -75,6 +75,7 @@ func (e *chaosEnv) background(fn func()) { e.bg.Go(fn) }
 
 func newChaosEnv(cc Config, p chaosPlan, dir string, prog *progress.Bar) *chaosEnv {
 	token := strings.ReplaceAll(uuid.NewString(), "-", "")
+	admin := client.New(8, token, 10*time.Second)
 	return &chaosEnv{
 		cc: cc, plan: p, dir: dir, prog: prog, frozen: map[int]bool{},
 		opts: procs.ServeOptions{
@@ -86,7 +87,7 @@ func newChaosEnv(cc Config, p chaosPlan, dir string, prog *progress.Bar) *chaosE
 			// stale write. The run's own holds outlast it anyway.
 			Extra: []string{"--chaos", "--lock-wait=" + cc.LockWait.String(), "--reap-interval=1h"},
 		},
-		client: client.New(8, token, 10*time.Second),
+		client: admin,
 	}
 }
 

@@ -53,8 +53,19 @@ func (e *chaosEnv) startEtcd(ctx context.Context) error {
 // keepalives (a third of the 1 s lease at the shortest) go to the others.
 const etcdFaultDown = 1500 * time.Millisecond
 
+// etcdLeader waits, at most leaderWait, for the cluster to have a leader.
+func (e *chaosEnv) etcdLeader(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	i, err := e.etcd.WaitLeader(ctx)
+	if err != nil {
+		return -1, fmt.Errorf("no etcd leader within %v: %w", leaderWait, err)
+	}
+	return i, nil
+}
+
 func killEtcdMember(ctx context.Context, e *chaosEnv) error {
-	leader, err := e.etcd.WaitLeader(ctx)
+	leader, err := e.etcdLeader(ctx)
 	if err != nil {
 		return err
 	}
@@ -74,7 +85,7 @@ func killEtcdMember(ctx context.Context, e *chaosEnv) error {
 }
 
 func killEtcdLeader(ctx context.Context, e *chaosEnv) error {
-	leader, err := e.etcd.WaitLeader(ctx)
+	leader, err := e.etcdLeader(ctx)
 	if err != nil {
 		return err
 	}
@@ -85,7 +96,7 @@ func killEtcdLeader(ctx context.Context, e *chaosEnv) error {
 	}
 	// The dead leader still counts in its own answer until it is gone, so
 	// wait for a leader among the others.
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, leaderWait)
 	defer cancel()
 	next, err := e.waitOtherEtcdLeader(wctx, leader)
 	if err != nil {

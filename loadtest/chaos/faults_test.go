@@ -41,7 +41,8 @@ func TestChaosLostCommitAck(t *testing.T) {
 	h := requireHistory(t, r)
 	requirePass(t, r)
 	la := h.LostAcks
-	if la == nil || la.Committed == 0 || la.Replayed != la.Rounds || la.OrdersPerKey != 1 {
+	if la == nil || la.Rounds != lostAckRounds || la.Dropped != la.Rounds || la.Committed != la.Dropped ||
+		la.Replayed != la.Rounds || la.OrdersPerKey != 1 {
 		t.Fatalf("lost acks %+v: want every round committed behind a dropped answer and replayed, one order per key", la)
 	}
 }

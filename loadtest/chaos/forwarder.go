@@ -22,10 +22,12 @@ type forwarder struct {
 
 	mu       sync.Mutex
 	upstream string
-	open     chan struct{} // closed while bytes may pass; replaced by Hold
-	pairs    map[*fwdPair]struct{}
-	closed   bool
-	wg       sync.WaitGroup
+	// dial opens the upstream connection of an accepted client.
+	dial   func(address string) (net.Conn, error)
+	open   chan struct{} // closed while bytes may pass; replaced by Hold
+	pairs  map[*fwdPair]struct{}
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // fwdPair is one client connection and its upstream connection.
@@ -51,7 +53,7 @@ func newForwarder(upstream string) (*forwarder, error) {
 	}
 	open := make(chan struct{})
 	close(open)
-	f := &forwarder{ln: ln, upstream: upstream, open: open, pairs: map[*fwdPair]struct{}{}}
+	f := &forwarder{ln: ln, upstream: upstream, dial: dialUpstream, open: open, pairs: map[*fwdPair]struct{}{}}
 	f.wg.Add(1)
 	go f.accept()
 	return f, nil
@@ -131,26 +133,36 @@ func (f *forwarder) accept() {
 			return // closed
 		}
 		f.mu.Lock()
-		up, closed := f.upstream, f.closed
+		up, dial := f.upstream, f.dial
 		f.mu.Unlock()
-		if closed {
-			_ = c.Close()
-			return
-		}
-		s, err := net.DialTimeout("tcp", up, 2*time.Second)
+		s, err := dial(up)
 		if err != nil {
 			// A dead upstream looks to the client like a dead server.
 			_ = c.Close()
 			continue
 		}
 		p := &fwdPair{client: c, server: s, done: make(chan struct{})}
+		// Registered under the lock that Close takes to set closed: a Close
+		// during the dial has dropped the pairs it knew and waits for the
+		// goroutines, so this pair must not start.
 		f.mu.Lock()
+		if f.closed {
+			f.mu.Unlock()
+			p.close()
+			return
+		}
 		f.pairs[p] = struct{}{}
-		f.mu.Unlock()
 		f.wg.Add(2)
+		f.mu.Unlock()
 		go f.pipe(p, s, c)
 		go f.pipe(p, c, s)
 	}
+}
+
+// dialUpstream is a forwarder's dial: an upstream that does not answer
+// within 2 s is taken for dead.
+func dialUpstream(address string) (net.Conn, error) {
+	return net.DialTimeout("tcp", address, 2*time.Second)
 }
 
 // pipe copies src to dst until either side ends, then ends the pair.

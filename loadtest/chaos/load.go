@@ -123,7 +123,8 @@ const stalledQty = 25
 // sendPaused sends, without waiting, one order per hot SKU to instance inst,
 // each asking the instance to stall for pause between its claim and its
 // write, and passes each answer to answered. A paused request is decided
-// alone, never coalesced, and its lease has no watchdog.
+// alone, never coalesced, and its lease has no watchdog (unless ctx is
+// withWatchdog's).
 func (l *chaosLoad) sendPaused(ctx context.Context, inst int, pause time.Duration, answered func(sku string, out client.Outcome, took time.Duration)) {
 	for _, sku := range l.skus {
 		req := client.OrderRequest{HoldSeconds: l.hold, Lines: []client.OrderLine{{SKU: sku, Quantity: stalledQty}}}
@@ -248,21 +249,41 @@ func (l *chaosLoad) verify(ctx context.Context, stock int, fenced bool) (run.Ver
 	return run.Verify(ctx, l.client, l.urls[0], l.skus, int64(stock), l.receipts, fenced)
 }
 
-type chaosPauseKey struct{}
+type (
+	chaosPauseKey   struct{}
+	chaosWatchedKey struct{}
+)
 
 // withChaosPause marks a request context so that chaosTransport sends
-// X-Chaos-Pause: PlaceOrder stays the one place that classifies answers.
+// X-Chaos-Pause (or, under withWatchdog, X-Chaos-Stall): PlaceOrder stays
+// the one place that classifies answers.
 func withChaosPause(ctx context.Context, d time.Duration) context.Context {
 	return context.WithValue(ctx, chaosPauseKey{}, d)
 }
 
-// chaosTransport adds X-Chaos-Pause to requests whose context asks for it.
+// withWatchdog makes the stalls asked under ctx X-Chaos-Stall: the stalled
+// batch keeps its lease watchdog, as a process that runs on does, where
+// X-Chaos-Pause's lease has none, as a paused process renews nothing.
+func withWatchdog(ctx context.Context) context.Context {
+	return context.WithValue(ctx, chaosWatchedKey{}, true)
+}
+
+// stallHeader is the header a stall asked under ctx is sent with.
+func stallHeader(ctx context.Context) string {
+	if ctx.Value(chaosWatchedKey{}) != nil {
+		return "X-Chaos-Stall"
+	}
+	return "X-Chaos-Pause"
+}
+
+// chaosTransport adds the stall header to requests whose context asks for
+// one.
 type chaosTransport struct{ base http.RoundTripper }
 
 func (t chaosTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if d, ok := r.Context().Value(chaosPauseKey{}).(time.Duration); ok && d > 0 {
 		r = r.Clone(r.Context())
-		r.Header.Set("X-Chaos-Pause", d.String())
+		r.Header.Set(stallHeader(r.Context()), d.String())
 	}
 	return t.base.RoundTrip(r)
 }

@@ -9,8 +9,16 @@ import (
 // TestMain removes the stockguard binary the chaos tests share once they
 // are done, and fails the run if any of them left a network namespace
 // behind: they run in parallel, so only once all are done is every
-// namespace still owned by this process a leak.
+// namespace still owned by this process a leak. With envPdeathParent set
+// the binary is a helper of TestAsPostgresDiesWithParent instead.
 func TestMain(m *testing.M) {
+	if os.Getenv(envPdeathParent) != "" {
+		if err := pdeathParent(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if chaosBin.dir != "" {
 		_ = os.RemoveAll(chaosBin.dir)

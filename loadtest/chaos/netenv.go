@@ -108,7 +108,7 @@ func startNet(ctx context.Context, e *chaosEnv, runID string) (*netRig, error) {
 	if removed, err := netns.Sweep(ctx, netPrefix); err != nil {
 		e.event(EventNote, "sweeping namespaces of earlier runs: %v", err)
 	} else if len(removed) > 0 {
-		e.event(EventNote, "removed %d namespaces a crashed run left behind", len(removed))
+		e.event(EventNote, "removed %d namespaces and scratch directories a crashed run left behind", len(removed))
 	}
 	r := &netRig{backend: e.plan.backend, dir: e.dir}
 	switch e.plan.backend {
@@ -436,18 +436,13 @@ func (r *netRig) stopInstances() []string {
 }
 
 // close stops the instances still running, then removes the topology,
-// which kills every other process in it, and Postgres's data directory.
-// Safe after a partial start.
+// which kills every other process in it and removes Postgres's scratch
+// directory. Safe after a partial start.
 func (r *netRig) close() []string {
 	notes := r.stopInstances()
 	if r.topo != nil {
 		if err := r.topo.Close(); err != nil {
 			notes = append(notes, "removing network namespaces: "+err.Error())
-		}
-	}
-	if r.pg != nil {
-		if err := r.pg.remove(); err != nil {
-			notes = append(notes, err.Error())
 		}
 	}
 	return notes

@@ -27,7 +27,9 @@ const pgPort = 5432
 // refuse to run as root), the server inside a member. The shared stack's
 // database is never used, so a partition cuts the instances' only store.
 type postgresServer struct {
-	dir string // the scratch directory, outside the run's log directory (which postgres cannot enter)
+	// dir is the scratch directory, outside the run's log directory (which
+	// postgres cannot enter); the topology removes it.
+	dir string
 	url string
 
 	rig                   *netRig
@@ -46,7 +48,8 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 	}
 	uid, _ := strconv.Atoi(pgUser.Uid)
 	gid, _ := strconv.Atoi(pgUser.Gid)
-	dir, err := os.MkdirTemp("", "stockguard-chaos-pg-")
+	// The topology's, so that a crashed run's is swept with its namespaces.
+	dir, err := r.topo.TempDir("pg")
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +58,7 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 		return s, fmt.Errorf("postgres scratch dir: %w", err)
 	}
 	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, "setpriv", asPostgres("initdb", "-D", data, "-U", "postgres",
+	initdb := exec.CommandContext(ctx, "setpriv", asPostgres(filepath.Join(pgBinDir, "initdb"), "-D", data, "-U", "postgres",
 		"--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C")...)
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return s, fmt.Errorf("initdb: %w: %s", err, out)
@@ -78,11 +81,13 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 	return s, s.Start(ctx)
 }
 
-// asPostgres is the setpriv command line that runs bin as the postgres
-// user; setpriv execs in place (no fork, unlike runuser), so the PID the
-// topology holds is postgres's own.
-func asPostgres(bin string, args ...string) []string {
-	return append([]string{"--reuid=postgres", "--regid=postgres", "--init-groups", "--", filepath.Join(pgBinDir, bin)}, args...)
+// asPostgres is the setpriv command line that runs the program at path as
+// the postgres user; setpriv execs in place (no fork, unlike runuser), so
+// the PID the topology holds is postgres's own. The kernel clears the
+// parent-death signal when the user changes: --pdeathsig=keep sets it again,
+// so that postgres still dies with the load tester (netns.Topology.Start).
+func asPostgres(path string, args ...string) []string {
+	return append([]string{"--reuid=postgres", "--regid=postgres", "--init-groups", "--pdeathsig=keep", "--", path}, args...)
 }
 
 // Start runs postgres on the cluster inside its member and waits until it
@@ -90,7 +95,7 @@ func asPostgres(bin string, args ...string) []string {
 func (s *postgresServer) Start(ctx context.Context) error {
 	r := s.rig
 	addr := r.topo.Member(s.member).Addr().String()
-	p, err := r.startLogged(s.member, exec.Command("setpriv", asPostgres("postgres", "-D", s.data,
+	p, err := r.startLogged(s.member, exec.Command("setpriv", asPostgres(filepath.Join(pgBinDir, "postgres"), "-D", s.data,
 		"-c", "listen_addresses="+addr, "-p", strconv.Itoa(pgPort), "-c", "unix_socket_directories="+s.dir,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200")...), s.logPath)
@@ -133,11 +138,3 @@ func (s *postgresServer) Stop() error {
 
 // PID is the running postgres's process id.
 func (s *postgresServer) PID() int { return s.proc.PID() }
-
-// remove deletes the scratch directory; the server died with the topology.
-func (s *postgresServer) remove() error {
-	if err := os.RemoveAll(s.dir); err != nil {
-		return fmt.Errorf("removing postgres scratch dir: %w", err)
-	}
-	return nil
-}

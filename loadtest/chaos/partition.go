@@ -16,12 +16,20 @@ import (
 // (netenv.go) and cut links with nftables drop rules: the processes keep
 // running, their packets vanish.
 var (
+	// partitionHolderScenario's stalled order keeps its lease watchdog
+	// (X-Chaos-Stall: the process runs on, only its packets to the lock
+	// servers vanish), so that on every backend the partition is what ends
+	// the lease: the renewals (Redis, Redlock) or the session's keepalive
+	// (ZooKeeper, etcd) stop reaching the servers.
 	partitionHolderScenario = &scenario{
 		Name: "partition-holder", Backends: []string{"redis", "redlock", "zookeeper", "etcd"}, DamageUnfenced: true,
-		Summary: "Cut the instance holding a lease between claim and write off from its lock servers (it still reaches Postgres and the clients) until its lease is lost and another instance holds the lock; its write goes out; heal.",
+		Summary: "Cut the instance holding a lease between claim and write off from its lock servers (it still reaches Postgres and the clients, and goes on renewing its lease in vain) until the lease is lost and another instance holds the lock; its write goes out; heal.",
 		net:     true, fault: partitionHolder,
 		check: func(r *Run) []string {
 			out := needStaleRejected(r)
+			// Without the partition the watchdog, or the session's
+			// keepalive, would keep the lease through the stall: its loss
+			// is the cut's doing.
 			if r.Metrics[metricVictimLeasesLost] == 0 {
 				out = append(out, "the partitioned instance never saw its lease lost")
 			}
@@ -54,8 +62,9 @@ var (
 )
 
 // leaseExpiry is how long a lease outlives its holder's silence on the
-// backend of e: the TTL, the ZooKeeper session timeout, or the etcd
-// session's lease, which etcd counts in whole seconds.
+// backend of e, and what sets it: the TTL, the ZooKeeper session timeout,
+// the etcd session's lease, which etcd counts in whole seconds, or the
+// Postgres lock connection's idle_session_timeout (--lock-ttl).
 func leaseExpiry(e *chaosEnv) (time.Duration, string) {
 	ttl := e.plan.sc.lockTTL(e.cc)
 	switch e.plan.backend {
@@ -63,6 +72,8 @@ func leaseExpiry(e *chaosEnv) (time.Duration, string) {
 		return zkSessionTimeout, "ZooKeeper session timeout"
 	case "etcd":
 		return (ttl + time.Second - 1).Truncate(time.Second), "etcd session TTL"
+	case "postgres":
+		return ttl, "idle_session_timeout of the lock connection (--lock-ttl)"
 	}
 	return ttl, "lock TTL"
 }
@@ -78,7 +89,10 @@ func partitionHolder(ctx context.Context, e *chaosEnv) error {
 	// By the end of the stall the lock servers have let the lease go and
 	// another instance claimed the row.
 	stall := pastExpiry(expiry)
-	answered := e.stallVictim(ctx, stall)
+	answered, err := e.stallVictim(withWatchdog(ctx), stall)
+	if err != nil {
+		return err
+	}
 	claimed := e.rowTokens(ctx)
 	from := e.event(EventFault, "partition instance %d (%s) from the lock servers (%s) for the rest of its %v stall, past the %s of %v; it still reaches Postgres and the clients",
 		v+1, rig.topo.Member(rig.ins[v].member).Addr(), strings.Join(rig.locks, ", "), stall, what, expiry)
@@ -139,16 +153,60 @@ func partitionLockMinority(ctx context.Context, e *chaosEnv) error {
 	down := max(3*time.Second, 3*e.plan.sc.lockTTL(e.cc))
 	from := e.event(EventFault, "partition Redis masters %s (2 of %d) from every other member (instances, clients, the other masters) for %v; the servers keep running",
 		strings.Join(cut, ", "), len(rig.locks), down)
+	start := time.Now()
 	if err := rig.topo.Partition(ctx, cut, rig.others(cut...)); err != nil {
 		return err
 	}
-	run.Sleep(ctx, down)
+	// Orders going on while masters are "cut off" prove nothing unless the
+	// cut holds: the load tester is on the other side of it.
+	if err := e.pingAcross(ctx, cut, false); err != nil {
+		return err
+	}
+	run.Sleep(ctx, down-time.Since(start))
 	if err := rig.topo.Heal(ctx); err != nil {
 		return err
 	}
 	e.heal(nil, "partition healed: all %d masters reachable again", len(rig.locks))
 	e.window(from, e.healAt)
-	return nil
+	return e.pingAcross(ctx, cut, true)
+}
+
+// pingProbeLimit bounds one PING across a cut: a reachable master answers
+// in well under a millisecond, a cut one never.
+const pingProbeLimit = time.Second
+
+// pingAcross sends PING from the load tester's member to each Redis of
+// masters at once, notes what came back, and fails unless every one
+// answered (want) or none did (!want).
+func (e *chaosEnv) pingAcross(ctx context.Context, masters []string, want bool) error {
+	rig := e.net
+	errs := make([]error, len(masters))
+	if err := run.ForEach(ctx, len(masters), len(masters), func(ctx context.Context, i int) error {
+		pctx, cancel := context.WithTimeout(ctx, pingProbeLimit)
+		defer cancel()
+		errs[i] = rig.redisPing(pctx, rig.addr(masters[i], redisPort))
+		return nil
+	}); err != nil {
+		return err
+	}
+	var bad []string
+	for i, m := range masters {
+		if errs[i] == nil {
+			e.event(EventNote, "PING from the load tester to %s: PONG", m)
+		} else {
+			e.event(EventNote, "PING from the load tester to %s: no answer within %v (%v)", m, pingProbeLimit, errs[i])
+		}
+		if (errs[i] == nil) != want {
+			bad = append(bad, m)
+		}
+	}
+	switch {
+	case len(bad) == 0:
+		return nil
+	case want:
+		return fmt.Errorf("after the heal, %s did not answer PING from the load tester", strings.Join(bad, ", "))
+	}
+	return fmt.Errorf("the cut did not hold: %s answered PING from the load tester", strings.Join(bad, ", "))
 }
 
 func partitionZKLeader(ctx context.Context, e *chaosEnv) error {

@@ -122,11 +122,11 @@ var scenarios = append([]*scenario{
 		check:   needRecovery,
 	},
 	{
-		Name: "zk-session-expiry", Backends: []string{"zookeeper"},
+		Name: "zk-session-expiry", Backends: []string{"zookeeper"}, DamageUnfenced: true,
 		Summary: "Expire one instance's ZooKeeper session from outside (a second client presents its id and password, then closes it) while it holds leases between claim and write.",
 		fault:   zkSessionExpiry,
 		check: func(r *Run) []string {
-			out := needRecovery(r)
+			out := append(needStaleRejected(r), needRecovery(r)...)
 			if r.Metrics[metricZKSessLost] == 0 {
 				out = append(out, "the instance never noticed its session expired")
 			}
@@ -199,14 +199,16 @@ func (e *chaosEnv) victim() int { return len(e.ins) - 1 }
 // and returns a channel closed once every stalled order answered. Only the
 // first: the others may queue behind a two-line order that holds one SKU
 // while it waits for the stalled one, and the fault must land while a
-// stall is on.
-func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) <-chan struct{} {
+// stall is on. If none stalls within stallStartLimit it fails: a fault
+// injected then tests nothing. Under withWatchdog the stalled leases keep
+// their watchdog (X-Chaos-Stall).
+func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) (<-chan struct{}, error) {
 	v := e.victim()
 	before := e.pausesLogged(v)
 	var answered sync.WaitGroup
 	answered.Add(len(e.load.skus))
 	done := make(chan struct{})
-	e.event(EventNote, "instance %d: %d-unit order on each hot SKU sent with X-Chaos-Pause: %v (stall between claim and write)", v+1, stalledQty, stall)
+	e.event(EventNote, "instance %d: %d-unit order on each hot SKU sent with %s: %v (stall between claim and write)", v+1, stalledQty, stallHeader(ctx), stall)
 	e.load.sendPaused(ctx, v, stall, func(sku string, out client.Outcome, took time.Duration) {
 		e.event(EventOutcome, "instance %d: stalled order on %s answered %s after %v", v+1, shortSKU(sku), describeOutcome(out), took.Round(time.Millisecond))
 		answered.Done()
@@ -215,23 +217,25 @@ func (e *chaosEnv) stallVictim(ctx context.Context, stall time.Duration) <-chan 
 		answered.Wait()
 		close(done)
 	}()
-	if e.waitPausing(ctx, v, before, 1, 5*time.Second) {
-		e.event(EventNote, "instance %d: a stalled order holds its lease between claim and write", v+1)
+	if !e.waitPausing(ctx, v, before, 1, stallStartLimit) {
+		return done, fmt.Errorf("instance %d: no stalled order reached its stall between claim and write within %v", v+1, stallStartLimit)
 	}
-	return done
+	e.event(EventNote, "instance %d: a stalled order holds its lease between claim and write", v+1)
+	return done, nil
 }
+
+// stallStartLimit bounds the wait for a stalled order to reach its stall:
+// it queues behind the orders the victim is serving, a few milliseconds
+// each.
+const stallStartLimit = 5 * time.Second
 
 func pauseHolder(ctx context.Context, e *chaosEnv) error {
 	v := e.victim()
-	expiry, what := e.cc.LockTTL, "lock TTL"
-	switch e.plan.backend {
-	case "zookeeper":
-		expiry, what = zkSessionTimeout, "ZooKeeper session timeout"
-	case "postgres":
-		what = "idle_session_timeout of the lock connection (--lock-ttl)"
+	expiry, what := leaseExpiry(e)
+	stopFor := pastExpiry(expiry)
+	if _, err := e.stallVictim(ctx, holderStall); err != nil {
+		return err
 	}
-	stopFor := expiry + max(time.Second, expiry/2)
-	e.stallVictim(ctx, holderStall)
 	from := e.event(EventFault, "SIGSTOP instance %d (pid %d) for %v, past the %s of %v, its stalled holders between claim and write",
 		v+1, e.pid(v), stopFor, what, expiry)
 	if err := e.freeze(v); err != nil {
@@ -282,8 +286,23 @@ func killRedis(k int) func(context.Context, *chaosEnv) error {
 	}
 }
 
+// leaderWait bounds each wait for a ZooKeeper or etcd leader: an election
+// takes well under a second here, a JVM that boots on a busy machine a few.
+const leaderWait = 15 * time.Second
+
+// zkLeader waits, at most leaderWait, for the ensemble to have a leader.
+func (e *chaosEnv) zkLeader(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	i, err := e.zk.WaitLeader(ctx)
+	if err != nil {
+		return -1, fmt.Errorf("no ZooKeeper leader within %v: %w", leaderWait, err)
+	}
+	return i, nil
+}
+
 func killZKNode(ctx context.Context, e *chaosEnv) error {
-	leader, err := e.zk.WaitLeader(ctx)
+	leader, err := e.zkLeader(ctx)
 	if err != nil {
 		return err
 	}
@@ -301,7 +320,7 @@ func killZKNode(ctx context.Context, e *chaosEnv) error {
 	e.window(from, e.event(EventHeal, "follower %d restarted and back in the ensemble", f+1))
 	run.Sleep(ctx, 500*time.Millisecond)
 
-	if leader, err = e.zk.WaitLeader(ctx); err != nil {
+	if leader, err = e.zkLeader(ctx); err != nil {
 		return err
 	}
 	old := e.zk.Node(leader)
@@ -309,9 +328,7 @@ func killZKNode(ctx context.Context, e *chaosEnv) error {
 	if err := old.Kill(); err != nil {
 		return err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-	next, err := e.zk.WaitLeader(wctx)
-	cancel()
+	next, err := e.zkLeader(ctx)
 	if err != nil {
 		return err
 	}
@@ -330,7 +347,9 @@ func killZKNode(ctx context.Context, e *chaosEnv) error {
 
 func zkSessionExpiry(ctx context.Context, e *chaosEnv) error {
 	v := e.victim()
-	e.stallVictim(ctx, expiryStall)
+	if _, err := e.stallVictim(ctx, expiryStall); err != nil {
+		return err
+	}
 	// Read after the stall began: this is the session the stalled leases live in.
 	id, passwd, err := zkSessionOf(ctx, e.client, e.ins[v].baseURL())
 	if err != nil {

@@ -116,6 +116,61 @@ func TestChaosForwarderHoldSwitchDrop(t *testing.T) {
 	}
 }
 
+// TestChaosForwarderCloseDuringDial: a Close while a connection's upstream
+// dial is under way returns, and the connection is closed rather than
+// forwarded by a pair nobody drops any more.
+func TestChaosForwarderCloseDuringDial(t *testing.T) {
+	up := echoServer(t, "a:")
+	f, err := newForwarder(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dialing, proceed := make(chan struct{}), make(chan struct{})
+	f.mu.Lock()
+	f.dial = func(address string) (net.Conn, error) {
+		close(dialing)
+		<-proceed
+		return dialUpstream(address)
+	}
+	f.mu.Unlock()
+	c, err := net.Dial("tcp", f.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-dialing:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the forwarder never dialed upstream")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- f.Close() }()
+	// Close has marked the forwarder closed (and dropped the pairs it knew)
+	// before the dial returns.
+	for {
+		f.mu.Lock()
+		done := f.closed
+		f.mu.Unlock()
+		if done {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(proceed)
+	select {
+	case err := <-closed:
+		if err != nil && !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Close: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("Close still waiting 3 s after the dial returned: the late pair was forwarded")
+	}
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if got, err := roundTrip(c, bufio.NewReader(c), "1", 2*time.Second); err == nil {
+		t.Fatalf("connection accepted before Close was forwarded: %q", got)
+	}
+}
+
 func TestChaosSumCounters(t *testing.T) {
 	raw := []byte(`# HELP stockguard_stale_fence_total Writes the store rejected.
 # TYPE stockguard_stale_fence_total counter
@@ -163,6 +218,14 @@ func TestChaosBucketsAndGaps(t *testing.T) {
 func TestChaosJudge(t *testing.T) {
 	recovered := 120.0
 	ph, majority := scenarioByName("pause-holder"), scenarioByName("kill-redis-majority")
+	expiry, lostAck := scenarioByName("zk-session-expiry"), scenarioByName("lost-commit-ack")
+	// A session expiry the instance noticed and recovered from.
+	expired := func(stale int64) Run {
+		return Run{Expect: ExpectSafe, StaleWritesRejected: stale, RecoveryMs: &recovered, Metrics: map[string]float64{metricZKSessLost: 1}}
+	}
+	acks := func(la LostAcks) Run {
+		return Run{Expect: ExpectSafe, History: &HistoryCheck{Operations: 9, LostAcks: &la}}
+	}
 	cases := []struct {
 		name string
 		sc   *scenario
@@ -179,12 +242,50 @@ func TestChaosJudge(t *testing.T) {
 		{"majority, never recovered", majority, Run{Expect: ExpectSafe, Fault: FaultFigures{LockUnavailableDuring: 9}}, false},
 		{"unfenced report, no damage", majority, Run{Expect: ExpectReport}, true},
 		{"error", majority, Run{Expect: ExpectReport, Error: "start instances: boom"}, false},
+		{"session expired, stale write refused", expiry, expired(1), true},
+		{"session expired, no stale write refused", expiry, expired(0), false},
+		{"session expired unfenced, damage", expiry, Run{Expect: scenarioPlan(expiry, "off").expect(), Units: tally.UnitCounts{Oversold: 25}}, true},
+		{"session expired unfenced, no damage", expiry, Run{Expect: scenarioPlan(expiry, "off").expect()}, false},
+		{"every round lost a committed ack", lostAck, acks(LostAcks{Rounds: 3, Dropped: 3, Committed: 3, Replayed: 3, OrdersPerKey: 1}), true},
+		{"a round dropped nothing", lostAck, acks(LostAcks{Rounds: 3, Dropped: 2, Committed: 2, Replayed: 3, OrdersPerKey: 1}), false},
+		{"a drop before the commit", lostAck, acks(LostAcks{Rounds: 3, Dropped: 3, Committed: 2, Replayed: 3, OrdersPerKey: 1}), false},
 	}
 	for _, tc := range cases {
 		r := tc.run
 		r.judge(tc.sc)
 		if r.Pass != tc.pass {
 			t.Errorf("%s: pass = %v (%v), want %v", tc.name, r.Pass, r.Failures, tc.pass)
+		}
+	}
+}
+
+// scenarioPlan is sc's plan on its first backend with fencing.
+func scenarioPlan(sc *scenario, fencing string) chaosPlan {
+	return chaosPlan{sc: sc, backend: sc.Backends[0], fencing: fencing}
+}
+
+// TestChaosLeaseExpiry: how long each backend's lease outlives a silent
+// holder, which pause-holder freezes it past and partition-holder stalls it
+// past; etcd grants whole seconds only.
+func TestChaosLeaseExpiry(t *testing.T) {
+	for _, tc := range []struct {
+		backend string
+		ttl     time.Duration
+		want    time.Duration
+		what    string
+	}{
+		{"redis", 1500 * time.Millisecond, 1500 * time.Millisecond, "lock TTL"},
+		{"etcd", time.Second, time.Second, "etcd session TTL"},
+		{"etcd", 1500 * time.Millisecond, 2 * time.Second, "etcd session TTL"},
+		{"zookeeper", time.Second, zkSessionTimeout, "ZooKeeper session timeout"},
+		{"postgres", time.Second, time.Second, "idle_session_timeout"},
+	} {
+		cc := DefaultConfig()
+		cc.LockTTL = tc.ttl
+		e := &chaosEnv{cc: cc, plan: chaosPlan{sc: scenarioByName("pause-holder"), backend: tc.backend}}
+		got, what := leaseExpiry(e)
+		if got != tc.want || !strings.Contains(what, tc.what) {
+			t.Errorf("%s, --lock-ttl=%v: %v (%s), want %v (%s)", tc.backend, tc.ttl, got, what, tc.want, tc.what)
 		}
 	}
 }

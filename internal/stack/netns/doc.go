@@ -6,7 +6,7 @@
 //
 // A Topology is one bridge namespace holding a Linux bridge, and member
 // namespaces each joined to the bridge by a veth pair, each with loopback up
-// and one address from a private subnet (default 198.18.0.0/24, the RFC 2544
+// and one address from a private subnet (198.18.0.0/24, the RFC 2544
 // benchmarking range, which nothing on the host routes). Partitions are
 // nftables drop rules inside the member namespaces; dropping (not rejecting)
 // makes a cut link look like a real partition: connection attempts and
@@ -24,8 +24,10 @@
 // Every namespace name carries a per-run prefix that encodes the owning
 // process (PID and start time) and a random part, so parallel runs never
 // collide and Sweep can remove what a crashed run left behind without
-// touching a live run's namespaces. Close removes every namespace and process
-// a Topology made; it is safe to call twice. Callers defer it and also trap
+// touching a live run's namespaces; the same goes for a run's scratch
+// directories (Topology.TempDir), whose names carry the same owner. Close
+// removes every namespace, process and scratch directory a Topology made;
+// it is safe to call twice. Callers defer it and also trap
 // SIGINT (signal.NotifyContext) so that an interrupt unwinds through it:
 // processes started here also die with the parent (Pdeathsig), but
 // namespaces outlive it until Close or Sweep.

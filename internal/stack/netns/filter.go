@@ -33,18 +33,6 @@ func (t *Topology) Partition(ctx context.Context, a, b []string) error {
 	return t.apply(ctx, append(rules, back...))
 }
 
-// CutOneWay drops packets from every member of from to every member of to,
-// but not the other way: from's packets vanish while to's still arrive (for
-// TCP both directions then fail, since the handshake needs both; datagrams
-// show the asymmetry).
-func (t *Topology) CutOneWay(ctx context.Context, from, to []string) error {
-	rules, err := t.rulesBetween(from, to)
-	if err != nil {
-		return err
-	}
-	return t.apply(ctx, rules)
-}
-
 // Isolate cuts member name off from every other member, both directions.
 func (t *Topology) Isolate(ctx context.Context, name string) error {
 	var rest []string

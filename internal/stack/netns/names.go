@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -126,9 +127,10 @@ const netnsDir = "/run/netns"
 
 // Sweep removes the namespaces named with prefix whose owning process is no
 // longer running (a crashed or killed earlier run), killing any process still
-// inside them first. Namespaces of live runs, and names without prefix, are
-// left alone, so Sweep is safe while other runs are active. It returns the
-// names it removed.
+// inside them first, and then the TempDirs of those owners. Namespaces and
+// directories of live runs, and names without prefix, are left alone, so
+// Sweep is safe while other runs are active. It returns the namespace names
+// and directory paths it removed.
 func Sweep(ctx context.Context, prefix string) ([]string, error) {
 	if prefix == "" {
 		return nil, errors.New("netns: sweep needs a non-empty prefix")
@@ -149,6 +151,24 @@ func Sweep(ctx context.Context, prefix string) ([]string, error) {
 			continue
 		}
 		removed = append(removed, name)
+	}
+	// After the namespaces: their processes, which may write into these
+	// directories, are dead now.
+	dirs, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		return removed, errors.Join(append(errs, fmt.Errorf("netns: list temp dirs: %w", err))...)
+	}
+	for _, d := range dirs {
+		o, ok := parseOwner(prefix, d.Name())
+		if !ok || !d.IsDir() || o.alive() {
+			continue
+		}
+		path := filepath.Join(os.TempDir(), d.Name())
+		if err := os.RemoveAll(path); err != nil {
+			errs = append(errs, fmt.Errorf("netns: remove temp dir: %w", err))
+			continue
+		}
+		removed = append(removed, path)
 	}
 	return removed, errors.Join(errs...)
 }

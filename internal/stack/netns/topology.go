@@ -7,16 +7,19 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sync"
 )
 
-// DefaultSubnet is the members' subnet unless WithSubnet says otherwise: the
-// RFC 2544 benchmarking range, which is routed nowhere, so a member address
-// can never be confused with a real host. Each Topology has its own bridge,
-// so parallel topologies reuse it without conflict.
-var DefaultSubnet = netip.MustParsePrefix("198.18.0.0/24")
+// subnet is the members' subnet: the RFC 2544 benchmarking range, which is
+// routed nowhere, so a member address can never be confused with a real
+// host. Each Topology has its own bridge, so parallel topologies reuse it
+// without conflict. The first member gets the first host address, and so
+// on.
+var subnet = netip.MustParsePrefix("198.18.0.0/24")
 
 // memberName limits member names to what is safe in a namespace name and a
 // log line.
@@ -27,16 +30,11 @@ type Option func(*config)
 
 type config struct {
 	prefix string
-	subnet netip.Prefix
 }
 
 // WithPrefix starts every namespace name with prefix instead of
 // DefaultPrefix; tests use their own so that their Sweep sees nobody else's.
 func WithPrefix(prefix string) Option { return func(c *config) { c.prefix = prefix } }
-
-// WithSubnet takes member addresses from subnet (IPv4) instead of
-// DefaultSubnet: the first member gets the first host address, and so on.
-func WithSubnet(subnet netip.Prefix) Option { return func(c *config) { c.subnet = subnet.Masked() } }
 
 // Topology is a bridge namespace and member namespaces joined to it. Its
 // methods are safe for concurrent use.
@@ -48,6 +46,7 @@ type Topology struct {
 
 	mu        sync.Mutex
 	procs     []*Process
+	dirs      []string // TempDir's, removed by Close
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -74,7 +73,7 @@ func (m *Member) Addr() netip.Addr { return m.addr }
 // The caller must Close the topology (defer it, and trap SIGINT so an
 // interrupt reaches the deferred Close).
 func New(ctx context.Context, names []string, opts ...Option) (*Topology, error) {
-	cfg := config{prefix: DefaultPrefix, subnet: DefaultSubnet}
+	cfg := config{prefix: DefaultPrefix}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -94,12 +93,12 @@ func New(ctx context.Context, names []string, opts ...Option) (*Topology, error)
 		members: make(map[string]*Member, len(names)),
 		order:   slices.Clone(names),
 	}
-	addr := cfg.subnet.Addr()
+	addr := subnet.Addr()
 	for _, n := range names {
 		addr = addr.Next()
 		t.members[n] = &Member{name: n, namespace: runID + "-" + n, addr: addr}
 	}
-	if err := t.build(ctx, cfg.subnet.Bits()); err != nil {
+	if err := t.build(ctx, subnet.Bits()); err != nil {
 		return nil, errors.Join(err, t.Close())
 	}
 	return t, nil
@@ -109,15 +108,12 @@ func validate(cfg config, names []string) error {
 	if cfg.prefix == "" {
 		return errors.New("netns: empty prefix")
 	}
-	if !cfg.subnet.IsValid() || !cfg.subnet.Addr().Is4() {
-		return fmt.Errorf("netns: subnet %v: need an IPv4 prefix", cfg.subnet)
-	}
 	if len(names) == 0 {
 		return errors.New("netns: a topology needs at least one member")
 	}
 	// Host addresses exclude the network and broadcast addresses.
-	if hosts := (1 << (32 - cfg.subnet.Bits())) - 2; len(names) > hosts {
-		return fmt.Errorf("netns: %d members do not fit in %v (%d addresses)", len(names), cfg.subnet, hosts)
+	if hosts := (1 << (32 - subnet.Bits())) - 2; len(names) > hosts {
+		return fmt.Errorf("netns: %d members do not fit in %v (%d addresses)", len(names), subnet, hosts)
 	}
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -198,9 +194,32 @@ func (t *Topology) member(name string) (*Member, error) {
 	return m, nil
 }
 
+// TempDir creates a directory for files that live as long as the topology
+// (a server's data, say): os.TempDir()/<the topology's run id>-<name>, so
+// that it carries the same owner as the namespaces. Close removes it once
+// the processes are dead; Sweep removes it, with the namespaces, once its
+// owner is. name follows the rules of member names.
+func (t *Topology) TempDir(name string) (string, error) {
+	if !memberName.MatchString(name) {
+		return "", fmt.Errorf("netns: temp dir name %q: want %s", name, memberName)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return "", errClosed
+	}
+	dir := filepath.Join(os.TempDir(), t.runID+"-"+name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("netns: temp dir: %w", err)
+	}
+	t.dirs = append(t.dirs, dir)
+	return dir, nil
+}
+
 // Close kills every process started in the topology, then every other
-// process left in its namespaces, and deletes the namespaces (and with them
-// the veths, the bridge and the nftables rules). It is safe to call more
+// process left in its namespaces, deletes the namespaces (and with them
+// the veths, the bridge and the nftables rules) and then its TempDirs,
+// which no process can be writing to any more. It is safe to call more
 // than once and from several goroutines; later calls return the first
 // call's error. Close uses its own bounded waits, not a caller's context, so
 // that it still works after the caller's context was cancelled by an
@@ -209,7 +228,7 @@ func (t *Topology) Close() error {
 	t.closeOnce.Do(func() {
 		t.mu.Lock()
 		t.closed = true
-		procs := slices.Clone(t.procs)
+		procs, dirs := slices.Clone(t.procs), slices.Clone(t.dirs)
 		t.mu.Unlock()
 		var errs []error
 		for _, p := range procs {
@@ -224,6 +243,11 @@ func (t *Topology) Close() error {
 		for i := len(names) - 1; i >= 0; i-- {
 			if err := removeNamespace(ctx, names[i]); err != nil {
 				errs = append(errs, err)
+			}
+		}
+		for _, d := range dirs {
+			if err := os.RemoveAll(d); err != nil {
+				errs = append(errs, fmt.Errorf("netns: remove temp dir: %w", err))
 			}
 		}
 		t.closeErr = errors.Join(errs...)

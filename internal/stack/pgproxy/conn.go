@@ -10,7 +10,7 @@ import (
 )
 
 // conn is one proxied client connection and its upstream connection. The
-// frontend goroutine owns stmts, portals and txn; mu guards the rest.
+// frontend goroutine owns stmts, portals and inTxn; mu guards the rest.
 type conn struct {
 	proxy  *Proxy
 	id     uint64
@@ -18,7 +18,6 @@ type conn struct {
 
 	stmts   map[string]string // prepared statement name → text
 	portals map[string]string // portal name → statement text
-	txn     []string          // statements of the open transaction
 	inTxn   bool              // an explicit transaction is open (BEGIN seen)
 
 	mu         sync.Mutex
@@ -27,7 +26,7 @@ type conn struct {
 	syncPoints int // start-up, Query, FunctionCall and Sync messages forwarded: each gets one ReadyForQuery
 	readyCount int // ReadyForQuery messages seen from the server
 	// dropAfter is -1, or the number of ReadyForQuery messages to forward
-	// before the dropped commit's answer starts: from there on nothing
+	// before the dropped statement's answer starts: from there on nothing
 	// reaches the client.
 	dropAfter int
 	drop      *Drop
@@ -36,12 +35,13 @@ type conn struct {
 
 // maxStatements bounds the prepared statements and portals remembered per
 // connection (pgx caches 512 statements by default); beyond it, new names
-// are not remembered and their Execute is not recognised as a COMMIT.
+// are not remembered and their Execute is not recognised (as a transaction
+// boundary, or as a statement to drop).
 const maxStatements = 4096
 
 func (c *conn) serve() {
 	defer c.closeBoth()
-	server, err := net.DialTimeout("tcp", c.proxy.upstream, c.proxy.cfg.dialTimeout)
+	server, err := net.DialTimeout("tcp", c.proxy.upstream, dialTimeout)
 	if err != nil {
 		return // the client sees its connection closed, as with a dead server
 	}
@@ -78,7 +78,7 @@ func (c *conn) closeBoth() {
 }
 
 // frontend forwards the client's messages to the server until either side
-// closes or a dropped commit has been sent.
+// closes or a statement whose answer is dropped has been sent.
 func (c *conn) frontend(r *bufio.Reader, server net.Conn) {
 	w := bufio.NewWriter(server)
 	if !c.startup(r, w) {
@@ -189,37 +189,26 @@ func (c *conn) startup(r *bufio.Reader, w *bufio.Writer) bool {
 	}
 }
 
-// statement tracks one statement about to be forwarded and, if it is a
-// COMMIT the proxy is armed for, starts dropping: it reports whether the
-// commit's answer will be dropped.
+// statement tracks one statement about to be forwarded and, if it commits
+// by itself (outside an explicit transaction) and the proxy is armed for
+// it, starts dropping: it reports whether its answer will be dropped.
 func (c *conn) statement(sql string) bool {
 	if sql == "" {
 		return false
 	}
-	var commit Commit
 	switch {
-	case isCommit(sql):
-		commit = Commit{Conn: c.id, Statements: append([]string(nil), c.txn...)}
-		c.txn, c.inTxn = c.txn[:0], false
 	case endsOrStartsTxn(sql):
-		c.txn, c.inTxn = c.txn[:0], startsTxn(sql)
+		c.inTxn = startsTxn(sql)
 		return false
 	case c.inTxn:
-		if len(c.txn) < maxTxnStatements {
-			c.txn = append(c.txn, sql)
-		}
 		return false
-	default:
-		if len(c.txn) < maxTxnStatements {
-			c.txn = append(c.txn, sql)
-		}
-		commit = Commit{Conn: c.id, Statements: []string{sql}, Implicit: true}
 	}
+	commit := Commit{Conn: c.id, Statement: sql}
 	if !c.proxy.shouldDrop(commit) {
 		return false
 	}
 	c.mu.Lock()
-	// Set before the COMMIT goes upstream, so the server's answer cannot
+	// Set before the statement goes upstream, so the server's answer cannot
 	// overtake the decision.
 	c.dropAfter = c.syncPoints
 	c.drop = &Drop{Commit: commit}
@@ -228,7 +217,7 @@ func (c *conn) statement(sql string) bool {
 	return true
 }
 
-// finishDrop records the dropped commit with the server's answer and closes
+// finishDrop records the dropped statement with the server's answer and closes
 // both connections; the first call wins.
 func (c *conn) finishDrop(answer string) {
 	c.dropOnce.Do(func() {
@@ -245,7 +234,7 @@ func (c *conn) finishDrop(answer string) {
 }
 
 // backend forwards the server's messages to the client, except the answer
-// of a dropped commit, which it reads to learn the outcome and discards.
+// of a dropped statement, which it reads to learn the outcome and discards.
 func (c *conn) backend(r *bufio.Reader, client net.Conn) {
 	w := bufio.NewWriter(client)
 	answer := ""

@@ -93,17 +93,17 @@ func normalize(sql string) string {
 }
 
 // commitStatements are the statements that commit a transaction (COMMIT
-// PREPARED, which finishes a two-phase commit, is not among them).
+// PREPARED, which finishes a two-phase commit, is not among them): each
+// ends an explicit transaction, and none is a statement of its own to drop.
 var commitStatements = map[string]bool{
 	"commit": true, "commit work": true, "commit transaction": true,
 	"commit and no chain": true,
 	"end":                 true, "end work": true, "end transaction": true,
 }
 
-func isCommit(sql string) bool { return commitStatements[normalize(sql)] }
-
-// endsOrStartsTxn reports whether sql begins or ends a transaction, where
-// the proxy starts a fresh list of the transaction's statements.
+// endsOrStartsTxn reports whether sql begins or ends a transaction: it
+// commits nothing by itself, and the statements after it run inside a
+// transaction or not.
 func endsOrStartsTxn(sql string) bool {
 	s := normalize(sql)
 	switch {

@@ -11,74 +11,54 @@ import (
 	"time"
 )
 
-// Defaults of the options.
 const (
-	// DefaultListenAddr lets the kernel pick a free loopback port.
-	DefaultListenAddr = "127.0.0.1:0"
-	// DefaultDialTimeout bounds connecting to the upstream server.
-	DefaultDialTimeout = 5 * time.Second
+	// listenAddr lets the kernel pick a free loopback port.
+	listenAddr = "127.0.0.1:0"
+	// dialTimeout bounds connecting to the upstream server.
+	dialTimeout = 5 * time.Second
 	// DefaultAckTimeout bounds the wait for the server's answer to a
-	// COMMIT whose answer is being dropped; when it passes the connections
-	// are closed anyway and the Drop says the outcome is unknown.
+	// statement whose answer is being dropped; when it passes the
+	// connections are closed anyway and the Drop says the outcome is
+	// unknown.
 	DefaultAckTimeout = 10 * time.Second
 )
-
-// maxTxnStatements bounds the statement texts kept per open transaction for
-// Commit.Statements; later statements of a long transaction are not kept.
-const maxTxnStatements = 256
 
 // Option configures New.
 type Option func(*config)
 
 type config struct {
-	listenAddr  string
-	dialTimeout time.Duration
-	ackTimeout  time.Duration
+	ackTimeout time.Duration
 }
 
-// WithListenAddr listens on addr (host:port) instead of DefaultListenAddr.
-func WithListenAddr(addr string) Option { return func(c *config) { c.listenAddr = addr } }
-
-// WithDialTimeout bounds connecting upstream (default DefaultDialTimeout).
-func WithDialTimeout(d time.Duration) Option { return func(c *config) { c.dialTimeout = d } }
-
-// WithAckTimeout bounds the wait for a dropped commit's answer (default
+// WithAckTimeout bounds the wait for a dropped statement's answer (default
 // DefaultAckTimeout).
 func WithAckTimeout(d time.Duration) Option { return func(c *config) { c.ackTimeout = d } }
 
-// Commit describes a COMMIT the proxy saw, for a predicate to decide on.
+// Commit describes a statement sent outside an explicit transaction, which
+// commits by itself when it completes, for a predicate to decide on.
 type Commit struct {
 	// Conn numbers the client connection (1, 2, ... in accept order).
 	Conn uint64
-	// Statements holds the texts of the statements the transaction ran,
-	// after BEGIN and before COMMIT, as the client sent them (at most
-	// maxTxnStatements).
-	Statements []string
-	// Implicit marks a statement that ran outside an explicit transaction
-	// and so committed on its own (see ArmAutocommit); Statements then holds
-	// it alone.
-	Implicit bool
+	// Statement is its text as the client sent it.
+	Statement string
 }
 
-// Drop records a commit whose answer the proxy dropped.
+// Drop records a statement whose answer the proxy dropped.
 type Drop struct {
 	Commit
 	// Answer is what the server answered, which the client never saw: the
-	// command tag ("COMMIT", or "ROLLBACK" for a transaction that had
-	// failed), "error: ..." for an error response, or "" when no answer came
-	// within the ack timeout (the outcome is then unknown to the proxy too).
+	// command tag ("INSERT 0 1"), "error: ..." for an error response, or ""
+	// when no answer came within the ack timeout (the outcome is then
+	// unknown to the proxy too).
 	Answer string
 	// At is when the connections were closed.
 	At time.Time
 }
 
-// Committed reports whether the server committed the dropped transaction:
-// a COMMIT answered COMMIT, or an autocommitted statement that completed.
+// Committed reports whether the server committed the dropped statement:
+// it completed, with no error.
 func (d Drop) Committed() bool {
-	if d.Implicit {
-		return d.Answer != "" && !strings.HasPrefix(d.Answer, "error: ")
-	}
-	return d.Answer == "COMMIT"
+	return d.Answer != "" && !strings.HasPrefix(d.Answer, "error: ")
 }
 
 // Proxy forwards connections from its listen address to one upstream
@@ -88,32 +68,28 @@ type Proxy struct {
 	upstream string
 	ln       net.Listener
 
-	mu    sync.Mutex
-	armed int
-	match func(Commit) bool
-	// implicitArmed and implicitMatch are ArmAutocommit's.
-	implicitArmed int
-	implicitMatch func(Commit) bool
-	commits       int
-	dropped       []Drop
-	conns         map[*conn]struct{}
-	nextID        uint64
-	closed        bool
+	mu      sync.Mutex
+	armed   int
+	match   func(Commit) bool
+	dropped []Drop
+	conns   map[*conn]struct{}
+	nextID  uint64
+	closed  bool
 
 	wg sync.WaitGroup
 }
 
-// New listens and starts forwarding every accepted connection to upstream
-// (host:port). Close stops it.
+// New listens on a free loopback port and forwards every accepted
+// connection to upstream (host:port). Close stops it.
 func New(ctx context.Context, upstream string, opts ...Option) (*Proxy, error) {
-	cfg := config{listenAddr: DefaultListenAddr, dialTimeout: DefaultDialTimeout, ackTimeout: DefaultAckTimeout}
+	cfg := config{ackTimeout: DefaultAckTimeout}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", cfg.listenAddr)
+	ln, err := lc.Listen(ctx, "tcp", listenAddr)
 	if err != nil {
-		return nil, fmt.Errorf("pgproxy: listen %s: %w", cfg.listenAddr, err)
+		return nil, fmt.Errorf("pgproxy: listen %s: %w", listenAddr, err)
 	}
 	p := &Proxy{cfg: cfg, upstream: upstream, ln: ln, conns: make(map[*conn]struct{})}
 	p.wg.Add(1)
@@ -124,63 +100,30 @@ func New(ctx context.Context, upstream string, opts ...Option) (*Proxy, error) {
 // Addr is the address clients connect to (host:port).
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Arm makes the proxy drop the answers of the next n commits for which match
-// returns true (every commit when match is nil), replacing any earlier
-// arming. Arm(0, nil) disarms. match runs on a connection's goroutine and
-// must not block.
-func (p *Proxy) Arm(n int, match func(Commit) bool) {
+// ArmAutocommit makes the proxy drop the answers of the next n statements
+// outside an explicit transaction for which match returns true (every such
+// statement when match is nil), replacing any earlier arming. Such a
+// statement commits by itself when it completes, so losing its answer is a
+// lost commit acknowledgement: the one a single-statement write, which
+// never sends COMMIT, can suffer. ArmAutocommit(0, nil) disarms; match runs
+// on a connection's goroutine and must not block.
+func (p *Proxy) ArmAutocommit(n int, match func(Commit) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.armed, p.match = max(n, 0), match
 }
 
-// ArmAutocommit makes the proxy drop the answers of the next n statements
-// outside an explicit transaction for which match returns true (every such
-// statement when match is nil), replacing any earlier ArmAutocommit. Such a
-// statement commits by itself when it completes, so losing its answer is a
-// lost commit acknowledgement too: the one a single-statement write, which
-// never sends COMMIT, can suffer. The Commit offered to match has Implicit
-// set and the statement as its only Statements. ArmAutocommit(0, nil)
-// disarms; match must not block.
-func (p *Proxy) ArmAutocommit(n int, match func(Commit) bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.implicitArmed, p.implicitMatch = max(n, 0), match
-}
-
-// Armed returns how many commits are still to be dropped.
-func (p *Proxy) Armed() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.armed + p.implicitArmed
-}
-
-// Commits counts the COMMITs the proxy saw, dropped or forwarded.
-func (p *Proxy) Commits() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.commits
-}
-
-// Dropped returns the commits whose answers were dropped, oldest first.
+// Dropped returns the statements whose answers were dropped, oldest first.
 func (p *Proxy) Dropped() []Drop {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.dropped)
 }
 
-// shouldDrop counts a commit and decides whether to lose its answer.
+// shouldDrop decides whether to lose a statement's answer.
 func (p *Proxy) shouldDrop(c Commit) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if c.Implicit {
-		if p.implicitArmed == 0 || (p.implicitMatch != nil && !p.implicitMatch(c)) {
-			return false
-		}
-		p.implicitArmed--
-		return true
-	}
-	p.commits++
 	if p.armed == 0 || (p.match != nil && !p.match(c)) {
 		return false
 	}
