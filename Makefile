@@ -15,8 +15,9 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Each recipe line is its own shell: the stack's addresses are exported
-# into the same line that uses them.
-WITH_STACK = eval "$$(bash $(STACK) up)" &&
+# into the same line that uses them. They are captured first because
+# eval "$$(…)" returns 0 even when the command inside failed.
+WITH_STACK = stack_env=$$(bash $(STACK) up) && eval "$$stack_env" &&
 
 .PHONY: all build lint model tools spec-lint rules-test deploy-test test test-norace unit demo bench stack-up stack-down stack-status clean
 
@@ -44,8 +45,8 @@ model: tools
 
 # The OpenAPI document, linted by @redocly/cli with api/redocly.yaml's rules.
 spec-lint:
-	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
-		"$$($(TOOLS) redocly)" lint --config=api/redocly.yaml api/openapi.yaml
+	redocly=$$($(TOOLS) redocly) && REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true \
+		"$$redocly" lint --config=api/redocly.yaml api/openapi.yaml
 
 # The Prometheus rules: syntax, then their unit tests.
 rules-test:
@@ -71,8 +72,8 @@ test: lint tools spec-lint rules-test deploy-test
 test-norace:
 	$(WITH_STACK) $(GO) test -count=1 -run 'TestDisconnectLosesLease' ./internal/lock/zklock/
 
-# Only the tests that need no server.
-unit:
+# Only the tests that need no running server (the models' need spin and gcc).
+unit: tools
 	STOCKGUARD_SKIP_INTEGRATION=1 $(GO) test -race -count=1 ./...
 
 # Stack up, build, compare every lock backend (none, local, postgres, redis,

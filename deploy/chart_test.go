@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -19,6 +20,9 @@ import (
 
 const (
 	chart = "helm/stockguard"
+	// redlockAddrs are five masters, as README's install example names them
+	// (commas escaped for --set).
+	redlockAddrs = "lock.redisAddrs=r1:6379\\,r2:6379\\,r3:6379\\,r4:6379\\,r5:6379"
 	// kubeVersion is the cluster version rendered for: a helm built with go
 	// install assumes v1.20, older than the chart's kubeVersion.
 	kubeVersion = "--kube-version=1.31.0"
@@ -108,13 +112,14 @@ func strictAppend[T any](doc []byte, list []T) ([]T, error) {
 }
 
 func TestChartLint(t *testing.T) {
-	helm(t, "lint", "--strict", kubeVersion, chart, "--set", "database.url=postgres://u:p@db:5432/stockguard")
-	helm(t, "lint", "--strict", kubeVersion, chart, "--set", "database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true")
+	helm(t, "lint", "--strict", kubeVersion, chart, "--set", "database.url=postgres://u:p@db:5432/stockguard,"+redlockAddrs)
+	helm(t, "lint", "--strict", kubeVersion, chart, "--set",
+		"database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true,"+redlockAddrs)
 }
 
 func TestChartDefaults(t *testing.T) {
 	r := decode(t, helm(t, "template", "sg", chart, kubeVersion,
-		"--set", "database.url=postgres://u:p@db:5432/stockguard,adminToken.value=s3cret,lock.redisAddrs=r1:6379\\,r2:6379"))
+		"--set", "database.url=postgres://u:p@db:5432/stockguard,adminToken.value=s3cret,"+redlockAddrs))
 	if len(r.deployments) != 1 || len(r.jobs) != 1 || len(r.services) != 1 || len(r.secrets) != 1 || len(r.pdbs) != 1 {
 		t.Fatalf("rendered %d deployments, %d jobs, %d services, %d secrets, %d PDBs; want one each",
 			len(r.deployments), len(r.jobs), len(r.services), len(r.secrets), len(r.pdbs))
@@ -134,14 +139,25 @@ func TestChartDefaults(t *testing.T) {
 	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" {
 		t.Errorf("readiness probe %+v, want GET /readyz", p)
 	}
-	// serve drains for up to 20 s after SIGTERM, which comes after preStop.
-	const drain = 20
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	// serve drains for up to 20 s (its --shutdown-timeout) after SIGTERM,
+	// which comes after preStop; the drain outlasts the lock wait.
+	const drain = 20 * time.Second
+	if v := env["STOCKGUARD_SHUTDOWN_TIMEOUT"].Value; v != "20s" {
+		t.Errorf("STOCKGUARD_SHUTDOWN_TIMEOUT = %q, want the 20 s drain", v)
+	}
+	if w, err := time.ParseDuration(env["STOCKGUARD_LOCK_WAIT"].Value); err != nil || w >= drain {
+		t.Errorf("STOCKGUARD_LOCK_WAIT = %q (%v), want a duration below the drain", env["STOCKGUARD_LOCK_WAIT"].Value, err)
+	}
 	preStop := int64(0)
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil && c.Lifecycle.PreStop.Sleep != nil {
 		preStop = c.Lifecycle.PreStop.Sleep.Seconds
 	}
-	if g := pod.TerminationGracePeriodSeconds; g == nil || *g <= preStop+drain {
-		t.Errorf("termination grace %v s is not longer than preStop %d s + drain %d s", g, preStop, drain)
+	if g := pod.TerminationGracePeriodSeconds; g == nil || time.Duration(*g)*time.Second <= time.Duration(preStop)*time.Second+drain {
+		t.Errorf("termination grace %v s is not longer than preStop %d s + drain %v", g, preStop, drain)
 	}
 	psc, csc := pod.SecurityContext, c.SecurityContext
 	if psc == nil || csc == nil || !isTrue(psc.RunAsNonRoot) || psc.RunAsUser == nil || *psc.RunAsUser == 0 ||
@@ -151,10 +167,6 @@ func TestChartDefaults(t *testing.T) {
 	if c.Resources.Requests.Cpu().IsZero() || c.Resources.Requests.Memory().IsZero() {
 		t.Errorf("resource requests %v", c.Resources.Requests)
 	}
-	env := map[string]corev1.EnvVar{}
-	for _, e := range c.Env {
-		env[e.Name] = e
-	}
 	secret := r.secrets[0].Name
 	for _, name := range []string{"STOCKGUARD_ADMIN_TOKEN", "STOCKGUARD_DATABASE_URL"} {
 		e := env[name]
@@ -162,7 +174,7 @@ func TestChartDefaults(t *testing.T) {
 			t.Errorf("%s = %+v, want it from Secret %s", name, e, secret)
 		}
 	}
-	if env["STOCKGUARD_REDIS_ADDRS"].Value != "r1:6379,r2:6379" {
+	if env["STOCKGUARD_REDIS_ADDRS"].Value != "r1:6379,r2:6379,r3:6379,r4:6379,r5:6379" {
 		t.Errorf("STOCKGUARD_REDIS_ADDRS = %+v", env["STOCKGUARD_REDIS_ADDRS"])
 	}
 	if r.secrets[0].StringData["admin-token"] != "s3cret" {
@@ -190,7 +202,7 @@ func TestChartDefaults(t *testing.T) {
 
 func TestChartExistingSecretsAndServiceMonitor(t *testing.T) {
 	r := decode(t, helm(t, "template", "sg", chart, kubeVersion, "--set",
-		"database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true,migration.enabled=false"))
+		"database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true,migration.enabled=false,"+redlockAddrs))
 	if len(r.secrets) != 0 || len(r.jobs) != 0 || len(r.serviceMonitor) != 1 {
 		t.Fatalf("rendered %d secrets, %d jobs, %d service monitors; want 0, 0, 1", len(r.secrets), len(r.jobs), len(r.serviceMonitor))
 	}
@@ -209,10 +221,60 @@ func TestChartExistingSecretsAndServiceMonitor(t *testing.T) {
 }
 
 func TestChartRefusesNoDatabase(t *testing.T) {
-	cmd := exec.Command(helmBinary(t), "template", "sg", chart, kubeVersion)
+	cmd := exec.Command(helmBinary(t), "template", "sg", chart, kubeVersion, "--set", redlockAddrs)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "database.url") {
 		t.Fatalf("helm template without a database = %v\n%s", err, out)
+	}
+}
+
+// TestChartLockSettings: the chart refuses to render a Deployment that
+// could not take a lock (no servers for its backend, too few Redlock
+// masters) or whose drain would cut off requests still waiting for their
+// locks; what serve accepts renders.
+func TestChartLockSettings(t *testing.T) {
+	for _, c := range []struct {
+		name, set, want string // want "": renders
+	}{
+		{"redlock by default, no servers", "", "lock.redisAddrs"},
+		{"redlock on two masters", "lock.redisAddrs=r1:6379\\,r2:6379", "at least 3"},
+		{"redlock on three masters", "lock.redisAddrs=r1:6379\\, r2:6379\\,r3:6379", ""},
+		{"redis, no server", "lock.backend=redis", "lock.redisAddrs"},
+		{"zookeeper, no servers", "lock.backend=zookeeper," + redlockAddrs, "lock.zkServers"},
+		{"etcd, no endpoints", "lock.backend=etcd", "lock.etcdEndpoints"},
+		{"etcd", "lock.backend=etcd,lock.etcdEndpoints=http://etcd-0.etcd:2379", ""},
+		{"postgres needs only the database", "lock.backend=postgres", ""},
+		{"lock wait as long as the drain", redlockAddrs + ",lock.wait=20s", "shutdown.drainSeconds"},
+		{"lock wait of a minute", redlockAddrs + ",lock.wait=1m", "shutdown.drainSeconds"},
+		{"lock wait just under the drain", redlockAddrs + ",lock.wait=19s900ms", ""},
+		{"a longer drain for a longer wait", redlockAddrs + ",lock.wait=1m30s,shutdown.drainSeconds=100", ""},
+		{"lock wait not a duration", redlockAddrs + ",lock.wait=soon", "lock.wait"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			set := "database.url=postgres://u:p@db:5432/stockguard"
+			if c.set != "" {
+				set += "," + c.set
+			}
+			cmd := exec.Command(helmBinary(t), "template", "sg", chart, kubeVersion, "--set", set)
+			out, err := cmd.CombinedOutput()
+			switch {
+			case c.want == "" && err != nil:
+				t.Fatalf("helm template --set %s: %v\n%s", set, err, out)
+			case c.want == "":
+				env := map[string]string{}
+				for _, e := range decode(t, out).deployments[0].Spec.Template.Spec.Containers[0].Env {
+					env[e.Name] = e.Value
+				}
+				w, _ := time.ParseDuration(env["STOCKGUARD_LOCK_WAIT"])
+				d, _ := time.ParseDuration(env["STOCKGUARD_SHUTDOWN_TIMEOUT"])
+				if w <= 0 || d <= w {
+					t.Errorf("rendered lock wait %q and shutdown timeout %q: want 0 < wait < drain",
+						env["STOCKGUARD_LOCK_WAIT"], env["STOCKGUARD_SHUTDOWN_TIMEOUT"])
+				}
+			case err == nil || !strings.Contains(string(out), c.want):
+				t.Fatalf("helm template --set %s = %v, want a failure naming %q\n%s", set, err, c.want, out)
+			}
+		})
 	}
 }
 

@@ -3,26 +3,47 @@
 # need, once per machine, and prints the path to run it by. The tools live
 # in $STOCKGUARD_TOOLS_DIR (default /tmp/stockguard-tools), outside the
 # stack's directory so that `make stack-down` does not throw them away.
-#   redocly   @redocly/cli from npm (the OpenAPI linter)
+#   redocly   @redocly/cli from npm (the OpenAPI linter); Node.js and npm
+#             from Debian's packages when there is no npm
 #   helm      helm built from its Go module with go install
 #   promtool  from Debian's prometheus package, installed without starting
 #             the Prometheus server it ships
 set -euo pipefail
 
 TOOLS_DIR=${STOCKGUARD_TOOLS_DIR:-/tmp/stockguard-tools}
-# 1.34.x does not install from the registry here; 2.77.0 does.
-REDOCLY_VERSION=2.77.0
+# 1.34.20 runs on Debian 12's Node.js 18.20 (its engines: node >=18.17);
+# 2.x asks for Node 20.19 or later. 1.34.21 does not install from the
+# registry here.
+REDOCLY_VERSION=1.34.20
+REDOCLY_NODE_MIN=18.17
 HELM_VERSION=v3.22.0
 
 log() { printf 'tools.sh: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
 
 
+# ensure_node installs Debian's nodejs and npm when npm is missing (a
+# NodeSource nodejs brings its own npm), then checks that node is new enough.
+ensure_node() {
+	if ! type -P npm >/dev/null; then
+		[[ $(id -u) == 0 ]] || die "npm is missing and installing it needs root: apt-get install nodejs npm"
+		log "installing Debian's nodejs and npm"
+		if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm >&2; then
+			apt-get update >&2
+			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nodejs npm >&2
+		fi
+	fi
+	local have
+	have=$(node -p 'process.versions.node' 2>/dev/null) || die "npm is there but node does not run"
+	[[ $(printf '%s\n' "$REDOCLY_NODE_MIN" "$have" | sort -V | head -n 1) == "$REDOCLY_NODE_MIN" ]] ||
+		die "@redocly/cli@$REDOCLY_VERSION needs Node.js $REDOCLY_NODE_MIN or later; node is $have"
+}
+
 install_redocly() {
 	local dir=$TOOLS_DIR/redocly-$REDOCLY_VERSION bin
 	bin=$dir/node_modules/.bin/redocly
 	if [[ ! -x $bin ]]; then
-		command -v npm >/dev/null || die "npm is missing: apt-get install -y npm"
+		ensure_node
 		log "installing @redocly/cli@$REDOCLY_VERSION into $dir"
 		npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "@redocly/cli@$REDOCLY_VERSION" >&2
 	fi

@@ -4,13 +4,15 @@
 # on 127.0.0.1, all started by hand from Debian's packages (never through
 # systemd or service scripts).
 #
-#   eval "$(scripts/stack.sh up)"   start what is not running, print env lines
+#   eval "$(scripts/stack.sh up)"   start what is not running, print env lines;
+#                                   needs root unless all of it runs already
 #   scripts/stack.sh status         one line per server; non-zero if any is down
 #   scripts/stack.sh down [--purge] stop what up started (by PID); --purge also
 #                                   removes the scratch dir
 #
 # stdout of `up` carries only `export NAME=value` lines so that eval works;
-# everything else goes to stderr.
+# everything else goes to stderr. STOCKGUARD_STACK_DIR must be new, empty, or
+# a directory that `up` made (it holds the marker file .stockguard-stack).
 set -euo pipefail
 
 STACK_DIR=${STOCKGUARD_STACK_DIR:-/tmp/stockguard-stack}
@@ -45,6 +47,10 @@ log() { printf 'stack: %s\n' "$*" >&2; }
 die() {
 	log "error: $*"
 	exit 1
+}
+# need_root what: dies unless root, saying what needed it.
+need_root() {
+	((EUID == 0)) || die "$1 needs root: run as root (it installs packages and starts servers as their users)"
 }
 
 split_ports() { # name value -> fills the array named by $1
@@ -230,7 +236,7 @@ ensure_packages() {
 	find_pg_bin >/dev/null || need_pg=1
 	((${#pkgs[@]} || need_pg)) || return 0
 
-	((EUID == 0)) || die "missing packages (${pkgs[*]} $( ((need_pg)) && echo postgresql)); run this once as root to install them"
+	need_root "installing the missing packages (${pkgs[*]}$( ((need_pg)) && echo " postgresql"))"
 	export DEBIAN_FRONTEND=noninteractive
 	# Without a policy-rc.d the packages' postinst would start redis-server,
 	# etcd and postgresql through their service scripts; the stack starts its own.
@@ -273,6 +279,7 @@ start_redis() { # port
 		log "redis 127.0.0.1:$port already running (pid $pid)"
 		return 0
 	fi
+	need_root "starting redis 127.0.0.1:$port"
 	rm -f "$d/redis.pid"
 	log "starting redis 127.0.0.1:$port"
 	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
@@ -349,6 +356,7 @@ start_zk() { # id (1-based)
 		log "zookeeper 127.0.0.1:${ZK_PORT_LIST[id - 1]} already running (pid $pid)"
 		return 0
 	fi
+	need_root "starting zookeeper 127.0.0.1:${ZK_PORT_LIST[id - 1]}"
 	rm -f "$d/zk.pid"
 	write_zk_config "$id"
 	log "starting zookeeper 127.0.0.1:${ZK_PORT_LIST[id - 1]} (myid $id)"
@@ -414,6 +422,7 @@ start_etcd() { # id (1-based)
 		log "etcd 127.0.0.1:${ETCD_PORT_LIST[id - 1]} already running (pid $pid)"
 		return 0
 	fi
+	need_root "starting etcd 127.0.0.1:${ETCD_PORT_LIST[id - 1]}"
 	rm -f "$d/etcd.pid"
 	log "starting etcd 127.0.0.1:${ETCD_PORT_LIST[id - 1]} (member etcd$id)"
 	# Loopback heartbeats every 50 ms and elections after 500 ms, like the
@@ -459,13 +468,36 @@ wait_etcd() {
 
 # --- postgres ----------------------------------------------------------------
 
-pg_pid() { alive_pid "$PG_DATA/postmaster.pid" postgres "$PG_DATA"; }
+# pg_pid: the postmaster's PID. Its pidfile lies in pg/, which only the
+# postgres user (and root) may enter, so another user finds the postmaster
+# by its command line instead (/proc/PID/cmdline is world-readable), and can
+# re-use a stack that root started.
+pg_pid() {
+	if [[ -x $PG_ROOT ]]; then
+		alive_pid "$PG_DATA/postmaster.pid" postgres "$PG_DATA"
+		return
+	fi
+	local d comm args
+	for d in /proc/[0-9]*; do
+		read -r comm 2>/dev/null <"$d/comm" || continue
+		[[ $comm == postgres ]] || continue
+		mapfile -d '' -t args 2>/dev/null <"$d/cmdline" || continue
+		[[ " ${args[*]} " == *" -D $PG_DATA "* ]] || continue
+		echo "${d#/proc/}"
+		return 0
+	done
+	return 1
+}
 
 as_postgres() { (cd / && runuser -u postgres -- "$@"); }
 
 start_pg() {
 	local pid
-	((EUID == 0)) || die "starting postgres needs root (initdb and postgres run as the postgres user via runuser)"
+	if pid=$(pg_pid); then
+		log "postgres 127.0.0.1:$PG_PORT already running (pid $pid)"
+		return 0
+	fi
+	need_root "starting postgres 127.0.0.1:$PG_PORT (initdb and postgres run as the postgres user via runuser)"
 	id postgres >/dev/null 2>&1 ||
 		useradd --system --user-group --no-create-home --home-dir /var/lib/postgresql --shell /usr/sbin/nologin postgres
 	mkdir -p "$PG_ROOT"
@@ -473,10 +505,6 @@ start_pg() {
 	chmod 700 "$PG_ROOT"
 	as_postgres test -w "$PG_ROOT" ||
 		die "user postgres cannot write $PG_ROOT; choose a STOCKGUARD_STACK_DIR it can reach (e.g. under /tmp)"
-	if pid=$(pg_pid); then
-		log "postgres 127.0.0.1:$PG_PORT already running (pid $pid)"
-		return 0
-	fi
 	if [[ ! -s $PG_DATA/PG_VERSION ]]; then
 		rm -rf "$PG_DATA"
 		log "initdb $PG_DATA"
@@ -533,17 +561,40 @@ wait_pg() {
 # Servers must not inherit fd 9 (every launch closes it with 9>&-): a daemon
 # holding the lock file open would keep the lock forever.
 lock_stack() {
-	exec 9>"$STACK_DIR/.lock"
+	# flock needs only a read descriptor: a user who may not write root's
+	# lock file still waits for root's stack.sh.
+	if ! { exec 9>>"$STACK_DIR/.lock"; } 2>/dev/null; then
+		exec 9<"$STACK_DIR/.lock" || die "cannot open $STACK_DIR/.lock"
+	fi
 	flock -w 120 9 || die "another stack.sh holds $STACK_DIR/.lock"
+}
+
+# claim_stack_dir makes STACK_DIR the stack's: a directory with the marker
+# is one already, a new or empty one becomes one. Any other is refused
+# before anything changes in it: claiming /tmp would strip its sticky bit,
+# and a later `down --purge` would remove it.
+claim_stack_dir() {
+	if [[ ! -e $STACK_DIR/$MARKER ]]; then
+		[[ ! -e $STACK_DIR || -d $STACK_DIR ]] || die "STOCKGUARD_STACK_DIR=$STACK_DIR is not a directory"
+		if [[ -d $STACK_DIR && -n $(ls -A -- "$STACK_DIR") ]]; then
+			die "STOCKGUARD_STACK_DIR=$STACK_DIR is not empty and has no $MARKER file, so it is not a stack directory; name a new or empty directory"
+		fi
+		need_root "creating the stack directory $STACK_DIR"
+		mkdir -p -- "$STACK_DIR"
+		touch -- "$STACK_DIR/$MARKER"
+	fi
+	# The postgres user must traverse it.
+	if [[ $(stat -c %a -- "$STACK_DIR") != 755 ]]; then
+		need_root "making $STACK_DIR traversable for the postgres user"
+		chmod 755 -- "$STACK_DIR"
+	fi
 }
 
 cmd_up() {
 	local port id
+	claim_stack_dir
 	ensure_packages
 	PG_BIN=$(find_pg_bin)
-	mkdir -p "$STACK_DIR"
-	chmod 755 "$STACK_DIR" # the postgres user must traverse it
-	touch "$STACK_DIR/$MARKER"
 	lock_stack
 
 	# Start everything first and wait afterwards: the servers boot in parallel.
@@ -610,6 +661,10 @@ cmd_down() {
 		log "nothing to stop: $STACK_DIR does not exist"
 		return 0
 	fi
+	# The marker keeps a mistyped STOCKGUARD_STACK_DIR from having its
+	# files signalled by PID, or with --purge the directory deleted.
+	[[ -e $STACK_DIR/$MARKER ]] || die "$STACK_DIR has no $MARKER file, so it is not a stack directory; nothing stopped or removed"
+	need_root "stopping the stack"
 	lock_stack
 
 	# Signal everything first, then wait: shutdowns overlap.
@@ -654,9 +709,6 @@ cmd_down() {
 	((${#pids[@]})) || log "no running server found"
 
 	if ((purge)); then
-		# The marker keeps a mistyped STOCKGUARD_STACK_DIR from deleting an
-		# unrelated directory.
-		[[ -e $STACK_DIR/$MARKER ]] || die "$STACK_DIR has no $MARKER file; not removing it"
 		rm -rf -- "$STACK_DIR"
 		log "removed $STACK_DIR"
 	fi

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -97,10 +99,17 @@ func (c *config) validate() error {
 	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
 		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)
 	}
+	// database/sql reads 0 or less as no limit at all.
+	if c.dbMaxConns < 1 {
+		return badValue("db-max-conns", strconv.Itoa(c.dbMaxConns), errors.New("want at least 1"))
+	}
 	if err := checkDebugAddr(c.debugAddr); err != nil {
 		return err
 	}
-	return c.limits.validate()
+	if err := c.limits.validate(); err != nil {
+		return err
+	}
+	return c.checkAddrs()
 }
 
 func (c *config) logger(w io.Writer) (*slog.Logger, error) {

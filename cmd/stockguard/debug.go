@@ -21,7 +21,7 @@ func checkDebugAddr(addr string) error {
 	if err != nil {
 		return fmt.Errorf("%w: --debug-addr=%q: %w", errUsage, addr, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !isLoopback(host) {
 		return fmt.Errorf("%w: --debug-addr=%q: pprof is served on loopback only (127.0.0.1, ::1 or localhost)", errUsage, addr)
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
@@ -238,6 +240,59 @@ func TestGracefulShutdownDrains(t *testing.T) {
 		t.Fatalf("exit after SIGTERM: %v\n%s", err, in.log())
 	}
 	in.done <- nil
+}
+
+// TestShutdownTimeoutCutsABatchShort: a batch still paused inside its
+// critical section when --shutdown-timeout ends is cancelled, releases its
+// lease before the process exits, and the stop is still exit 0.
+func TestShutdownTimeoutCutsABatchShort(t *testing.T) {
+	env := backendEnv(t)
+	rdb := redis.NewClient(&redis.Options{Addr: stacktest.RequireRedis(t)[0], DisableIdentity: true})
+	defer rdb.Close()
+	in := startInstance(t, env, "--lock=redis", "--chaos", "--shutdown-timeout=1s")
+	sku := fmt.Sprintf("cut-short-%d", time.Now().UnixNano())
+	lockKey := "stockguard:{" + sku + "}:lock"
+	if st, body := call(t, "PUT", in.url+"/v1/skus/"+sku, `{"available":5}`); st != 200 {
+		t.Fatalf("PUT: %d %v", st, body)
+	}
+	go func() {
+		// Cut off by the shutdown: its answer, if any, is not the point.
+		req, _ := http.NewRequest("POST", in.url+"/v1/orders", strings.NewReader(`{"lines":[{"sku":"`+sku+`","quantity":1}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Chaos-Pause", "20s")
+		if res, err := client.Do(req); err == nil {
+			res.Body.Close()
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(in.log(), "chaos: pausing inside the critical section"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the order never paused\n%s", in.log())
+		}
+	}
+	if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 1 {
+		t.Fatalf("EXISTS %s = %d, %v while the order pauses, want the lease's key", lockKey, n, err)
+	}
+	start := time.Now()
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-in.done:
+		in.done <- err
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v, want 0\n%s", err, in.log())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("still running 15 s after SIGTERM with --shutdown-timeout=1s\n%s", in.log())
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	// The lease's TTL is 10 s: a key still there now was not released.
+	if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 0 {
+		t.Errorf("EXISTS %s = %d, %v after the exit, want the lease released", lockKey, n, err)
+	}
+	if !strings.Contains(in.log(), "shutdown timeout reached: the batches still running were cancelled") {
+		t.Errorf("no warning about the batch cut short:\n%s", in.log())
+	}
 }
 
 func TestUsageErrors(t *testing.T) {

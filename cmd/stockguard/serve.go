@@ -134,6 +134,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	go func() { served <- srv.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "fencing", fenced, "lock_ttl", c.lockTTL, "chaos", c.chaos,
 		"coalesce", c.coalesce)
+	warnOpenAdmin(log, c.addr, c.adminToken)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
 
 	select {
@@ -159,8 +160,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	<-reaped
 	<-probed
 	// Batch leaders may still be acquiring leases for orders whose clients
-	// have gone: they answer and release what they hold.
-	errs = append(errs, svc.Close(shutdownCtx))
+	// have gone: they answer and release what they hold. At the deadline
+	// Close cancels those still running and returns once each has answered
+	// and released its leases (a release that fails leaves the lease to its
+	// TTL), so a deadline here is a stop like the listeners', not a failure.
+	if err := svc.Close(shutdownCtx); errors.Is(err, context.DeadlineExceeded) {
+		log.Warn("shutdown timeout reached: the batches still running were cancelled and released their leases", "err", err)
+	} else {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -176,6 +184,9 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL")
 	if err := fs.Parse(args, getenv); err != nil {
 		return cliflag.Done(err)
+	}
+	if err := checkDatabaseURL(c.databaseURL); err != nil {
+		return fs.Reject(err)
 	}
 	store, err := postgres.Open(ctx, c.databaseURL)
 	if err != nil {

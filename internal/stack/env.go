@@ -3,6 +3,8 @@ package stack
 import (
 	"os"
 	"strings"
+
+	"github.com/stockguard/stockguard/internal/cliflag"
 )
 
 // Environment variables read by RedisAddrs, ZKServers, EtcdEndpoints and
@@ -30,37 +32,25 @@ const UpCommand = `eval "$(scripts/stack.sh up)"`
 // RedisAddrs returns the shared stack's Redis masters (host:port), from
 // STOCKGUARD_REDIS_ADDRS or DefaultRedisAddrs.
 func RedisAddrs() []string {
-	return SplitList(envOr(EnvRedisAddrs, DefaultRedisAddrs))
+	return cliflag.SplitList(envOr(EnvRedisAddrs, DefaultRedisAddrs))
 }
 
 // ZKServers returns the shared stack's ZooKeeper servers (host:port), from
 // STOCKGUARD_ZK_SERVERS or DefaultZKServers.
 func ZKServers() []string {
-	return SplitList(envOr(EnvZKServers, DefaultZKServers))
+	return cliflag.SplitList(envOr(EnvZKServers, DefaultZKServers))
 }
 
 // EtcdEndpoints returns the shared stack's etcd members' client addresses
 // (host:port), from STOCKGUARD_ETCD_ENDPOINTS or DefaultEtcdEndpoints.
 func EtcdEndpoints() []string {
-	return SplitList(envOr(EnvEtcdEndpoints, DefaultEtcdEndpoints))
+	return cliflag.SplitList(envOr(EnvEtcdEndpoints, DefaultEtcdEndpoints))
 }
 
 // DatabaseURL returns the shared stack's Postgres URL, from
 // STOCKGUARD_DATABASE_URL or DefaultDatabaseURL.
 func DatabaseURL() string {
 	return envOr(EnvDatabaseURL, DefaultDatabaseURL)
-}
-
-// SplitList splits a comma-separated address list, trimming blanks and
-// dropping empty items so that "a, b," means [a b].
-func SplitList(s string) []string {
-	var out []string
-	for _, item := range strings.Split(s, ",") {
-		if item = strings.TrimSpace(item); item != "" {
-			out = append(out, item)
-		}
-	}
-	return out
 }
 
 // envOr treats a blank variable as unset: an empty STOCKGUARD_REDIS_ADDRS

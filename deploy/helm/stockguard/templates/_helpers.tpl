@@ -64,3 +64,40 @@ capabilities:
       name: {{ include "stockguard.databaseSecret" . }}
       key: {{ .Values.database.urlKey }}
 {{- end -}}
+
+{{/* The chosen backend's lock servers: without them serve would fall back
+to its loopback defaults and answer every write 503. Redlock needs a
+majority that survives a node's loss, so three masters at least. */}}
+{{- define "stockguard.checkLockServers" -}}
+{{- $l := .Values.lock -}}
+{{- $need := dict "redis" (list "lock.redisAddrs" $l.redisAddrs 1) "redlock" (list "lock.redisAddrs" $l.redisAddrs 3) "zookeeper" (list "lock.zkServers" $l.zkServers 1) "etcd" (list "lock.etcdEndpoints" $l.etcdEndpoints 1) -}}
+{{- with get $need $l.backend -}}
+{{- $n := len (compact (splitList "," (nospace (toString (index . 1))))) -}}
+{{- if lt $n (index . 2) -}}
+{{- fail (printf "lock.backend=%s needs %s: at least %d comma-separated address(es), got %d" $l.backend (index . 0) (index . 2) $n) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* lock.wait in milliseconds, from a Go duration of h, m, s and ms parts
+(5s, 1500ms, 1m30s). */}}
+{{- define "stockguard.lockWaitMs" -}}
+{{- $s := toString .Values.lock.wait -}}
+{{- if not (regexMatch "^([0-9]+(\\.[0-9]+)?(h|ms|m|s))+$" $s) -}}
+{{- fail (printf "lock.wait=%q: want a duration such as 5s, 1500ms or 1m30s" $s) -}}
+{{- end -}}
+{{- $ms := 0.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(h|ms|m|s)" $s -1 -}}
+{{- $unit := regexFind "(h|ms|m|s)$" . -}}
+{{- $ms = addf $ms (mulf (float64 (trimSuffix $unit .)) (get (dict "h" 3600000 "m" 60000 "s" 1000 "ms" 1) $unit)) -}}
+{{- end -}}
+{{- $ms -}}
+{{- end -}}
+
+{{/* The drain (serve's --shutdown-timeout) must outlast a request's lock
+wait, or SIGTERM cuts off requests still waiting for their locks. */}}
+{{- define "stockguard.checkDrain" -}}
+{{- if le (mulf .Values.shutdown.drainSeconds 1000) (float64 (include "stockguard.lockWaitMs" .)) -}}
+{{- fail (printf "shutdown.drainSeconds=%v must be above lock.wait=%v: the drain must let a request that waits for its locks finish" .Values.shutdown.drainSeconds .Values.lock.wait) -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeRefusesBadSettings: a bad address, server list or pool size is
+// a usage error (exit 2) naming the flag and its variable, found before
+// serve dials anything: the database given listens nowhere, so a check that
+// came after the connection would fail with exit 1 instead. Every address
+// is on loopback, so that a check that came too late dials nothing else.
+func TestServeRefusesBadSettings(t *testing.T) {
+	const nowhere = "--database-url=postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1"
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		args []string
+		want []string
+	}{
+		{"listen address without a host", map[string]string{"STOCKGUARD_ADDR": "8080"}, []string{"--lock=local", nowhere},
+			[]string{"--addr=", "STOCKGUARD_ADDR", "8080"}},
+		{"listen port not a number", nil, []string{"--lock=local", "--addr=127.0.0.1:http", nowhere}, []string{"--addr=", "bad port"}},
+		{"metrics address", nil, []string{"--lock=local", "--metrics-addr=bogus", nowhere}, []string{"--metrics-addr=", "STOCKGUARD_METRICS_ADDR"}},
+		{"database URL", nil, []string{"--lock=local", "--database-url=postgres://u:s3cret@%zz/db"},
+			[]string{"--database-url (STOCKGUARD_DATABASE_URL)", "cannot parse"}},
+		{"database URL from the variable", map[string]string{"STOCKGUARD_DATABASE_URL": "mysql://u@db/x"}, []string{"--lock=local"},
+			[]string{"STOCKGUARD_DATABASE_URL"}},
+		{"no pool", nil, []string{"--lock=local", "--db-max-conns=0", nowhere}, []string{"--db-max-conns=", "STOCKGUARD_DB_MAX_CONNS"}},
+		{"negative pool", map[string]string{"STOCKGUARD_DB_MAX_CONNS": "-1"}, []string{"--lock=local", nowhere}, []string{"STOCKGUARD_DB_MAX_CONNS"}},
+		{"redis address without a port", nil, []string{"--lock=redis", "--redis-addrs=notahost", nowhere},
+			[]string{"--redis-addrs=", "STOCKGUARD_REDIS_ADDRS", "notahost"}},
+		{"redis without servers", nil, []string{"--lock=redis", "--redis-addrs= , ", nowhere}, []string{"--redis-addrs=", "at least 1"}},
+		{"redis port out of range", nil, []string{"--lock=redis", "--redis-addrs=127.0.0.1:70000", nowhere}, []string{"bad port"}},
+		{"redis port zero", nil, []string{"--lock=redis", "--redis-addrs=127.0.0.1:0", nowhere}, []string{"bad port"}},
+		{"redis address without a host", nil, []string{"--lock=redis", "--redis-addrs=:6379", nowhere}, []string{"host is empty"}},
+		{"redlock on two masters", map[string]string{"STOCKGUARD_REDIS_ADDRS": "127.0.0.1:1,127.0.0.1:2"}, []string{"--lock=redlock", nowhere},
+			[]string{"STOCKGUARD_REDIS_ADDRS", "at least 3"}},
+		{"redlock with a master twice", nil, []string{"--lock=redlock", "--redis-addrs=127.0.0.1:1,127.0.0.1:2,127.0.0.1:1", nowhere},
+			[]string{"--redis-addrs=", "listed twice"}},
+		{"zookeeper server without a port", nil, []string{"--lock=zookeeper", "--zk-servers=127.0.0.1:1,127.0.0.2", nowhere},
+			[]string{"--zk-servers=", "STOCKGUARD_ZK_SERVERS", `"127.0.0.2"`}},
+		{"etcd endpoint URL without a port", nil, []string{"--lock=etcd", "--etcd-endpoints=http://127.0.0.1", nowhere},
+			[]string{"--etcd-endpoints=", "STOCKGUARD_ETCD_ENDPOINTS"}},
+		{"etcd endpoint of another scheme", nil, []string{"--lock=etcd", "--etcd-endpoints=ftp://127.0.0.1:1", nowhere}, []string{`scheme "ftp"`}},
+		{"etcd endpoint with a path", nil, []string{"--lock=etcd", "--etcd-endpoints=http://127.0.0.1:1/v3", nowhere}, []string{"no path"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			var stdout, stderr strings.Builder
+			getenv := func(k string) string { return c.env[k] }
+			err := run(ctx, append([]string{"serve"}, c.args...), getenv, &stdout, &stderr)
+			if exitCode(err) != exitUsage {
+				t.Fatalf("exit %d (%v), want %d\nstderr:\n%s", exitCode(err), err, exitUsage, stderr.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
+				}
+			}
+			if strings.Contains(stderr.String(), "s3cret") {
+				t.Errorf("stderr shows the database password:\n%s", stderr.String())
+			}
+		})
+	}
+}
+
+// TestAcceptedSettings: the forms each client library dials pass the checks.
+func TestAcceptedSettings(t *testing.T) {
+	for _, args := range [][]string{
+		{"--lock=local", "--addr=:8080", "--db-max-conns=1"},
+		{"--lock=local", "--addr=[::]:0", "--metrics-addr=127.0.0.1:9090"},
+		{"--lock=local", "--database-url=host=db dbname=stockguard sslmode=disable"},
+		{"--lock=none", "--redis-addrs=unused,by,none"},
+		{"--lock=redis", "--redis-addrs=[::1]:6379"},
+		{"--lock=redlock", "--redis-addrs=r1:6379, r2:6379 ,r3:6379"},
+		{"--lock=zookeeper", "--zk-servers=zk-0.zk:2181"},
+		{"--lock=etcd", "--etcd-endpoints=127.0.0.1:2379,http://etcd-1:2379,https://etcd-2:2379/"},
+		{"--lock=etcd", "--etcd-endpoints=unix:///run/etcd.sock"},
+		{"--lock=postgres"},
+	} {
+		var c config
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		c.register(fs)
+		if err := fs.Parse(args); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if err := c.validate(); err != nil {
+			t.Errorf("%v: %v", args, err)
+		}
+	}
+}
+
+// TestWarnOpenAdmin: serve says so when anyone who reaches it may set
+// stock, and only then.
+func TestWarnOpenAdmin(t *testing.T) {
+	for _, c := range []struct {
+		addr, token string
+		warn        bool
+	}{
+		{":8080", "", true},
+		{"0.0.0.0:8080", "", true},
+		{"[::]:8080", "", true},
+		{"10.1.2.3:8080", "", true},
+		{"0.0.0.0:8080", "s3cret", false},
+		{"127.0.0.1:8080", "", false},
+		{"[::1]:8080", "", false},
+		{"localhost:8080", "", false},
+	} {
+		var buf bytes.Buffer
+		warnOpenAdmin(slog.New(slog.NewTextHandler(&buf, nil)), c.addr, c.token)
+		if got := strings.Contains(buf.String(), "no admin token"); got != c.warn {
+			t.Errorf("addr %q, token %q: warned %v, want %v; log: %s", c.addr, c.token, got, c.warn, buf.String())
+		}
+	}
+}
+
+// TestMigrateRefusesBadDatabaseURL: migrate checks its URL as serve does.
+func TestMigrateRefusesBadDatabaseURL(t *testing.T) {
+	var stdout, stderr strings.Builder
+	err := run(context.Background(), []string{"migrate", "--database-url=mysql://u:s3cret@db/x"}, func(string) string { return "" }, &stdout, &stderr)
+	if exitCode(err) != exitUsage || !strings.Contains(stderr.String(), "STOCKGUARD_DATABASE_URL") || strings.Contains(stderr.String(), "s3cret") {
+		t.Fatalf("exit %d (%v), want %d naming the variable without the password\nstderr:\n%s", exitCode(err), err, exitUsage, stderr.String())
+	}
+}

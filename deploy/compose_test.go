@@ -1,0 +1,46 @@
+package deploy
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// TestComposeDrain: docker-compose.yml's instances drain for longer than a
+// request may wait for its locks, and Docker waits for the drain before it
+// kills them.
+func TestComposeDrain(t *testing.T) {
+	raw, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Service struct {
+			Environment     map[string]string `json:"environment"`
+			StopGracePeriod string            `json:"stop_grace_period"`
+		} `json:"x-stockguard"`
+	}
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatal(err)
+	}
+	env := compose.Service.Environment
+	drain, err := time.ParseDuration(env["STOCKGUARD_SHUTDOWN_TIMEOUT"])
+	if err != nil {
+		t.Fatalf("STOCKGUARD_SHUTDOWN_TIMEOUT = %q: %v", env["STOCKGUARD_SHUTDOWN_TIMEOUT"], err)
+	}
+	wait := 5 * time.Second // serve's default --lock-wait
+	if v, ok := env["STOCKGUARD_LOCK_WAIT"]; ok {
+		if wait, err = time.ParseDuration(v); err != nil {
+			t.Fatalf("STOCKGUARD_LOCK_WAIT = %q: %v", v, err)
+		}
+	}
+	grace, err := time.ParseDuration(compose.Service.StopGracePeriod)
+	if err != nil {
+		t.Fatalf("stop_grace_period = %q: %v", compose.Service.StopGracePeriod, err)
+	}
+	if !(wait < drain && drain < grace) {
+		t.Errorf("lock wait %v, drain %v, stop grace period %v: want wait < drain < grace", wait, drain, grace)
+	}
+}
