@@ -19,6 +19,12 @@ var (
 	ErrReleased = errors.New("lock: lease released")
 	// ErrInvalidKey means the key is empty or not usable by the backend.
 	ErrInvalidKey = errors.New("lock: invalid key")
+	// ErrCleanupPending comes with the error of a call that could not undo,
+	// within its bound, what it had done on the lock servers (a server slow
+	// to answer the delete): the undo goes on in the background, and the
+	// keys may look held until it lands (or their TTL or session ends).
+	// Without it, a failed call leaves nothing held.
+	ErrCleanupPending = errors.New("lock: clean-up still running in the background")
 )
 
 // NodeError is the failure of one node of a multi-node backend. Several are

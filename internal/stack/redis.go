@@ -165,12 +165,53 @@ func (r *Redis) start(ctx context.Context) error {
 		return err
 	}
 	what := "redis-server " + r.Addr()
-	if err := p.waitReady(ctx, what, func(ctx context.Context) error { return redisAnswers(ctx, r.Addr()) }); err != nil {
+	// Only our child may answer: servers started at once can be handed the
+	// same free port, and the one that lost the bind would see the other's
+	// PONG as its own.
+	ours := func(ctx context.Context) error {
+		pid, err := redisPID(ctx, r.Addr())
+		if err == nil && pid != p.cmd.Process.Pid {
+			err = fmt.Errorf("redis %s is process %d, not ours (%d): the port is taken", r.Addr(), pid, p.cmd.Process.Pid)
+		}
+		return err
+	}
+	if err := p.waitReady(ctx, what, ours); err != nil {
 		_ = p.kill()
 		return err
 	}
 	r.proc = p
 	return nil
+}
+
+// redisPID asks the server at addr for its process id (INFO server).
+func redisPID(ctx context.Context, addr string) (int, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })()
+	if _, err := io.WriteString(conn, "INFO server\r\n"); err != nil {
+		return 0, err
+	}
+	br := bufio.NewReader(conn)
+	head, err := br.ReadString('\n')
+	if err != nil {
+		return 0, fmt.Errorf("redis %s: INFO: %w", addr, err)
+	}
+	if !strings.HasPrefix(head, "$") {
+		return 0, fmt.Errorf("redis %s: INFO answered %q", addr, strings.TrimSpace(head))
+	}
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return 0, fmt.Errorf("redis %s: INFO without process_id: %w", addr, err)
+		}
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
 }
 
 // Addr returns the server's address, 127.0.0.1:port; it does not change

@@ -28,7 +28,7 @@ func (h *handle) Release(ctx context.Context) error {
 	}
 	if err := h.s.deleteOwn(ctx, h.w); err != nil {
 		h.s.l.background(func() { h.s.deleteUntilGone(h.w) })
-		return fmt.Errorf("etcd: delete %s: still trying in the background: %w", h.w.path, err)
+		return fmt.Errorf("etcd: delete %s: %w: %w", h.w.path, lock.ErrCleanupPending, err)
 	}
 	return nil
 }
@@ -81,7 +81,7 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 		for _, w := range chunk {
 			if err := s.deleteOwn(ctx, w); err != nil {
 				s.l.background(func() { s.deleteUntilGone(w) })
-				errs = append(errs, fmt.Errorf("etcd: delete %s: still trying in the background: %w", w.path, err))
+				errs = append(errs, fmt.Errorf("etcd: delete %s: %w: %w", w.path, lock.ErrCleanupPending, err))
 			}
 		}
 	}

@@ -175,9 +175,39 @@ func cutShort(t *testing.T, other lock.Locker, what string, d time.Duration, b l
 	if len(b.Leases) != 0 {
 		t.Errorf("%s cut short after %v: %v, yet %d leases", what, d, err, len(b.Leases))
 	}
-	mustBeFree(t, other, fmt.Sprintf("after a %s cut short after %v (%v)", what, d, err), keys)
+	when := fmt.Sprintf("after a %s cut short after %v (%v)", what, d, err)
+	if errors.Is(err, lock.ErrCleanupPending) {
+		// Said so: a server slow to answer the delete (a loaded machine).
+		eventuallyFree(t, other, when, keys)
+	} else {
+		mustBeFree(t, other, when, keys)
+	}
 	return true
 }
+
+// eventuallyFree is mustBeFree for keys whose clean-up the backend said
+// goes on in the background: free within cleanupGrace.
+func eventuallyFree(tb testing.TB, l lock.Locker, when string, keys []string) {
+	tb.Helper()
+	deadline := time.Now().Add(cleanupGrace)
+	for _, k := range keys {
+		for {
+			lease, err := l.Acquire(context.Background(), k, lock.TryOnce())
+			if err == nil {
+				MustRelease(tb, lease)
+				break
+			}
+			if time.Now().After(deadline) {
+				tb.Errorf("%s: %q still not free %v later: %v", when, k, cleanupGrace, err)
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// cleanupGrace bounds a clean-up a backend declared pending.
+const cleanupGrace = 10 * time.Second
 
 // inFlight is the deadlines at which the cancellation tests cut a batch
 // short: from before its first request is sent to after a round or two,
@@ -384,10 +414,16 @@ func testHandoverCancelled(t *testing.T, c Config) {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
 		b, released, err := lock.HandoverBatch(ctx, l, prev.Leases, keys)
 		cancel()
-		if released != nil {
+		when := fmt.Sprintf("earlier batch of a handover cut short after %v (%v)", d, err)
+		switch {
+		case errors.Is(released, lock.ErrCleanupPending):
+			eventuallyFree(t, other, when, prevKeys)
+		case released != nil:
 			t.Errorf("handover cut short after %v: release of the earlier batch: %v", d, released)
+			fallthrough
+		default:
+			mustBeFree(t, other, when, prevKeys)
 		}
-		mustBeFree(t, other, fmt.Sprintf("earlier batch of a handover cut short after %v (%v)", d, err), prevKeys)
 		if cutShort(t, other, "handover", d, b, err, keys) {
 			short++
 		}

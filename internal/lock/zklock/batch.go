@@ -113,7 +113,9 @@ func (s *session) acquireBatch(ctx context.Context, keys []string, gone []*node)
 	positions, err := s.locateAll(ctx, nodes)
 	if err != nil {
 		if !errors.Is(err, errSessionGone) {
-			s.abandon(ctx, nodes...)
+			if aerr := s.abandon(ctx, nodes...); aerr != nil {
+				err = fmt.Errorf("%w (%w)", err, aerr)
+			}
 		}
 		return lock.Batch{}, released, err
 	}
@@ -190,9 +192,9 @@ func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([
 	if len(gone) > 0 {
 		// As removeAll says when its wait is cut short: the deletes are
 		// in that multi, or after it, still going.
-		released = fmt.Errorf("zookeeper: delete %d nodes: still trying in the background: %w", len(gone), cctx.Err())
+		released = fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(gone), lock.ErrCleanupPending, cctx.Err())
 	}
-	return nil, released, fmt.Errorf("%w (create still unanswered %v later: any nodes it made are deleted in the background)", ctx.Err(), cleanupTimeout)
+	return nil, released, fmt.Errorf("%w (create still unanswered %v later: %w)", ctx.Err(), cleanupTimeout, lock.ErrCleanupPending)
 }
 
 // maxCreateTries bounds the retries of one create; each retry is the server
@@ -395,7 +397,7 @@ func (s *session) removeAll(ctx context.Context, nodes []*node) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("zookeeper: delete %d nodes: still trying in the background: %w", len(nodes), ctx.Err())
+		return fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(nodes), lock.ErrCleanupPending, ctx.Err())
 	}
 }
 

@@ -102,14 +102,17 @@ func (s *session) grant(nodes []*node) (lock.Set, error) {
 }
 
 // abandon deletes nodes that were never handed out as leases, within
-// cleanupTimeout; the deletion goes on in the background after that. The
-// caller's ctx may be over (often the reason): abandon uses its own.
-func (s *session) abandon(ctx context.Context, nodes ...*node) {
+// cleanupTimeout; the deletion goes on in the background after that, and
+// the error (lock.ErrCleanupPending) says so. The caller's ctx may be over
+// (often the reason): abandon uses its own.
+func (s *session) abandon(ctx context.Context, nodes ...*node) error {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if err := s.removeAll(cctx, nodes); err != nil {
+	err := s.removeAll(cctx, nodes)
+	if err != nil {
 		s.l.log.Warn("zookeeper: abandoned nodes not deleted yet", "nodes", len(nodes), "err", err)
 	}
+	return err
 }
 
 // ensureParent creates key's parent as a container, tolerating one that
