@@ -66,7 +66,7 @@ func (c *config) register(fs *flag.FlagSet) {
 		"comma-separated etcd members' client addresses")
 	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token required for PUT /v1/skus (empty: no check)")
-	fs.BoolVar(&c.chaos, "chaos", false, "honour the X-Chaos-Pause test header")
+	fs.BoolVar(&c.chaos, "chaos", false, "honour the X-Chaos-Pause and X-Chaos-Stall test headers")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&c.reapInterval, "reap-interval", time.Second, "how often expired holds are returned to stock")
 	fs.IntVar(&c.dbMaxConns, "db-max-conns", postgres.DefaultMaxConns, "database connection pool size per instance")

@@ -236,8 +236,11 @@ const MaxChaosPause = 5 * time.Minute
 // both headers are ignored.
 func (s *server) chaos(c *gin.Context) (context.Context, error) {
 	ctx := c.Request.Context()
+	if !s.Chaos {
+		return ctx, nil
+	}
 	pause, stall := c.GetHeader("X-Chaos-Pause"), c.GetHeader("X-Chaos-Stall")
-	if !s.Chaos || pause == "" && stall == "" {
+	if pause == "" && stall == "" {
 		return ctx, nil
 	}
 	if pause != "" && stall != "" {

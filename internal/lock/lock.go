@@ -23,14 +23,17 @@ type Token uint64
 type Locker interface {
 	// Acquire blocks until it holds key, ctx is done, or (with TryOnce) the
 	// first attempt fails. A cancelled Acquire returns an error wrapping
-	// ctx.Err() and leaves nothing behind: no waiter node, no lock key.
+	// ctx.Err() and leaves nothing behind: no waiter node, no lock key
+	// (unless the error wraps ErrCleanupPending: the servers did not answer
+	// the clean-up in time, and it goes on in the background).
 	Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
 	// AcquireBatch tries once for every key, in one round per lock server
 	// per phase, and returns a lease per key obtained and the keys held
 	// elsewhere (a caller may wait for those in each key's own line, with
 	// Acquire). It never waits for a held key. An error means the backend
 	// failed (unreachable, no quorum, ctx done); nothing is then held, and
-	// no lock, waiter node or key is left behind. Duplicate keys count once.
+	// no lock, waiter node or key is left behind (unless the error wraps
+	// ErrCleanupPending, as for Acquire). Duplicate keys count once.
 	AcquireBatch(ctx context.Context, keys []string, opts ...Option) (Batch, error)
 	// Name is the backend name used in flags, logs and metrics.
 	Name() string

@@ -571,9 +571,11 @@ func (s *Service) failed(set lock.Set, err error) error {
 		// The store's error is kept as text only: under a lost lease it is
 		// not what the ops failed of (a replay's taken key would otherwise
 		// make every op of the batch read as idempotency_key_in_flight).
-		// Only a write that may have landed anyway still says so.
+		// A write that may have landed anyway answers as the store's
+		// error, not lock_unavailable, which tells a client nothing was
+		// written (and lets it repeat an absolute stock level).
 		if errors.Is(err, inventory.ErrOutcomeUnknown) {
-			return fmt.Errorf("%w (store: %v): %w", lerr, err, inventory.ErrOutcomeUnknown)
+			return fmt.Errorf("%w (lease: %v)", err, lerr)
 		}
 		return fmt.Errorf("%w (store: %v)", lerr, err)
 	}

@@ -39,29 +39,6 @@ func PingRedis(ctx context.Context, addr string) error {
 	return nil
 }
 
-// redisAnswers is PING over a bare connection: polling a starting server with
-// go-redis would log every refused dial, and its handshake can outlast ctx.
-func redisAnswers(ctx context.Context, addr string) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	defer context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Now()) })()
-	if _, err := io.WriteString(conn, "PING\r\n"); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(conn).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("redis %s: PING: %w", addr, err)
-	}
-	if !strings.HasPrefix(line, "+PONG") {
-		return fmt.Errorf("redis %s: PING answered %q", addr, strings.TrimSpace(line))
-	}
-	return nil
-}
-
 // RedisOption configures StartRedis.
 type RedisOption func(*redisConfig)
 
@@ -183,7 +160,9 @@ func (r *Redis) start(ctx context.Context) error {
 	return nil
 }
 
-// redisPID asks the server at addr for its process id (INFO server).
+// redisPID asks the server at addr for its process id (INFO server), over
+// a bare connection: polling a starting server with go-redis would log
+// every refused dial, and its handshake can outlast ctx.
 func redisPID(ctx context.Context, addr string) (int, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)

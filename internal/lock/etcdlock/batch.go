@@ -41,8 +41,7 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 		resp, err := s.l.cli.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
 			// Any of this chunk's puts may have been applied with the answer lost.
-			s.abandonAll(ctx, append(got, ws...))
-			return lock.Batch{}, s.classify(err)
+			return lock.Batch{}, pending(s.classify(err), s.abandonAll(ctx, append(got, ws...)))
 		}
 		for i, r := range resp.Responses {
 			if r.GetResponseTxn().GetSucceeded() {
@@ -58,8 +57,7 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 	}
 	deadline, err := s.valid(ctx)
 	if err != nil {
-		s.abandonAll(ctx, got)
-		return lock.Batch{}, err
+		return lock.Batch{}, pending(err, s.abandonAll(ctx, got))
 	}
 	for _, w := range got {
 		lease, err := s.grant(w, deadline)
@@ -77,9 +75,9 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 // abandonAll deletes the keys of a failed batch in one transaction (etcd
 // refuses duplicate keys in one, which ours never are), falling back to one
 // clean-up per key if that fails.
-func (s *session) abandonAll(ctx context.Context, ws []*waiter) {
+func (s *session) abandonAll(ctx context.Context, ws []*waiter) error {
 	if len(ws) == 0 || s.isGone() {
-		return
+		return nil
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
@@ -99,5 +97,7 @@ func (s *session) abandonAll(ctx context.Context, ws []*waiter) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		s.l.log.Info("etcd: batch clean-up goes on in the background", "keys", len(ws), "err", fmt.Sprint(err))
+		return fmt.Errorf("etcd: delete %d keys: %w: %w", len(ws), lock.ErrCleanupPending, err)
 	}
+	return nil
 }

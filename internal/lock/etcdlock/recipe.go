@@ -54,14 +54,12 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 			err = s.wait(ctx, w)
 		}
 		if err != nil {
-			s.abandon(ctx, w)
-			return nil, err
+			return nil, pending(err, s.abandon(ctx, w))
 		}
 	}
 	deadline, err := s.valid(ctx)
 	if err != nil {
-		s.abandon(ctx, w)
-		return nil, err
+		return nil, pending(err, s.abandon(ctx, w))
 	}
 	return s.grant(w, deadline)
 }
@@ -76,8 +74,8 @@ func (s *session) tryFirst(ctx context.Context, w *waiter) (bool, error) {
 		Then(clientv3.OpPut(w.path, "", clientv3.WithLease(s.id))).
 		Commit()
 	if err != nil {
-		s.abandon(ctx, w) // the put may have been applied with its answer lost
-		return false, s.classify(err)
+		// The put may have been applied with its answer lost.
+		return false, pending(s.classify(err), s.abandon(ctx, w))
 	}
 	if !resp.Succeeded {
 		return false, nil
@@ -178,16 +176,27 @@ func (s *session) watchDelete(ctx context.Context, key string, rev int64) error 
 // the reason it failed: the delete runs on its own, and goes on in the
 // background if it does not finish in time. A session that ended took the
 // key along already.
-func (s *session) abandon(ctx context.Context, w *waiter) {
+func (s *session) abandon(ctx context.Context, w *waiter) error {
 	if s.isGone() {
-		return
+		return nil
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
-	if err := s.deleteOwn(cctx, w); err == nil {
-		return
+	err := s.deleteOwn(cctx, w)
+	if err == nil {
+		return nil
 	}
 	s.l.background(func() { s.deleteUntilGone(w) })
+	return fmt.Errorf("etcd: delete %s: %w: %w", w.path, lock.ErrCleanupPending, err)
+}
+
+// pending adds to err, a failed call's, that its clean-up goes on in the
+// background (cleanup, from abandon), if it does.
+func pending(err, cleanup error) error {
+	if cleanup == nil {
+		return err
+	}
+	return fmt.Errorf("%w (%w)", err, cleanup)
 }
 
 // deleteRetry spaces the retries of a clean-up delete.

@@ -273,18 +273,23 @@ func TestQueueDepthCountsWaitersAhead(t *testing.T) {
 			t.Fatalf("waiter %d never queued", i)
 		}
 	}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
+	// A waiter's key shows on the cluster a moment before the waiter
+	// records where it stood: wait for the samples, not just the keys.
 	var count uint64
 	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() == "stockguard_etcd_queue_depth" {
-			h := mf.GetMetric()[0].GetHistogram()
-			count, sum = h.GetSampleCount(), h.GetSampleSum()
+	eventually(10*time.Second, func() bool {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
 		}
-	}
+		for _, mf := range mfs {
+			if mf.GetName() == "stockguard_etcd_queue_depth" {
+				h := mf.GetMetric()[0].GetHistogram()
+				count, sum = h.GetSampleCount(), h.GetSampleSum()
+			}
+		}
+		return count >= n+1
+	})
 	if count != n+1 || sum != 0+1+2+3 {
 		t.Errorf("queue depth: %d samples summing to %v; want %d summing to 6 (0, 1, 2 and 3 ahead)", count, sum, n+1)
 	}

@@ -63,7 +63,9 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 	if err := s.wait(ctx, n, o.TryOnce); err != nil {
 		if !errors.Is(err, errSessionGone) {
 			// Never granted: delete our node.
-			s.abandon(ctx, n)
+			if aerr := s.abandon(ctx, n); aerr != nil {
+				err = fmt.Errorf("%w (%w)", err, aerr)
+			}
 		}
 		return nil, err
 	}
