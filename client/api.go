@@ -8,6 +8,8 @@ import (
 	"net/url"
 
 	"github.com/google/uuid"
+
+	"github.com/stockguard/stockguard/internal/inventory"
 )
 
 // NewIdempotencyKey returns a fresh key for one logical order.
@@ -21,10 +23,10 @@ func NewIdempotencyKey() string { return uuid.NewString() }
 // answer, store_unavailable, timeout) it may or may not have been applied:
 // read the SKU before setting it again.
 func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SKU, error) {
-	if err := checkSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, notSent("setStock", err)
 	}
-	if err := checkStock(available); err != nil {
+	if err := inventory.ValidateStock(available); err != nil {
 		return nil, notSent("setStock", err)
 	}
 	body, _ := json.Marshal(map[string]int64{"available": available})
@@ -39,7 +41,7 @@ func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SK
 
 // SKU reads sku's counters (GET /v1/skus/{sku}).
 func (c *Client) SKU(ctx context.Context, sku string) (*SKU, error) {
-	if err := checkSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, notSent("getSKU", err)
 	}
 	var out SKU
@@ -52,7 +54,7 @@ func (c *Client) SKU(ctx context.Context, sku string) (*SKU, error) {
 
 // Audit recomputes sku from its order lines (GET /v1/skus/{sku}/audit).
 func (c *Client) Audit(ctx context.Context, sku string) (*Audit, error) {
-	if err := checkSKU(sku); err != nil {
+	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, notSent("auditSKU", err)
 	}
 	var out Audit
@@ -107,7 +109,7 @@ func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, erro
 func (c *Client) PlaceOrderJSON(ctx context.Context, key string, body []byte) (*Order, error) {
 	if key == "" {
 		key = NewIdempotencyKey()
-	} else if err := checkKey(key); err != nil {
+	} else if err := inventory.ValidateIdempotencyKey(key); err != nil {
 		return nil, notSent("placeOrder", err)
 	}
 	var out Order

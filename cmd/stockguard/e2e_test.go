@@ -45,6 +45,26 @@ type instance struct {
 
 // startInstance starts `stockguard serve` with args on a free loopback port
 // and waits until it listens.
+// sigterm sends in SIGTERM and waits, at most within, for it to exit 0;
+// it returns how long that took.
+func (in *instance) sigterm(t *testing.T, within time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-in.done:
+		in.done <- err
+		if err != nil {
+			t.Fatalf("exit after SIGTERM: %v, want 0\n%s", err, in.log())
+		}
+	case <-time.After(within):
+		t.Fatalf("still running %v after SIGTERM\n%s", within, in.log())
+	}
+	return time.Since(start)
+}
+
 func startInstance(t *testing.T, env []string, args ...string) *instance {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"serve", "--addr=127.0.0.1:0"}, args...)...)
@@ -272,20 +292,7 @@ func TestShutdownTimeoutCutsABatchShort(t *testing.T) {
 	if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 1 {
 		t.Fatalf("EXISTS %s = %d, %v while the order pauses, want the lease's key", lockKey, n, err)
 	}
-	start := time.Now()
-	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-in.done:
-		in.done <- err
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v, want 0\n%s", err, in.log())
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatalf("still running 15 s after SIGTERM with --shutdown-timeout=1s\n%s", in.log())
-	}
-	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	t.Logf("exited %v after SIGTERM", in.sigterm(t, 15*time.Second).Round(time.Millisecond))
 	// The lease's TTL is 10 s: a key still there now was not released.
 	if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 0 {
 		t.Errorf("EXISTS %s = %d, %v after the exit, want the lease released", lockKey, n, err)

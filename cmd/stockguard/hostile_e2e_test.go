@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -186,20 +185,7 @@ func TestSIGTERMWithATricklingClientExitsZero(t *testing.T) {
 	defer close(done)
 	go trickle(conn, body, time.Second, done)
 	time.Sleep(500 * time.Millisecond) // the request is in the handler, reading its body
-	start := time.Now()
-	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-in.done:
-		in.done <- err
-		if err != nil {
-			t.Fatalf("exit after SIGTERM: %v\n%s", err, in.log())
-		}
-		if d := time.Since(start); d > shutdownTimeout+3*time.Second {
-			t.Fatalf("exited %s after SIGTERM, shutdown timeout %s", d, shutdownTimeout)
-		}
-	case <-time.After(shutdownTimeout + 5*time.Second):
-		t.Fatalf("still running %s after SIGTERM (shutdown timeout %s)\n%s", shutdownTimeout+5*time.Second, shutdownTimeout, in.log())
+	if d := in.sigterm(t, shutdownTimeout+5*time.Second); d > shutdownTimeout+3*time.Second {
+		t.Fatalf("exited %s after SIGTERM, shutdown timeout %s", d, shutdownTimeout)
 	}
 }

@@ -401,14 +401,11 @@ func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what s
 	defer abort()
 	pg := c.Conn().PgConn()
 	finished := make(chan struct{})
-	watcher := make(chan struct{})
-	go func() {
-		defer close(watcher)
-		select {
-		case <-finished:
-			return
-		case <-ctx.Done():
-		}
+	cancelled := make(chan struct{})
+	// Nothing runs unless ctx ends while the pipeline does: this is on every
+	// acquisition's path.
+	stop := context.AfterFunc(ctx, func() {
+		defer close(cancelled)
 		giveUp := time.NewTimer(cancelGiveUp)
 		defer giveUp.Stop()
 		for {
@@ -425,10 +422,12 @@ func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what s
 			case <-time.After(cancelRetry):
 			}
 		}
-	}()
+	})
 	err := c.SendBatch(qctx, b).Close()
 	close(finished)
-	<-watcher
+	if !stop() {
+		<-cancelled // the cancel loop started: it ends now that finished is closed
+	}
 	if err == nil && ctx.Err() != nil {
 		return ctx.Err() // granted as the caller gave up
 	}
