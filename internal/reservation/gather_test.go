@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -15,9 +16,10 @@ import (
 // TestGatherAcrossSKUs: orders for different SKUs that arrive while the
 // instance's gatherer is busy are placed together: one try of all their
 // keys, which also lets the busy batch's lease go (lock.HandoverBatch), one
-// claim, one write; an order whose key is held elsewhere leaves the batch
-// for its SKU's queue and is placed once the key is free, and an order
-// refused by the ledger fails alone. Idle again, the instance holds nothing.
+// claim, one write; an order whose key is held elsewhere, in that try and
+// in the next batch's, goes to its SKU's queue and is placed once the key
+// is free, and an order refused by the ledger fails alone. Idle again, the
+// instance holds nothing.
 func TestGatherAcrossSKUs(t *testing.T) {
 	const n = 8
 	f := gatherFixture(t, n)
@@ -45,9 +47,7 @@ func TestGatherAcrossSKUs(t *testing.T) {
 		t.Fatalf("first order: %v", err)
 	}
 	wg.Wait()
-	if got := reservation.Queued(f.svc, "held"); got != 1 {
-		t.Fatalf("%d orders queued on the held key, want the one that needs it", got)
-	}
+	waitFor(t, "the order on the held key queued", func() bool { return reservation.Queued(f.svc, "held") == 1 })
 	claims, writes := f.store.counts()
 	// The first order's claim and write, then the gathered batch's.
 	if claims != 2 || len(writes) != 2 || writes[1] != n-1 {
@@ -115,8 +115,64 @@ func TestGatherTakesItsKeyAgain(t *testing.T) {
 	}
 }
 
-// busyFirst places one order on "first" whose write waits until gathered is
-// closed, and returns once that write has started; first is its answer.
+// TestGatherRidesOnce: an order whose key another holder has when its
+// gathered batch tries goes back to the head of the intake, and the next
+// gathered batch, due at once, places it when the key has come free in
+// between: no queue, no wait in the key's line, no round of its own.
+func TestGatherRidesOnce(t *testing.T) {
+	f := gatherFixture(t, 1)
+	ctx := context.Background()
+	f.stock("held", 1)
+	f.store.counts()
+	var writes atomic.Int32
+	busy, second := make(chan struct{}), make(chan struct{})
+	f.store.onWrite(func() {
+		switch writes.Add(1) {
+		case 1:
+			<-busy
+		case 2:
+			<-second
+		}
+	})
+	stocked := f.locker.waited.Load() // SetStock's, before any order
+	release := f.hold("held")
+	first := make(chan error, 1)
+	go func() { _, _, err := f.svc.Place(ctx, req("", line("first", 1))); first <- err }()
+	waitFor(t, "the first batch to write", func() bool { return f.store.tried() == 1 })
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, sku := range []string{"held", "s0"} {
+		wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, req("", line(sku, 1))) })
+	}
+	waitFor(t, "two orders gathered", func() bool { return reservation.Gathering(f.svc) == 2 })
+	close(busy)
+	// The batch of both writes s0's order; the order on the held key is
+	// back in the intake.
+	waitFor(t, "the order on the held key back in the intake", func() bool {
+		return f.store.tried() == 2 && reservation.Gathering(f.svc) == 1
+	})
+	release()
+	close(second)
+	wg.Wait()
+	if err := <-first; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("order %d: %v", i, err)
+		}
+	}
+	if claims, w := f.store.counts(); claims != 3 || len(w) != 3 || w[1] != 1 || w[2] != 1 {
+		t.Fatalf("claims %d, writes %v; want the held key's order in the third batch", claims, w)
+	}
+	if n := f.locker.waited.Load() - stocked; n != 1 {
+		t.Fatalf("%d acquisitions waited in a line; want only the test's own hold", n)
+	}
+	if a := f.audit("held"); !a.Consistent || a.Held != 1 {
+		t.Fatalf("audit held = %+v, want its order held", a)
+	}
+}
+
 // TestGatherLetsGoBeforeLookingUp: a gathered batch that names a SKU this
 // instance has not seen yet lets the busy batch's leases go before it asks
 // the store about it, rather than keeping their keys from other instances
@@ -166,6 +222,8 @@ func gatherFixture(t *testing.T, n int) *fixture {
 	return f
 }
 
+// busyFirst places one order on "first" whose write waits until gathered is
+// closed, and returns once that write has started; first is its answer.
 func (f *fixture) busyFirst() (first <-chan error, gathered chan struct{}) {
 	f.t.Helper()
 	gathered = make(chan struct{})

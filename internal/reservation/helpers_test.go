@@ -32,6 +32,9 @@ type fencedLocker struct {
 	lose map[string]func(error)
 	// handedOver counts the leases let go of by HandoverBatch.
 	handedOver atomic.Int32
+	// waited counts the acquisitions that wait in a key's line (not
+	// TryOnce): a queue leader's, or a test's own.
+	waited atomic.Int32
 }
 
 func newFencedLocker() *fencedLocker {
@@ -45,8 +48,12 @@ func (l *fencedLocker) Acquire(ctx context.Context, key string, opts ...lock.Opt
 	if err != nil {
 		return nil, err
 	}
-	if lock.Apply(0, opts).NoWatchdog {
+	o := lock.Apply(0, opts)
+	if o.NoWatchdog {
 		l.unwatched.Add(1)
+	}
+	if !o.TryOnce {
+		l.waited.Add(1)
 	}
 	lease, lose := lock.NewLease(lock.LeaseParams{Key: key, Token: lock.Token(l.next.Add(1)), Handle: releaser{inner}})
 	l.mu.Lock()

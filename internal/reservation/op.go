@@ -105,6 +105,10 @@ type pending struct {
 	// if one does; left is set once p has counted itself out of it.
 	wait atomic.Pointer[lockWait]
 	left atomic.Bool
+	// rode is set once a gathered batch found one of p's keys held
+	// elsewhere and p went on to the next gathered batch (gathered.next);
+	// guarded by coalescer.mu.
+	rode bool
 }
 
 // lockWait is a queue leader's wait for the keys of the orders it waits
