@@ -59,21 +59,33 @@ install_helm() {
 	echo "$dir/helm"
 }
 
+# restore_policy puts back the policy-rc.d saved at $2 (empty: there was
+# none, so the one at $1 is removed).
+restore_policy() {
+	if [[ -n $2 ]]; then mv -f "$2" "$1"; else rm -f "$1"; fi
+}
+
 install_promtool() {
 	if ! type -P promtool >/dev/null; then
 		[[ $(id -u) == 0 ]] || die "promtool is missing and installing it needs root: apt-get install prometheus"
 		log "installing Debian's prometheus package for promtool (its service is not started)"
 		local policy=/usr/sbin/policy-rc.d saved=""
 		# policy-rc.d exiting 101 forbids every service start during the
-		# install; an existing policy is put back afterwards.
+		# install; an existing policy is put back afterwards. The EXIT trap
+		# (a failed install) gets the paths expanded now: it runs after
+		# this function's locals are gone, where set -u would stop it
+		# before it put anything back.
 		if [[ -e $policy ]]; then saved=$(mktemp); cp -p "$policy" "$saved"; fi
-		trap 'if [[ -n $saved ]]; then mv -f "$saved" '"$policy"'; else rm -f '"$policy"'; fi' EXIT
+		# shellcheck disable=SC2064
+		trap "restore_policy $(printf '%q %q' "$policy" "$saved")" EXIT
 		printf '#!/bin/sh\nexit 101\n' >"$policy"
 		chmod 755 "$policy"
 		if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >&2; then
 			apt-get update >&2
 			DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus >&2
 		fi
+		restore_policy "$policy" "$saved"
+		trap - EXIT
 		# Other servers of the stack may start meanwhile: look for the
 		# package's own server only.
 		if ss -Hltnp 2>/dev/null | grep -F '"prometheus"'; then
