@@ -16,7 +16,8 @@ import (
 // the orders whose keys it all obtained with one claim and one write, and
 // releases everything in one round: the next batch's try, while orders wait
 // for it (lock.HandoverBatch). An order with a key held elsewhere rides
-// along once in the next gathered batch (missed); held again, it moves to
+// along once in the next gathered batch when its own placed others
+// (missed); held again, or in a batch that got nothing, it moves to
 // the queue of its lowest SKU, whose leader waits in that key's line (woken
 // by the backend, not polling) holding nothing else, exactly as a hot SKU's
 // orders do. A gatherer never waits for a key while it holds one, so
@@ -140,7 +141,7 @@ func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pe
 			batch = append(batch, p)
 		}
 	}
-	g.c.missed(missed)
+	g.c.missed(missed, len(batch) > 0)
 	h.keepOnly(batch)
 	if len(batch) == 0 {
 		return nil, nil, nil
@@ -166,17 +167,21 @@ func (g *gathered) handsOver(*hold) bool {
 }
 
 // missed places the orders, in arrival order, that a gathered batch could
-// not place because one of their keys was held elsewhere. Another
-// instance's batch holds a key for one batch, a few milliseconds, and this
-// gatherer's next batch is due at once: so an order held the first time
-// goes back to the head of the intake, where the next try carries its keys
-// at the cost of one key each in a round that runs anyway. An order held
-// again, or whose lowest SKU has a queue by now, goes to that SKU's queue,
-// whose leader waits in the key's line (woken, not polling). Sending every
-// missed order to the line at once was a round and a transaction of its
-// own for each: a fifth of all lock rounds went to batches of one order
-// that had lost a single race (redlock, 1,000 SKUs, 3 instances).
-func (c *coalescer) missed(ps []*pending) {
+// not place because one of their keys was held elsewhere; placed says the
+// batch placed others. Another instance's batch holds a key for one batch,
+// a few milliseconds, and this gatherer's next batch is due at once: so an
+// order held the first time, in a batch that placed others (its keys are a
+// few among many), goes back to the head of the intake, where the next try
+// carries its keys at the cost of one key each in a round that runs anyway.
+// An order held again, or in a batch that obtained nothing (a hot SKU,
+// whose holder keeps it for several batches: a second try would be a round
+// for that key alone), or whose lowest SKU has a queue by now, goes to that
+// SKU's queue, whose leader waits in the key's line (woken, not polling).
+// Sending every missed order to the line at once was a round and a
+// transaction of its own for each: a fifth of all lock rounds went to
+// batches of one order that had lost a single race (redlock, 1,000 SKUs,
+// 3 instances).
+func (c *coalescer) missed(ps []*pending, placed bool) {
 	if len(ps) == 0 {
 		return
 	}
@@ -188,7 +193,7 @@ func (c *coalescer) missed(ps []*pending) {
 	var refused []refusal
 	c.mu.Lock()
 	for _, p := range ps {
-		if _, running := c.queues[p.op.skus[0]]; !running && !p.rode {
+		if _, running := c.queues[p.op.skus[0]]; placed && !running && !p.rode {
 			p.rode = true
 			again = append(again, p)
 			continue

@@ -116,7 +116,8 @@ func TestGatherTakesItsKeyAgain(t *testing.T) {
 }
 
 // TestGatherRidesOnce: an order whose key another holder has when its
-// gathered batch tries goes back to the head of the intake, and the next
+// gathered batch tries (and places others) goes back to the head of the
+// intake, and the next
 // gathered batch, due at once, places it when the key has come free in
 // between: no queue, no wait in the key's line, no round of its own.
 func TestGatherRidesOnce(t *testing.T) {
@@ -220,6 +221,35 @@ func gatherFixture(t *testing.T, n int) *fixture {
 	}
 	f.stock("first", 1)
 	return f
+}
+
+// TestGatherNothingObtainedGoesToLine: a gathered batch that obtained none
+// of its keys (a hot SKU another instance keeps for several batches) sends
+// its orders to their queues at once: a second try would be a round for
+// those keys alone.
+func TestGatherNothingObtainedGoesToLine(t *testing.T) {
+	f := gatherFixture(t, 0)
+	ctx := context.Background()
+	f.stock("held", 1)
+	release := f.hold("held")
+	tried := f.locker.tried.Load()
+	first, gathered := f.busyFirst()
+	done := make(chan error, 1)
+	go func() { _, _, err := f.svc.Place(ctx, req("", line("held", 1))); done <- err }()
+	waitFor(t, "the order gathered", func() bool { return reservation.Gathering(f.svc) == 1 })
+	close(gathered)
+	if err := <-first; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	waitFor(t, "the order on the held key queued", func() bool { return reservation.Queued(f.svc, "held") == 1 })
+	// busyFirst's try of "first", then one try of "held".
+	if n := f.locker.tried.Load() - tried; n != 2 {
+		t.Fatalf("%d batch tries of a key; want 2: the held key tried once", n)
+	}
+	release()
+	if err := <-done; err != nil {
+		t.Fatalf("the order on the held key: %v", err)
+	}
 }
 
 // busyFirst places one order on "first" whose write waits until gathered is

@@ -33,8 +33,9 @@ type fencedLocker struct {
 	// handedOver counts the leases let go of by HandoverBatch.
 	handedOver atomic.Int32
 	// waited counts the acquisitions that wait in a key's line (not
-	// TryOnce): a queue leader's, or a test's own.
-	waited atomic.Int32
+	// TryOnce): a queue leader's, or a test's own; tried the others, a
+	// batch's tries of its keys one by one.
+	waited, tried atomic.Int32
 }
 
 func newFencedLocker() *fencedLocker {
@@ -44,16 +45,18 @@ func newFencedLocker() *fencedLocker {
 func (l *fencedLocker) Fenced() bool { return true }
 
 func (l *fencedLocker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	o := lock.Apply(0, opts)
+	if o.TryOnce {
+		l.tried.Add(1)
+	} else {
+		l.waited.Add(1)
+	}
 	inner, err := l.Locker.Acquire(ctx, key, opts...)
 	if err != nil {
 		return nil, err
 	}
-	o := lock.Apply(0, opts)
 	if o.NoWatchdog {
 		l.unwatched.Add(1)
-	}
-	if !o.TryOnce {
-		l.waited.Add(1)
 	}
 	lease, lose := lock.NewLease(lock.LeaseParams{Key: key, Token: lock.Token(l.next.Add(1)), Handle: releaser{inner}})
 	l.mu.Lock()
