@@ -28,6 +28,9 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 	var b lock.Batch
 	var got []*waiter
 	for start := 0; start < len(keys); start += maxTxnOps {
+		if err := ctx.Err(); err != nil {
+			return lock.Batch{}, pending(err, s.abandonAll(ctx, got))
+		}
 		chunk := keys[start:min(start+maxTxnOps, len(keys))]
 		ws := make([]*waiter, len(chunk))
 		ops := make([]clientv3.Op, len(chunk))
@@ -38,7 +41,7 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 				[]clientv3.Op{clientv3.OpPut(ws[i].path, "", clientv3.WithLease(s.id))},
 				nil)
 		}
-		resp, err := s.l.cli.Txn(ctx).Then(ops...).Commit()
+		resp, err := s.commitWrite(ctx, func(c context.Context) clientv3.Txn { return s.l.cli.Txn(c).Then(ops...) })
 		if err != nil {
 			// Any of this chunk's puts may have been applied with the answer lost.
 			return lock.Batch{}, pending(s.classify(err), s.abandonAll(ctx, append(got, ws...)))
@@ -51,6 +54,9 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 				b.Held = append(b.Held, chunk[i])
 			}
 		}
+	}
+	if err := ctx.Err(); err != nil {
+		return lock.Batch{}, pending(err, s.abandonAll(ctx, got))
 	}
 	if len(got) == 0 {
 		return b, nil

@@ -69,19 +69,42 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 // ("lowest create revision") taken before writing, so a try on a held key
 // writes nothing and leaves nothing to delete.
 func (s *session) tryFirst(ctx context.Context, w *waiter) (bool, error) {
-	resp, err := s.l.cli.Txn(ctx).
-		If(freeCmp(w.key)).
-		Then(clientv3.OpPut(w.path, "", clientv3.WithLease(s.id))).
-		Commit()
+	resp, err := s.commitWrite(ctx, func(c context.Context) clientv3.Txn {
+		return s.l.cli.Txn(c).If(freeCmp(w.key)).Then(clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)))
+	})
 	if err != nil {
 		// The put may have been applied with its answer lost.
 		return false, pending(s.classify(err), s.abandon(ctx, w))
+	}
+	if err := ctx.Err(); err != nil {
+		if resp.Succeeded {
+			return false, pending(err, s.abandon(ctx, w))
+		}
+		return false, err
 	}
 	if !resp.Succeeded {
 		return false, nil
 	}
 	w.rev = resp.Header.Revision
 	return true, nil
+}
+
+// commitWrite commits a transaction that may put a waiter key (txn builds
+// it on the context given) on the caller's values without its
+// cancellation, bounded by cleanupTimeout, and the caller checks its own
+// context after the answer. A put the caller's context abandoned in flight
+// can still be applied after the clean-up's delete has run, and leave a
+// waiter key nobody serves in the key's line until the session ends; the
+// answer says what there is to delete. A transaction that outlives the
+// bound is the servers' failure, not the caller's deadline.
+func (s *session) commitWrite(ctx context.Context, txn func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	defer cancel()
+	resp, err := txn(wctx).Commit()
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("%w: no answer within %v: %w", lock.ErrUnavailable, cleanupTimeout, err)
+	}
+	return resp, err
 }
 
 // freeCmp holds when no key exists under key's prefix (a range compare: every
@@ -95,12 +118,16 @@ func freeCmp(key string) clientv3.Cmp {
 // read's count is every waiter key, w's (the newest) included: the others
 // are the waiters ahead of w.
 func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
-	resp, err := s.l.cli.Txn(ctx).Then(
-		clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)),
-		clientv3.OpGet(prefix(w.key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...),
-	).Commit()
+	resp, err := s.commitWrite(ctx, func(c context.Context) clientv3.Txn {
+		return s.l.cli.Txn(c).Then(
+			clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)),
+			clientv3.OpGet(prefix(w.key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
+	})
 	if err != nil {
 		return false, s.classify(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return false, err // the caller deletes w's key
 	}
 	w.rev = resp.Header.Revision
 	oldest := resp.Responses[1].GetResponseRange()
