@@ -28,9 +28,6 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 	var b lock.Batch
 	var got []*waiter
 	for start := 0; start < len(keys); start += maxTxnOps {
-		if err := ctx.Err(); err != nil {
-			return lock.Batch{}, pending(err, s.abandonAll(ctx, got))
-		}
 		chunk := keys[start:min(start+maxTxnOps, len(keys))]
 		ws := make([]*waiter, len(chunk))
 		ops := make([]clientv3.Op, len(chunk))
@@ -43,7 +40,8 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 		}
 		resp, err := s.commitWrite(ctx, func(c context.Context) clientv3.Txn { return s.l.cli.Txn(c).Then(ops...) })
 		if err != nil {
-			// Any of this chunk's puts may have been applied with the answer lost.
+			// Any of this chunk's puts may have been applied, the answer
+			// lost or the caller gone (commitWrite).
 			return lock.Batch{}, pending(s.classify(err), s.abandonAll(ctx, append(got, ws...)))
 		}
 		for i, r := range resp.Responses {
@@ -54,9 +52,6 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 				b.Held = append(b.Held, chunk[i])
 			}
 		}
-	}
-	if err := ctx.Err(); err != nil {
-		return lock.Batch{}, pending(err, s.abandonAll(ctx, got))
 	}
 	if len(got) == 0 {
 		return b, nil

@@ -73,14 +73,8 @@ func (s *session) tryFirst(ctx context.Context, w *waiter) (bool, error) {
 		return s.l.cli.Txn(c).If(freeCmp(w.key)).Then(clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)))
 	})
 	if err != nil {
-		// The put may have been applied with its answer lost.
+		// The put may have been applied, its answer lost or its caller gone.
 		return false, pending(s.classify(err), s.abandon(ctx, w))
-	}
-	if err := ctx.Err(); err != nil {
-		if resp.Succeeded {
-			return false, pending(err, s.abandon(ctx, w))
-		}
-		return false, err
 	}
 	if !resp.Succeeded {
 		return false, nil
@@ -91,18 +85,25 @@ func (s *session) tryFirst(ctx context.Context, w *waiter) (bool, error) {
 
 // commitWrite commits a transaction that may put a waiter key (txn builds
 // it on the context given) on the caller's values without its
-// cancellation, bounded by cleanupTimeout, and the caller checks its own
-// context after the answer. A put the caller's context abandoned in flight
-// can still be applied after the clean-up's delete has run, and leave a
-// waiter key nobody serves in the key's line until the session ends; the
-// answer says what there is to delete. A transaction that outlives the
-// bound is the servers' failure, not the caller's deadline.
+// cancellation, bounded by cleanupTimeout, and only then looks at the
+// caller's context: a put the caller's context abandoned in flight can
+// still be applied after the clean-up's delete has run, and leave a waiter
+// key nobody serves in the key's line until the session ends. Every error
+// (the caller's end included, answered or not) means the put may stand and
+// its key must be deleted. A transaction that outlives the bound is the
+// servers' failure, not the caller's deadline.
 func (s *session) commitWrite(ctx context.Context, txn func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 	defer cancel()
 	resp, err := txn(wctx).Commit()
-	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
-		err = fmt.Errorf("%w: no answer within %v: %w", lock.ErrUnavailable, cleanupTimeout, err)
+	switch {
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case err != nil && wctx.Err() != nil:
+		return nil, fmt.Errorf("%w: no answer within %v: %w", lock.ErrUnavailable, cleanupTimeout, err)
 	}
 	return resp, err
 }
@@ -124,10 +125,7 @@ func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
 			clientv3.OpGet(prefix(w.key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
 	})
 	if err != nil {
-		return false, s.classify(err)
-	}
-	if err := ctx.Err(); err != nil {
-		return false, err // the caller deletes w's key
+		return false, s.classify(err) // the caller deletes w's key
 	}
 	w.rev = resp.Header.Revision
 	oldest := resp.Responses[1].GetResponseRange()
