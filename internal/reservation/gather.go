@@ -16,7 +16,7 @@ import (
 // the orders whose keys it all obtained with one claim and one write, and
 // releases everything in one round: the next batch's try, while orders wait
 // for it (lock.HandoverBatch). An order with a key held elsewhere rides
-// along once in the next gathered batch when its own placed others
+// along once in the next gathered batch when its batch placed others
 // (missed); held again, or in a batch that got nothing, it moves to
 // the queue of its lowest SKU, whose leader waits in that key's line (woken
 // by the backend, not polling) holding nothing else, exactly as a hot SKU's
