@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/internal/gctune"
 	"github.com/stockguard/stockguard/loadtest/bench"
 	"github.com/stockguard/stockguard/loadtest/bench/floor"
 	"github.com/stockguard/stockguard/loadtest/compare"
@@ -133,5 +134,8 @@ func mainFloor(ctx context.Context, args []string, getenv func(string) string, s
 	if err := fs.Parse(args, getenv); err != nil {
 		return cliflag.Done(err)
 	}
+	// The floor runs with the instances' collector settings: it is their
+	// HTTP edge without the service, measured under the same conditions.
+	defer gctune.Apply(getenv)()
 	return floor.Serve(ctx, addr, stdout)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/stockguard/stockguard/internal/cliflag"
+	"github.com/stockguard/stockguard/internal/gctune"
 	"github.com/stockguard/stockguard/internal/httpapi"
 	"github.com/stockguard/stockguard/internal/lock/locktrace"
 	"github.com/stockguard/stockguard/internal/metrics"
@@ -38,6 +39,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return err
 	}
 	log = log.With("backend", c.lock)
+	defer gctune.Apply(getenv)()
 	tracer, flushTraces, err := startTracing(ctx, getenv, log)
 	if err != nil {
 		return err
