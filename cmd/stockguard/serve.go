@@ -134,8 +134,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
+	gogc, memLimit := gctune.Settings()
 	log.Info("serving", "addr", ln.Addr().String(), "fencing", fenced, "lock_ttl", c.lockTTL, "chaos", c.chaos,
-		"coalesce", c.coalesce)
+		"coalesce", c.coalesce, "gogc", gogc, "gomemlimit", memLimit)
 	warnOpenAdmin(log, c.addr, c.adminToken)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
 

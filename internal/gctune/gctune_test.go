@@ -7,12 +7,24 @@ import (
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-// current reads the settings without changing them (a negative limit and
-// SetGCPercent's round trip leave them as they were).
+// current reads the settings the way the runtime reports them to
+// debug's setters, to check Settings against.
 func current() (percent int, limit int64) {
 	percent = debug.SetGCPercent(100)
 	debug.SetGCPercent(percent)
 	return percent, debug.SetMemoryLimit(-1)
+}
+
+func TestSettingsReadsWhatIsInEffect(t *testing.T) {
+	defer Apply(env(nil))()
+	if p, l := Settings(); p != Percent || l != MemoryLimit {
+		t.Fatalf("Settings() = %d, %d; want %d, %d", p, l, Percent, MemoryLimit)
+	}
+	debug.SetGCPercent(250)
+	p, l := Settings()
+	if cp, cl := current(); p != cp || l != cl {
+		t.Fatalf("Settings() = %d, %d; the runtime's setters say %d, %d", p, l, cp, cl)
+	}
 }
 
 func TestApplySetsDefaultsAndRestores(t *testing.T) {
