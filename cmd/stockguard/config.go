@@ -77,6 +77,8 @@ func (c *config) register(fs *flag.FlagSet) {
 		"most batches run under one lock acquisition before other instances get their turn")
 	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", reservation.DefaultMaxHold,
 		"longest a batch leader keeps its leases for further batches")
+	fs.DurationVar(&c.coalesceCfg.Window, "coalesce-window", reservation.DefaultWindow,
+		"shortest time between the starts of two gathered batches while orders wait (0: none; at most 100ms)")
 	c.limits.register(fs)
 	fs.BoolVar(&c.migrate, "migrate", true, "apply pending migrations at start (false: a migration job owns the schema)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
@@ -95,6 +97,9 @@ func (c *config) validate() error {
 	c.coalesceCfg.Disabled = c.coalesce == "off"
 	if c.coalesceCfg.MaxBatch < 1 || c.coalesceCfg.MaxBatches < 1 || c.coalesceCfg.MaxHold <= 0 || c.coalesceCfg.Gatherers < 1 {
 		return fmt.Errorf("%w: --coalesce-max-batch, --coalesce-max-batches and --coalesce-gatherers must be >= 1, --coalesce-max-hold > 0", errUsage)
+	}
+	if c.coalesceCfg.Window < 0 || c.coalesceCfg.Window > reservation.MaxWindow {
+		return fmt.Errorf("%w: --coalesce-window=%s: want 0 to %s", errUsage, c.coalesceCfg.Window, reservation.MaxWindow)
 	}
 	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
 		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)

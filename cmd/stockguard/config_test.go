@@ -50,6 +50,9 @@ func TestServeRefusesBadSettings(t *testing.T) {
 			[]string{"--etcd-endpoints=", "STOCKGUARD_ETCD_ENDPOINTS"}},
 		{"etcd endpoint of another scheme", nil, []string{"--lock=etcd", "--etcd-endpoints=ftp://127.0.0.1:1", nowhere}, []string{`scheme "ftp"`}},
 		{"etcd endpoint with a path", nil, []string{"--lock=etcd", "--etcd-endpoints=http://127.0.0.1:1/v3", nowhere}, []string{"no path"}},
+		{"negative coalescing window", nil, []string{"--lock=local", "--coalesce-window=-1ms", nowhere}, []string{"--coalesce-window=-1ms", "0 to 100ms"}},
+		{"coalescing window too long", map[string]string{"STOCKGUARD_COALESCE_WINDOW": "1s"}, []string{"--lock=local", nowhere},
+			[]string{"--coalesce-window=1s", "0 to 100ms"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -85,6 +88,8 @@ func TestAcceptedSettings(t *testing.T) {
 		{"--lock=etcd", "--etcd-endpoints=127.0.0.1:2379,http://etcd-1:2379,https://etcd-2:2379/"},
 		{"--lock=etcd", "--etcd-endpoints=unix:///run/etcd.sock"},
 		{"--lock=postgres"},
+		{"--lock=local", "--coalesce-window=0"},
+		{"--lock=local", "--coalesce-window=100ms"},
 	} {
 		var c config
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)

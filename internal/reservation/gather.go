@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -23,10 +24,12 @@ import (
 // orders do. A gatherer never waits for a key while it holds one, so
 // gatherers of different instances cannot deadlock.
 //
-// There is no gathering window: an idle instance's first order starts a
-// gatherer at once, and a busy instance gathers for as long as its
-// gatherers are busy with the batches before (group commit's natural
-// batching), so batches grow with the load and latency does not.
+// An idle instance's first order starts a gatherer at once, and a busy
+// instance gathers for as long as its gatherers are busy with the batches
+// before (group commit's natural batching), and at least for the window
+// (Coalescing.Window) from the start of the batch before: batches grow
+// with the load, and a saturated instance spends its rounds and commits on
+// fuller ones.
 
 // maxGatherLines is the most SKUs an order may have and still be gathered.
 // A bigger order is a batch by itself (it gains nothing from company) and
@@ -61,16 +64,52 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 		// prev is the last batch's leases while more orders wait: the next
 		// batch's try lets them go in its own round (handsOver).
 		var prev *hold
+		var last *gathered
+		var started time.Time
 		for {
+			if prev == nil && last != nil && last.behind {
+				c.await(lctx, started)
+			}
+			started = time.Now()
 			g := c.takeIntake()
 			if g == nil {
 				c.s.release(lctx, prev)
 				return
 			}
 			prev = c.s.serve(lctx, g, prev)
+			last = g
 		}
 	}()
 	return nil
+}
+
+// await waits out the window from started, the start of the gatherer's
+// last batch, whose answers went out with orders waiting behind it; while
+// orders still wait (an empty intake ends the gatherer at once instead),
+// or until lctx ends. Orders that arrive only after the answers (a client
+// sending its next order when the last is answered) are not a busy
+// instance: the gatherer takes them at once.
+func (c *coalescer) await(lctx context.Context, started time.Time) {
+	if c.cfg.Window <= 0 || started.IsZero() {
+		return
+	}
+	d := c.cfg.Window - time.Since(started)
+	if d <= 0 {
+		return
+	}
+	c.mu.Lock()
+	c.intake = pruneHead(c.intake)
+	waiting := len(c.intake) > 0
+	c.mu.Unlock()
+	if !waiting {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-lctx.Done():
+	}
 }
 
 // takeIntake returns the next gathered batch: the queued orders at the
@@ -111,6 +150,9 @@ type gathered struct {
 	orders []*pending
 	// tried is set once the section has tried want.
 	tried bool
+	// behind is set when orders waited in the intake as the batch was about
+	// to answer: they arrived while it ran (handsOver).
+	behind bool
 }
 
 func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pending) {
@@ -156,14 +198,13 @@ func (*gathered) tries() bool     { return true }
 // in the intake, where the backend lets them go in the round of its try
 // (lock.Handover: one multi on zookeeper, not two). Elsewhere the handover
 // would only hold the keys a little longer for the same rounds. With no order waiting they go at
-// once, so an idle instance holds nothing.
+// once, so an idle instance holds nothing. Whether orders wait is also what
+// opens the window before the next batch (behind, await).
 func (g *gathered) handsOver(*hold) bool {
-	if !g.c.handover {
-		return false
-	}
 	g.c.mu.Lock()
 	defer g.c.mu.Unlock()
-	return len(g.c.intake) > 0
+	g.behind = len(g.c.intake) > 0
+	return g.c.handover && g.behind
 }
 
 // missed places the orders, in arrival order, that a gathered batch could

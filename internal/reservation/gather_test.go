@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/lock"
@@ -263,4 +264,65 @@ func (f *fixture) busyFirst() (first <-chan error, gathered chan struct{}) {
 	go func() { _, _, err := f.svc.Place(context.Background(), req("", line("first", 1))); answer <- err }()
 	waitFor(f.t, "the first batch to write", func() bool { return f.store.tried() == 1 })
 	return answer, gathered
+}
+
+// plainLocker is the fixture's locker without lock.Handover, as redis and
+// redlock are: a gathered batch lets its leases go before answering, and
+// the window applies.
+type plainLocker struct{ lock.Locker }
+
+// TestGatherWindow: orders that arrive while a gathered batch runs wait for
+// the window from that batch's start and go together in the next; orders
+// sent one after another, each once the last is answered, never wait for
+// it, nor does a lone order on an idle instance.
+func TestGatherWindow(t *testing.T) {
+	const window = 400 * time.Millisecond
+	f := newFixture(t, reservation.Coalescing{Gatherers: 1})
+	f.svc = reservation.New(reservation.Config{Store: f.store, Locker: plainLocker{f.locker}, LockWait: 5 * time.Second,
+		Coalescing: reservation.Coalescing{Gatherers: 1, Window: window}})
+	for i := range 6 {
+		f.stock(fmt.Sprintf("s%d", i), 2)
+	}
+	f.stock("first", 1)
+	ctx := context.Background()
+
+	for i := range 3 {
+		start := time.Now()
+		if _, _, err := f.svc.Place(ctx, req("", line(fmt.Sprintf("s%d", i), 1))); err != nil {
+			t.Fatalf("order %d one after another: %v", i, err)
+		}
+		if d := time.Since(start); d >= window {
+			t.Fatalf("order %d, sent once the last was answered, took %v: it waited for the window", i, d)
+		}
+	}
+	f.store.counts()
+
+	begun := time.Now()
+	first, gathered := f.busyFirst()
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	done := make([]time.Time, 3)
+	for i := range 3 {
+		wg.Go(func() {
+			_, _, errs[i] = f.svc.Place(ctx, req("", line(fmt.Sprintf("s%d", i+3), 1)))
+			done[i] = time.Now()
+		})
+	}
+	waitFor(t, "three orders gathered", func() bool { return reservation.Gathering(f.svc) == 3 })
+	close(gathered)
+	if err := <-first; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	wg.Wait()
+	for i := range 3 {
+		if errs[i] != nil {
+			t.Fatalf("gathered order %d: %v", i, errs[i])
+		}
+		if d := done[i].Sub(begun); d < window {
+			t.Fatalf("gathered order %d answered %v after the busy batch began; want the window, %v, first", i, d, window)
+		}
+	}
+	if claims, writes := f.store.counts(); claims != 2 || len(writes) != 2 || writes[1] != 3 {
+		t.Fatalf("claims %d, writes %v; want the first order's, then the three gathered in one claim and one write", claims, writes)
+	}
 }
