@@ -50,9 +50,10 @@ func TestServeRefusesBadSettings(t *testing.T) {
 			[]string{"--etcd-endpoints=", "STOCKGUARD_ETCD_ENDPOINTS"}},
 		{"etcd endpoint of another scheme", nil, []string{"--lock=etcd", "--etcd-endpoints=ftp://127.0.0.1:1", nowhere}, []string{`scheme "ftp"`}},
 		{"etcd endpoint with a path", nil, []string{"--lock=etcd", "--etcd-endpoints=http://127.0.0.1:1/v3", nowhere}, []string{"no path"}},
-		{"negative coalescing window", nil, []string{"--lock=local", "--coalesce-window=-1ms", nowhere}, []string{"--coalesce-window=-1ms", "0 to 100ms"}},
+		{"negative coalescing window", nil, []string{"--lock=local", "--coalesce-window=-1ms", nowhere}, []string{"--coalesce-window=-1ms", "auto or 0 to 100ms"}},
 		{"coalescing window too long", map[string]string{"STOCKGUARD_COALESCE_WINDOW": "1s"}, []string{"--lock=local", nowhere},
-			[]string{"--coalesce-window=1s", "0 to 100ms"}},
+			[]string{"--coalesce-window=1s", "auto or 0 to 100ms"}},
+		{"coalescing window not a duration", nil, []string{"--lock=local", "--coalesce-window=soon", nowhere}, []string{"--coalesce-window=soon", "auto or a duration"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -90,6 +91,7 @@ func TestAcceptedSettings(t *testing.T) {
 		{"--lock=postgres"},
 		{"--lock=local", "--coalesce-window=0"},
 		{"--lock=local", "--coalesce-window=100ms"},
+		{"--lock=redlock", "--coalesce-window=auto"},
 	} {
 		var c config
 		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
@@ -134,5 +136,27 @@ func TestMigrateRefusesBadDatabaseURL(t *testing.T) {
 	err := run(context.Background(), []string{"migrate", "--database-url=mysql://u:s3cret@db/x"}, func(string) string { return "" }, &stdout, &stderr)
 	if exitCode(err) != exitUsage || !strings.Contains(stderr.String(), "STOCKGUARD_DATABASE_URL") || strings.Contains(stderr.String(), "s3cret") {
 		t.Fatalf("exit %d (%v), want %d naming the variable without the password\nstderr:\n%s", exitCode(err), err, exitUsage, stderr.String())
+	}
+}
+
+// TestCoalesceWindowAuto: auto is a window on redlock only, where a batch's
+// rounds on five masters are what saturates an instance; a duration given
+// is used on every backend.
+func TestCoalesceWindowAuto(t *testing.T) {
+	for _, c := range []struct {
+		lock, window string
+		want         time.Duration
+	}{
+		{"redlock", "auto", redlockWindow},
+		{"redis", "auto", 0},
+		{"postgres", "auto", 0},
+		{"zookeeper", "auto", 0},
+		{"redlock", "0", 0},
+		{"postgres", "5ms", 5 * time.Millisecond},
+	} {
+		got, err := parseWindow(c.window, c.lock)
+		if err != nil || got != c.want {
+			t.Errorf("parseWindow(%q, %q) = %v, %v; want %v", c.window, c.lock, got, err, c.want)
+		}
 	}
 }

@@ -56,8 +56,9 @@ type Coalescing struct {
 	// instance never waits: a lone order starts a gatherer at once, and a
 	// gatherer whose intake is empty ends. Nor does a gatherer holding the
 	// last batch's leases for the next try (lock.Handover): it would hold
-	// them longer. Zero (the default here) is no window; serve's
-	// --coalesce-window defaults to DefaultWindow.
+	// them longer. Zero (the default) is no window; serve sets one for
+	// redlock (--coalesce-window=auto), where a batch's own rounds are what
+	// saturates the machine.
 	Window time.Duration
 }
 
@@ -69,13 +70,6 @@ const (
 	DefaultMaxQueued  = 1024
 	DefaultMaxQueues  = 4096
 	DefaultGatherers  = 1
-	// DefaultWindow is serve's --coalesce-window: on the 2-core reference
-	// machine (redlock, 1,000 SKUs, 3 instances, 64 clients) 12 ms gave the
-	// most orders/s in two rounds of 0, 8, 12 and 16 ms (3,725 / 3,748 →
-	// 4,245 / 4,280; at 16 ms the instances idled more than they saved),
-	// the instances' CPU an order 232 → 195 µs, Redis' 108 → 83 µs, p99
-	// 40 → 32 ms (loadtest/BENCH.md).
-	DefaultWindow = 12 * time.Millisecond
 	// MaxWindow bounds Window: a longer one is latency a busy instance
 	// adds to every order.
 	MaxWindow = 100 * time.Millisecond
