@@ -64,10 +64,10 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 		// prev is the last batch's leases while more orders wait: the next
 		// batch's try lets them go in its own round (handsOver).
 		var prev *hold
-		var last *gathered
+		var behind bool // the last batch answered with orders waiting
 		var started time.Time
 		for {
-			if prev == nil && last != nil && last.behind {
+			if prev == nil && behind {
 				c.await(lctx, started)
 			}
 			started = time.Now()
@@ -77,7 +77,7 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 				return
 			}
 			prev = c.s.serve(lctx, g, prev)
-			last = g
+			behind = g.behind
 		}
 	}()
 	return nil
@@ -90,7 +90,7 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 // sending its next order when the last is answered) are not a busy
 // instance: the gatherer takes them at once.
 func (c *coalescer) await(lctx context.Context, started time.Time) {
-	if c.cfg.Window <= 0 || started.IsZero() {
+	if c.cfg.Window <= 0 {
 		return
 	}
 	d := c.cfg.Window - time.Since(started)
