@@ -32,29 +32,13 @@ const cleanupTimeout = 2 * time.Second
 
 // acquire runs the recipe once in this session.
 func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
-	parent := s.l.cfg.root + "/" + key
-	if o.TryOnce {
-		// Read before writing: polling a held key then costs the ensemble
-		// no transaction at all. The verdict after creating still decides.
-		var children []string
-		err := s.run(ctx, func() (err error) {
-			children, _, err = s.conn.Children(parent)
-			return err
-		})
-		if err == nil {
-			for _, c := range children {
-				if _, ok := parseSeq(c); ok {
-					return nil, lock.ErrNotAcquired
-				}
-			}
-		}
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		// ErrNoNode: nobody there. Any other failure: the create below
-		// has its own recovery, and the listing after it the last word.
-	}
-
+	// TryOnce creates too, rather than reading first: a read is served by
+	// the session's server, which may not have applied a release another
+	// client has seen complete (a follower answers a delete before the
+	// leader applies it, and Sync on the leader waits for nothing), so a
+	// free key could be reported held. The listing after our own create
+	// follows every release before it; a poll of a held key costs two
+	// transactions, as Curator's acquire(0) does.
 	nodes, _, err := s.createAll(ctx, []string{key}, nil)
 	if err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package zklock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -234,4 +235,36 @@ func TestNothingLeftBehind(t *testing.T) {
 		t.Fatalf("after Close: %v, want the other Locker's holder only", names)
 	}
 	mustRelease(t, other)
+}
+
+// TestTryOnceAfterReleaseElsewhere releases a key through one server and
+// at once tries it once through each other server of the ensemble: a
+// follower that has not applied the release yet must not make a free key
+// look held (the verdict comes after our own create, never from a read).
+func TestTryOnceAfterReleaseElsewhere(t *testing.T) {
+	servers := sharedZK(t)
+	if len(servers) < 2 {
+		t.Fatalf("need an ensemble, got %v", servers)
+	}
+	lockers := make([]*Locker, len(servers))
+	for i, s := range servers {
+		lockers[i] = mustLocker(t, []string{s})
+	}
+	base := key(t)
+	const rounds = 150
+	for r := range rounds {
+		holder := lockers[r%len(lockers)]
+		for j, other := range lockers {
+			if other == holder {
+				continue
+			}
+			k := fmt.Sprintf("%s-%d-%d", base, r, j)
+			mustRelease(t, mustAcquire(t, holder, k))
+			lease, err := other.Acquire(context.Background(), k, lock.TryOnce())
+			if err != nil {
+				t.Fatalf("round %d: %q released via %s, try once via %s: %v", r, k, servers[r%len(lockers)], servers[j], err)
+			}
+			mustRelease(t, lease)
+		}
+	}
 }
