@@ -80,7 +80,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.coalesceCfg.MaxHold, "coalesce-max-hold", reservation.DefaultMaxHold,
 		"longest a batch leader keeps its leases for further batches")
 	fs.StringVar(&c.window, "coalesce-window", "auto",
-		"shortest time between the starts of two gathered batches while orders wait behind them: a duration up to 100ms (0: none), or auto: 12ms with --lock=redlock, none with the others")
+		"shortest time between the starts of two gathered batches while orders wait behind them: a duration up to 100ms (0: none), or auto: 12ms with --lock=redlock, redis or postgres, none with the others")
 	c.limits.register(fs)
 	fs.BoolVar(&c.migrate, "migrate", true, "apply pending migrations at start (false: a migration job owns the schema)")
 	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
@@ -128,24 +128,28 @@ func (c *config) logger(w io.Writer) (*slog.Logger, error) {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 }
 
-// redlockWindow is --coalesce-window=auto's window on redlock. The window
-// trades an order's wait for fewer, fuller batches, which pays only where a
-// batch's own cost is what saturates the machine: Redlock's is a script call
-// on each of five masters per phase. Measured with vegeta (load bench
-// --quick, 2 alternated pairs, each without and with 12 ms): redlock
-// 4,050 / 4,138 → 4,250 / 4,372 orders/s on 1,000 SKUs (CPU an order 440 →
-// 370 µs), while postgres 4,834 / 5,404 → 4,407 / 4,210 and redis 5,435 /
-// 5,128 → 4,387 / 4,571, whose batches are cheap and whose instances then
-// idle through the window. 12 ms was the best of 0, 8, 12 and 16 ms in two
-// `load run` rounds on redlock (at 16 ms its instances idled too).
-const redlockWindow = 12 * time.Millisecond
+// autoWindow is --coalesce-window=auto's window on redlock, redis and
+// postgres. The window trades an order's wait for fewer, fuller batches,
+// which pays where a batch's own cost (a script call per master per phase,
+// two commits) is what the machine spends; and since a gatherer stops
+// waiting once the intake holds as many orders as its last batch, it no
+// longer idles an instance whose clients are back. Vegeta, load bench
+// --quick, two alternated pairs each: redlock 4,621 / 4,623 → 6,343 / 6,409
+// orders/s on 1,000 SKUs without / with the fill rule; with the rule,
+// none / 12 ms on postgres 6,562 / 6,615 → 7,368 / 7,422 (CPU an order
+// 272 / 261 → 218 / 218 µs) and redis 6,935 / 6,409 → 6,641 / 7,116 (266 /
+// 273 → 240 / 234 µs). ZooKeeper hands a batch's leases to the next try
+// (lock.Handover), which never waits: its window cost 3,686 / 3,433 →
+// 3,289 / 3,316, so none there.
+const autoWindow = 12 * time.Millisecond
 
 // parseWindow reads --coalesce-window: auto (the backend's), or a duration
 // from 0 (none) to reservation.MaxWindow.
 func parseWindow(v, backend string) (time.Duration, error) {
 	if v == "auto" {
-		if backend == "redlock" {
-			return redlockWindow, nil
+		switch backend {
+		case "redlock", "redis", "postgres":
+			return autoWindow, nil
 		}
 		return 0, nil
 	}

@@ -139,17 +139,18 @@ func TestMigrateRefusesBadDatabaseURL(t *testing.T) {
 	}
 }
 
-// TestCoalesceWindowAuto: auto is a window on redlock only, where a batch's
-// rounds on five masters are what saturates an instance; a duration given
+// TestCoalesceWindowAuto: auto is a window on redlock, redis and postgres,
+// where a batch's own rounds and commits are what an instance spends, and
+// none on zookeeper, whose batches hand their leases over; a duration given
 // is used on every backend.
 func TestCoalesceWindowAuto(t *testing.T) {
 	for _, c := range []struct {
 		lock, window string
 		want         time.Duration
 	}{
-		{"redlock", "auto", redlockWindow},
-		{"redis", "auto", 0},
-		{"postgres", "auto", 0},
+		{"redlock", "auto", autoWindow},
+		{"redis", "auto", autoWindow},
+		{"postgres", "auto", autoWindow},
 		{"zookeeper", "auto", 0},
 		{"redlock", "0", 0},
 		{"postgres", "5ms", 5 * time.Millisecond},

@@ -49,16 +49,17 @@ type Coalescing struct {
 	Gatherers int
 	// Window is the shortest time from the start of one gathered batch to
 	// the start of the next of the same gatherer while orders wait: a batch
-	// due sooner waits for the rest of it, and the orders that arrive
-	// meanwhile ride in it. On a saturated instance most of a batch's cost —
-	// a round per lock server, two commits — does not grow with its orders,
+	// due sooner waits for the rest of it, or until the intake holds as
+	// many orders as the batch before had (it is then as full as the window
+	// would make it, and waiting on would only idle the instance), and the
+	// orders that arrive meanwhile ride in it. Most of a batch's cost — a
+	// round per lock server, two commits — does not grow with its orders,
 	// so fewer, fuller batches leave more CPU for the orders. An idle
 	// instance never waits: a lone order starts a gatherer at once, and a
 	// gatherer whose intake is empty ends. Nor does a gatherer holding the
 	// last batch's leases for the next try (lock.Handover): it would hold
 	// them longer. Zero (the default) is no window; serve sets one for
-	// redlock (--coalesce-window=auto), where a batch's own rounds are what
-	// saturates the machine.
+	// redlock, redis and postgres (--coalesce-window=auto).
 	Window time.Duration
 }
 
@@ -117,6 +118,15 @@ type coalescer struct {
 	// handover: the locker lets a batch's leases go in its next try's
 	// round (lock.Handover), so a gatherer hands them over (handsOver).
 	handover bool
+	// filled are the gatherers waiting out a window, each woken once the
+	// intake holds as many orders as its last batch (await).
+	filled []filler
+}
+
+// filler is a gatherer in await: ch is closed once the intake holds n.
+type filler struct {
+	n  int
+	ch chan struct{}
 }
 
 // queue is the orders waiting for one SKU, in arrival order; guarded by

@@ -44,3 +44,12 @@ func Leading(s *Service, sku string) bool {
 	_, ok := c.queues[sku]
 	return ok
 }
+
+// Filling reports the gatherers waiting for the intake to fill their next
+// batch.
+func Filling(s *Service) int {
+	c := s.coalesce
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.filled)
+}

@@ -3,6 +3,7 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -50,6 +51,7 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 		return fmt.Errorf("reservation: %d orders gathering: %w", len(c.intake), inventory.ErrOverloaded)
 	}
 	c.intake = append(c.intake, p)
+	c.wakeFilled()
 	if c.gatherers >= c.cfg.Gatherers {
 		return nil
 	}
@@ -66,9 +68,10 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 		var prev *hold
 		var behind bool // the last batch answered with orders waiting
 		var started time.Time
+		var last int // the orders the last batch gathered
 		for {
 			if prev == nil && behind {
-				c.await(lctx, started)
+				c.await(lctx, started, last)
 			}
 			started = time.Now()
 			g := c.takeIntake()
@@ -76,6 +79,7 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 				c.s.release(lctx, prev)
 				return
 			}
+			last = len(g.orders)
 			prev = c.s.serve(lctx, g, prev)
 			behind = g.behind
 		}
@@ -86,10 +90,13 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 // await waits out the window from started, the start of the gatherer's
 // last batch, whose answers went out with orders waiting behind it; while
 // orders still wait (an empty intake ends the gatherer at once instead),
-// or until lctx ends. Orders that arrive only after the answers (a client
+// until the intake holds as many orders as that batch gathered (last: the
+// next is as full as the window would make it, so waiting longer would
+// only idle the instance — a closed loop of clients is back by then), or
+// until lctx ends. Orders that arrive only after the answers (a client
 // sending its next order when the last is answered) are not a busy
 // instance: the gatherer takes them at once.
-func (c *coalescer) await(lctx context.Context, started time.Time) {
+func (c *coalescer) await(lctx context.Context, started time.Time, last int) {
 	if c.cfg.Window <= 0 {
 		return
 	}
@@ -99,16 +106,35 @@ func (c *coalescer) await(lctx context.Context, started time.Time) {
 	}
 	c.mu.Lock()
 	c.intake = pruneHead(c.intake)
-	waiting := len(c.intake) > 0
-	c.mu.Unlock()
-	if !waiting {
+	if len(c.intake) == 0 || len(c.intake) >= last {
+		c.mu.Unlock()
 		return
 	}
+	f := filler{n: last, ch: make(chan struct{})}
+	c.filled = append(c.filled, f)
+	c.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+	case <-f.ch:
 	case <-lctx.Done():
+	}
+	c.mu.Lock()
+	c.filled = slices.DeleteFunc(c.filled, func(o filler) bool { return o.ch == f.ch })
+	c.mu.Unlock()
+}
+
+// wakeFilled wakes the gatherers in await whose batch the intake now
+// fills. c.mu is held.
+func (c *coalescer) wakeFilled() {
+	for i := 0; i < len(c.filled); {
+		if f := c.filled[i]; len(c.intake) >= f.n {
+			close(f.ch)
+			c.filled = slices.Delete(c.filled, i, i+1)
+			continue
+		}
+		i++
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -271,16 +272,17 @@ func (f *fixture) busyFirst() (first <-chan error, gathered chan struct{}) {
 // the window applies.
 type plainLocker struct{ lock.Locker }
 
-// TestGatherWindow: orders that arrive while a gathered batch runs wait for
-// the window from that batch's start and go together in the next; orders
-// sent one after another, each once the last is answered, never wait for
-// it, nor does a lone order on an idle instance.
+// TestGatherWindow: a gatherer whose batch answered with orders waiting
+// starts the next once the intake holds as many orders as that batch had,
+// and no later than the window from its start; orders sent one after
+// another, each once the last is answered, never wait, nor does a lone
+// order on an idle instance.
 func TestGatherWindow(t *testing.T) {
 	const window = 400 * time.Millisecond
 	f := newFixture(t, reservation.Coalescing{Gatherers: 1})
 	f.svc = reservation.New(reservation.Config{Store: f.store, Locker: plainLocker{f.locker}, LockWait: 5 * time.Second,
 		Coalescing: reservation.Coalescing{Gatherers: 1, Window: window}})
-	for i := range 6 {
+	for i := range 10 {
 		f.stock(fmt.Sprintf("s%d", i), 2)
 	}
 	f.stock("first", 1)
@@ -297,32 +299,61 @@ func TestGatherWindow(t *testing.T) {
 	}
 	f.store.counts()
 
-	begun := time.Now()
-	first, gathered := f.busyFirst()
+	// Each of the next three writes waits for its gate.
+	gates := []chan struct{}{make(chan struct{}), make(chan struct{}), make(chan struct{})}
+	var writes atomic.Int32
+	f.store.onWrite(func() {
+		if k := int(writes.Add(1)) - 1; k < len(gates) {
+			<-gates[k]
+		}
+	})
 	var wg sync.WaitGroup
-	errs := make([]error, 3)
-	done := make([]time.Time, 3)
-	for i := range 3 {
+	place := func(sku string) {
 		wg.Go(func() {
-			_, _, errs[i] = f.svc.Place(ctx, req("", line(fmt.Sprintf("s%d", i+3), 1)))
-			done[i] = time.Now()
+			if _, _, err := f.svc.Place(ctx, req("", line(sku, 1))); err != nil {
+				t.Errorf("order on %s: %v", sku, err)
+			}
 		})
 	}
+	place("first")
+	waitFor(t, "the first batch to write", func() bool { return f.store.tried() == 1 })
+	for _, sku := range []string{"s3", "s4", "s5"} {
+		place(sku)
+	}
 	waitFor(t, "three orders gathered", func() bool { return reservation.Gathering(f.svc) == 3 })
-	close(gathered)
-	if err := <-first; err != nil {
-		t.Fatalf("first order: %v", err)
+	opened := time.Now()
+	close(gates[0])
+	waitFor(t, "the three in the next batch", func() bool { return f.store.tried() == 2 })
+	if d := time.Since(opened); d >= window {
+		t.Fatalf("three orders behind a batch of one started %v after it answered: they filled the batch, no window was due", d)
+	}
+
+	// One order behind the batch of three: the gatherer waits, and two more
+	// fill the next batch before the window is out.
+	place("s6")
+	waitFor(t, "one order gathered", func() bool { return reservation.Gathering(f.svc) == 1 })
+	close(gates[1])
+	waitFor(t, "the gatherer waiting for the intake to fill", func() bool { return reservation.Filling(f.svc) == 1 })
+	filled := time.Now()
+	place("s7")
+	place("s8")
+	waitFor(t, "the filled batch", func() bool { return f.store.tried() == 3 })
+	if d := time.Since(opened); d >= window {
+		// The batch of three began after opened: the window from its
+		// start would have ended later than this.
+		t.Fatalf("the batch the intake filled started %v after the batch before it: it waited out the window", d)
+	}
+
+	// One order behind that batch and nobody else: the window from its start.
+	place("s9")
+	waitFor(t, "one order gathered", func() bool { return reservation.Gathering(f.svc) == 1 })
+	close(gates[2])
+	waitFor(t, "the last order", func() bool { return f.store.tried() == 4 })
+	if d := time.Since(filled); d < window {
+		t.Fatalf("a lone order behind a batch of three went %v after that batch began; want the window, %v", d, window)
 	}
 	wg.Wait()
-	for i := range 3 {
-		if errs[i] != nil {
-			t.Fatalf("gathered order %d: %v", i, errs[i])
-		}
-		if d := done[i].Sub(begun); d < window {
-			t.Fatalf("gathered order %d answered %v after the busy batch began; want the window, %v, first", i, d, window)
-		}
-	}
-	if claims, writes := f.store.counts(); claims != 2 || len(writes) != 2 || writes[1] != 3 {
-		t.Fatalf("claims %d, writes %v; want the first order's, then the three gathered in one claim and one write", claims, writes)
+	if claims, writes := f.store.counts(); claims != 4 || !slices.Equal(writes, []int{1, 3, 3, 1}) {
+		t.Fatalf("claims %d, writes %v; want 4 claims and writes of 1, 3, 3, 1 orders", claims, writes)
 	}
 }
