@@ -27,10 +27,10 @@ import (
 //
 // An idle instance's first order starts a gatherer at once, and a busy
 // instance gathers for as long as its gatherers are busy with the batches
-// before (group commit's natural batching), and at least for the window
-// (Coalescing.Window) from the start of the batch before: batches grow
-// with the load, and a saturated instance spends its rounds and commits on
-// fuller ones.
+// before (group commit's natural batching), and then for the window
+// (Coalescing.Window) from the start of the batch before, or until as many
+// orders wait as that batch had: batches grow with the load, and a busy
+// instance spends its rounds and commits on fuller ones without idling.
 
 // maxGatherLines is the most SKUs an order may have and still be gathered.
 // A bigger order is a batch by itself (it gains nothing from company) and
