@@ -128,14 +128,13 @@ func (c *coalescer) await(lctx context.Context, started time.Time, last int) {
 // wakeFilled wakes the gatherers in await whose batch the intake now
 // fills. c.mu is held.
 func (c *coalescer) wakeFilled() {
-	for i := 0; i < len(c.filled); {
-		if f := c.filled[i]; len(c.intake) >= f.n {
-			close(f.ch)
-			c.filled = slices.Delete(c.filled, i, i+1)
-			continue
+	c.filled = slices.DeleteFunc(c.filled, func(f filler) bool {
+		if len(c.intake) < f.n {
+			return false
 		}
-		i++
-	}
+		close(f.ch)
+		return true
+	})
 }
 
 // takeIntake returns the next gathered batch: the queued orders at the
