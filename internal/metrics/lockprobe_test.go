@@ -99,6 +99,21 @@ func TestLockProbeSharesOnePing(t *testing.T) {
 		t.Errorf("%d concurrent checks made %d pings, want them to share one", callers, n)
 	}
 
+	// The callers' timers and the ping's own timeout end together; let that
+	// ping finish, or the checks below may join it and see its deadline
+	// (its select finds both release and its context done).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		p.mu.Lock()
+		idle := p.inflight == nil
+		p.mu.Unlock()
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the timed-out ping never ended")
+		}
+	}
+
 	// A caller that leaves is answered at once; the ping goes on for the others.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
