@@ -21,10 +21,11 @@ type Write struct {
 	SKUs []SKU
 	// Orders are inserted with their lines, all of them or none.
 	Orders []*Order
-	// Transition, when set, moves an existing order From → To; it is applied
-	// first and the whole write fails with ErrInvalidTransition if the order
-	// is no longer in From.
-	Transition *Transition
+	// Transitions move existing orders, each at most once, From → To; they
+	// are applied first, and if any order is no longer in its From the
+	// whole write fails with the *OrderErrors of every such order joined
+	// (errors.Join), each matching ErrInvalidTransition.
+	Transitions []Transition
 }
 
 // Transition is a status change of an existing order.
@@ -64,8 +65,8 @@ type Store interface {
 	// deleted, so a name once seen to exist exists for good.
 	KnownSKUs(ctx context.Context, names []string) (map[string]bool, error)
 
-	// ExpiredOrders lists reserved orders whose hold ended before now, oldest
-	// first, leaving out those in skip.
-	ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]uuid.UUID, error)
+	// ExpiredOrders lists, with their lines, up to limit reserved orders
+	// whose hold ended before now, oldest first, leaving out those in skip.
+	ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]*Order, error)
 	Ping(ctx context.Context) error
 }

@@ -210,14 +210,14 @@ func BenchmarkClaim(b *testing.B) {
 // gorm returns the arguments the way the gorm path needs them: gorm expands
 // a bare Go slice after "(" into a list, so arrays go as literals.
 func (a *writeArgs) gorm() []any {
-	return []any{a.toStatus, a.transitionID, a.fromStatus,
+	return []any{uuidArray(a.moveIDs), textArray(a.moveFrom), textArray(a.moveTo),
 		textArray(a.skus), int64Array(a.avail), int64Array(a.resv), int64Array(a.sold), int64Array(a.recv),
-		int64Array(a.tokens), uuidArray(a.holders), a.wantTransition,
+		int64Array(a.tokens), uuidArray(a.holders), a.wantMoves,
 		uuidArray(a.orderIDs), textArray(a.keys), textArray(a.hashes), textArray(a.statuses),
 		timeArray(a.expires), timeArray(a.created),
 		uuidArray(a.lineOrders), textArray(a.lineSKUs), int64Array(a.lineQty), int64Array(a.lineTokens),
 		int32Array(a.linePos),
-		a.wantSKUs, a.wantTransition, a.wantOrds}
+		a.wantSKUs, a.wantMoves, a.wantOrds}
 }
 
 type timeArray []time.Time

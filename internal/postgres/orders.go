@@ -91,13 +91,41 @@ func (s *Store) OrdersByKey(ctx context.Context, keys []string) (map[string]*inv
 	return out, nil
 }
 
+// expiredSQL lists the due orders and their lines in one statement: the
+// reaper expires a page of them at once, and a read of each would be two
+// round trips an order.
+const expiredSQL = `SELECT o.id, o.idempotency_key, o.request_hash, o.status, o.expires_at, o.created_at,
+	l.sku, l.quantity, l.fence_token
+FROM (SELECT * FROM orders WHERE status = 'reserved' AND expires_at <= $1 AND id <> ALL($2::uuid[])
+	ORDER BY expires_at LIMIT $3) o
+JOIN order_lines l ON l.order_id = o.id
+ORDER BY o.expires_at, o.id, l.position`
+
 // ExpiredOrders implements inventory.Store.
-func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]uuid.UUID, error) {
-	var ids []uuid.UUID
-	err := s.db.WithContext(ctx).Raw(`SELECT id FROM orders WHERE status = 'reserved' AND expires_at <= ?
-		AND id <> ALL(?::uuid[]) ORDER BY expires_at LIMIT ?`, now, uuidArray(skip), limit).Scan(&ids).Error
+func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]*inventory.Order, error) {
+	var out []*inventory.Order
+	err := s.withPgx(ctx, func(c *pgx.Conn) error {
+		out = out[:0]
+		rows, err := c.Query(ctx, expiredSQL, now, uuidBytes(skip), limit)
+		if err != nil {
+			return err
+		}
+		var r orderRow
+		var l lineRow
+		_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.IdempotencyKey, &r.RequestHash, &r.Status, &r.ExpiresAt, &r.CreatedAt,
+			&l.SKU, &l.Quantity, &l.FenceToken}, func() error {
+			if len(out) == 0 || out[len(out)-1].ID != r.ID {
+				out = append(out, &inventory.Order{ID: r.ID, Status: inventory.Status(r.Status), ExpiresAt: r.ExpiresAt,
+					CreatedAt: r.CreatedAt, IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash})
+			}
+			o := out[len(out)-1]
+			o.Lines = append(o.Lines, inventory.Line{SKU: l.SKU, Quantity: l.Quantity, FenceToken: uint64(l.FenceToken)})
+			return nil
+		})
+		return err
+	})
 	if err != nil {
 		return nil, translate(ctx, "list expired orders", err)
 	}
-	return ids, nil
+	return out, nil
 }

@@ -195,10 +195,11 @@ func TestTransitionIsConditional(t *testing.T) {
 	if err := reserve(ctx, s, f, 2); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("ExpiredOrders = %v, %v; want one", ids, err)
+	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
+	if err != nil || len(due) != 1 || len(due[0].Lines) != 1 || due[0].Lines[0] != (inventory.Line{SKU: "sku-t", Quantity: 2, FenceToken: 2}) {
+		t.Fatalf("ExpiredOrders = %+v, %v; want one, with its line", due, err)
 	}
+	ids := []uuid.UUID{due[0].ID}
 	if skipped, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, ids); err != nil || len(skipped) != 0 {
 		t.Fatalf("ExpiredOrders skipping the only one = %v, %v; want none", skipped, err)
 	}
@@ -217,7 +218,7 @@ func TestTransitionIsConditional(t *testing.T) {
 			k.Reserved -= 2
 			k.Available += 2
 			errs[i] = s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k},
-				Transition: &inventory.Transition{ID: ids[0], From: inventory.StatusReserved, To: inventory.StatusExpired}})
+				Transitions: []inventory.Transition{{ID: ids[0], From: inventory.StatusReserved, To: inventory.StatusExpired}}})
 		})
 	}
 	wg.Wait()
@@ -296,10 +297,11 @@ func TestTransitionOfMovedOrder(t *testing.T) {
 	if err := reserve(ctx, s, f, 2); err != nil {
 		t.Fatal(err)
 	}
-	ids, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
-	if err != nil || len(ids) != 1 {
-		t.Fatalf("ExpiredOrders = %v, %v", ids, err)
+	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
+	if err != nil || len(due) != 1 {
+		t.Fatalf("ExpiredOrders = %v, %v", due, err)
 	}
+	ids := []uuid.UUID{due[0].ID}
 	expire := func(tok uint64) error {
 		f := fence("sku-m", tok)
 		got, err := s.Claim(ctx, []inventory.Fence{f}, false)
@@ -310,7 +312,7 @@ func TestTransitionOfMovedOrder(t *testing.T) {
 		k.Reserved -= 2 // -2 when the order was already expired
 		k.Available += 2
 		return s.Write(ctx, []inventory.Fence{f}, inventory.Write{SKUs: []inventory.SKU{k},
-			Transition: &inventory.Transition{ID: ids[0], From: inventory.StatusReserved, To: inventory.StatusExpired}})
+			Transitions: []inventory.Transition{{ID: ids[0], From: inventory.StatusReserved, To: inventory.StatusExpired}}})
 	}
 	if err := expire(3); err != nil {
 		t.Fatalf("first expiry: %v", err)
@@ -321,6 +323,71 @@ func TestTransitionOfMovedOrder(t *testing.T) {
 	if a := audit(t, s, "sku-m"); !a.Consistent || a.Available != 5 || a.Held != 0 {
 		t.Fatalf("audit = %+v", a)
 	}
+}
+
+// TestWriteMovesSeveralOrders: one write moves several orders; if any of
+// them moved first, the write lands nothing and names every such order,
+// and the others then move under the same fence.
+func TestWriteMovesSeveralOrders(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	f := mustStock(t, s, "sku-v", 10, 1)
+	f.Token = 2
+	for range 3 {
+		if err := reserve(ctx, s, f, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
+	if err != nil || len(due) != 3 {
+		t.Fatalf("ExpiredOrders = %v, %v; want three", due, err)
+	}
+	f.Token = 3
+	got, err := s.Claim(ctx, []inventory.Fence{f}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := got["sku-v"]
+	move := func(k inventory.SKU, to inventory.Status, orders ...*inventory.Order) error {
+		w := inventory.Write{SKUs: []inventory.SKU{k}}
+		for _, o := range orders {
+			w.Transitions = append(w.Transitions, inventory.Transition{ID: o.ID, From: inventory.StatusReserved, To: to})
+		}
+		return s.Write(ctx, []inventory.Fence{f}, w)
+	}
+	k.Reserved, k.Sold = 2, 1
+	if err := move(k, inventory.StatusConfirmed, due[1]); err != nil {
+		t.Fatalf("confirm one: %v", err)
+	}
+	k.Reserved, k.Available = 0, 11 // would be 9 + 2, had the confirmed one been reserved still
+	err = move(k, inventory.StatusExpired, due...)
+	var oe *inventory.OrderError
+	var te *inventory.TransitionError
+	if !errors.As(err, &oe) || oe.ID != due[1].ID || !errors.As(err, &te) || te.From != inventory.StatusConfirmed ||
+		!errors.Is(err, inventory.ErrInvalidTransition) || len(joined(err)) != 1 {
+		t.Fatalf("moving three, one confirmed already = %v; want the confirmed one alone named", err)
+	}
+	if a := audit(t, s, "sku-v"); !a.Consistent || a.Held != 2 || a.Sold != 1 {
+		t.Fatalf("audit after the refused write = %+v, want nothing of it landed", a)
+	}
+	k.Available = 9
+	if err := move(k, inventory.StatusExpired, due[0], due[2]); err != nil {
+		t.Fatalf("moving the other two: %v", err)
+	}
+	if a := audit(t, s, "sku-v"); !a.Consistent || a.Held != 0 || a.Sold != 1 || a.Available != 9 {
+		t.Fatalf("audit = %+v", a)
+	}
+	if err := move(k, inventory.StatusExpired, due[0], due[0]); err == nil || errors.Is(err, inventory.ErrStaleFence) {
+		t.Fatalf("one order moved twice in a write = %v, want it refused as such", err)
+	}
+}
+
+// joined returns the errors err joins, or err alone.
+func joined(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }
 
 // TestWriteBatchOfOrders: several orders in one write, all or none.

@@ -37,14 +37,16 @@ import (
 // order's key.
 //
 // The final SELECT is the guard: if the fenced UPDATE matched fewer rows
-// than it was given (a newer lease claimed one), or the status change
-// matched nothing, or an order was skipped, it divides by zero, which
+// than it was given (a newer lease claimed one), or a status change
+// matched nothing (the order moved first), or an order was skipped, it divides by zero, which
 // aborts the statement and with it everything the CTEs did; it runs before
 // the lines' insert, which the SELECT does not read, and so before their
 // foreign keys are checked. The divisor depends on the CTEs' results, so
 // the planner cannot fold it into an error at plan time.
 const writeSQL = `WITH t AS (
-	UPDATE orders SET status = ?::text WHERE id = ?::uuid AND status = ?::text
+	UPDATE orders AS o SET status = v.to_status
+	FROM unnest(?::uuid[], ?::text[], ?::text[]) AS v(id, from_status, to_status)
+	WHERE o.id = v.id AND o.status = v.from_status
 	RETURNING 1
 ), c AS (
 	UPDATE skus AS s SET available = v.available, reserved = v.reserved, sold = v.sold,
@@ -83,20 +85,20 @@ func writeStatements(fencing bool) (gormSQL, pgxSQL string) {
 
 // writeArgs is a Write flattened into the statement's column arrays.
 type writeArgs struct {
-	skus                               []string
-	avail, resv, sold, recv, tokens    []int64
-	holders                            []uuid.UUID
-	toStatus, fromStatus               *string
-	transitionID                       *uuid.UUID
-	orderIDs                           []uuid.UUID
-	keys                               []string // "" (NULL in the row) for an order without an idempotency key
-	hashes, statuses                   []string
-	expires, created                   []time.Time
-	lineOrders                         []uuid.UUID
-	lineSKUs                           []string
-	lineQty, lineTokens                []int64
-	linePos                            []int32
-	wantSKUs, wantTransition, wantOrds int64
+	skus                            []string
+	avail, resv, sold, recv, tokens []int64
+	holders                         []uuid.UUID
+	moveIDs                         []uuid.UUID
+	moveFrom, moveTo                []string
+	orderIDs                        []uuid.UUID
+	keys                            []string // "" (NULL in the row) for an order without an idempotency key
+	hashes, statuses                []string
+	expires, created                []time.Time
+	lineOrders                      []uuid.UUID
+	lineSKUs                        []string
+	lineQty, lineTokens             []int64
+	linePos                         []int32
+	wantSKUs, wantMoves, wantOrds   int64
 }
 
 func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArgs {
@@ -108,10 +110,12 @@ func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArg
 		a.skus[i], a.avail[i], a.resv[i], a.sold[i], a.recv[i] = k.SKU, k.Available, k.Reserved, k.Sold, k.Received
 		a.tokens[i], a.holders[i] = int64(f.Token), f.Holder
 	}
-	if t := w.Transition; t != nil {
-		to, from, id := string(t.To), string(t.From), t.ID
-		a.toStatus, a.fromStatus, a.transitionID, a.wantTransition = &to, &from, &id, 1
+	for _, t := range w.Transitions {
+		a.moveIDs = append(a.moveIDs, t.ID)
+		a.moveFrom = append(a.moveFrom, string(t.From))
+		a.moveTo = append(a.moveTo, string(t.To))
 	}
+	a.wantMoves = int64(len(w.Transitions))
 	a.wantOrds = int64(len(w.Orders))
 	for _, o := range inKeyOrder(w.Orders) {
 		a.orderIDs = append(a.orderIDs, o.ID)
@@ -148,15 +152,11 @@ func inKeyOrder(orders []*inventory.Order) []*inventory.Order {
 // pgx returns the arguments as pgx encodes them: Go slices become binary
 // arrays, nil pointers NULLs; UUIDs go as bytes (see uuidBytes).
 func (a *writeArgs) pgx() []any {
-	var transitionID *[16]byte
-	if a.transitionID != nil {
-		transitionID = (*[16]byte)(a.transitionID)
-	}
-	return []any{a.toStatus, transitionID, a.fromStatus,
-		a.skus, a.avail, a.resv, a.sold, a.recv, a.tokens, uuidBytes(a.holders), a.wantTransition,
+	return []any{uuidBytes(a.moveIDs), a.moveFrom, a.moveTo,
+		a.skus, a.avail, a.resv, a.sold, a.recv, a.tokens, uuidBytes(a.holders), a.wantMoves,
 		uuidBytes(a.orderIDs), a.keys, a.hashes, a.statuses, a.expires, a.created,
 		uuidBytes(a.lineOrders), a.lineSKUs, a.lineQty, a.lineTokens, a.linePos,
-		a.wantSKUs, a.wantTransition, a.wantOrds}
+		a.wantSKUs, a.wantMoves, a.wantOrds}
 }
 
 // Write implements inventory.Store: one statement (writeSQL), one round
@@ -165,6 +165,11 @@ func (a *writeArgs) pgx() []any {
 // error the server answers it with means not at all; only a write sent and
 // never answered (unanswered) has an outcome the error cannot tell.
 func (s *Store) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
+	if id, ok := movedTwice(w.Transitions); ok {
+		// The statement would move it once and its guard would misread
+		// the shortfall as a stale fence.
+		return fmt.Errorf("postgres: order %s moves twice in one write", id)
+	}
 	byKey := make(map[string]inventory.Fence, len(fences))
 	for _, f := range fences {
 		byKey[f.SKU] = f
@@ -187,6 +192,18 @@ func (s *Store) Write(ctx context.Context, fences []inventory.Fence, w inventory
 	return translate(ctx, "write", err)
 }
 
+// movedTwice returns an order that ts move more than once.
+func movedTwice(ts []inventory.Transition) (uuid.UUID, bool) {
+	seen := make(map[uuid.UUID]bool, len(ts))
+	for _, t := range ts {
+		if seen[t.ID] {
+			return t.ID, true
+		}
+		seen[t.ID] = true
+	}
+	return uuid.UUID{}, false
+}
+
 // isGuard reports whether err is writeSQL's guard, the one division in it.
 func isGuard(err error) bool {
 	var pg *pgconn.PgError
@@ -194,8 +211,8 @@ func isGuard(err error) bool {
 }
 
 // whyRefused finds, after the fact, which condition stopped a write: a fence
-// that no longer stands, an order no longer in the status the transition
-// expects, or idempotency keys other orders hold. Only the refusal path pays
+// that no longer stands, orders no longer in the status their transitions
+// expect (every one named), or idempotency keys other orders hold. Only the refusal path pays
 // for it.
 func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write) error {
 	if s.fencing && len(a.skus) > 0 {
@@ -214,13 +231,28 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write)
 			return refusedRows(errs)
 		}
 	}
-	if t := w.Transition; t != nil {
-		o, err := s.Order(ctx, t.ID)
-		if err != nil {
-			return err
+	if len(a.moveIDs) > 0 {
+		var moved []struct {
+			ID     uuid.UUID
+			Status *string
+			To     string
 		}
-		if o.Status != t.From {
-			return fmt.Errorf("postgres: order %s is %s: %w", t.ID, o.Status, inventory.ErrInvalidTransition)
+		err := s.db.WithContext(ctx).Raw(`SELECT v.id, o.status, v.to_status AS "to" FROM unnest(?::uuid[], ?::text[], ?::text[])
+			AS v(id, from_status, to_status) LEFT JOIN orders o ON o.id = v.id WHERE o.status IS DISTINCT FROM v.from_status`,
+			uuidArray(a.moveIDs), textArray(a.moveFrom), textArray(a.moveTo)).Scan(&moved).Error
+		if err != nil {
+			return translate(ctx, "write", err)
+		}
+		if len(moved) > 0 {
+			errs := make([]error, len(moved))
+			for i, m := range moved {
+				from := inventory.Status("absent")
+				if m.Status != nil {
+					from = inventory.Status(*m.Status)
+				}
+				errs[i] = &inventory.OrderError{ID: m.ID, Err: &inventory.TransitionError{From: from, To: inventory.Status(m.To)}}
+			}
+			return errors.Join(errs...)
 		}
 	}
 	var keys []string

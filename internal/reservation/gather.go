@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
 )
 
 // Orders spread over many SKUs are the ordinary workload, and a queue per
@@ -259,6 +260,10 @@ func (c *coalescer) missed(ps []*pending, placed bool) {
 	var refused []refusal
 	c.mu.Lock()
 	for _, p := range ps {
+		if p.try {
+			refused = append(refused, refusal{p, errKeyBusy})
+			continue
+		}
 		if _, running := c.queues[p.op.skus[0]]; placed && !running && !p.rode {
 			p.rode = true
 			again = append(again, p)
@@ -280,6 +285,10 @@ func (c *coalescer) missed(ps []*pending, placed bool) {
 		}
 	}
 }
+
+// errKeyBusy answers an op that takes its keys only in a try (pending.try)
+// when one of them was held elsewhere: nothing was written.
+var errKeyBusy = fmt.Errorf("reservation: a key is held elsewhere: %w", lock.ErrNotAcquired)
 
 func allIn(keys []string, set map[string]bool) bool {
 	for _, k := range keys {

@@ -85,6 +85,7 @@ type spyStore struct {
 	mu          sync.Mutex
 	claims      int
 	writes      []int // orders per write
+	moves       []int // status changes per write that had any
 	afterClaim  func(fences []inventory.Fence)
 	beforeWrite func()
 	// refuse, when set, may refuse a write before it reaches the database,
@@ -134,6 +135,9 @@ func (s *spyStore) Write(ctx context.Context, fences []inventory.Fence, w invent
 	if err == nil {
 		s.mu.Lock()
 		s.writes = append(s.writes, len(w.Orders))
+		if len(w.Transitions) > 0 {
+			s.moves = append(s.moves, len(w.Transitions))
+		}
 		s.mu.Unlock()
 	}
 	return err
@@ -146,6 +150,14 @@ func (s *spyStore) counts() (claims int, writes []int) {
 	claims, writes = s.claims, s.writes
 	s.claims, s.writes, s.attempts = 0, nil, 0
 	return claims, writes
+}
+
+// moved returns, for each successful write with status changes so far,
+// how many it made.
+func (s *spyStore) moved() []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.moves)
 }
 
 // tried returns the writes attempted since the last counts.

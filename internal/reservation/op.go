@@ -2,7 +2,7 @@ package reservation
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -24,8 +24,8 @@ type op struct {
 	// key is the idempotency key of an order to place: a write may refuse it
 	// alone (*inventory.KeyTakenError).
 	key string
-	// order is the id of the order to place: a write may refuse it alone
-	// (*inventory.OrderError).
+	// order is the id of the order to place or move: a write may refuse it
+	// alone (*inventory.OrderError).
 	order uuid.UUID
 	// decide applies the change to the ledger, all of it or none, and adds
 	// to w what the store must record with the ledger's changes. An error
@@ -57,20 +57,19 @@ func setOp(name string, available int64, out *inventory.SKU) *op {
 	}}
 }
 
-// errOneTransition guards the store's limit: a write changes one order's
-// status. Transitions run alone, so only a programming error trips it.
-var errOneTransition = errors.New("reservation: a write carries one order transition")
-
-// transitionOp moves a reserved order to `to` and settles its units.
+// transitionOp moves a reserved order to `to` and settles its units. Many
+// may share a batch, each a status change of its own in the write; a second
+// change of the same order in one batch is refused (the write would move the
+// order once and settle its units twice): the first one decides.
 func transitionOp(o *inventory.Order, to inventory.Status) *op {
-	return &op{skus: sortedSKUs(o), decide: func(l *inventory.Ledger, w *inventory.Write) error {
-		if w.Transition != nil {
-			return errOneTransition
+	return &op{skus: sortedSKUs(o), order: o.ID, decide: func(l *inventory.Ledger, w *inventory.Write) error {
+		if slices.ContainsFunc(w.Transitions, func(t inventory.Transition) bool { return t.ID == o.ID }) {
+			return fmt.Errorf("reservation: order %s moves earlier in its batch: %w", o.ID, inventory.ErrInvalidTransition)
 		}
 		if err := l.Settle(o, to); err != nil {
 			return err
 		}
-		w.Transition = &inventory.Transition{ID: o.ID, From: inventory.StatusReserved, To: to}
+		w.Transitions = append(w.Transitions, inventory.Transition{ID: o.ID, From: inventory.StatusReserved, To: to})
 		return nil
 	}}
 }
@@ -105,6 +104,13 @@ type pending struct {
 	// if one does; left is set once p has counted itself out of it.
 	wait atomic.Pointer[lockWait]
 	left atomic.Bool
+	// try is set for an op that takes its keys only in a gathered batch's
+	// try: one held elsewhere answers it errKeyBusy at once instead of
+	// sending it on to a later batch or a key's line. The reaper's expiries
+	// are such: another instance's reaper working on the same orders is
+	// what holds their keys, and a line to wait in would cost a lock round
+	// and a write an order for status changes that are then refused.
+	try bool
 	// rode is set once a gathered batch found one of p's keys held
 	// elsewhere and p went on to the next gathered batch (gathered.next);
 	// guarded by coalescer.mu.

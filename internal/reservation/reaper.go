@@ -52,7 +52,34 @@ type retry struct {
 	wait time.Duration
 }
 
+// reapPage is how many due orders the reaper lists and expires at once.
+// Coalescing, they share the instance's batches: a page over 1,000 SKUs
+// costs a few acquisitions, claims and writes, where one expiry after
+// another cost all three an order (107 expiries/s across three instances,
+// 4.8 ms of CPU each, while the same instances placed 4,600 orders/s).
+const reapPage = 128
+
+// maxReapPages bounds the pages one tick works through while a backlog
+// lasts, so that a tick ends and ctx is looked at between pages.
+const maxReapPages = 64
+
+// once expires what is due: page after page while each comes back full and
+// was mostly this instance's to expire, so a backlog drains at the rate the
+// batches take it rather than a page a tick. A page mostly busy elsewhere
+// (another instance's reaper holds its keys) or refused waits for the next
+// tick.
 func (r *reaper) once(ctx context.Context) {
+	for range maxReapPages {
+		listed, expired := r.page(ctx)
+		if listed < reapPage || expired < listed/2 || ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+// page lists one page of due orders and expires them, returning how many
+// were listed and how many it expired.
+func (r *reaper) page(ctx context.Context) (listed, expired int) {
 	now := r.s.now()
 	skip := make([]uuid.UUID, 0, len(r.failing))
 	for id, f := range r.failing {
@@ -60,45 +87,57 @@ func (r *reaper) once(ctx context.Context) {
 			skip = append(skip, id)
 		}
 	}
-	ids, err := r.s.store.ExpiredOrders(ctx, now, 100, skip)
+	orders, err := r.s.store.ExpiredOrders(ctx, now, reapPage, skip)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.s.log.Error("reaper: list expired orders", "err", err)
 		}
-		return
+		return 0, 0
 	}
 	// An order due again that the listing left out has left the reserved
 	// state (confirmed, cancelled, expired elsewhere) or is past this
-	// round's limit: either way its backoff can go.
-	listed := make(map[uuid.UUID]bool, len(ids))
-	for _, id := range ids {
-		listed[id] = true
+	// page's limit: either way its backoff can go.
+	seen := make(map[uuid.UUID]bool, len(orders))
+	for _, o := range orders {
+		seen[o.ID] = true
 	}
 	for id, f := range r.failing {
-		if !now.Before(f.next) && !listed[id] {
+		if !now.Before(f.next) && !seen[id] {
 			delete(r.failing, id)
 		}
 	}
-	for _, id := range ids {
-		err := r.s.Expire(ctx, id)
-		r.observe(err)
-		if err == nil || errors.Is(err, inventory.ErrInvalidTransition) || ctx.Err() != nil {
+	for i, err := range r.s.expire(ctx, orders) {
+		id := orders[i].ID
+		if err != nil && ctx.Err() != nil {
+			// Cut short by the shutdown: no outcome to count or back off from.
 			delete(r.failing, id)
 			continue
 		}
-		f, seen := r.failing[id]
-		if !seen && len(r.failing) >= r.limit {
+		r.observe(err)
+		switch {
+		case err == nil:
+			expired++
+			delete(r.failing, id)
+			continue
+		case errors.Is(err, inventory.ErrInvalidTransition) || errors.Is(err, errKeyBusy):
+			// Moved by someone else, or being moved: nothing to back off from.
+			delete(r.failing, id)
+			continue
+		}
+		f, known := r.failing[id]
+		if !known && len(r.failing) >= r.limit {
 			r.forgetSoonest()
 		}
 		f.wait = min(max(2*f.wait, r.interval), maxReapBackoff)
 		f.next = now.Add(f.wait)
 		r.failing[id] = f
 		level := r.s.log.Debug
-		if !seen {
+		if !known {
 			level = r.s.log.Warn
 		}
 		level("reaper: expire order", "order_id", id, "retry_in", f.wait, "err", err)
 	}
+	return len(orders), expired
 }
 
 // forgetSoonest drops the remembered failure due soonest.
@@ -120,7 +159,7 @@ func (r *reaper) observe(err error) {
 	case !ok:
 	case err == nil:
 		ro.Reaped("expired")
-	case errors.Is(err, inventory.ErrInvalidTransition):
+	case errors.Is(err, inventory.ErrInvalidTransition), errors.Is(err, errKeyBusy):
 		ro.Reaped("skipped")
 	default:
 		ro.Reaped("failed")

@@ -14,8 +14,9 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/memlock"
 )
 
-// expiringStore lists the orders set in expired and fails to read any of
-// them, so every expiry fails and the reaper backs off on it.
+// expiringStore lists the orders set in expired (one line each, of SKU
+// "a") and fails every claim, so every expiry fails and the reaper backs off
+// on it.
 type expiringStore struct {
 	inventory.Store
 
@@ -25,19 +26,28 @@ type expiringStore struct {
 
 var errDown = errors.New("fake store: down")
 
-func (s *expiringStore) ExpiredOrders(_ context.Context, _ time.Time, limit int, skip []uuid.UUID) ([]uuid.UUID, error) {
+func (s *expiringStore) ExpiredOrders(_ context.Context, _ time.Time, limit int, skip []uuid.UUID) ([]*inventory.Order, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []uuid.UUID
+	var out []*inventory.Order
 	for _, id := range s.expired {
 		if !slices.Contains(skip, id) && len(out) < limit {
-			out = append(out, id)
+			out = append(out, &inventory.Order{ID: id, Status: inventory.StatusReserved,
+				Lines: []inventory.Line{{SKU: "a", Quantity: 1}}})
 		}
 	}
 	return out, nil
 }
 
-func (s *expiringStore) Order(context.Context, uuid.UUID) (*inventory.Order, error) {
+func (s *expiringStore) KnownSKUs(_ context.Context, names []string) (map[string]bool, error) {
+	known := make(map[string]bool, len(names))
+	for _, n := range names {
+		known[n] = true
+	}
+	return known, nil
+}
+
+func (s *expiringStore) Claim(context.Context, []inventory.Fence, bool) (map[string]inventory.SKU, error) {
 	return nil, errDown
 }
 

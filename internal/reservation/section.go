@@ -304,14 +304,42 @@ func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pendin
 	return done
 }
 
-// ownPart is the stale row of err that p names, its own answer, or err.
+// ownPart is the part of err that is p's own answer — the stale row it
+// names, the refusal of its order — or err.
 func ownPart(err error, p *pending) error {
 	for _, ke := range skuRefusals(err, isStale) {
 		if slices.Contains(p.op.skus, ke.SKU) {
 			return ke
 		}
 	}
+	for _, oe := range orderRefusals(err) {
+		if oe.ID == p.op.order {
+			return oe
+		}
+	}
 	return err
+}
+
+// orderRefusals returns the *OrderErrors that err is made of (one, or
+// several joined), or nil when err is nil or any part of it is something
+// else.
+func orderRefusals(err error) []*inventory.OrderError {
+	if err == nil {
+		return nil
+	}
+	parts := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		parts = j.Unwrap()
+	}
+	out := make([]*inventory.OrderError, 0, len(parts))
+	for _, e := range parts {
+		var oe *inventory.OrderError
+		if !errors.As(e, &oe) {
+			return nil
+		}
+		out = append(out, oe)
+	}
+	return out
 }
 
 func isStale(ke *inventory.SKUError) bool { return errors.Is(ke, inventory.ErrStaleFence) }
@@ -325,8 +353,9 @@ const maxRewrites = 16
 // blame splits a refused write's ops g into those the refusal belongs to
 // and the groups to write again; ok is false when the refusal is the whole
 // write's. A store names the ops it can: the orders whose idempotency keys
-// other orders took (*inventory.KeyTakenError), an order it refused
-// (*inventory.OrderError), the rows a newer lease has claimed
+// other orders took (*inventory.KeyTakenError), the orders it refused
+// (*inventory.OrderError, one or several joined: a value it would not take,
+// a status change of an order that moved first), the rows a newer lease has claimed
 // (*inventory.SKUError, stale: the ops naming them). A value it refused as
 // invalid without saying whose (invalid text) belongs to some op: g is
 // halved until the op is alone. A lost lease, a stale fence it cannot name
@@ -338,13 +367,15 @@ func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bo
 		return nil, nil, false
 	}
 	var taken *inventory.KeyTakenError
-	var refused *inventory.OrderError
 	var named func(p *pending) bool
 	switch {
 	case errors.As(err, &taken):
 		named = func(p *pending) bool { return p.op.key != "" && slices.Contains(taken.Keys, p.op.key) }
-	case errors.As(err, &refused):
-		named = func(p *pending) bool { return p.op.order == refused.ID }
+	case orderRefusals(err) != nil:
+		refused := orderRefusals(err)
+		named = func(p *pending) bool {
+			return slices.ContainsFunc(refused, func(oe *inventory.OrderError) bool { return oe.ID == p.op.order })
+		}
 	case skuRefusals(err, isStale) != nil:
 		stale := skuRefusals(err, isStale)
 		named = func(p *pending) bool {
@@ -388,7 +419,7 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 		pause = max(pause, p.pause)
 	}
 	skus, fences := work.Changes()
-	if len(skus) == 0 && len(w.Orders) == 0 && w.Transition == nil {
+	if len(skus) == 0 && len(w.Orders) == 0 && len(w.Transitions) == 0 {
 		return verdicts, nil // nothing to write: the ledger refused every op
 	}
 	w.SKUs = skus

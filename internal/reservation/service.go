@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -57,7 +58,8 @@ type BatchObserver interface {
 
 // ReapObserver may be implemented by an Observer that also wants the outcome
 // of every expiry the reaper tried: "expired", "skipped" (the order had
-// moved on first) or "failed" (retried later).
+// moved on first, or another instance held its keys: it is listed again
+// while still due) or "failed" (retried later, backing off).
 type ReapObserver interface {
 	Reaped(outcome string)
 }
@@ -143,12 +145,7 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 		}
 		defer leave()
 	}
-	p := s.pending(ctx, placeOp(o))
-	if s.coalesce != nil {
-		err = s.coalesce.place(ctx, p)
-	} else {
-		err = s.alone(ctx, p)
-	}
+	err = s.submit(ctx, s.pending(ctx, placeOp(o)))
 	if errors.Is(err, inventory.ErrOutcomeUnknown) {
 		// The write was sent and its answer lost: it may have placed o. Only
 		// o's row can say, and reading it costs one lookup on a path that
@@ -172,6 +169,16 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 		return nil, false, err
 	}
 	return o, false, nil
+}
+
+// submit runs p through the critical section and returns its answer:
+// batched with the instance's other orders and status changes, whatever
+// their SKUs, or, coalescing off, alone.
+func (s *Service) submit(ctx context.Context, p *pending) error {
+	if s.coalesce != nil {
+		return s.coalesce.place(ctx, p)
+	}
+	return s.alone(ctx, p)
 }
 
 // stored reports whether the order id exists, read even if ctx has ended:
@@ -243,15 +250,31 @@ func (s *Service) Cancel(ctx context.Context, id string) (*inventory.Order, erro
 	return s.transition(ctx, id, inventory.StatusCancelled)
 }
 
-// Expire returns the units of an order whose hold ran out.
-func (s *Service) Expire(ctx context.Context, id uuid.UUID) error {
-	_, err := s.transition(ctx, id.String(), inventory.StatusExpired)
-	return err
+// expire moves orders, listed reserved with their holds run out, to
+// expired and returns each one's answer. Coalescing, they go all at once
+// and share batches with each other and with the orders being placed; each
+// takes its keys only in its batch's try (pending.try), so one that another
+// instance is moving answers errKeyBusy instead of waiting for it. With
+// coalescing off they run one after another, each a batch of one. An order
+// someone moved first answers ErrInvalidTransition.
+func (s *Service) expire(ctx context.Context, orders []*inventory.Order) []error {
+	errs := make([]error, len(orders))
+	if s.coalesce == nil {
+		for i, o := range orders {
+			errs[i] = s.alone(ctx, s.pending(ctx, transitionOp(o, inventory.StatusExpired)))
+		}
+		return errs
+	}
+	var wg sync.WaitGroup
+	for i, o := range orders {
+		p := s.pending(ctx, transitionOp(o, inventory.StatusExpired))
+		p.try = true
+		wg.Go(func() { errs[i] = s.coalesce.place(ctx, p) })
+	}
+	wg.Wait()
+	return errs
 }
 
-// Ready checks that the store can serve (database reachable, migrations
-// applied). The lock backend is not checked: its outage fails writes, not
-// the instance (metrics.LockProbe reports it).
 func (s *Service) Ready(ctx context.Context) error {
 	if err := s.store.Ping(ctx); err != nil {
 		return fmt.Errorf("store: %w", err)
@@ -274,7 +297,7 @@ func (s *Service) transition(ctx context.Context, id string, to inventory.Status
 		return nil, fmt.Errorf("%w: the hold expired at %s",
 			&inventory.TransitionError{From: inventory.StatusExpired, To: to}, o.ExpiresAt.UTC().Format(time.RFC3339))
 	}
-	err = s.alone(ctx, s.pending(ctx, transitionOp(o, to)))
+	err = s.submit(ctx, s.pending(ctx, transitionOp(o, to)))
 	if unknown := errors.Is(err, inventory.ErrOutcomeUnknown); unknown || errors.Is(err, inventory.ErrInvalidTransition) {
 		// Someone else moved the order first (another instance, the reaper),
 		// or our own write may have, its answer lost: answer from where it
