@@ -26,17 +26,52 @@ type lineRow struct {
 	FenceToken int64
 }
 
+// orderSQL reads an order and its lines in one statement: a GET, and every
+// confirm and cancel before its batch, read one.
+const orderSQL = `SELECT o.id, o.idempotency_key, o.request_hash, o.status, o.expires_at, o.created_at,
+	l.sku, l.quantity, l.fence_token
+FROM orders o JOIN order_lines l ON l.order_id = o.id
+WHERE o.id = $1 ORDER BY l.position`
+
 // Order implements inventory.Store.
 func (s *Store) Order(ctx context.Context, id uuid.UUID) (*inventory.Order, error) {
-	var rows []orderRow
-	if err := s.db.WithContext(ctx).Raw(`SELECT id, idempotency_key, request_hash, status, expires_at, created_at
-		FROM orders WHERE id = ?`, id).Scan(&rows).Error; err != nil {
+	var found []*inventory.Order
+	err := s.withPgx(ctx, func(c *pgx.Conn) error {
+		var err error
+		found, err = queryOrders(ctx, c, orderSQL, [16]byte(id))
+		return err
+	})
+	if err != nil {
 		return nil, translate(ctx, "get order", err)
 	}
-	if len(rows) == 0 {
+	if len(found) == 0 {
 		return nil, inventory.ErrUnknownOrder
 	}
-	return s.withLines(ctx, rows[0])
+	return found[0], nil
+}
+
+// queryOrders runs q, whose rows are an order's columns and then one line's,
+// ordered by order and then by line, and returns the orders with their
+// lines.
+func queryOrders(ctx context.Context, c *pgx.Conn, q string, args ...any) ([]*inventory.Order, error) {
+	rows, err := c.Query(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	var out []*inventory.Order
+	var r orderRow
+	var l lineRow
+	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.IdempotencyKey, &r.RequestHash, &r.Status, &r.ExpiresAt, &r.CreatedAt,
+		&l.SKU, &l.Quantity, &l.FenceToken}, func() error {
+		if len(out) == 0 || out[len(out)-1].ID != r.ID {
+			out = append(out, &inventory.Order{ID: r.ID, Status: inventory.Status(r.Status), ExpiresAt: r.ExpiresAt,
+				CreatedAt: r.CreatedAt, IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash})
+		}
+		o := out[len(out)-1]
+		o.Lines = append(o.Lines, inventory.Line{SKU: l.SKU, Quantity: l.Quantity, FenceToken: uint64(l.FenceToken)})
+		return nil
+	})
+	return out, err
 }
 
 // withLines reads the lines of the order in r.
@@ -105,23 +140,8 @@ ORDER BY o.expires_at, o.id, l.position`
 func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]*inventory.Order, error) {
 	var out []*inventory.Order
 	err := s.withPgx(ctx, func(c *pgx.Conn) error {
-		out = out[:0]
-		rows, err := c.Query(ctx, expiredSQL, now, uuidBytes(skip), limit)
-		if err != nil {
-			return err
-		}
-		var r orderRow
-		var l lineRow
-		_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.IdempotencyKey, &r.RequestHash, &r.Status, &r.ExpiresAt, &r.CreatedAt,
-			&l.SKU, &l.Quantity, &l.FenceToken}, func() error {
-			if len(out) == 0 || out[len(out)-1].ID != r.ID {
-				out = append(out, &inventory.Order{ID: r.ID, Status: inventory.Status(r.Status), ExpiresAt: r.ExpiresAt,
-					CreatedAt: r.CreatedAt, IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash})
-			}
-			o := out[len(out)-1]
-			o.Lines = append(o.Lines, inventory.Line{SKU: l.SKU, Quantity: l.Quantity, FenceToken: uint64(l.FenceToken)})
-			return nil
-		})
+		var err error
+		out, err = queryOrders(ctx, c, expiredSQL, now, uuidBytes(skip), limit)
 		return err
 	})
 	if err != nil {
