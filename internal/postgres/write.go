@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -110,7 +111,13 @@ func newWriteArgs(fences map[string]inventory.Fence, w inventory.Write) writeArg
 		a.skus[i], a.avail[i], a.resv[i], a.sold[i], a.recv[i] = k.SKU, k.Available, k.Reserved, k.Sold, k.Received
 		a.tokens[i], a.holders[i] = int64(f.Token), f.Holder
 	}
-	for _, t := range w.Transitions {
+	// By id, as the keys are by key: two writes that share orders (only a
+	// holder whose fence is already stale can write beside the holder
+	// that replaced it) then lock their rows in one order, never a cycle.
+	moves := slices.SortedFunc(slices.Values(w.Transitions), func(a, b inventory.Transition) int {
+		return bytes.Compare(a.ID[:], b.ID[:])
+	})
+	for _, t := range moves {
 		a.moveIDs = append(a.moveIDs, t.ID)
 		a.moveFrom = append(a.moveFrom, string(t.From))
 		a.moveTo = append(a.moveTo, string(t.To))

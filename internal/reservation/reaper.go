@@ -119,8 +119,10 @@ func (r *reaper) page(ctx context.Context) (listed, expired int) {
 			expired++
 			delete(r.failing, id)
 			continue
-		case errors.Is(err, inventory.ErrInvalidTransition) || errors.Is(err, errKeyBusy):
-			// Moved by someone else, or being moved: nothing to back off from.
+		case errors.Is(err, inventory.ErrInvalidTransition) || errors.Is(err, errKeyBusy) ||
+			errors.Is(err, inventory.ErrOverloaded):
+			// Moved by someone else, being moved, or refused by an instance
+			// busy with its clients' orders: nothing to back off from.
 			delete(r.failing, id)
 			continue
 		}
@@ -159,7 +161,7 @@ func (r *reaper) observe(err error) {
 	case !ok:
 	case err == nil:
 		ro.Reaped("expired")
-	case errors.Is(err, inventory.ErrInvalidTransition), errors.Is(err, errKeyBusy):
+	case errors.Is(err, inventory.ErrInvalidTransition), errors.Is(err, errKeyBusy), errors.Is(err, inventory.ErrOverloaded):
 		ro.Reaped("skipped")
 	default:
 		ro.Reaped("failed")

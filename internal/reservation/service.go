@@ -58,8 +58,9 @@ type BatchObserver interface {
 
 // ReapObserver may be implemented by an Observer that also wants the outcome
 // of every expiry the reaper tried: "expired", "skipped" (the order had
-// moved on first, or another instance held its keys: it is listed again
-// while still due) or "failed" (retried later, backing off).
+// moved on first, another instance held its keys, or the instance's batch
+// queues were full: it is listed again while still due) or "failed"
+// (retried later, backing off).
 type ReapObserver interface {
 	Reaped(outcome string)
 }
