@@ -307,39 +307,17 @@ func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pendin
 // ownPart is the part of err that is p's own answer — the stale row it
 // names, the refusal of its order — or err.
 func ownPart(err error, p *pending) error {
-	for _, ke := range skuRefusals(err, isStale) {
+	for _, ke := range refusals(err, isStale) {
 		if slices.Contains(p.op.skus, ke.SKU) {
 			return ke
 		}
 	}
-	for _, oe := range orderRefusals(err) {
+	for _, oe := range refusals[*inventory.OrderError](err, nil) {
 		if oe.ID == p.op.order {
 			return oe
 		}
 	}
 	return err
-}
-
-// orderRefusals returns the *OrderErrors that err is made of (one, or
-// several joined), or nil when err is nil or any part of it is something
-// else.
-func orderRefusals(err error) []*inventory.OrderError {
-	if err == nil {
-		return nil
-	}
-	parts := []error{err}
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		parts = j.Unwrap()
-	}
-	out := make([]*inventory.OrderError, 0, len(parts))
-	for _, e := range parts {
-		var oe *inventory.OrderError
-		if !errors.As(e, &oe) {
-			return nil
-		}
-		out = append(out, oe)
-	}
-	return out
 }
 
 func isStale(ke *inventory.SKUError) bool { return errors.Is(ke, inventory.ErrStaleFence) }
@@ -371,13 +349,13 @@ func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bo
 	switch {
 	case errors.As(err, &taken):
 		named = func(p *pending) bool { return p.op.key != "" && slices.Contains(taken.Keys, p.op.key) }
-	case orderRefusals(err) != nil:
-		refused := orderRefusals(err)
+	case refusals[*inventory.OrderError](err, nil) != nil:
+		refused := refusals[*inventory.OrderError](err, nil)
 		named = func(p *pending) bool {
 			return slices.ContainsFunc(refused, func(oe *inventory.OrderError) bool { return oe.ID == p.op.order })
 		}
-	case skuRefusals(err, isStale) != nil:
-		stale := skuRefusals(err, isStale)
+	case refusals(err, isStale) != nil:
+		stale := refusals(err, isStale)
 		named = func(p *pending) bool {
 			return slices.ContainsFunc(stale, func(ke *inventory.SKUError) bool { return slices.Contains(p.op.skus, ke.SKU) })
 		}
@@ -501,7 +479,7 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 // batch's (a database that does not answer, a row a creating batch could
 // not make).
 func (s *Service) setAside(err error, create bool, h *hold) []*inventory.SKUError {
-	aside := skuRefusals(err, func(ke *inventory.SKUError) bool {
+	aside := refusals(err, func(ke *inventory.SKUError) bool {
 		return errors.Is(ke, inventory.ErrStaleFence) || errors.Is(ke, inventory.ErrUnknownSKU) && !create
 	})
 	for _, ke := range aside {
@@ -514,10 +492,12 @@ func (s *Service) setAside(err error, create bool, h *hold) []*inventory.SKUErro
 	return aside
 }
 
-// skuRefusals returns the *SKUErrors that err is made of (one, or several
-// joined), when each is one that only answers the ops naming its SKU; nil
-// when err is nil or any part of it is something else.
-func skuRefusals(err error, only func(*inventory.SKUError) bool) []*inventory.SKUError {
+// refusals returns the errors of type E that err is made of (one, or
+// several joined), when every part is one that only (if set) accepts; nil
+// when err is nil or any part of it is something else. A store names so
+// the rows (*inventory.SKUError) and the orders (*inventory.OrderError)
+// that refused a claim or a write, each the answer of the ops naming it.
+func refusals[E error](err error, only func(E) bool) []E {
 	if err == nil {
 		return nil
 	}
@@ -525,13 +505,13 @@ func skuRefusals(err error, only func(*inventory.SKUError) bool) []*inventory.SK
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
 		parts = j.Unwrap()
 	}
-	out := make([]*inventory.SKUError, 0, len(parts))
-	for _, e := range parts {
-		var ke *inventory.SKUError
-		if !errors.As(e, &ke) || !only(ke) {
+	out := make([]E, 0, len(parts))
+	for _, part := range parts {
+		var e E
+		if !errors.As(part, &e) || only != nil && !only(e) {
 			return nil
 		}
-		out = append(out, ke)
+		out = append(out, e)
 	}
 	return out
 }
