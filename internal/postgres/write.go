@@ -39,10 +39,10 @@ import (
 //
 // The final SELECT is the guard: if the fenced UPDATE matched fewer rows
 // than it was given (a newer lease claimed one), or a status change
-// matched nothing (the order moved first), or an order was skipped, it divides by zero, which
-// aborts the statement and with it everything the CTEs did; it runs before
-// the lines' insert, which the SELECT does not read, and so before their
-// foreign keys are checked. The divisor depends on the CTEs' results, so
+// matched nothing (the order moved first), or an order was skipped, it
+// divides by zero, which aborts the statement and with it everything the
+// CTEs did; it runs before the lines' insert, which the SELECT does not
+// read, and so before their foreign keys are checked. The divisor depends on the CTEs' results, so
 // the planner cannot fold it into an error at plan time.
 const writeSQL = `WITH t AS (
 	UPDATE orders AS o SET status = v.to_status
@@ -219,8 +219,8 @@ func isGuard(err error) bool {
 
 // whyRefused finds, after the fact, which condition stopped a write: a fence
 // that no longer stands, orders no longer in the status their transitions
-// expect (every one named), or idempotency keys other orders hold. Only the refusal path pays
-// for it.
+// expect (every one named), or idempotency keys other orders hold. Only the
+// refusal path pays for it.
 func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write) error {
 	if s.fencing && len(a.skus) > 0 {
 		var stale []string
