@@ -244,6 +244,7 @@ func (g *gathered) handsOver(*hold) bool {
 // whose holder keeps it for several batches: a second try would be a round
 // for that key alone), or whose lowest SKU has a queue by now, goes to that
 // SKU's queue, whose leader waits in the key's line (woken, not polling).
+// An op that only tries (pending.try, the reaper's) is answered errKeyBusy.
 // Sending every missed order to the line at once was a round and a
 // transaction of its own for each: a fifth of all lock rounds went to
 // batches of one order that had lost a single race (redlock, 1,000 SKUs,
