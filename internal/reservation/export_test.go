@@ -1,5 +1,12 @@
 package reservation
 
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
 // Queued returns how many orders wait, undecided and not yet in a batch, in
 // the queue of sku (their lowest SKU): tests wait on it to order arrivals.
 func Queued(s *Service, sku string) int {
@@ -52,4 +59,11 @@ func Filling(s *Service) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.filled)
+}
+
+// NewReaper returns one pass of a reaper of s (Reap's work on each tick),
+// keeping its memory of failures across calls as Reap does.
+func NewReaper(s *Service, interval time.Duration) func(context.Context) {
+	r := reaper{s: s, interval: interval, limit: maxReapFailing, failing: make(map[uuid.UUID]retry)}
+	return r.once
 }

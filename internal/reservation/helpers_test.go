@@ -188,13 +188,13 @@ func (*lossCounter) StaleFence()            {}
 func (c *lossCounter) LeaseLost()           { c.lost.Add(1) }
 
 // newPGStore opens the real store on a fresh, migrated database.
-func newPGStore(t *testing.T) *postgres.Store {
+func newPGStore(t testing.TB) *postgres.Store {
 	t.Helper()
 	return newPGStoreAt(t, stacktest.NewDatabase(t, context.Background()))
 }
 
 // newPGStoreAt opens the real store on the database at url and migrates it.
-func newPGStoreAt(t *testing.T, url string) *postgres.Store {
+func newPGStoreAt(t testing.TB, url string) *postgres.Store {
 	t.Helper()
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, url, postgres.WithMaxConns(16))
