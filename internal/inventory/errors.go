@@ -101,7 +101,7 @@ type TransitionError struct {
 }
 
 func (e *TransitionError) Error() string {
-	return fmt.Sprintf("cannot move a %s order to %s", e.From, e.To)
+	return fmt.Sprintf("cannot move an order from %s to %s", e.From, e.To)
 }
 
 // Is makes a TransitionError match ErrInvalidTransition.
