@@ -74,53 +74,29 @@ func queryOrders(ctx context.Context, c *pgx.Conn, q string, args ...any) ([]*in
 	return out, err
 }
 
-// withLines reads the lines of the order in r.
-func (s *Store) withLines(ctx context.Context, r orderRow) (*inventory.Order, error) {
-	var lines []lineRow
-	if err := s.db.WithContext(ctx).Raw(`SELECT sku, quantity, fence_token FROM order_lines WHERE order_id = ? ORDER BY position`, r.ID).
-		Scan(&lines).Error; err != nil {
-		return nil, translate(ctx, "get order lines", err)
-	}
-	o := &inventory.Order{ID: r.ID, Status: inventory.Status(r.Status), ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt,
-		IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash, Lines: make([]inventory.Line, len(lines))}
-	for i, l := range lines {
-		o.Lines[i] = inventory.Line{SKU: l.SKU, Quantity: l.Quantity, FenceToken: uint64(l.FenceToken)}
-	}
-	return o, nil
-}
-
-const ordersByKeySQL = `SELECT id, idempotency_key, request_hash, status, expires_at, created_at
-	FROM orders WHERE idempotency_key = ANY($1)`
+// ordersByKeySQL finds the orders holding any of the keys, with their
+// lines, in one statement, like orderSQL.
+const ordersByKeySQL = `SELECT o.id, o.idempotency_key, o.request_hash, o.status, o.expires_at, o.created_at,
+	l.sku, l.quantity, l.fence_token
+FROM orders o JOIN order_lines l ON l.order_id = o.id
+WHERE o.idempotency_key = ANY($1) ORDER BY o.id, l.position`
 
 // OrdersByKey implements inventory.Store. The key of every keyed request
 // that did not go through is looked up (several at once, see
 // internal/reservation/keys.go), a replay's among them, so the statement
-// runs on pgx like the hot path (see pgx.go); the lines, read only for a
-// replay, stay on gorm.
+// runs on pgx like the hot path (see pgx.go).
 func (s *Store) OrdersByKey(ctx context.Context, keys []string) (map[string]*inventory.Order, error) {
-	var found []orderRow
+	var found []*inventory.Order
 	err := s.withPgx(ctx, func(c *pgx.Conn) error {
-		rows, err := c.Query(ctx, ordersByKeySQL, keys)
-		if err != nil {
-			return err
-		}
-		var r orderRow
-		_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.IdempotencyKey, &r.RequestHash, &r.Status, &r.ExpiresAt, &r.CreatedAt},
-			func() error {
-				found = append(found, r)
-				return nil
-			})
+		var err error
+		found, err = queryOrders(ctx, c, ordersByKeySQL, keys)
 		return err
 	})
 	if err != nil {
 		return nil, translate(ctx, "find orders by idempotency key", err)
 	}
 	out := make(map[string]*inventory.Order, len(found))
-	for _, r := range found {
-		o, err := s.withLines(ctx, r)
-		if err != nil {
-			return nil, err
-		}
+	for _, o := range found {
 		out[o.IdempotencyKey] = o
 	}
 	return out, nil

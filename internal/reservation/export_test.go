@@ -3,8 +3,6 @@ package reservation
 import (
 	"context"
 	"time"
-
-	"github.com/google/uuid"
 )
 
 // Queued returns how many orders wait, undecided and not yet in a batch, in
@@ -64,6 +62,5 @@ func Filling(s *Service) int {
 // NewReaper returns one pass of a reaper of s (Reap's work on each tick),
 // keeping its memory of failures across calls as Reap does.
 func NewReaper(s *Service, interval time.Duration) func(context.Context) {
-	r := reaper{s: s, interval: interval, limit: maxReapFailing, failing: make(map[uuid.UUID]retry)}
-	return r.once
+	return newReaper(s, interval).once
 }

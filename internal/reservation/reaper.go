@@ -16,7 +16,7 @@ import (
 func (s *Service) Reap(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	r := reaper{s: s, interval: interval, limit: maxReapFailing, failing: make(map[uuid.UUID]retry)}
+	r := newReaper(s, interval)
 	for {
 		select {
 		case <-ctx.Done():
@@ -45,6 +45,10 @@ type reaper struct {
 	interval time.Duration
 	limit    int
 	failing  map[uuid.UUID]retry
+}
+
+func newReaper(s *Service, interval time.Duration) *reaper {
+	return &reaper{s: s, interval: interval, limit: maxReapFailing, failing: make(map[uuid.UUID]retry)}
 }
 
 type retry struct {
