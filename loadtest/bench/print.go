@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 )
@@ -144,20 +146,51 @@ func printBenchRatios(w io.Writer, res *Result) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "targets met: %d of %d\n", met, total)
+	cores := "every core"
+	if res.Machine.NProc > 0 {
+		cores = fmt.Sprintf("all %d cores", res.Machine.NProc)
+	}
 	for _, t := range res.Targets {
-		if t.Status != TargetMet {
-			fmt.Fprintf(w, "  %s %s: %s (got %s)\n", t.Status, t.Backend, t.Target, fmtRatio(t.Value))
+		if t.Status == TargetMet {
+			continue
 		}
+		fmt.Fprintf(w, "  %s %s: %s (got %s", t.Status, t.Backend, t.Target, fmtTargetValue(t, t.Value))
+		if t.CPUBound != nil {
+			fmt.Fprintf(w, "; at most %s with %s serving orders at the window's CPU an order", fmtTargetValue(t, t.CPUBound), cores)
+			if t.OutOfReach {
+				fmt.Fprint(w, ": out of reach on this machine unless the CPU an order falls")
+			}
+		}
+		fmt.Fprintln(w, ")")
 	}
 }
 
-// fmtRatio formats a ratio or value with three significant digits; – when
-// it could not be computed.
+// fmtRatio formats a ratio or value: up to three decimals below 10, so that
+// a ratio just short of its target never prints as the target (1.496 is
+// not "1.5"), three significant digits above; – when it could not be
+// computed.
 func fmtRatio(v *float64) string {
 	if v == nil {
 		return "–"
 	}
+	if math.Abs(*v) < 10 {
+		return strconv.FormatFloat(math.Round(*v*1000)/1000, 'f', -1, 64)
+	}
 	return fmt.Sprintf("%.3g", *v)
+}
+
+// fmtTargetValue formats v in the unit of t's condition: a rate in whole
+// orders/s, milliseconds and megabytes to one decimal, a ratio by fmtRatio.
+func fmtTargetValue(t TargetResult, v *float64) string {
+	switch {
+	case v == nil:
+		return "–"
+	case strings.HasSuffix(t.Want, "/s"):
+		return fmt.Sprintf("%.0f/s", *v)
+	case strings.HasSuffix(t.Want, " ms"), strings.HasSuffix(t.Want, " MB"):
+		return fmt.Sprintf("%.1f%s", *v, t.Want[strings.LastIndexByte(t.Want, ' '):])
+	}
+	return fmtRatio(v)
 }
 
 func benchFirstLine(s string) string {

@@ -55,13 +55,13 @@ func printJudged(w io.Writer, res *Result) {
 	}
 	fmt.Fprintf(w, "\n== the judge: vegeta after each run on the same instances (Rate{Freq:0}, %d workers, round-robin, fresh Idempotency-Key per order; p50 and p99 of the 201s, \"all\" of every answer; store: the judged SKUs read back)\n", res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\tvegeta orders/s\tp50 ms\tp99 ms\tp99 all ms\tstatus\tstore\tload run reserved/s\tload p99 ms\tCPU µs/order: %s\ttotal\t errors\n", strings.Join(cpuClasses, "\t"))
+	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\tvegeta orders/s\tp50 ms\tp99 ms\tp99 all ms\tstatus\tstore\tload run reserved/s\tload p99 ms\tCPU µs/order: %s\ttotal\tcores busy\t errors\n", strings.Join(cpuClasses, "\t"))
 	for _, r := range res.Runs {
 		j := r.Judge
 		if j == nil {
 			continue
 		}
-		cpuCols := strings.Repeat("–\t", len(cpuClasses)+1)
+		cpuCols := strings.Repeat("–\t", len(cpuClasses)+2)
 		if j.CPU != nil {
 			cpuCols = formatCPU(*j.CPU)
 		}
@@ -100,7 +100,8 @@ func storeMark(rb *Readback) string {
 	return "UNSAFE"
 }
 
-// formatCPU is a window's per-order µs in cpuClasses' order, then the total.
+// formatCPU is a window's per-order µs in cpuClasses' order, then the total
+// and the cores it kept busy.
 func formatCPU(win cpu.Window) string {
 	by := map[string]float64{}
 	for _, c := range win.Classes {
@@ -114,7 +115,7 @@ func formatCPU(win cpu.Window) string {
 			b.WriteString("–\t")
 		}
 	}
-	fmt.Fprintf(&b, "%.0f\t", win.TotalPerOrderUs)
+	fmt.Fprintf(&b, "%.0f\t%.2f\t", win.TotalPerOrderUs, win.CoresBusy)
 	return b.String()
 }
 
@@ -138,14 +139,14 @@ func printJudgedRatios(w io.Writer, res *Result) {
 		return "–"
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "backend\t%d SKUs/s\tp99 ms\ttarget\toff/s\tnaive/s\t÷naive\ttarget\tspread ceiling/s\t÷ceiling\ttarget\t÷postgres\ttarget\thot/s\ttarget\toff/s\tfloor/s\t÷floor\ttarget\tCPU µs/order hot\tspread\t\n", res.Settings.SpreadSKUs)
+	fmt.Fprintf(tw, "backend\t%d SKUs/s\tp99 ms\ttarget\toff/s\tnaive/s\t÷naive\ttarget\tspread ceiling/s\t÷ceiling\ttarget\t÷postgres\ttarget\thot/s\ttarget\toff/s\tfloor/s\t÷floor\ttarget\tCPU µs/order hot\tspread\tCPU bound/s hot\tspread\t\n", res.Settings.SpreadSKUs)
 	for _, r := range res.Backends {
 		j := r.Judged
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%.0f\t\n", r.Backend,
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.Backend,
 			j.SpreadPerS, j.SpreadP99Ms, mark(r.Backend, "spread-p99"), j.SpreadOffPerS, j.NaiveSpreadPerS, fmtRatio(j.SpreadOverNaive), mark(r.Backend, "naive-spread"),
 			j.SpreadCeilingPerS, fmtRatio(j.SpreadOverSpreadCeiling), mark(r.Backend, "spread-ceiling"), fmtRatio(j.SpreadOverPostgres), mark(r.Backend, "over-postgres"),
 			j.HotPerS, mark(r.Backend, "hot-rate"), j.HotOffPerS, j.FloorPerS, fmtRatio(j.HotOverFloor), mark(r.Backend, "floor"),
-			j.HotCPUUs["total"], j.SpreadCPUUs["total"])
+			j.HotCPUUs["total"], j.SpreadCPUUs["total"], j.HotCPUBoundPerS, j.SpreadCPUBoundPerS)
 	}
 	_ = tw.Flush()
 }

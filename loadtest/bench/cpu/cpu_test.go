@@ -92,8 +92,9 @@ func TestBetween(t *testing.T) {
 	// postgres: root 10 + reaped 65 − 101's 50 before + 102's 10 + 103's 20 = 55 ticks.
 	// instances: 30 + 10 = 40 ticks.
 	want := []Usage{{Class: "postgres", Processes: 3, CPUS: 0.55, PerOrderUs: 5500}, {Class: "instances", Processes: 2, CPUS: 0.4, PerOrderUs: 4000}}
-	if fmt.Sprint(w.Classes) != fmt.Sprint(want) || w.TotalPerOrderUs != 9500 || w.DurationS != 2 || w.Orders != 100 {
-		t.Errorf("got %+v, want classes %+v, total 9500 µs, 2 s, 100 orders", w, want)
+	// 0.95 s of CPU in 2 s.
+	if fmt.Sprint(w.Classes) != fmt.Sprint(want) || w.TotalPerOrderUs != 9500 || w.DurationS != 2 || w.Orders != 100 || w.CoresBusy != 0.48 {
+		t.Errorf("got %+v, want classes %+v, total 9500 µs, 2 s, 100 orders, 0.48 cores", w, want)
 	}
 	if none := m.Between(before, after, 0); none.Classes[0].PerOrderUs != 0 || none.TotalPerOrderUs != 0 {
 		t.Errorf("no orders: %+v, want no per-order figures", none)

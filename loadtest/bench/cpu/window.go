@@ -98,6 +98,9 @@ type Window struct {
 	Classes   []Usage `json:"classes"`
 	// TotalPerOrderUs sums the classes: the machine's CPU an order costs.
 	TotalPerOrderUs float64 `json:"total_per_order_us"`
+	// CoresBusy is the classes' CPU over the window's length: how many of
+	// the machine's cores the window kept busy.
+	CoresBusy float64 `json:"cores_busy"`
 }
 
 // Between is the CPU each class used from before to after, divided by the
@@ -107,6 +110,7 @@ type Window struct {
 // used before the window is taken back out.
 func (m *Meter) Between(before, after Snapshot, orders int64) Window {
 	w := Window{DurationS: tally.Round(after.At.Sub(before.At).Seconds(), 3), Orders: orders}
+	var all time.Duration
 	for _, c := range m.classes {
 		b, a := before.classes[c.Name], after.classes[c.Name]
 		used := a.reaped - b.reaped
@@ -118,13 +122,18 @@ func (m *Meter) Between(before, after Snapshot, orders int64) Window {
 				used -= t
 			}
 		}
-		u := Usage{Class: c.Name, Processes: len(a.own), CPUS: tally.Round(max(used, 0).Seconds(), 3)}
+		used = max(used, 0)
+		all += used
+		u := Usage{Class: c.Name, Processes: len(a.own), CPUS: tally.Round(used.Seconds(), 3)}
 		if orders > 0 {
-			u.PerOrderUs = tally.Round(float64(max(used, 0).Microseconds())/float64(orders), 1)
+			u.PerOrderUs = tally.Round(float64(used.Microseconds())/float64(orders), 1)
 			w.TotalPerOrderUs += u.PerOrderUs
 		}
 		w.Classes = append(w.Classes, u)
 	}
 	w.TotalPerOrderUs = tally.Round(w.TotalPerOrderUs, 1)
+	if d := after.At.Sub(before.At); d > 0 {
+		w.CoresBusy = tally.Round(all.Seconds()/d.Seconds(), 2)
+	}
 	return w
 }
