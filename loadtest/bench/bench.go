@@ -243,7 +243,7 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 	}
 	res.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
 	res.Backends = benchRatios(bc.Backends, res.Runs, ceilings)
-	addLimitRatios(res.Backends, res.Runs, res.Limits, res.Machine.NProc)
+	addLimitRatios(res.Backends, res.Runs, res.Limits)
 	res.Targets = evaluateTargets(res.Backends)
 	res.ServersMissing = serversMissing(res.Runs, res.Limits)
 	res.Failures = runFailures(res.Runs)

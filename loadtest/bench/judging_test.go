@@ -126,7 +126,7 @@ func TestJudgedReadbackFailsTheSuite(t *testing.T) {
 		t.Error("Damaged: want true with the redis window, false without")
 	}
 	ratios := benchRatios([]string{"redis", "postgres", "none"}, runs, nil)
-	addLimitRatios(ratios, runs, nil, 2)
+	addLimitRatios(ratios, runs, nil)
 	if ratios[0].Judged.SpreadPerS != 0 || ratios[1].Judged.SpreadPerS != 0 || ratios[2].Judged.SpreadPerS != 3000 {
 		t.Errorf("judged spread rates %v, %v, %v: want 0, 0, 3000", ratios[0].Judged.SpreadPerS, ratios[1].Judged.SpreadPerS, ratios[2].Judged.SpreadPerS)
 	}
@@ -139,7 +139,7 @@ func TestSpreadP99OfCreatedOnly(t *testing.T) {
 	r.Judge.LatencyMs.P99, hot.Judge.LatencyMs.P99 = 40, 40 // every answer, 503s included
 	runs := []Run{r, hot}
 	ratios := benchRatios([]string{"postgres"}, runs, nil)
-	addLimitRatios(ratios, runs, nil, 2)
+	addLimitRatios(ratios, runs, nil)
 	if j := ratios[0].Judged; j.HotP99Ms != 150 || j.SpreadP99Ms != 150 {
 		t.Errorf("p99 hot %v, spread %v: want the 201s' 150 ms", j.HotP99Ms, j.SpreadP99Ms)
 	}
@@ -164,7 +164,7 @@ func TestCPUErrorKeepsTheJudgesFigures(t *testing.T) {
 	r := judgedRun("redis", benchHot, "on", 1, 1)
 	r.Judge.Result, r.Judge.CPU, r.Judge.CPUError = j.Result, nil, j.CPUError
 	ratios := benchRatios([]string{"redis"}, []Run{r}, nil)
-	addLimitRatios(ratios, []Run{r}, nil, 2)
+	addLimitRatios(ratios, []Run{r}, nil)
 	if ratios[0].Judged.HotPerS != j.OrdersPerS || ratios[0].Judged.HotCPUUs != nil {
 		t.Errorf("hot %v/s (want %v), CPU %v", ratios[0].Judged.HotPerS, j.OrdersPerS, ratios[0].Judged.HotCPUUs)
 	}

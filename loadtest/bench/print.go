@@ -146,22 +146,10 @@ func printBenchRatios(w io.Writer, res *Result) {
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "targets met: %d of %d\n", met, total)
-	cores := "every core"
-	if res.Machine.NProc > 0 {
-		cores = fmt.Sprintf("all %d cores", res.Machine.NProc)
-	}
 	for _, t := range res.Targets {
-		if t.Status == TargetMet {
-			continue
+		if t.Status != TargetMet {
+			fmt.Fprintf(w, "  %s %s: %s (got %s)\n", t.Status, t.Backend, t.Target, fmtTargetValue(t, t.Value))
 		}
-		fmt.Fprintf(w, "  %s %s: %s (got %s", t.Status, t.Backend, t.Target, fmtTargetValue(t, t.Value))
-		if t.CPUBound != nil {
-			fmt.Fprintf(w, "; at most %s with %s serving orders at the window's CPU an order", fmtTargetValue(t, t.CPUBound), cores)
-			if t.OutOfReach {
-				fmt.Fprint(w, ": out of reach on this machine unless the CPU an order falls")
-			}
-		}
-		fmt.Fprintln(w, ")")
 	}
 }
 

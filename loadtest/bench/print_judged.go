@@ -139,14 +139,14 @@ func printJudgedRatios(w io.Writer, res *Result) {
 		return "–"
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "backend\t%d SKUs/s\tp99 ms\ttarget\toff/s\tnaive/s\t÷naive\ttarget\tspread ceiling/s\t÷ceiling\ttarget\t÷postgres\ttarget\thot/s\ttarget\toff/s\tfloor/s\t÷floor\ttarget\tCPU µs/order hot\tspread\tCPU bound/s hot\tspread\t\n", res.Settings.SpreadSKUs)
+	fmt.Fprintf(tw, "backend\t%d SKUs/s\tp99 ms\ttarget\toff/s\tnaive/s\t÷naive\ttarget\tspread ceiling/s\t÷ceiling\ttarget\t÷postgres\ttarget\thot/s\ttarget\toff/s\tfloor/s\t÷floor\ttarget\tCPU µs/order hot\tspread\t\n", res.Settings.SpreadSKUs)
 	for _, r := range res.Backends {
 		j := r.Judged
-		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%.0f\t%.0f\t%.0f\t\n", r.Backend,
+		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%s\t%s\t%.0f\t%s\t%.0f\t%.0f\t%s\t%s\t%.0f\t%.0f\t\n", r.Backend,
 			j.SpreadPerS, j.SpreadP99Ms, mark(r.Backend, "spread-p99"), j.SpreadOffPerS, j.NaiveSpreadPerS, fmtRatio(j.SpreadOverNaive), mark(r.Backend, "naive-spread"),
 			j.SpreadCeilingPerS, fmtRatio(j.SpreadOverSpreadCeiling), mark(r.Backend, "spread-ceiling"), fmtRatio(j.SpreadOverPostgres), mark(r.Backend, "over-postgres"),
 			j.HotPerS, mark(r.Backend, "hot-rate"), j.HotOffPerS, j.FloorPerS, fmtRatio(j.HotOverFloor), mark(r.Backend, "floor"),
-			j.HotCPUUs["total"], j.SpreadCPUUs["total"], j.HotCPUBoundPerS, j.SpreadCPUBoundPerS)
+			j.HotCPUUs["total"], j.SpreadCPUUs["total"])
 	}
 	_ = tw.Flush()
 }

@@ -172,14 +172,6 @@ type TargetResult struct {
 	Want    string       `json:"want"` // "≥5×", "<150 MB"
 	Value   *float64     `json:"value"`
 	Status  TargetStatus `json:"status"`
-	// CPUBound is the value at the CPU bound: what the run's CPU an order
-	// would give with every core of the machine serving orders (the
-	// judge's throughput targets only).
-	CPUBound *float64 `json:"cpu_bound,omitempty"`
-	// OutOfReach is set when even CPUBound misses the target: on this
-	// machine, at this CPU an order, no hand-off or scheduling could meet
-	// it; only less CPU an order can.
-	OutOfReach bool `json:"out_of_reach_by_cpu,omitempty"`
 }
 
 // benchTarget is one target of issue #7, on the hot-SKU runs of a 2-core
@@ -192,22 +184,19 @@ type benchTarget struct {
 	op       string // ">=", "<=" or "<"
 	limit    float64
 	unit     string
-	// bound is the value at the CPU bound (JudgedRatios); nil where the
-	// target is not a rate.
-	bound func(BackendRatios) *float64
 }
 
 var benchTargets = []benchTarget{
 	// The ceiling is one order per transaction; only a backend that fences
 	// its writes (the safe ones) does what the ceiling measures.
 	{"ceiling", "hot coalesced ≥ 1.0× store ceiling", func(r BackendRatios) bool { return !r.ExpectedUnsafe },
-		func(r BackendRatios) *float64 { return r.CoalescedOverCeiling }, ">=", 1.0, "×", nil},
+		func(r BackendRatios) *float64 { return r.CoalescedOverCeiling }, ">=", 1.0, "×"},
 	{"speedup", "hot coalesced ≥ 5× uncoalesced", backendIs("redlock"),
-		func(r BackendRatios) *float64 { return r.CoalescedOverUncoalesced }, ">=", 5, "×", nil},
+		func(r BackendRatios) *float64 { return r.CoalescedOverUncoalesced }, ">=", 5, "×"},
 	{"speedup", "hot coalesced ≥ 10× uncoalesced", backendIs("zookeeper"),
-		func(r BackendRatios) *float64 { return r.CoalescedOverUncoalesced }, ">=", 10, "×", nil},
+		func(r BackendRatios) *float64 { return r.CoalescedOverUncoalesced }, ">=", 10, "×"},
 	{"p99", "hot p99 coalesced ≤ uncoalesced", func(BackendRatios) bool { return true },
-		func(r BackendRatios) *float64 { return r.P99CoalescedOverUncoalesced }, "<=", 1.0, "×", nil},
+		func(r BackendRatios) *float64 { return r.P99CoalescedOverUncoalesced }, "<=", 1.0, "×"},
 	{"rss", "peak RSS < 150 MB per instance", func(BackendRatios) bool { return true },
 		func(r BackendRatios) *float64 {
 			if r.PeakRSSMB <= 0 { // no instance ran, or no /proc
@@ -215,7 +204,7 @@ var benchTargets = []benchTarget{
 			}
 			v := r.PeakRSSMB
 			return &v
-		}, "<", 150, " MB", nil},
+		}, "<", 150, " MB"},
 }
 
 func backendIs(names ...string) func(BackendRatios) bool {
@@ -238,13 +227,7 @@ func evaluateTargets(ratios []BackendRatios) []TargetResult {
 					st = TargetMet
 				}
 			}
-			tr := TargetResult{ID: t.id, Target: t.text, Backend: r.Backend, Want: t.want(), Value: v, Status: st}
-			if t.bound != nil {
-				if b := t.bound(r); b != nil {
-					tr.CPUBound, tr.OutOfReach = b, st == TargetMissed && !t.met(*b)
-				}
-			}
-			out = append(out, tr)
+			out = append(out, TargetResult{ID: t.id, Target: t.text, Backend: r.Backend, Want: t.want(), Value: v, Status: st})
 		}
 	}
 	return out
