@@ -64,10 +64,12 @@ func WithNodeTimeout(d time.Duration) Option {
 
 // WithRetryDelay sets the mean pause between attempts while the key is held;
 // each pause is drawn uniformly from [d/2, 3d/2) so that waiters that lost
-// together do not all come back together. A release of the key ends the
-// pause of the waiter blocked longest on it (node.AwaitRelease), so the
-// delay matters only when no release comes: a holder that died, a lease
-// left to expire. Default: 10ms.
+// together do not all come back together. A waiter blocks for a wake-up for
+// up to retry.AwaitSpan such pauses, and a release of the key ends the
+// wait of the one blocked longest on it (node.AwaitRelease); what the
+// delay sets is how soon a key is noticed free when no release comes (a
+// holder that died, a lease left to expire) and the pace of attempts
+// where no wake-up can be awaited. Default: 10ms.
 func WithRetryDelay(d time.Duration) Option {
 	return func(c *config) {
 		if d > 0 {

@@ -14,7 +14,7 @@
 // Goroutines of one Locker that want the same key wait in a local FIFO line
 // (package keyqueue), and only the head polls Redis: one process is one
 // contender per key. Between its attempts the head blocks on the key's wake
-// list (BLPOP, for at most its pause), to which a release pushes one
+// list (BLPOP, for up to retry.AwaitSpan retry delays), to which a release pushes one
 // element: Redis hands it to the client blocked longest, so a release wakes
 // one waiter across all processes, at once, instead of leaving the key free
 // until someone's pause ends.

@@ -103,7 +103,7 @@
 // # Wake-ups
 //
 // Between attempts the head of the line does not just sleep: it blocks
-// (BLPOP, for at most its pause) on the key's wake list on one node, chosen
+// (BLPOP, for up to retry.AwaitSpan retry delays) on the key's wake list on one node, chosen
 // by hashing the key, and a release pushes one element there when it
 // deletes the lock. Redis gives the element to the client blocked longest,
 // so each release wakes one waiter across all processes, oldest first: the

@@ -35,10 +35,10 @@ type Loop struct {
 	DefaultTTL time.Duration
 	RetryDelay time.Duration // mean pause; see Jitter
 	// Await, when set, blocks until a release of the key wakes the caller
-	// or d passes, and returns an error if it could not wait (the rest of
-	// the pause is then slept). With it a waiter tries again as soon as the
-	// key is released, instead of at the end of a pause in which the key
-	// may have stood free for milliseconds.
+	// or d passes (AwaitSpan delays), and returns an error if it could not
+	// wait (the rest of one delay is then slept). With it a waiter tries
+	// again as soon as the key is released, instead of at the end of a
+	// pause in which the key may have stood free for milliseconds.
 	Await func(ctx context.Context, key string, d time.Duration) error
 
 	// released is when a lease this Loop acquired last let go of each key,
@@ -96,7 +96,7 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 	unavailable := 0
 	var last error
 	if !o.TryOnce && lp.yields(key) {
-		if err := lp.pause(ctx, key, Jitter(lp.RetryDelay)); err != nil {
+		if err := lp.pause(ctx, key); err != nil {
 			return nil, lp.ctxError(key, err, nil)
 		}
 	}
@@ -127,7 +127,7 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 			unavailable = 0
 		}
 		lp.Log.Debug(lp.Name+": acquire: retrying", "key", key, "err", err)
-		if err := lp.pause(ctx, key, Jitter(lp.RetryDelay)); err != nil {
+		if err := lp.pause(ctx, key); err != nil {
 			return nil, lp.ctxError(key, err, last)
 		}
 	}
@@ -182,12 +182,26 @@ func (lp *Loop) yields(key string) bool {
 	return time.Since(at) < lp.RetryDelay
 }
 
-// pause waits up to d before the next attempt: until the key's release
-// wakes us (Await), or d.
-func (lp *Loop) pause(ctx context.Context, key string, d time.Duration) error {
+// AwaitSpan is how many retry delays a waiter stays blocked for a wake-up
+// (Await) before it attempts anyway. Every release wakes the waiter blocked
+// longest, so the wait ends as soon as the key is let go of; the span only
+// bounds how late a key is found free when no release woke anyone: its
+// lease ran out (the holder died or stalled past its TTL) or the wake-up
+// was lost. Blocking for one delay only, waiters on a hot key (three
+// instances, redlock) gave up 0.8 times a lease and attempted a key still
+// held: a round on every node, and the refusals' work on each, for
+// nothing. Where the wait cannot be had (the wake node down), the pause is
+// one delay, slept.
+const AwaitSpan = 16
+
+// pause waits before the next attempt: until the key's release wakes us
+// (Await) or AwaitSpan jittered delays pass; or, when Await is not set or
+// could not wait, a jittered delay, slept.
+func (lp *Loop) pause(ctx context.Context, key string) error {
+	d := Jitter(lp.RetryDelay)
 	if lp.Await != nil {
 		start := time.Now()
-		if err := lp.Await(ctx, key, d); err == nil || ctx.Err() != nil {
+		if err := lp.Await(ctx, key, AwaitSpan*d); err == nil || ctx.Err() != nil {
 			return ctx.Err()
 		}
 		d -= time.Since(start)

@@ -103,8 +103,8 @@ func TestJitter(t *testing.T) {
 }
 
 // TestPauseAwaits: between attempts the loop awaits the key's release for
-// the pause it drew; an Await that could not wait leaves the rest of the
-// pause to be slept.
+// AwaitSpan times the delay it drew; an Await that could not wait leaves
+// the rest of that one delay to be slept.
 func TestPauseAwaits(t *testing.T) {
 	held := fmt.Errorf("held: %w", lock.ErrNotAcquired)
 	for _, c := range []struct {
@@ -137,8 +137,8 @@ func TestPauseAwaits(t *testing.T) {
 				t.Fatalf("Acquire = %v after %d tries, %d awaits; want granted on the 3rd after 2", err, *n, len(awaited))
 			}
 			for _, d := range awaited {
-				if d < 30*time.Minute || d >= 90*time.Minute {
-					t.Fatalf("awaited %v: want the jittered pause", d)
+				if d < AwaitSpan*30*time.Minute || d >= AwaitSpan*90*time.Minute {
+					t.Fatalf("awaited %v: want AwaitSpan jittered delays", d)
 				}
 			}
 			_ = lease.Release(context.Background())
