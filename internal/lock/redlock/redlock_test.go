@@ -17,6 +17,7 @@ import (
 	"github.com/stockguard/stockguard/internal/lock/locktest"
 	"github.com/stockguard/stockguard/internal/lock/redisnode"
 	"github.com/stockguard/stockguard/internal/lock/redlock"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
@@ -376,8 +377,10 @@ func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 			raw[i].Del(context.Background(), redisnode.LockKey(key))
 		}
 	})
-	if _, err := l.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
-		t.Fatalf("TryOnce against a majority held elsewhere = %v, want ErrNotAcquired", err)
+	// It was granted the nodes the other lease left out: from where it
+	// stands, a split vote (retry.ErrSplit), paused one delay, not awaited.
+	if _, err := l.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, retry.ErrSplit) {
+		t.Fatalf("TryOnce against a majority held elsewhere = %v, want ErrNotAcquired and ErrSplit", err)
 	}
 	vals := raw.lockValues(t, key)
 	if count(vals, "another-lease") != len(others) || count(vals, "")+len(others) != len(vals) {
@@ -385,5 +388,21 @@ func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 	}
 	if n := raw[wakeNode].LLen(t.Context(), redisnode.WakeKey(key)).Val(); n != 0 {
 		t.Fatalf("the clean-up of a refused attempt left %d wake-up(s) on node %d", n, wakeNode)
+	}
+}
+
+// TestRefusalByAHolderIsNoSplit: an attempt every node refuses (another
+// lease holds the key everywhere) is no split vote: its waiter awaits the
+// holder's release for retry.AwaitSpan delays.
+func TestRefusalByAHolderIsNoSplit(t *testing.T) {
+	t.Parallel()
+	addrs := stacktest.RequireRedis(t)
+	holder, other := newLocker(t, addrs), newLocker(t, addrs)
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, holder, key)
+	defer locktest.MustRelease(t, lease)
+	_, err := other.Acquire(t.Context(), key, lock.TryOnce())
+	if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, retry.ErrSplit) {
+		t.Fatalf("TryOnce against a key held on every node = %v, want ErrNotAcquired without ErrSplit", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
 // tally is what the replies of one attempt have said so far, per node and
@@ -242,6 +243,11 @@ func (t *tally) err(k int) error {
 	}
 	if kt.won && a.fenced {
 		return fmt.Errorf("token %d published on %d/%d nodes: %w: %w", a.tokens[k], kt.r2OK, t.n, sentinel, errs)
+	}
+	if kt.granted > 0 {
+		// Some nodes were ours: the votes split, or a holder's lock is
+		// missing there. Nobody may hold the key and no release come.
+		return fmt.Errorf("no quorum (%d/%d): %w: %w: %w", kt.granted, t.n, sentinel, retry.ErrSplit, errs)
 	}
 	return fmt.Errorf("no quorum (%d/%d): %w: %w", kt.granted, t.n, sentinel, errs)
 }

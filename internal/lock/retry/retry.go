@@ -96,7 +96,7 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 	unavailable := 0
 	var last error
 	if !o.TryOnce && lp.yields(key) {
-		if err := lp.pause(ctx, key); err != nil {
+		if err := lp.pause(ctx, key, nil); err != nil {
 			return nil, lp.ctxError(key, err, nil)
 		}
 	}
@@ -127,7 +127,7 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 			unavailable = 0
 		}
 		lp.Log.Debug(lp.Name+": acquire: retrying", "key", key, "err", err)
-		if err := lp.pause(ctx, key); err != nil {
+		if err := lp.pause(ctx, key, last); err != nil {
 			return nil, lp.ctxError(key, err, last)
 		}
 	}
@@ -182,26 +182,37 @@ func (lp *Loop) yields(key string) bool {
 	return time.Since(at) < lp.RetryDelay
 }
 
-// AwaitSpan is how many retry delays a waiter stays blocked for a wake-up
-// (Await) before it attempts anyway. Every release wakes the waiter blocked
-// longest, so the wait ends as soon as the key is let go of; the span only
-// bounds how late a key is found free when no release woke anyone: its
-// lease ran out (the holder died or stalled past its TTL) or the wake-up
-// was lost. Blocking for one delay only, waiters on a hot key (three
-// instances, redlock) gave up 0.8 times a lease and attempted a key still
-// held: a round on every node, and the refusals' work on each, for
-// nothing. Where the wait cannot be had (the wake node down), the pause is
-// one delay, slept.
+// AwaitSpan is how many retry delays a waiter refused by a holder stays
+// blocked for a wake-up (Await) before it attempts anyway. Every release
+// wakes the waiter blocked longest, so the wait ends as soon as the key is
+// let go of; the span only bounds how late a key is found free when no
+// release woke anyone: its lease ran out (the holder died or stalled past
+// its TTL) or the wake-up was lost. Blocking for one delay only, waiters on
+// a hot key (three instances, redlock) gave up 0.8 times a lease and
+// attempted a key still held: a round on every node, and the refusals' work
+// on each, for nothing. Where the wait cannot be had (the wake node down),
+// the pause is one delay, slept.
 const AwaitSpan = 16
 
+// ErrSplit marks an attempt whose nodes granted it the key but fewer than
+// a majority: the votes split between attempts, so possibly nobody holds
+// the key and no release will wake anyone. Its attempter pauses one delay,
+// as Redlock's retry with jitter does, not AwaitSpan of them.
+var ErrSplit = errors.New("votes split between attempts")
+
 // pause waits before the next attempt: until the key's release wakes us
-// (Await) or AwaitSpan jittered delays pass; or, when Await is not set or
-// could not wait, a jittered delay, slept.
-func (lp *Loop) pause(ctx context.Context, key string) error {
+// (Await), for AwaitSpan jittered delays after a refusal by a holder and one
+// after a split vote (last is the attempt's error; nil before the first);
+// or, when Await is not set or could not wait, a jittered delay, slept.
+func (lp *Loop) pause(ctx context.Context, key string, last error) error {
 	d := Jitter(lp.RetryDelay)
 	if lp.Await != nil {
+		span := d
+		if !errors.Is(last, ErrSplit) {
+			span *= AwaitSpan
+		}
 		start := time.Now()
-		if err := lp.Await(ctx, key, AwaitSpan*d); err == nil || ctx.Err() != nil {
+		if err := lp.Await(ctx, key, span); err == nil || ctx.Err() != nil {
 			return ctx.Err()
 		}
 		d -= time.Since(start)

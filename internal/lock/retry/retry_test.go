@@ -146,6 +146,30 @@ func TestPauseAwaits(t *testing.T) {
 	}
 }
 
+// TestSplitVotePausesOneDelay: after a refusal by a holder the loop awaits
+// its release for AwaitSpan delays; after a split vote (ErrSplit) nobody
+// may hold the key to wake anyone, so it awaits one delay only.
+func TestSplitVotePausesOneDelay(t *testing.T) {
+	lp := newLoop(t)
+	lp.RetryDelay = time.Hour // only Await can end a pause this test waits for
+	var awaited []time.Duration
+	lp.Await = func(_ context.Context, _ string, d time.Duration) error {
+		awaited = append(awaited, d)
+		return nil
+	}
+	held := fmt.Errorf("held: %w", lock.ErrNotAcquired)
+	split := fmt.Errorf("no quorum (2/5): %w: %w", lock.ErrNotAcquired, ErrSplit)
+	try, _ := attempts(held, split)
+	lease, err := lp.Acquire(context.Background(), "k", nil, try)
+	if err != nil || len(awaited) != 2 {
+		t.Fatalf("Acquire = %v after %d awaits, want granted after 2", err, len(awaited))
+	}
+	_ = lease.Release(context.Background())
+	if awaited[0] < AwaitSpan*30*time.Minute || awaited[1] >= 90*time.Minute {
+		t.Errorf("awaited %v after a holder's refusal and %v after a split; want AwaitSpan delays, then one", awaited[0], awaited[1])
+	}
+}
+
 // TestYieldsAfterOwnRelease: an Acquire of a key a lease of this Loop let
 // go of within RetryDelay awaits a wake-up before its first attempt (the
 // woken waiter elsewhere goes first); a key not let go of lately, a later
