@@ -14,10 +14,10 @@
 // Goroutines of one Locker that want the same key wait in a local FIFO line
 // (package keyqueue), and only the head polls Redis: one process is one
 // contender per key. Between its attempts the head blocks on the key's wake
-// list (BLPOP, for up to retry.AwaitSpan retry delays), to which a release pushes one
-// element: Redis hands it to the client blocked longest, so a release wakes
-// one waiter across all processes, at once, instead of leaving the key free
-// until someone's pause ends.
+// list (BLPOP, for up to retry.AwaitSpan retry delays), to which a release
+// pushes one element: Redis hands it to the client blocked longest, so a
+// release wakes one waiter across all processes, at once, instead of
+// leaving the key free until someone's pause ends.
 //
 // AcquireBatch takes many keys in one script call (each its own lease id
 // and token, as if acquired alone); a key whose line in this Locker is busy

@@ -246,7 +246,8 @@ func (t *tally) err(k int) error {
 	}
 	if kt.granted > 0 {
 		// Some nodes were ours: the votes split, or a holder's lock is
-		// missing there. Nobody may hold the key and no release come.
+		// missing there. Possibly nobody holds the key, and then no
+		// release will come to wake a waiter.
 		return fmt.Errorf("no quorum (%d/%d): %w: %w: %w", kt.granted, t.n, sentinel, retry.ErrSplit, errs)
 	}
 	return fmt.Errorf("no quorum (%d/%d): %w: %w", kt.granted, t.n, sentinel, errs)
