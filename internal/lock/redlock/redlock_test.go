@@ -397,10 +397,21 @@ func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 func TestRefusalByAHolderIsNoSplit(t *testing.T) {
 	t.Parallel()
 	addrs := stacktest.RequireRedis(t)
+	raw := rawClients(t, addrs)
 	holder, other := newLocker(t, addrs), newLocker(t, addrs)
 	key := locktest.Key(t)
 	lease := locktest.MustAcquire(t, holder, key)
 	defer locktest.MustRelease(t, lease)
+	// Acquire returns once a majority granted: the last nodes' writes may
+	// still be on their way, and a node they have not reached yet would
+	// grant the other attempt too, a split from where it stands.
+	deadline := time.Now().Add(time.Second)
+	for vals := raw.lockValues(t, key); count(vals, "") > 0; vals = raw.lockValues(t, key) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder's lock is not on every node: %q", vals)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	_, err := other.Acquire(t.Context(), key, lock.TryOnce())
 	if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, retry.ErrSplit) {
 		t.Fatalf("TryOnce against a key held on every node = %v, want ErrNotAcquired without ErrSplit", err)
