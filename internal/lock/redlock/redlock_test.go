@@ -204,14 +204,21 @@ func TestReleaseWakesOnOneNode(t *testing.T) {
 // stragglers follow) until no node holds key.
 func waitNoKey(t *testing.T, raw nodes, key string) {
 	t.Helper()
+	waitLockValues(t, raw, key, "lock key left behind", func(vals []string) bool { return count(vals, "") == len(vals) })
+}
+
+// waitLockValues waits up to a second until the nodes' values of key's
+// lock satisfy ok, or fails the test with what and the values.
+func waitLockValues(t *testing.T, raw nodes, key, what string, ok func([]string) bool) {
+	t.Helper()
 	deadline := time.Now().Add(time.Second)
 	for {
 		vals := raw.lockValues(t, key)
-		if count(vals, "") == len(vals) {
+		if ok(vals) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("lock key left behind: %q", vals)
+			t.Fatalf("%s: %q", what, vals)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -405,13 +412,7 @@ func TestRefusalByAHolderIsNoSplit(t *testing.T) {
 	// Acquire returns once a majority granted: the last nodes' writes may
 	// still be on their way, and a node they have not reached yet would
 	// grant the other attempt too, a split from where it stands.
-	deadline := time.Now().Add(time.Second)
-	for vals := raw.lockValues(t, key); count(vals, "") > 0; vals = raw.lockValues(t, key) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the holder's lock is not on every node: %q", vals)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitLockValues(t, raw, key, "the holder's lock is not on every node", func(vals []string) bool { return count(vals, "") == 0 })
 	_, err := other.Acquire(t.Context(), key, lock.TryOnce())
 	if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, retry.ErrSplit) {
 		t.Fatalf("TryOnce against a key held on every node = %v, want ErrNotAcquired without ErrSplit", err)
