@@ -206,3 +206,13 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	}
 	return nil
 }
+
+// The service's observer is the metrics. The service calls the optional
+// hooks only on an observer that has them, so a hook missing here would
+// drop its metric without a word.
+var _ interface {
+	reservation.Observer
+	reservation.BatchObserver
+	reservation.SectionObserver
+	reservation.ReapObserver
+} = (*metrics.Metrics)(nil)

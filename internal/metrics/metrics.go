@@ -27,6 +27,11 @@ var orderCodes = []string{"created", "replayed", "invalid_request", "unknown_sku
 	"stale_fence", "idempotency_key_in_flight", "idempotency_key_reused", "body_too_large",
 	"unsupported_media_type", "lock_unavailable", "store_unavailable", "overloaded", "timeout", "internal"}
 
+// storeCalls are the values of stockguard_store_call_seconds's call label,
+// reservation.StoreClaim and reservation.StoreWrite (metrics does not
+// import the service: the service's observer is this package's Metrics).
+var storeCalls = []string{"claim", "write"}
+
 // Metrics implements reservation.Observer and records HTTP and order outcomes.
 type Metrics struct {
 	backend     string
@@ -39,6 +44,8 @@ type Metrics struct {
 	inFlight    prometheus.Gauge
 	batchSize   prometheus.Histogram
 	reaped      *prometheus.CounterVec
+	lockHold    *prometheus.HistogramVec
+	storeCall   *prometheus.HistogramVec
 }
 
 // New registers the collectors on reg for a service using the named backend.
@@ -75,9 +82,20 @@ func New(reg prometheus.Registerer, backend string) *Metrics {
 		reaped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockguard_reaper_orders_total", Help: "Expired holds the reaper handled, by outcome (expired, skipped, failed).",
 		}, []string{"outcome"}),
+		// A hot SKU's rate is what fits in its key's holds end to end: the
+		// sum of this histogram over a window, against the window, is the
+		// share of it the key was held, and the rest went to hand-offs.
+		lockHold: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stockguard_lock_hold_seconds", Help: "Time one critical section held its SKU locks, from the acquisition to the release or hand-over.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}, []string{"backend"}),
+		storeCall: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stockguard_store_call_seconds", Help: "Latency of the store calls made under the locks, by call (claim, write).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}, []string{"call"}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.orders, m.lockWait, m.staleFences, m.leasesLost,
-		m.inFlight, m.batchSize, m.reaped)
+		m.inFlight, m.batchSize, m.reaped, m.lockHold, m.storeCall)
 	// Every labelled series exists from the start at 0: rate() and
 	// increase() need a sample before the first event to count it.
 	for _, c := range orderCodes {
@@ -88,6 +106,10 @@ func New(reg prometheus.Registerer, backend string) *Metrics {
 	}
 	m.lockWait.WithLabelValues(backend)
 	m.leasesLost.WithLabelValues(backend)
+	m.lockHold.WithLabelValues(backend)
+	for _, c := range storeCalls {
+		m.storeCall.WithLabelValues(c)
+	}
 	return m
 }
 
@@ -100,6 +122,18 @@ func (m *Metrics) InFlight(h http.Handler) http.Handler {
 // Batch implements reservation.BatchObserver: the orders one coalesced batch
 // wrote.
 func (m *Metrics) Batch(orders int) { m.batchSize.Observe(float64(orders)) }
+
+// LockHeld implements reservation.SectionObserver: how long one critical
+// section held its leases.
+func (m *Metrics) LockHeld(d time.Duration) {
+	m.lockHold.WithLabelValues(m.backend).Observe(d.Seconds())
+}
+
+// StoreCall implements reservation.SectionObserver: one store call made
+// under the leases, by its name.
+func (m *Metrics) StoreCall(call string, d time.Duration) {
+	m.storeCall.WithLabelValues(call).Observe(d.Seconds())
+}
 
 // Reaped implements reservation.ReapObserver: it records the outcome of one expired hold the reaper handled:
 // ReapExpired, ReapSkipped or ReapFailed.

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -28,6 +29,9 @@ func TestSeriesExistBeforeTheFirstEvent(t *testing.T) {
 		`stockguard_reaper_orders_total{outcome="failed"} 0`,
 		`stockguard_leases_lost_total{backend="redlock"} 0`,
 		`stockguard_lock_wait_seconds_count{backend="redlock"} 0`,
+		`stockguard_lock_hold_seconds_count{backend="redlock"} 0`,
+		`stockguard_store_call_seconds_count{call="claim"} 0`,
+		`stockguard_store_call_seconds_count{call="write"} 0`,
 		`stockguard_http_requests_in_flight 0`,
 	} {
 		if !strings.Contains(exposition(t, reg), want) {
@@ -40,6 +44,8 @@ func TestHooks(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "zookeeper")
 	m.Batch(13)
+	m.LockHeld(3 * time.Millisecond)
+	m.StoreCall("write", 1500*time.Microsecond)
 	m.Reaped(metrics.ReapExpired)
 	m.Reaped(metrics.ReapExpired)
 	metrics.RegisterBuildInfo(reg, metrics.BuildInfo{Version: "v1.2.3", Backend: "zookeeper", Fencing: true})
@@ -48,6 +54,9 @@ func TestHooks(t *testing.T) {
 	for _, want := range []string{
 		`stockguard_batch_orders_sum 13`,
 		`stockguard_batch_orders_bucket{le="16"} 1`,
+		`stockguard_lock_hold_seconds_sum{backend="zookeeper"} 0.003`,
+		`stockguard_store_call_seconds_sum{call="write"} 0.0015`,
+		`stockguard_store_call_seconds_count{call="claim"} 0`,
 		`stockguard_reaper_orders_total{outcome="expired"} 2`,
 		`stockguard_build_info{backend="zookeeper",coalesce="off",fencing="on",version="v1.2.3"} 1`,
 		`stockguard_db_pool_max_open_connections 16`,

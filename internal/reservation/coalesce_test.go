@@ -461,3 +461,54 @@ func TestHoldAcrossBatches(t *testing.T) {
 		}
 	}
 }
+
+// sectionClock records what a SectionObserver is told.
+type sectionClock struct {
+	mu    sync.Mutex
+	holds []time.Duration
+	calls map[string][]time.Duration
+}
+
+func (*sectionClock) LockWait(time.Duration) {}
+func (*sectionClock) StaleFence()            {}
+func (*sectionClock) LeaseLost()             {}
+
+func (c *sectionClock) LockHeld(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.holds = append(c.holds, d)
+}
+
+func (c *sectionClock) StoreCall(call string, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[call] = append(c.calls[call], d)
+}
+
+// TestSectionObserved: a batch's hold is told once, when its leases go,
+// and it spans the claim and the write made under it, each told once.
+func TestSectionObserved(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	clock := &sectionClock{calls: map[string][]time.Duration{}}
+	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, Observer: clock, LockWait: 5 * time.Second})
+	f.stock("a", 10)
+	f.store.onWrite(func() { time.Sleep(20 * time.Millisecond) })
+	release := f.hold("a")
+	results := f.queue(svc, "a", req("", line("a", 1)), req("", line("a", 2)), req("", line("a", 3)))
+	release()
+	for i, r := range results() {
+		if r.err != nil {
+			t.Fatalf("order %d: %v", i, r.err)
+		}
+	}
+	f.store.onWrite(nil)
+	clock.mu.Lock()
+	defer clock.mu.Unlock()
+	claims, writes := clock.calls[reservation.StoreClaim], clock.calls[reservation.StoreWrite]
+	if len(clock.holds) != 1 || len(claims) != 1 || len(writes) != 1 {
+		t.Fatalf("told %d holds, %d claims, %d writes; want one batch: 1, 1, 1", len(clock.holds), len(claims), len(writes))
+	}
+	if writes[0] < 20*time.Millisecond || clock.holds[0] < claims[0]+writes[0] {
+		t.Fatalf("hold %v, claim %v, write %v: the write took 20ms, and the hold spans both", clock.holds[0], claims[0], writes[0])
+	}
+}

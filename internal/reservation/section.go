@@ -415,7 +415,9 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 		}
 	}
 	wctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	began := time.Now()
 	err := s.store.Write(wctx, fences, w)
+	s.storeCall(StoreWrite, began)
 	cancel()
 	if err != nil {
 		return nil, s.failed(h.set, err)
@@ -452,7 +454,9 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 	refused := make(map[string]error)
 	for len(fences) > 0 {
 		cctx, cancel := context.WithTimeout(lctx, storeTimeout)
+		began := time.Now()
 		skus, err := s.store.Claim(cctx, fences, create)
+		s.storeCall(StoreClaim, began)
 		cancel()
 		if aside := s.setAside(err, create, h); len(aside) > 0 {
 			for _, ke := range aside {
@@ -538,10 +542,22 @@ func (s *Service) letGo(h *hold) lock.Set {
 		return nil
 	}
 	h.span.End()
+	// A try that obtained none of its keys held nothing.
+	if so, ok := s.obs.(SectionObserver); ok && len(h.set)+len(h.spare) > 0 {
+		so.LockHeld(time.Since(h.acquired))
+	}
 	if len(h.spare) > 0 {
 		return append(slices.Clip(h.set), h.spare...)
 	}
 	return h.set
+}
+
+// storeCall tells a SectionObserver how long a store call begun at began
+// took.
+func (s *Service) storeCall(call string, began time.Time) {
+	if so, ok := s.obs.(SectionObserver); ok {
+		so.StoreCall(call, time.Since(began))
+	}
 }
 
 // storeTimeout bounds each store call of the section: a queue's leader has

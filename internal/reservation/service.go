@@ -56,6 +56,24 @@ type BatchObserver interface {
 	Batch(orders int)
 }
 
+// SectionObserver may be implemented by an Observer that also wants where
+// the critical sections' time goes: how long each one held its leases,
+// from the acquisition returning to their release or hand-over, and how
+// long each store call under them took (StoreClaim, StoreWrite). On a hot
+// SKU one key's holds follow each other, so their sum over a while, against
+// that while, is the share the key was held; the rest went to hand-offs
+// between holders.
+type SectionObserver interface {
+	LockHeld(d time.Duration)
+	StoreCall(call string, d time.Duration)
+}
+
+// The store calls a SectionObserver is told of.
+const (
+	StoreClaim = "claim"
+	StoreWrite = "write"
+)
+
 // ReapObserver may be implemented by an Observer that also wants the outcome
 // of every expiry the reaper tried: "expired", "skipped" (the order had
 // moved on first, another instance held its keys, or the instance's batch
