@@ -8,6 +8,7 @@ import (
 	"github.com/stockguard/stockguard/loadtest/bench/cpu"
 	"github.com/stockguard/stockguard/loadtest/bench/judge"
 	"github.com/stockguard/stockguard/loadtest/bench/naive"
+	"github.com/stockguard/stockguard/loadtest/bench/section"
 	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
@@ -96,5 +97,29 @@ func TestFmtTargetValueInTheTargetsUnit(t *testing.T) {
 		if got := fmtTargetValue(TargetResult{Want: c.want}, c.v); got != c.got {
 			t.Errorf("%s: %q, want %q", c.want, got, c.got)
 		}
+	}
+}
+
+// TestPrintSections: a hot window's holds, with the share the key was held
+// and the hand-offs; a window whose scrape failed says why.
+func TestPrintSections(t *testing.T) {
+	hot := judgedRun("redlock", benchHot, "on", 2000, 40)
+	hot.SKUs = 1
+	hot.Judge.Section = &section.Window{DurationS: 10, Holds: 600, HeldShare: 0.8, HoldMs: 13.33, Claims: 600, ClaimMs: 0.9,
+		Writes: 1500, WriteMs: 3.7, OrdersPerHold: 33.3, HandOffMs: 3.33}
+	failed := judgedRun("zookeeper", benchHot, "on", 1500, 40)
+	failed.Judge.SectionError = "section: scrape http://127.0.0.1:1: connection refused\nmore"
+	floorOnly := judgedRun("redis", benchHot, "on", 1500, 40) // no section: not printed
+	var b bytes.Buffer
+	printSections(&b, &Result{Runs: []Run{hot, failed, floorOnly}})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("%d lines, want a title, a header and two rows:\n%s", len(lines), b.String())
+	}
+	if f := strings.Fields(lines[2]); strings.Join(f, " ") != "redlock 1 on 60 33.3 2.50 13.33 0.90 3.70 80.0% 3.33" {
+		t.Errorf("hot row = %q", lines[2])
+	}
+	if !strings.HasSuffix(lines[3], "connection refused") || !strings.HasPrefix(strings.TrimSpace(lines[3]), "zookeeper") {
+		t.Errorf("failed row = %q", lines[3])
 	}
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/stockguard/stockguard/loadtest/bench/cpu"
 	"github.com/stockguard/stockguard/loadtest/bench/judge"
+	"github.com/stockguard/stockguard/loadtest/bench/section"
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/procs"
 	"github.com/stockguard/stockguard/loadtest/run"
@@ -22,6 +24,11 @@ type Judged struct {
 	Error string `json:"error,omitempty"`
 	// CPUError says why the CPU was not read; the attack's figures stand.
 	CPUError string `json:"cpu_error,omitempty"`
+	// Section is what the instances' critical sections did in the window,
+	// from their /metrics; nil for the floor, which has none.
+	Section *section.Window `json:"section,omitempty"`
+	// SectionError says why Section was not read.
+	SectionError string `json:"section_error,omitempty"`
 	// ServersMissing are the servers not found before this window: their
 	// CPU is not in its figures.
 	ServersMissing []string `json:"servers_missing,omitempty"`
@@ -45,21 +52,33 @@ func (bc Config) judgeConfig(urls, skus []string) judge.Config {
 }
 
 // judgeWorkload attacks processes already serving, reading the CPU of
-// every class around the window. pids are the instances' (or the floor's).
-// The servers' processes are looked up again for every window: one
-// restarted since the last (or its PID reused) would otherwise be read as
-// missing, or as some other process.
-func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int) *Judged {
+// every class around the window, and, with sections (the service, not the
+// floor), the instances' critical sections. pids are the instances' (or
+// the floor's). The servers' processes are looked up again for every
+// window: one restarted since the last (or its PID reused) would otherwise
+// be read as missing, or as some other process.
+func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int, sections *section.Meter) *Judged {
 	servers := bc.findServers()
 	meter := cpu.NewMeter(servers.classes(pids))
 	var before, after cpu.Snapshot
-	var cpuErr error
+	var sBefore, sAfter section.Snapshot
+	var cpuErr, sErr error
+	// The scrapes are outside the CPU's window: before it begins, after it
+	// ends.
+	scrape := func(into *section.Snapshot) {
+		if sections == nil || sErr != nil {
+			return
+		}
+		*into, sErr = sections.Snapshot(ctx)
+	}
 	jc.OnWindow = func(begin bool) {
 		var err error
 		if begin {
+			scrape(&sBefore)
 			before, err = meter.Snapshot()
 		} else {
 			after, err = meter.Snapshot()
+			scrape(&sAfter)
 		}
 		if err != nil && cpuErr == nil {
 			cpuErr = err
@@ -70,11 +89,20 @@ func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int)
 	switch {
 	case err != nil:
 		j.Error = err.Error()
+		return j
 	case cpuErr != nil:
 		j.CPUError = cpuErr.Error()
 	default:
 		w := meter.Between(before, after, res.Created)
 		j.CPU = &w
+	}
+	switch {
+	case sections == nil:
+	case sErr != nil:
+		j.SectionError = sErr.Error()
+	default:
+		w := section.Between(sBefore, sAfter, len(jc.SKUs))
+		j.Section = &w
 	}
 	return j
 }
@@ -119,7 +147,8 @@ func (bc Config) judgeService(workload string, dst **Judged, stderr io.Writer) f
 			pids[i] = in.PID()
 		}
 		fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
-		j := bc.judgeWorkload(ctx, bc.judgeConfig(cfg.URLs, skus), pids)
+		j := bc.judgeWorkload(ctx, bc.judgeConfig(cfg.URLs, skus), pids,
+			section.NewMeter(cfg.URLs, &http.Client{Timeout: 5 * time.Second}))
 		if j.Error == "" {
 			j.Readback = readBack(ctx, c, cfg.URLs[0], skus, judgeStock, j.Result)
 		}

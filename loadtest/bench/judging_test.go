@@ -157,7 +157,7 @@ func TestCPUErrorKeepsTheJudgesFigures(t *testing.T) {
 	defer target.Close()
 	bc := Config{Clients: 2, JudgeWindow: 200 * time.Millisecond}
 	gone := 1 << 30 // above any pid_max: no such process
-	j := bc.judgeWorkload(context.Background(), bc.judgeConfig([]string{target.URL}, []string{"s"}), []int{gone})
+	j := bc.judgeWorkload(context.Background(), bc.judgeConfig([]string{target.URL}, []string{"s"}), []int{gone}, nil)
 	if j.Error != "" || j.CPUError == "" || j.CPU != nil || j.Created < 1 {
 		t.Fatalf("judged: error %q, CPU error %q, CPU %v, created %d", j.Error, j.CPUError, j.CPU, j.Created)
 	}
@@ -191,7 +191,7 @@ func TestJudgeFindsRestartedServer(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		j := bc.judgeWorkload(ctx, bc.judgeConfig([]string{target.URL}, []string{"s"}), []int{os.Getpid()})
+		j := bc.judgeWorkload(ctx, bc.judgeConfig([]string{target.URL}, []string{"s"}), []int{os.Getpid()}, nil)
 		floor.StopAll(ps)
 		if j.Error != "" || j.CPUError != "" || slices.Contains(j.ServersMissing, "redis "+addr) {
 			t.Fatalf("window %d (server pid %d): error %q, CPU error %q, missing %v", round, ps[0].PID(), j.Error, j.CPUError, j.ServersMissing)

@@ -124,7 +124,7 @@ func (k *limitsKit) floorRun(ctx context.Context, stderr io.Writer) (*Judged, er
 		urls, pids = append(urls, p.URL), append(pids, p.PID())
 	}
 	fmt.Fprintf(stderr, "bench: HTTP floor, %d processes, vegeta %d workers, %v\n", len(ps), k.bc.Clients, k.bc.JudgeWindow)
-	j := k.bc.judgeWorkload(ctx, k.bc.judgeConfig(urls, []string{"floor-hot"}), pids)
+	j := k.bc.judgeWorkload(ctx, k.bc.judgeConfig(urls, []string{"floor-hot"}), pids, nil)
 	return j, nil
 }
 

@@ -86,6 +86,41 @@ func printJudged(w io.Writer, res *Result) {
 	}
 }
 
+// printSections is what the instances' critical sections did in each
+// judged window. On one SKU its holds and hand-offs are the window end to
+// end: the serial chain that bounds a hot SKU's rate.
+func printSections(w io.Writer, res *Result) {
+	if !slices.ContainsFunc(res.Runs, func(r Run) bool { return r.Judge != nil && (r.Judge.Section != nil || r.Judge.SectionError != "") }) {
+		return
+	}
+	fmt.Fprintf(w, "\n== the critical sections in the judged windows (the instances' /metrics: holds let go of in the window; held: their time over the window's, on one SKU the share the key was held; hand-off: what the holds left of it, per hold)\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\tholds/s\torders a hold\twrites a hold\thold ms\tclaim ms\twrite ms\theld\thand-off ms\t errors\n")
+	for _, r := range res.Runs {
+		j := r.Judge
+		if j == nil || j.Section == nil && j.SectionError == "" {
+			continue
+		}
+		if s := j.Section; s != nil && s.DurationS > 0 {
+			perHold := func(n uint64) string {
+				if s.Holds == 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.2f", float64(n)/float64(s.Holds))
+			}
+			handOff := "–"
+			if s.HandOffMs > 0 {
+				handOff = fmt.Sprintf("%.2f", s.HandOffMs)
+			}
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%s\t%.2f\t%.2f\t%.2f\t%.1f%%\t%s\t\n", r.Backend, r.SKUs, r.Coalesce,
+				float64(s.Holds)/s.DurationS, s.OrdersPerHold, perHold(s.Writes), s.HoldMs, s.ClaimMs, s.WriteMs, 100*s.HeldShare, handOff)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t–\t–\t–\t–\t–\t–\t–\t–\t %s\n", r.Backend, r.SKUs, r.Coalesce, benchFirstLine(j.SectionError))
+	}
+	_ = tw.Flush()
+}
+
 // storeMark is the read back's verdict in a word: "safe", "UNSAFE", "not
 // read" or "–" (none).
 func storeMark(rb *Readback) string {

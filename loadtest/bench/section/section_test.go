@@ -1,0 +1,73 @@
+package section
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stockguard/stockguard/internal/metrics"
+)
+
+// instance serves a real service's collectors, as /metrics does.
+func instance(t *testing.T) (*metrics.Metrics, string) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, "redlock")
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return m, srv.URL
+}
+
+// TestBetween: two instances' holds on one key, added, and what they
+// leave of the window is the hand-offs.
+func TestBetween(t *testing.T) {
+	a, ua := instance(t)
+	b, ub := instance(t)
+	a.LockHeld(time.Second) // before the window: not counted
+	meter := NewMeter([]string{ua, ub}, http.DefaultClient)
+	ctx := context.Background()
+	before, err := meter.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*metrics.Metrics{a, b, a, b} {
+		m.LockHeld(1500 * time.Millisecond)
+		m.StoreCall("claim", 100*time.Millisecond)
+		m.StoreCall("write", 300*time.Millisecond)
+		m.StoreCall("write", 500*time.Millisecond)
+		m.Batch(10)
+		m.Batch(20)
+	}
+	after, err := meter.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after.At = before.At.Add(8 * time.Second)
+	got := Between(before, after, 1)
+	want := Window{DurationS: 8, Holds: 4, HeldShare: 0.75, HoldMs: 1500, Claims: 4, ClaimMs: 100,
+		Writes: 8, WriteMs: 400, OrdersPerHold: 30, HandOffMs: 500}
+	if got != want {
+		t.Fatalf("Between = %+v\nwant      %+v", got, want)
+	}
+	if w := Between(before, after, 1000); w.HandOffMs != 0 || w.HeldShare != 0.75 {
+		t.Fatalf("over many keys: %+v; want no hand-off, the same share", w)
+	}
+}
+
+// TestInstanceWithoutTheSeries: a /metrics without the hold series fails
+// the snapshot rather than read as a key never held.
+func TestInstanceWithoutTheSeries(t *testing.T) {
+	srv := httptest.NewServer(promhttp.HandlerFor(prometheus.NewRegistry(), promhttp.HandlerOpts{}))
+	defer srv.Close()
+	if _, err := NewMeter([]string{srv.URL}, http.DefaultClient).Snapshot(context.Background()); !errors.Is(err, ErrNoSeries) {
+		t.Fatalf("err = %v, want ErrNoSeries", err)
+	}
+}
