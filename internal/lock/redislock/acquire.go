@@ -118,11 +118,12 @@ func (l *Locker) cleanup(ctx context.Context, holds []redisnode.Hold) {
 	}
 }
 
-// wakeAll asks a release to wake a waiter on each of n keys it deletes.
-func wakeAll(n int) []bool {
-	w := make([]bool, n)
+// wakeAll asks a release to wake a waiter on each of n keys it deletes: on
+// a single server, only a delete frees a key.
+func wakeAll(n int) []redisnode.Wake {
+	w := make([]redisnode.Wake, n)
 	for i := range w {
-		w[i] = true
+		w[i] = redisnode.WakeIfOurs
 	}
 	return w
 }

@@ -289,10 +289,27 @@ func (n *Node) Fence(ctx context.Context, c Call) (results []error, err error) {
 	return results, nil
 }
 
-// Release deletes the lock on every hold's key that still holds its lease
-// id, in one script call, and returns how many it deleted. Where wake[i] is
-// true (wake may be nil: none), a delete also wakes one waiter blocked in
+// Wake is what a release does for the waiters blocked on a key in
 // AwaitRelease on this node.
+type Wake uint8
+
+const (
+	// WakeNone wakes nobody: the clean-up of a key another lease holds,
+	// whose waiters would only be sent into the same refusal.
+	WakeNone Wake = iota
+	// WakeIfOurs wakes one waiter if the lock was ours here: a single
+	// server's lock, which this delete frees.
+	WakeIfOurs
+	// WakeAnyway wakes one waiter whether or not the lock was ours here: a
+	// quorum's lock is freed by its deletes on the other servers too, and
+	// a lease that held it without this server (it refused our write)
+	// would otherwise leave its waiters asleep while the key stands free.
+	WakeAnyway
+)
+
+// Release deletes the lock on every hold's key that still holds its lease
+// id, in one script call, and returns how many it deleted; each key also
+// wakes a waiter as wake[i] says (wake may be nil or short: WakeNone).
 //
 // A release that times out is sent again, up to releaseTries times: one that
 // never lands leaves the keys held for the rest of their TTL, and every order
@@ -300,7 +317,7 @@ func (n *Node) Fence(ctx context.Context, c Call) (results []error, err error) {
 // (after a delete whose reply was lost, the repeat finds nothing of ours).
 // The node timeout is short, so a server busy for a moment (two saturated
 // cores) is the usual cause.
-func (n *Node) Release(ctx context.Context, holds []Hold, wake []bool) (deleted int, err error) {
+func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake) (deleted int, err error) {
 	if len(holds) == 0 {
 		return 0, nil
 	}
@@ -309,8 +326,8 @@ func (n *Node) Release(ctx context.Context, holds []Hold, wake []bool) (deleted 
 	argv = append(argv, wakeTTLms)
 	for i, h := range holds {
 		flag := "0"
-		if i < len(wake) && wake[i] {
-			flag = "1"
+		if i < len(wake) {
+			flag = strconv.Itoa(int(wake[i]))
 		}
 		keys = append(keys, LockKey(h.Key), WakeKey(h.Key))
 		argv = append(argv, h.ID, flag)

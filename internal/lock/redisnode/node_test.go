@@ -35,8 +35,8 @@ func TestKeyNames(t *testing.T) {
 	}
 }
 
-// TestReleaseWakes: a release wakes only when it deleted the holder's key
-// and was asked to; a wake-up nobody took is kept to one, expires, and is
+// TestReleaseWakes: a release wakes when asked to, WakeIfOurs only when it
+// deleted the holder's key, WakeAnyway whether or not; a wake-up nobody took is kept to one, expires, and is
 // popped by the next waiter at once.
 func TestReleaseWakes(t *testing.T) {
 	n, key := newNode(t)
@@ -52,15 +52,21 @@ func TestReleaseWakes(t *testing.T) {
 	}
 
 	mustAcquire("a")
-	if deleted, _ := release1(ctx, n, key, "b", true); deleted || queued() != 0 {
+	if deleted, _ := release1(ctx, n, key, "b", redisnode.WakeIfOurs); deleted || queued() != 0 {
 		t.Fatalf("a non-holder's release: deleted %v, %d wake-ups; want none", deleted, queued())
 	}
-	if deleted, _ := release1(ctx, n, key, "a", false); !deleted || queued() != 0 {
+	// A quorum lease that held the key without this server wakes anyway,
+	// and deletes nothing of a's.
+	if deleted, _ := release1(ctx, n, key, "b", redisnode.WakeAnyway); deleted || queued() != 1 {
+		t.Fatalf("a non-holder's release that wakes anyway: deleted %v, %d wake-ups; want one wake-up only", deleted, queued())
+	}
+	n.Client().Del(ctx, wake)
+	if deleted, _ := release1(ctx, n, key, "a", redisnode.WakeNone); !deleted || queued() != 0 {
 		t.Fatalf("a release without wake: deleted %v, %d wake-ups; want none", deleted, queued())
 	}
 	for _, id := range []string{"a", "b"} {
 		mustAcquire(id)
-		if deleted, err := release1(ctx, n, key, id, true); err != nil || !deleted {
+		if deleted, err := release1(ctx, n, key, id, redisnode.WakeIfOurs); err != nil || !deleted {
 			t.Fatalf("Release(%s) = %v, %v", id, deleted, err)
 		}
 	}
@@ -93,7 +99,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 		}()
 	}
 	time.Sleep(wait / 5) // both block (a late one would pop the wake-up at once: still one)
-	if deleted, err := release1(ctx, n, key, "a", true); err != nil || !deleted {
+	if deleted, err := release1(ctx, n, key, "a", redisnode.WakeIfOurs); err != nil || !deleted {
 		t.Fatalf("Release = %v, %v", deleted, err)
 	}
 	first, second := <-returned, <-returned
@@ -113,8 +119,8 @@ func acquire1(ctx context.Context, n *redisnode.Node, key, id string) (uint64, e
 }
 
 // release1 is Release of one key.
-func release1(ctx context.Context, n *redisnode.Node, key, id string, wake bool) (bool, error) {
-	d, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []bool{wake})
+func release1(ctx context.Context, n *redisnode.Node, key, id string, wake redisnode.Wake) (bool, error) {
+	d, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{wake})
 	return d == 1, err
 }
 
@@ -131,7 +137,7 @@ func TestAcquireIncr(t *testing.T) {
 	if v, _ := n.Client().Get(ctx, redisnode.FenceKey(key)).Result(); v != "1" {
 		t.Fatalf("a refused acquisition moved the counter to %s", v)
 	}
-	if deleted, err := release1(ctx, n, key, "b", false); err != nil || deleted {
+	if deleted, err := release1(ctx, n, key, "b", redisnode.WakeNone); err != nil || deleted {
 		t.Fatalf("Release by a non-holder = %v, %v", deleted, err)
 	}
 	if err := n.Extend(ctx, key, "b", time.Minute); !errors.Is(err, redisnode.ErrNotHeld) {
@@ -140,7 +146,7 @@ func TestAcquireIncr(t *testing.T) {
 	if err := n.Extend(ctx, key, "a", time.Minute); err != nil {
 		t.Fatalf("Extend by the holder = %v", err)
 	}
-	if deleted, err := release1(ctx, n, key, "a", false); err != nil || !deleted {
+	if deleted, err := release1(ctx, n, key, "a", redisnode.WakeNone); err != nil || !deleted {
 		t.Fatalf("Release by the holder = %v, %v", deleted, err)
 	}
 	if tok, _ := acquire1(ctx, n, key, "b"); tok != 2 {
@@ -189,7 +195,7 @@ func TestBatchCalls(t *testing.T) {
 	if err != nil || ok[0] || ok[1] || ok[2] {
 		t.Fatalf("SetNX on held keys = %v, %v; want all held", ok, err)
 	}
-	deleted, err := n.Release(ctx, holds, []bool{true, true, false})
+	deleted, err := n.Release(ctx, holds, []redisnode.Wake{redisnode.WakeIfOurs, redisnode.WakeIfOurs, redisnode.WakeNone})
 	if err != nil || deleted != 2 {
 		t.Fatalf("Release = %d, %v; want a and c deleted", deleted, err)
 	}

@@ -120,24 +120,26 @@ return out
 
 // releaseScript deletes each lock only if it still holds our lease id, so a
 // holder whose lease expired can never delete the next holder's lock, and,
-// where asked to, wakes one waiter: after the delete it leaves one element
-// in the key's wake list, which the waiter blocked longest on it
-// (AwaitRelease) pops. Nobody blocked: the element waits for the next
-// waiter, kept to one and expiring, so a stale wake-up costs one early
-// attempt. A lock that was not ours wakes nobody. KEYS: lock, wake list per
-// key. ARGV: the wake list's TTL in ms, then per key the lease id and "1" to
-// wake or "0". Returns how many locks it deleted.
+// where asked to, wakes one waiter: it leaves one element in the key's wake
+// list, which the waiter blocked longest on it (AwaitRelease) pops. Nobody
+// blocked: the element waits for the next waiter, kept to one and
+// expiring, so a stale wake-up costs one early attempt. KEYS: lock, wake
+// list per key. ARGV: the wake list's TTL in ms, then per key the lease id
+// and the Wake: "1" to wake if the lock was ours here, "2" to wake whether
+// or not it was, "0" not to. Returns how many locks it deleted.
 var releaseScript = goredis.NewScript(`
 local n = 0
 for i = 1, #KEYS / 2 do
-  if redis.call('GET', KEYS[2*i-1]) == ARGV[2*i] then
+  local ours = redis.call('GET', KEYS[2*i-1]) == ARGV[2*i]
+  if ours then
     redis.call('DEL', KEYS[2*i-1])
     n = n + 1
-    if ARGV[2*i+1] == '1' then
-      redis.call('LPUSH', KEYS[2*i], '1')
-      redis.call('LTRIM', KEYS[2*i], 0, 0)
-      redis.call('PEXPIRE', KEYS[2*i], ARGV[1])
-    end
+  end
+  local wake = ARGV[2*i+1]
+  if wake == '2' or (ours and wake == '1') then
+    redis.call('LPUSH', KEYS[2*i], '1')
+    redis.call('LTRIM', KEYS[2*i], 0, 0)
+    redis.call('PEXPIRE', KEYS[2*i], ARGV[1])
   end
 end
 return n

@@ -358,19 +358,7 @@ func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 	raw := rawClients(t, addrs)
 	l := newLocker(t, addrs)
 	key := locktest.Key(t)
-	// The node that holds key's wake-ups: the one a release pushes to.
-	locktest.MustRelease(t, locktest.MustAcquire(t, l, key))
-	waitNoKey(t, raw, key)
-	wakeNode := -1
-	for i, c := range raw {
-		if c.LLen(t.Context(), redisnode.WakeKey(key)).Val() > 0 {
-			wakeNode = i
-		}
-		c.Del(t.Context(), redisnode.WakeKey(key))
-	}
-	if wakeNode < 0 {
-		t.Fatal("a release woke no node")
-	}
+	wakeNode := findWakeNode(t, raw, l, key)
 	// Another lease on a majority that leaves out the wake node.
 	var others []int
 	for i := range raw {
@@ -385,7 +373,8 @@ func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 		}
 	})
 	// It was granted the nodes the other lease left out: from where it
-	// stands, a split vote (retry.ErrSplit), paused one delay, not awaited.
+	// stands, a split vote (retry.ErrSplit), paused a short delay, not
+	// awaited for a span.
 	if _, err := l.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, retry.ErrSplit) {
 		t.Fatalf("TryOnce against a majority held elsewhere = %v, want ErrNotAcquired and ErrSplit", err)
 	}
@@ -395,6 +384,56 @@ func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 	}
 	if n := raw[wakeNode].LLen(t.Context(), redisnode.WakeKey(key)).Val(); n != 0 {
 		t.Fatalf("the clean-up of a refused attempt left %d wake-up(s) on node %d", n, wakeNode)
+	}
+}
+
+// findWakeNode is the node that holds key's wake-ups, the one a release
+// pushes to, found by a release; the wake-up is taken off again.
+func findWakeNode(t *testing.T, raw nodes, l *redlock.Locker, key string) int {
+	t.Helper()
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, key))
+	waitNoKey(t, raw, key)
+	wakeNode := -1
+	for i, c := range raw {
+		if c.LLen(t.Context(), redisnode.WakeKey(key)).Val() > 0 {
+			wakeNode = i
+		}
+		c.Del(t.Context(), redisnode.WakeKey(key))
+	}
+	if wakeNode < 0 {
+		t.Fatal("a release woke no node")
+	}
+	return wakeNode
+}
+
+// TestReleaseWithoutTheWakeNodeWakes: a lease that holds a majority but
+// not the key's wake node (it refused our write) still wakes a waiter
+// there when it lets go: the deletes on the majority free the key, and a
+// waiter left asleep would wait out its span while it stood free.
+func TestReleaseWithoutTheWakeNodeWakes(t *testing.T) {
+	t.Parallel()
+	addrs := stacktest.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	l := newLocker(t, addrs)
+	key := locktest.Key(t)
+	wakeNode := findWakeNode(t, raw, l, key)
+	raw[wakeNode].Set(t.Context(), redisnode.LockKey(key), "a-straggler", 10*time.Second)
+	t.Cleanup(func() { raw[wakeNode].Del(context.Background(), redisnode.LockKey(key)) })
+	lease := locktest.MustAcquire(t, l, key)
+	if vals := raw.lockValues(t, key); vals[wakeNode] != "a-straggler" {
+		t.Fatalf("lock values %q: the wake node should have refused us", vals)
+	}
+	locktest.MustRelease(t, lease)
+	// The release returns once a majority is clear; the wake node's call
+	// may land a moment later.
+	for deadline := time.Now().Add(time.Second); raw[wakeNode].LLen(t.Context(), redisnode.WakeKey(key)).Val() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the release of a lease without the wake node left no wake-up there")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if v := raw[wakeNode].Get(t.Context(), redisnode.LockKey(key)).Val(); v != "a-straggler" {
+		t.Fatalf("the wake node's lock = %q; the release deleted what was not ours", v)
 	}
 }
 

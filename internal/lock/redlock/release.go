@@ -20,7 +20,8 @@ type held struct {
 
 // release compare-and-deletes every key of hs on every node it may have been
 // written to (all but those whose round-1 answer was that SET NX found the
-// key held), in one request per node for all the keys. Each node's delete
+// key held, save the key's wake node, which wakes a waiter: see wake), in
+// one request per node for all the keys. Each node's delete
 // waits until every attempt among hs has sent that node all it will: a SET
 // that landed after the delete would hold that node for the whole TTL, and
 // a round-2 raise or a late node's lesson that landed after it could come
@@ -43,25 +44,26 @@ func (l *Locker) release(hs []held, wait bool) error {
 		if len(hs) == 1 { // a lone lease: no per-node slices to build
 			h := hs[0]
 			<-h.a.fin[i]
-			if h.a.wrote(i, h.k) == writeRefused {
+			w := l.wake(h, i)
+			if h.a.wrote(i, h.k) == writeRefused && w == redisnode.WakeNone {
 				return nil
 			}
-			var wake []bool
-			if !h.quiet && i == l.wakeNode(h.a.keys[h.k]) {
-				wake = []bool{true}
-			}
-			_, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], wake)
+			_, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], []redisnode.Wake{w})
 			return err
 		}
 		holds := make([]redisnode.Hold, 0, len(hs))
-		wake := make([]bool, 0, len(hs))
+		wake := make([]redisnode.Wake, 0, len(hs))
 		for _, h := range hs {
 			<-h.a.fin[i]
-			if h.a.wrote(i, h.k) == writeRefused {
+			w := l.wake(h, i)
+			if h.a.wrote(i, h.k) == writeRefused && w == redisnode.WakeNone {
 				continue
 			}
 			holds = append(holds, h.a.holds[h.k])
-			wake = append(wake, !h.quiet && i == l.wakeNode(h.a.keys[h.k]))
+			wake = append(wake, w)
+		}
+		if len(holds) == 0 {
+			return nil
 		}
 		_, err := l.nodes[i].Release(ctx, holds, wake)
 		return err
@@ -83,6 +85,21 @@ func (l *Locker) release(hs []held, wait bool) error {
 		return fmt.Errorf("released on %d/%d nodes: %w: %w", cleared, n, lock.ErrUnavailable, joinNodeErrs(errs))
 	}
 	return nil
+}
+
+// wake is what h's delete on node i does for the key's waiters: on its
+// wake node, unless quiet, it wakes one whether or not the lock there was
+// ours. A lease holds a majority, not every node: one that held the key
+// without its wake node (that node refused our write, after a split or a
+// straggling clean-up) is let go of by the deletes elsewhere, and a wake
+// that waited for a delete there would leave the key's waiters asleep for
+// their whole span while it stood free. Where the node is not the wake
+// node, or the key is held elsewhere (quiet), nobody is woken.
+func (l *Locker) wake(h held, i int) redisnode.Wake {
+	if h.quiet || i != l.wakeNode(h.a.keys[h.k]) {
+		return redisnode.WakeNone
+	}
+	return redisnode.WakeAnyway
 }
 
 // releaser releases many of one Locker's leases in one request per node.

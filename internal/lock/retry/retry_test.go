@@ -146,10 +146,11 @@ func TestPauseAwaits(t *testing.T) {
 	}
 }
 
-// TestSplitVotePausesOneDelay: after a refusal by a holder the loop awaits
-// its release for AwaitSpan delays; after a split vote (ErrSplit) nobody
-// may hold the key to wake anyone, so it awaits one delay only.
-func TestSplitVotePausesOneDelay(t *testing.T) {
+// TestSplitVotePausesAShortDelay: after a refusal by a holder the loop
+// awaits its release for AwaitSpan delays; after a split vote (ErrSplit)
+// nobody may hold the key to wake anyone, so it awaits a delay over
+// SplitShare only.
+func TestSplitVotePausesAShortDelay(t *testing.T) {
 	lp := newLoop(t)
 	lp.RetryDelay = time.Hour // only Await can end a pause this test waits for
 	var awaited []time.Duration
@@ -165,8 +166,8 @@ func TestSplitVotePausesOneDelay(t *testing.T) {
 		t.Fatalf("Acquire = %v after %d awaits, want granted after 2", err, len(awaited))
 	}
 	_ = lease.Release(context.Background())
-	if awaited[0] < AwaitSpan*30*time.Minute || awaited[1] >= 90*time.Minute {
-		t.Errorf("awaited %v after a holder's refusal and %v after a split; want AwaitSpan delays, then one", awaited[0], awaited[1])
+	if awaited[0] < AwaitSpan*30*time.Minute || awaited[1] < 30*time.Minute/SplitShare || awaited[1] >= 90*time.Minute/SplitShare {
+		t.Errorf("awaited %v after a holder's refusal and %v after a split; want AwaitSpan delays, then one over SplitShare", awaited[0], awaited[1])
 	}
 }
 
