@@ -111,6 +111,9 @@ type coalescer struct {
 	mu sync.Mutex
 	// queues has an entry exactly while a batch leader serves it.
 	queues map[string]*queue
+	// emptied is when each key's queue last emptied, for keys whose queue
+	// emptied within lineLinger (see lingers).
+	emptied map[string]time.Time
 	// intake is the orders waiting for a gatherer, in arrival order.
 	intake []*pending
 	// gatherers counts the gatherers running.
@@ -135,6 +138,8 @@ type queue struct {
 	c     *coalescer
 	key   string
 	items []*pending
+	// batched counts the orders its leader has taken into batches.
+	batched int
 }
 
 // place queues p and waits for its batch's answer.
@@ -167,17 +172,69 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 }
 
 // enqueue hands p to the queue of its lowest SKU when one runs (a hot SKU:
-// its leader may hold the lease already), when p asks for a chaos pause
-// (its leases need no watchdog) or when it has more lines than a gathered
-// batch takes (maxGatherLines); any other order goes to the intake, whose
-// gatherers batch orders of every SKU (gather.go).
+// its leader may hold the lease already) or emptied a moment ago
+// (lingers), when p asks for a chaos pause (its leases need no watchdog) or
+// when it has more lines than a gathered batch takes (maxGatherLines); any
+// other order goes to the intake, whose gatherers batch orders of every
+// SKU (gather.go).
 func (c *coalescer) enqueue(ctx context.Context, p *pending) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, running := c.queues[p.op.skus[0]]; !running && p.pause == 0 && len(p.op.skus) <= maxGatherLines {
+	key := p.op.skus[0]
+	if _, running := c.queues[key]; !running && p.pause == 0 && len(p.op.skus) <= maxGatherLines && !c.lingers(key) {
 		return c.gather(ctx, p)
 	}
 	return c.enqueueLocked(ctx, p)
+}
+
+// lineLinger is how long after a key's queue empties its next order still
+// goes to a queue, not the intake. A queue runs for a key held elsewhere,
+// and on a hot SKU one empties after every lease of its instance while
+// the key goes on to the other instances: a gatherer would try it at once
+// (a round on every lock server, refused while another holds it) and,
+// when it finds it free in the moment between a release and the woken
+// waiter's acquisition, take it out of turn for the few orders it has, a
+// lease, a claim and a write for them on the key's serial chain. The
+// queue's leader waits in the key's line instead. An order for one of many
+// SKUs rarely comes back within it.
+const lineLinger = 50 * time.Millisecond
+
+// lingers reports whether key's queue emptied within lineLinger, and
+// forgets it when longer ago. c.mu is held.
+func (c *coalescer) lingers(key string) bool {
+	at, ok := c.emptied[key]
+	if !ok {
+		return false
+	}
+	if time.Since(at) < lineLinger {
+		return true
+	}
+	delete(c.emptied, key)
+	return false
+}
+
+// leave ends q, whose queue emptied, and notes when (lingers) if it was a
+// busy key's: its leader placed more than one order. One order is a key
+// of many that another instance happened to hold when a gatherer tried it
+// (1,000 SKUs, three redlock instances): its next orders, gathered, share
+// rounds with other SKUs', while lingering would send each through an
+// acquisition of its own. c.mu is held.
+func (c *coalescer) leave(q *queue) {
+	delete(c.queues, q.key)
+	if q.batched < 2 {
+		return
+	}
+	now := time.Now()
+	if len(c.emptied) >= c.cfg.MaxQueues {
+		for k, at := range c.emptied {
+			if now.Sub(at) >= lineLinger {
+				delete(c.emptied, k)
+			}
+		}
+	}
+	if len(c.emptied) < c.cfg.MaxQueues {
+		c.emptied[q.key] = now
+	}
 }
 
 // enqueueLocked appends p to its queue, starting the queue's leader if none
@@ -233,7 +290,7 @@ func (q *queue) next(h *hold) (batch []*pending, want []string, waiting []*pendi
 	for {
 		q.prune()
 		if len(q.items) == 0 {
-			delete(c.queues, q.key)
+			c.leave(q)
 			return nil, nil, nil
 		}
 		if !c.usable(h) {
@@ -253,6 +310,7 @@ func (q *queue) next(h *hold) (batch []*pending, want []string, waiting []*pendi
 		}
 		q.items = q.items[n:]
 		if len(batch) > 0 {
+			q.batched += len(batch)
 			return batch, nil, nil
 		}
 		if n == 0 {
@@ -279,7 +337,7 @@ func (q *queue) next(h *hold) (batch []*pending, want []string, waiting []*pendi
 		// key's later orders would join a queue no leader serves.
 		clear(q.items)
 		q.items = nil
-		delete(c.queues, q.key)
+		c.leave(q)
 	}
 	return nil, want, waiting
 }

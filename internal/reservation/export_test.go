@@ -64,3 +64,6 @@ func Filling(s *Service) int {
 func NewReaper(s *Service, interval time.Duration) func(context.Context) {
 	return newReaper(s, interval).once
 }
+
+// LineLinger is lineLinger, for the test of an emptied queue.
+const LineLinger = lineLinger

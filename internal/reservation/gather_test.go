@@ -357,3 +357,58 @@ func TestGatherWindow(t *testing.T) {
 		t.Fatalf("claims %d, writes %v; want 4 claims and writes of 1, 3, 3, 1 orders", claims, writes)
 	}
 }
+
+// TestAnEmptiedQueueLingers: an order for a key whose queue placed several
+// orders and emptied a moment ago goes to a queue again, to wait in the
+// key's line, rather than to a gatherer, whose try would find the key held
+// or take it out of turn; past LineLinger it is gathered again. A queue
+// that placed one order (a key of many that was held elsewhere once)
+// lingers not at all.
+func TestAnEmptiedQueueLingers(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	f.stock("hot", 10)
+	f.stock("cold", 10)
+	release := f.hold("cold")
+	results := f.queue(f.svc, "cold", req("", line("cold", 1)))
+	release()
+	if r := results(); r[0].err != nil {
+		t.Fatal(r[0].err)
+	}
+	waitFor(t, "the cold queue emptied", func() bool { return !reservation.Leading(f.svc, "cold") })
+	tried := f.locker.tried.Load()
+	if _, _, err := f.svc.Place(context.Background(), req("", line("cold", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if f.locker.tried.Load() == tried {
+		t.Error("the next order of a queue that placed one was not gathered")
+	}
+
+	release = f.hold("hot")
+	results = f.queue(f.svc, "hot", req("", line("hot", 1)), req("", line("hot", 1)))
+	release()
+	for _, r := range results() {
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+	}
+	waitFor(t, "the queue emptied", func() bool { return !reservation.Leading(f.svc, "hot") })
+	tried = f.locker.tried.Load()
+	release = f.hold("hot")
+	results = f.queue(f.svc, "hot", req("", line("hot", 1)))
+	if n := f.locker.tried.Load() - tried; n != 0 {
+		t.Errorf("the order after the queue emptied was tried %d times; want it in the key's line at once", n)
+	}
+	release()
+	if r := results(); r[0].err != nil {
+		t.Fatal(r[0].err)
+	}
+	waitFor(t, "the queue emptied again", func() bool { return !reservation.Leading(f.svc, "hot") })
+	time.Sleep(reservation.LineLinger + 10*time.Millisecond)
+	tried = f.locker.tried.Load()
+	if _, _, err := f.svc.Place(context.Background(), req("", line("hot", 1))); err != nil {
+		t.Fatal(err)
+	}
+	if f.locker.tried.Load() == tried {
+		t.Error("an order past LineLinger was not gathered")
+	}
+}

@@ -126,7 +126,8 @@ func New(c Config) *Service {
 	}
 	if !c.Coalescing.Disabled {
 		_, handover := c.Locker.(lock.Handover)
-		s.coalesce = &coalescer{s: s, cfg: c.Coalescing.withDefaults(), queues: make(map[string]*queue), handover: handover}
+		s.coalesce = &coalescer{s: s, cfg: c.Coalescing.withDefaults(), queues: make(map[string]*queue),
+			emptied: make(map[string]time.Time), handover: handover}
 	}
 	return s
 }
