@@ -36,8 +36,8 @@ func TestKeyNames(t *testing.T) {
 }
 
 // TestReleaseWakes: a release wakes when asked to, WakeIfOurs only when it
-// deleted the holder's key, WakeAnyway whether or not; a wake-up nobody took is kept to one, expires, and is
-// popped by the next waiter at once.
+// deleted the holder's key, WakeAnyway whether or not; a wake-up nobody
+// took is kept to one, expires, and is popped by the next waiter at once.
 func TestReleaseWakes(t *testing.T) {
 	n, key := newNode(t)
 	ctx := t.Context()

@@ -213,8 +213,9 @@ const SplitShare = 4
 
 // pause waits before the next attempt: until the key's release wakes us
 // (Await), for AwaitSpan jittered delays after a refusal by a holder and
-// one over SplitShare after a split vote (last is the attempt's error; nil before the first);
-// or, when Await is not set or could not wait, a jittered delay, slept.
+// one over SplitShare after a split vote (last is the attempt's error; nil
+// before the first); or, when Await is not set or could not wait, a
+// jittered delay, slept.
 func (lp *Loop) pause(ctx context.Context, key string, last error) error {
 	d := Jitter(lp.RetryDelay)
 	if lp.Await != nil {
