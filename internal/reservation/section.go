@@ -543,8 +543,8 @@ func (s *Service) letGo(h *hold) lock.Set {
 	}
 	h.span.End()
 	// A try that obtained none of its keys held nothing.
-	if so, ok := s.obs.(SectionObserver); ok && len(h.set)+len(h.spare) > 0 {
-		so.LockHeld(time.Since(h.acquired))
+	if s.section != nil && len(h.set)+len(h.spare) > 0 {
+		s.section.LockHeld(time.Since(h.acquired))
 	}
 	if len(h.spare) > 0 {
 		return append(slices.Clip(h.set), h.spare...)
@@ -555,8 +555,8 @@ func (s *Service) letGo(h *hold) lock.Set {
 // storeCall tells a SectionObserver how long a store call begun at began
 // took.
 func (s *Service) storeCall(call string, began time.Time) {
-	if so, ok := s.obs.(SectionObserver); ok {
-		so.StoreCall(call, time.Since(began))
+	if s.section != nil {
+		s.section.StoreCall(call, time.Since(began))
 	}
 }
 

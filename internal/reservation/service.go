@@ -92,9 +92,12 @@ func (nopObserver) LeaseLost()             {}
 // Service places, confirms, cancels and expires orders and sets stock, each
 // under the distributed locks of the SKUs it touches.
 type Service struct {
-	store    inventory.Store
-	locker   lock.Locker
-	obs      Observer
+	store  inventory.Store
+	locker lock.Locker
+	obs    Observer
+	// section is obs when it is a SectionObserver, else nil: asked once,
+	// not on every store call and release of the critical section.
+	section  SectionObserver
 	log      *slog.Logger
 	lockWait time.Duration
 	ttl      time.Duration
@@ -115,6 +118,7 @@ func New(c Config) *Service {
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
+	s.section, _ = s.obs.(SectionObserver)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
