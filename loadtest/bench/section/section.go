@@ -10,6 +10,7 @@
 package section
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -91,8 +92,17 @@ func (m *Meter) scrape(ctx context.Context, base string) (map[string]*dto.Metric
 	if res.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("section: scrape %s: %s", base, res.Status)
 	}
+	// A body cut at the bound could parse, and its sums would be short:
+	// past the bound is an error.
+	body, err := io.ReadAll(io.LimitReader(res.Body, maxBody+1))
+	if err != nil {
+		return nil, fmt.Errorf("section: scrape %s: %w", base, err)
+	}
+	if len(body) > maxBody {
+		return nil, fmt.Errorf("section: scrape %s: %w", base, ErrTooLarge)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(io.LimitReader(res.Body, maxBody))
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(body))
 	if err != nil {
 		return nil, fmt.Errorf("section: scrape %s: %w", base, err)
 	}
@@ -101,6 +111,9 @@ func (m *Meter) scrape(ctx context.Context, base string) (map[string]*dto.Metric
 	}
 	return fams, nil
 }
+
+// ErrTooLarge means an instance's /metrics is larger than maxBody.
+var ErrTooLarge = errors.New("metrics larger than the scrape reads")
 
 // ErrNoSeries means an instance serves /metrics without the hold series:
 // a build from before them.

@@ -71,3 +71,35 @@ func TestInstanceWithoutTheSeries(t *testing.T) {
 		t.Fatalf("err = %v, want ErrNoSeries", err)
 	}
 }
+
+// TestHostileInstance: an endless /metrics fails the snapshot at the bound
+// instead of being summed cut short, and one that never answers fails it
+// at the client's timeout.
+func TestHostileInstance(t *testing.T) {
+	endless := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		line := []byte("# HELP x y\n")
+		for range maxBody/len(line) + 2 {
+			if _, err := w.Write(line); err != nil {
+				return
+			}
+		}
+	}))
+	defer endless.Close()
+	if _, err := NewMeter([]string{endless.URL}, http.DefaultClient).Snapshot(context.Background()); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("endless body: err = %v, want ErrTooLarge", err)
+	}
+	hang := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	}))
+	defer slow.Close()
+	defer close(hang)
+	began := time.Now()
+	_, err := NewMeter([]string{slow.URL}, &http.Client{Timeout: 200 * time.Millisecond}).Snapshot(context.Background())
+	if err == nil || time.Since(began) > 5*time.Second {
+		t.Fatalf("silent instance: err = %v after %v, want a timeout", err, time.Since(began))
+	}
+}
