@@ -354,11 +354,7 @@ func gather(t *testing.T, reg prometheus.Gatherer) map[string]float64 {
 // as long as the other lease is held.
 func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 	t.Parallel()
-	addrs := stacktest.RequireRedis(t)
-	raw := rawClients(t, addrs)
-	l := newLocker(t, addrs)
-	key := locktest.Key(t)
-	wakeNode := findWakeNode(t, raw, l, key)
+	raw, l, key, wakeNode := onWakeNode(t)
 	// Another lease on a majority that leaves out the wake node.
 	var others []int
 	for i := range raw {
@@ -387,13 +383,18 @@ func TestCleanupOfAHeldKeyWakesNobody(t *testing.T) {
 	}
 }
 
-// findWakeNode is the node that holds key's wake-ups, the one a release
-// pushes to, found by a release; the wake-up is taken off again.
-func findWakeNode(t *testing.T, raw nodes, l *redlock.Locker, key string) int {
+// onWakeNode is a Locker on the stack's masters, direct clients of them,
+// a fresh key, and the node that holds the key's wake-ups (the one a
+// release pushes to), found by a release whose wake-up is taken off again.
+func onWakeNode(t *testing.T) (raw nodes, l *redlock.Locker, key string, wakeNode int) {
 	t.Helper()
+	addrs := stacktest.RequireRedis(t)
+	raw = rawClients(t, addrs)
+	l = newLocker(t, addrs)
+	key = locktest.Key(t)
 	locktest.MustRelease(t, locktest.MustAcquire(t, l, key))
 	waitNoKey(t, raw, key)
-	wakeNode := -1
+	wakeNode = -1
 	for i, c := range raw {
 		if c.LLen(t.Context(), redisnode.WakeKey(key)).Val() > 0 {
 			wakeNode = i
@@ -403,7 +404,7 @@ func findWakeNode(t *testing.T, raw nodes, l *redlock.Locker, key string) int {
 	if wakeNode < 0 {
 		t.Fatal("a release woke no node")
 	}
-	return wakeNode
+	return raw, l, key, wakeNode
 }
 
 // TestReleaseWithoutTheWakeNodeWakes: a lease that holds a majority but
@@ -412,11 +413,7 @@ func findWakeNode(t *testing.T, raw nodes, l *redlock.Locker, key string) int {
 // waiter left asleep would wait out its span while it stood free.
 func TestReleaseWithoutTheWakeNodeWakes(t *testing.T) {
 	t.Parallel()
-	addrs := stacktest.RequireRedis(t)
-	raw := rawClients(t, addrs)
-	l := newLocker(t, addrs)
-	key := locktest.Key(t)
-	wakeNode := findWakeNode(t, raw, l, key)
+	raw, l, key, wakeNode := onWakeNode(t)
 	raw[wakeNode].Set(t.Context(), redisnode.LockKey(key), "a-straggler", 10*time.Second)
 	t.Cleanup(func() { raw[wakeNode].Del(context.Background(), redisnode.LockKey(key)) })
 	lease := locktest.MustAcquire(t, l, key)
