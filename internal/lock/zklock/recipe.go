@@ -215,7 +215,11 @@ func (s *session) ensureRoot() error {
 // node ahead, so a release wakes exactly the waiter behind it. A read on our
 // own server sees every node with a lower sequence: those were created by
 // earlier transactions, and the server had applied ours, hence them, before
-// it answered us.
+// it answered us. The same argument spares the hand-off a listing: when the
+// node we watch was the only one ahead, its deletion leaves none ahead (no
+// later node can have a lower sequence), so we are lowest without asking.
+// Any other event (a data change, a watch ended by a reconnection) lists
+// again, as Curator always does.
 func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
 	if n.first {
 		s.l.m.queueDepth.Observe(0)
@@ -270,6 +274,9 @@ func (s *session) wait(ctx context.Context, n *node, tryOnce bool) error {
 			s.l.m.waiting.Dec()
 			if ev.Type != zk.EventNotWatching { // not the session ending
 				s.l.m.wakeups.Inc()
+			}
+			if ev.Type == zk.EventNodeDeleted && pos.ahead == 1 {
+				return nil
 			}
 		case <-ctx.Done():
 			s.l.m.waiting.Dec()
