@@ -93,7 +93,7 @@ func (l *Locker) grab(ctx context.Context, keys []string, o lock.Options, turns 
 func (l *Locker) try(ctx context.Context, holds []redisnode.Hold, ttl time.Duration) ([]uint64, time.Time, error) {
 	start := time.Now()
 	nctx := context.WithoutCancel(ctx)
-	tokens, err := l.node.AcquireIncr(nctx, holds, ttl)
+	tokens, err := l.node.AcquireIncr(nctx, holds, ttl, retry.LongestAwait(l.cfg.retryDelay))
 	if err != nil {
 		// The SETs may have run before the reply was lost.
 		l.cleanup(nctx, holds)
@@ -113,12 +113,13 @@ func (l *Locker) try(ctx context.Context, holds []redisnode.Hold, ttl time.Durat
 // cleanup deletes, in one call, every key of holds that an attempt that
 // failed midway did set; the compare-and-delete leaves the others alone.
 func (l *Locker) cleanup(ctx context.Context, holds []redisnode.Hold) {
-	if _, err := l.node.Release(ctx, holds, wakeAll(len(holds))); err != nil {
+	if _, _, err := l.node.Release(ctx, holds, wakeAll(len(holds))); err != nil {
 		l.cfg.log.Warn("redis: clean-up after a failed attempt", "keys", len(holds), "err", err)
 	}
 }
 
-// wakeAll asks a release to wake a waiter on each of n keys it deletes: on
+// wakeAll asks a release to wake a waiter on each of n keys it deletes and
+// that a refused acquisition flagged (redisnode.WakeIfOurs): on
 // a single server, only a delete frees a key.
 func wakeAll(n int) []redisnode.Wake {
 	w := make([]redisnode.Wake, n)

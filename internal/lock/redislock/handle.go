@@ -54,7 +54,7 @@ func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 }
 
 // release deletes the locks of hs that are still theirs in one call, then
-// hands each key's turn on. The next local waiter starts only once the key
+// hands each key's turn on, telling the loop which releases woke nobody. The next local waiter starts only once the key
 // is gone, or its first attempt would find it still held and sleep a retry
 // delay.
 func (l *Locker) release(ctx context.Context, hs []*handle) error {
@@ -62,8 +62,11 @@ func (l *Locker) release(ctx context.Context, hs []*handle) error {
 	for i, h := range hs {
 		holds[i] = h.hold
 	}
-	_, err := l.node.Release(context.WithoutCancel(ctx), holds, wakeAll(len(holds)))
-	for _, h := range hs {
+	_, woke, err := l.node.Release(context.WithoutCancel(ctx), holds, wakeAll(len(holds)))
+	for i, h := range hs {
+		if err == nil && !woke[i] {
+			l.loop.Unheeded(h.hold.Key)
+		}
 		h.turn()
 	}
 	if err != nil {

@@ -126,14 +126,25 @@ func lockFenceKeys(holds []Hold, ttl time.Duration) (keys []string, argv []any) 
 
 // AcquireIncr takes the lock on every hold's key for ttl, in one script
 // call, and returns per hold the incremented fence counter (the token), or
-// 0 where someone else holds the lock.
-func (n *Node) AcquireIncr(ctx context.Context, holds []Hold, ttl time.Duration) ([]uint64, error) {
+// 0 where someone else holds the lock; there it leaves the key's wait flag,
+// so that the holder's release wakes a waiter (Release, WakeIfOurs). await
+// is the longest the caller blocks in AwaitRelease after a refusal: the
+// flag lasts that (capped as AwaitRelease caps it) plus the node timeout,
+// the longest a refused caller takes to start blocking. A flag that
+// outlives its waiter only costs a wake-up nobody takes.
+func (n *Node) AcquireIncr(ctx context.Context, holds []Hold, ttl, await time.Duration) ([]uint64, error) {
 	if len(holds) == 0 {
 		return nil, nil
 	}
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
-	keys, argv := lockFenceKeys(holds, ttl)
+	keys := make([]string, 0, 3*len(holds))
+	argv := make([]any, 0, 2+len(holds))
+	argv = append(argv, ttl.Milliseconds(), (min(await, maxAwait) + n.timeout).Milliseconds())
+	for _, h := range holds {
+		keys = append(keys, LockKey(h.Key), FenceKey(h.Key), WaitKey(h.Key))
+		argv = append(argv, h.ID)
+	}
 	v, err := acquireIncrScript.Run(ctx, n.c, keys, argv...).Int64Slice()
 	if err != nil {
 		return nil, err
@@ -297,8 +308,10 @@ const (
 	// WakeNone wakes nobody: the clean-up of a key another lease holds,
 	// whose waiters would only be sent into the same refusal.
 	WakeNone Wake = iota
-	// WakeIfOurs wakes one waiter if the lock was ours here: a single
-	// server's lock, which this delete frees.
+	// WakeIfOurs wakes one waiter if the lock was ours here and a refusal
+	// left the key's wait flag (AcquireIncr): a single server's lock, which
+	// this delete frees, and which nobody can be waiting for unless some
+	// acquisition of it was refused.
 	WakeIfOurs
 	// WakeAnyway wakes one waiter whether or not the lock was ours here: a
 	// quorum's lock is freed by its deletes on the other servers too, and
@@ -308,8 +321,9 @@ const (
 )
 
 // Release deletes the lock on every hold's key that still holds its lease
-// id, in one script call, and returns how many it deleted; each key also
-// wakes a waiter as wake[i] says (wake may be nil or short: WakeNone).
+// id, in one script call, and returns how many it deleted and, per hold,
+// whether it woke a waiter; each key wakes as wake[i] says (wake may be nil
+// or short: WakeNone).
 //
 // A release that times out is sent again, up to releaseTries times: one that
 // never lands leaves the keys held for the rest of their TTL, and every order
@@ -317,11 +331,11 @@ const (
 // (after a delete whose reply was lost, the repeat finds nothing of ours).
 // The node timeout is short, so a server busy for a moment (two saturated
 // cores) is the usual cause.
-func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake) (deleted int, err error) {
+func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake) (deleted int, woke []bool, err error) {
 	if len(holds) == 0 {
-		return 0, nil
+		return 0, nil, nil
 	}
-	keys := make([]string, 0, 2*len(holds))
+	keys := make([]string, 0, 3*len(holds))
 	argv := make([]any, 0, 1+2*len(holds))
 	argv = append(argv, wakeTTLms)
 	for i, h := range holds {
@@ -329,20 +343,30 @@ func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake) (deleted 
 		if i < len(wake) {
 			flag = strconv.Itoa(int(wake[i]))
 		}
-		keys = append(keys, LockKey(h.Key), WakeKey(h.Key))
+		keys = append(keys, LockKey(h.Key), WakeKey(h.Key), WaitKey(h.Key))
 		argv = append(argv, h.ID, flag)
 	}
 	for try := 1; ; try++ {
 		rctx, cancel := n.ctx(ctx)
-		var v int64
-		v, err = releaseScript.Run(rctx, n.c, keys, argv...).Int64()
+		var v []int64
+		v, err = releaseScript.Run(rctx, n.c, keys, argv...).Int64Slice()
 		cancel()
-		if err == nil || try == releaseTries || !retryable(ctx, err) {
-			return int(v), err
+		if err == nil {
+			if len(v) != 1+len(holds) {
+				return 0, nil, fmt.Errorf("release script: %d replies for %d keys", len(v), len(holds))
+			}
+			woke = make([]bool, len(holds))
+			for i := range woke {
+				woke[i] = v[i+1] == 1
+			}
+			return int(v[0]), woke, nil
+		}
+		if try == releaseTries || !retryable(ctx, err) {
+			return 0, nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return 0, err
+			return 0, nil, err
 		case <-time.After(releasePause):
 		}
 	}

@@ -19,7 +19,9 @@ func newNode(t *testing.T) (*redisnode.Node, string) {
 	n := redisnode.New(stacktest.RequireRedis(t)[0], time.Second)
 	t.Cleanup(func() { _ = n.Close() })
 	key := fmt.Sprintf("node-test-%016x", rand.Uint64())
-	t.Cleanup(func() { n.Client().Del(context.Background(), redisnode.LockKey(key), redisnode.FenceKey(key)) })
+	t.Cleanup(func() {
+		n.Client().Del(context.Background(), redisnode.LockKey(key), redisnode.FenceKey(key), redisnode.WaitKey(key))
+	})
 	return n, key
 }
 
@@ -33,21 +35,32 @@ func TestKeyNames(t *testing.T) {
 	if got := redisnode.WakeKey("sku-1"); got != "stockguard:{sku-1}:wake" {
 		t.Errorf("WakeKey = %q", got)
 	}
+	if got := redisnode.WaitKey("sku-1"); got != "stockguard:{sku-1}:waiting" {
+		t.Errorf("WaitKey = %q", got)
+	}
 }
 
 // TestReleaseWakes: a release wakes when asked to, WakeIfOurs only when it
-// deleted the holder's key, WakeAnyway whether or not; a wake-up nobody
-// took is kept to one, expires, and is popped by the next waiter at once.
+// deleted the holder's key and a refused acquisition left the wait flag,
+// WakeAnyway whether or not; a wake-up nobody took is kept to one, expires,
+// and is popped by the next waiter at once.
 func TestReleaseWakes(t *testing.T) {
 	n, key := newNode(t)
 	ctx := t.Context()
-	wake := redisnode.WakeKey(key)
+	wake, flag := redisnode.WakeKey(key), redisnode.WaitKey(key)
 	t.Cleanup(func() { n.Client().Del(context.Background(), wake) })
 	queued := func() int64 { return n.Client().LLen(ctx, wake).Val() }
 	mustAcquire := func(id string) {
 		t.Helper()
 		if tok, err := acquire1(ctx, n, key, id); err != nil || tok == 0 {
 			t.Fatalf("AcquireIncr(%s) = %d, %v", id, tok, err)
+		}
+	}
+	mustRelease := func(id string, wantWoke bool) {
+		t.Helper()
+		deleted, woke, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{redisnode.WakeIfOurs})
+		if err != nil || deleted != 1 || woke[0] != wantWoke {
+			t.Fatalf("Release(%s) = %d, %v, %v; want deleted, woke %v", id, deleted, woke, err, wantWoke)
 		}
 	}
 
@@ -64,12 +77,25 @@ func TestReleaseWakes(t *testing.T) {
 	if deleted, _ := release1(ctx, n, key, "a", redisnode.WakeNone); !deleted || queued() != 0 {
 		t.Fatalf("a release without wake: deleted %v, %d wake-ups; want none", deleted, queued())
 	}
-	for _, id := range []string{"a", "b"} {
-		mustAcquire(id)
-		if deleted, err := release1(ctx, n, key, id, redisnode.WakeIfOurs); err != nil || !deleted {
-			t.Fatalf("Release(%s) = %v, %v", id, deleted, err)
-		}
+	// Nobody was refused the key: nobody can be waiting, and the list is
+	// not written.
+	mustAcquire("a")
+	mustRelease("a", false)
+	if queued() != 0 || n.Client().Exists(ctx, flag).Val() != 0 {
+		t.Fatalf("a release nobody was refused before: %d wake-ups, flag %d; want none", queued(), n.Client().Exists(ctx, flag).Val())
 	}
+	// b is refused: the flag outlasts b's longest wait (1s) and the node
+	// timeout (1s), and the releases while it lasts wake.
+	mustAcquire("a")
+	if tok, err := acquire1(ctx, n, key, "b"); err != nil || tok != 0 {
+		t.Fatalf("AcquireIncr(b) on a's key = %d, %v; want refused", tok, err)
+	}
+	if ttl := n.Client().PTTL(ctx, flag).Val(); ttl <= time.Second || ttl > 2*time.Second {
+		t.Fatalf("wait flag TTL %v after a refusal; want the 1s longest wait and the 1s node timeout", ttl)
+	}
+	mustRelease("a", true)
+	mustAcquire("b")
+	mustRelease("b", true)
 	if q, ttl := queued(), n.Client().PTTL(ctx, wake).Val(); q != 1 || ttl <= 0 || ttl > time.Second {
 		t.Fatalf("after two releases nobody awaited: %d wake-ups, TTL %v; want 1, at most 1s", q, ttl)
 	}
@@ -86,6 +112,10 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	t.Cleanup(func() { n.Client().Del(context.Background(), redisnode.WakeKey(key)) })
 	if tok, err := acquire1(ctx, n, key, "a"); err != nil || tok == 0 {
 		t.Fatalf("AcquireIncr = %d, %v", tok, err)
+	}
+	// The waiters' refusal, which leaves the flag a release wakes by.
+	if tok, err := acquire1(ctx, n, key, "b"); err != nil || tok != 0 {
+		t.Fatalf("AcquireIncr on a held key = %d, %v; want refused", tok, err)
 	}
 	const wait = time.Second
 	start := time.Now()
@@ -111,7 +141,7 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 
 // acquire1 is AcquireIncr of one key: its token, 0 when held.
 func acquire1(ctx context.Context, n *redisnode.Node, key, id string) (uint64, error) {
-	tokens, err := n.AcquireIncr(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute)
+	tokens, err := n.AcquireIncr(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute, time.Second)
 	if err != nil {
 		return 0, err
 	}
@@ -120,7 +150,7 @@ func acquire1(ctx context.Context, n *redisnode.Node, key, id string) (uint64, e
 
 // release1 is Release of one key.
 func release1(ctx context.Context, n *redisnode.Node, key, id string, wake redisnode.Wake) (bool, error) {
-	d, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{wake})
+	d, _, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{wake})
 	return d == 1, err
 }
 
@@ -162,7 +192,8 @@ func TestBatchCalls(t *testing.T) {
 	holds := []redisnode.Hold{{Key: base + "-a", ID: "a"}, {Key: base + "-b", ID: "b"}, {Key: base + "-c", ID: "c"}}
 	t.Cleanup(func() {
 		for _, h := range holds {
-			n.Client().Del(context.Background(), redisnode.LockKey(h.Key), redisnode.FenceKey(h.Key), redisnode.WakeKey(h.Key))
+			n.Client().Del(context.Background(), redisnode.LockKey(h.Key), redisnode.FenceKey(h.Key),
+				redisnode.WakeKey(h.Key), redisnode.WaitKey(h.Key))
 		}
 	})
 	if err := n.Client().Set(ctx, redisnode.LockKey(base+"-b"), "other", time.Minute).Err(); err != nil {
@@ -195,9 +226,14 @@ func TestBatchCalls(t *testing.T) {
 	if err != nil || ok[0] || ok[1] || ok[2] {
 		t.Fatalf("SetNX on held keys = %v, %v; want all held", ok, err)
 	}
-	deleted, err := n.Release(ctx, holds, []redisnode.Wake{redisnode.WakeIfOurs, redisnode.WakeIfOurs, redisnode.WakeNone})
-	if err != nil || deleted != 2 {
-		t.Fatalf("Release = %d, %v; want a and c deleted", deleted, err)
+	// Refused on every key, which flags them all as waited for.
+	refused := []redisnode.Hold{{Key: holds[0].Key, ID: "x"}, {Key: holds[1].Key, ID: "x"}, {Key: holds[2].Key, ID: "x"}}
+	if tokens, err := n.AcquireIncr(ctx, refused, time.Minute, time.Second); err != nil || tokens[0] != 0 || tokens[1] != 0 || tokens[2] != 0 {
+		t.Fatalf("AcquireIncr on held keys = %v, %v; want all refused", tokens, err)
+	}
+	deleted, woke, err := n.Release(ctx, holds, []redisnode.Wake{redisnode.WakeIfOurs, redisnode.WakeIfOurs, redisnode.WakeNone})
+	if err != nil || deleted != 2 || !woke[0] || woke[1] || woke[2] {
+		t.Fatalf("Release = %d, %v, %v; want a and c deleted, a's waiter woken", deleted, woke, err)
 	}
 	for i, want := range []int64{1, 0, 0} { // b was not ours, c was not asked to wake
 		if got := n.Client().LLen(ctx, redisnode.WakeKey(holds[i].Key)).Val(); got != want {
@@ -323,7 +359,7 @@ func TestTimeout(t *testing.T) {
 	}
 	defer srv.Cont()
 	start := time.Now()
-	if _, err := n.AcquireIncr(t.Context(), []redisnode.Hold{{Key: "k", ID: "a"}}, time.Second); err == nil {
+	if _, err := n.AcquireIncr(t.Context(), []redisnode.Hold{{Key: "k", ID: "a"}}, time.Second, time.Second); err == nil {
 		t.Fatal("AcquireIncr on a paused server succeeded")
 	}
 	if d := time.Since(start); d > time.Second {

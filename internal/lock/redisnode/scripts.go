@@ -22,6 +22,12 @@ func FenceKey(key string) string { return "stockguard:{" + key + "}:fence" }
 // WakeKey names the list a release pushes to and waiters block on.
 func WakeKey(key string) string { return "stockguard:{" + key + "}:wake" }
 
+// WaitKey names the flag a refused single-server acquisition leaves, with
+// a TTL longer than any one wait for a wake-up: someone may be blocked on
+// the wake list. A release wakes (WakeIfOurs) only where it finds the flag,
+// so the common release on many keys, where nobody waited, writes no list.
+func WaitKey(key string) string { return "stockguard:{" + key + "}:waiting" }
+
 // Every script takes a batch: any number of keys of one lock operation in
 // one call, so a batch of keys costs one round trip per server per phase.
 // The per-key steps are the same as for a single key and each key keeps its
@@ -31,16 +37,20 @@ func WakeKey(key string) string { return "stockguard:{" + key + "}:wake" }
 
 // acquireIncrScript takes each lock and, only where it did, increments that
 // key's fence counter; both in one script so that no acquisition can get a
-// token without the lock or the lock without a token. KEYS: lock, fence per
-// key. ARGV: TTL in ms, then a lease id per key. Returns per key the new
-// counter value, or 0 when the lock is held (INCR never yields 0 on a
-// counter that started at 0).
+// token without the lock or the lock without a token. Where the lock is
+// held it sets the key's wait flag (WaitKey) in the same atomic step, so
+// the holder's release, which comes after this refusal, sees it. KEYS:
+// lock, fence, wait flag per key. ARGV: TTL in ms, the wait flag's TTL in
+// ms, then a lease id per key. Returns per key the new counter value, or 0
+// when the lock is held (INCR never yields 0 on a counter that started at
+// 0).
 var acquireIncrScript = goredis.NewScript(`
 local out = {}
-for i = 1, #ARGV - 1 do
-  if redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1]) then
-    out[i] = redis.call('INCR', KEYS[2*i])
+for i = 1, #ARGV - 2 do
+  if redis.call('SET', KEYS[3*i-2], ARGV[i+2], 'NX', 'PX', ARGV[1]) then
+    out[i] = redis.call('INCR', KEYS[3*i-1])
   else
+    redis.call('SET', KEYS[3*i], '1', 'PX', ARGV[2])
     out[i] = 0
   end
 end
@@ -123,26 +133,32 @@ return out
 // where asked to, wakes one waiter: it leaves one element in the key's wake
 // list, which the waiter blocked longest on it (AwaitRelease) pops. Nobody
 // blocked: the element waits for the next waiter, kept to one and
-// expiring, so a stale wake-up costs one early attempt. KEYS: lock, wake
-// list per key. ARGV: the wake list's TTL in ms, then per key the lease id
-// and the Wake: "1" to wake if the lock was ours here, "2" to wake whether
-// or not it was, "0" not to. Returns how many locks it deleted.
+// expiring, so a stale wake-up costs one early attempt. WakeIfOurs wakes
+// only where a refused acquisition left the key's wait flag: without it no
+// one can be waiting (a waiter blocks only after a refusal, which sets the
+// flag before this release can run), and the list is not written. KEYS:
+// lock, wake list, wait flag per key. ARGV: the wake list's TTL in ms, then
+// per key the lease id and the Wake: "1" to wake if the lock was ours here
+// and someone waits, "2" to wake whether or not, "0" not to. Returns how
+// many locks it deleted, then per key 1 where it woke, 0 where not.
 var releaseScript = goredis.NewScript(`
-local n = 0
-for i = 1, #KEYS / 2 do
-  local ours = redis.call('GET', KEYS[2*i-1]) == ARGV[2*i]
+local out = {0}
+for i = 1, #KEYS / 3 do
+  local ours = redis.call('GET', KEYS[3*i-2]) == ARGV[2*i]
   if ours then
-    redis.call('DEL', KEYS[2*i-1])
-    n = n + 1
+    redis.call('DEL', KEYS[3*i-2])
+    out[1] = out[1] + 1
   end
   local wake = ARGV[2*i+1]
-  if wake == '2' or (ours and wake == '1') then
-    redis.call('LPUSH', KEYS[2*i], '1')
-    redis.call('LTRIM', KEYS[2*i], 0, 0)
-    redis.call('PEXPIRE', KEYS[2*i], ARGV[1])
+  out[i+1] = 0
+  if wake == '2' or (ours and wake == '1' and redis.call('EXISTS', KEYS[3*i]) == 1) then
+    redis.call('LPUSH', KEYS[3*i-1], '1')
+    redis.call('LTRIM', KEYS[3*i-1], 0, 0)
+    redis.call('PEXPIRE', KEYS[3*i-1], ARGV[1])
+    out[i+1] = 1
   end
 end
-return n
+return out
 `)
 
 // extendScript resets the lock's TTL only if it still holds our lease id: extending

@@ -229,7 +229,7 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	t.Cleanup(func() { _ = n.Close() })
 	key := locktest.Key(t)
 	holds := []redisnode.Hold{{Key: key, ID: "a"}}
-	if tokens, err := n.AcquireIncr(t.Context(), holds, time.Minute); err != nil || tokens[0] == 0 {
+	if tokens, err := n.AcquireIncr(t.Context(), holds, time.Minute, 0); err != nil || tokens[0] == 0 {
 		t.Fatalf("AcquireIncr = %v, %v", tokens, err)
 	}
 	if err := c.srv[0].Stop(); err != nil {
@@ -237,7 +237,7 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		deleted, err := n.Release(t.Context(), holds, nil)
+		deleted, _, err := n.Release(t.Context(), holds, nil)
 		if err == nil && deleted != 1 {
 			err = errors.New("nothing deleted")
 		}

@@ -48,7 +48,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 			if h.a.wrote(i, h.k) == writeRefused && w == redisnode.WakeNone {
 				return nil
 			}
-			_, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], []redisnode.Wake{w})
+			_, _, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], []redisnode.Wake{w})
 			return err
 		}
 		holds := make([]redisnode.Hold, 0, len(hs))
@@ -65,7 +65,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 		if len(holds) == 0 {
 			return nil
 		}
-		_, err := l.nodes[i].Release(ctx, holds, wake)
+		_, _, err := l.nodes[i].Release(ctx, holds, wake)
 		return err
 	})
 	cleared, pending := 0, n

@@ -42,9 +42,12 @@ type Loop struct {
 	Await func(ctx context.Context, key string, d time.Duration) error
 
 	// released is when a lease this Loop acquired last let go of each key,
-	// for the keys let go of in the last RetryDelay (see yields).
+	// for the keys let go of in the last RetryDelay (see yields); unheeded
+	// marks the keys whose release, about to hand its turn on, woke nobody
+	// (see Unheeded).
 	mu       sync.Mutex
 	released map[string]time.Time
+	unheeded map[string]struct{}
 }
 
 // maxReleased bounds Loop.released between prunings.
@@ -141,6 +144,13 @@ func (lp *Loop) noteRelease(key string, turn func()) func() {
 	return func() {
 		now := time.Now()
 		lp.mu.Lock()
+		if _, ok := lp.unheeded[key]; ok {
+			delete(lp.unheeded, key)
+			delete(lp.released, key)
+			lp.mu.Unlock()
+			turn()
+			return
+		}
 		if lp.released == nil {
 			lp.released = make(map[string]time.Time)
 		}
@@ -159,6 +169,22 @@ func (lp *Loop) noteRelease(key string, turn func()) func() {
 	}
 }
 
+// Unheeded tells the Loop that the release of key whose turn is handed on
+// next woke nobody elsewhere: no one had been refused the key, so the next
+// local Acquire has no waiter to yield to, and no wake-up of its own would
+// end its wait. Call it just before the lease's turn; the turn clears it.
+func (lp *Loop) Unheeded(key string) {
+	if lp.Await == nil {
+		return
+	}
+	lp.mu.Lock()
+	if lp.unheeded == nil {
+		lp.unheeded = make(map[string]struct{})
+	}
+	lp.unheeded[key] = struct{}{}
+	lp.mu.Unlock()
+}
+
 // yields reports whether an Acquire of key should wait for a wake-up
 // before its first attempt: a lease of this Loop let go of key less than
 // RetryDelay ago. That release woke the waiter blocked longest on the key
@@ -167,7 +193,7 @@ func (lp *Loop) noteRelease(key string, turn func()) func() {
 // both pause (a hot key, three instances: 2.7 refused attempts a lease;
 // 1.6–2.2 with the yield). Awaiting first hands the key over: with nobody
 // else waiting, the release's own wake-up is still in the list and the
-// wait returns at once.
+// wait returns at once; a release that woke nobody (Unheeded) is not noted.
 func (lp *Loop) yields(key string) bool {
 	if lp.Await == nil {
 		return false
@@ -193,6 +219,10 @@ func (lp *Loop) yields(key string) bool {
 // on each, for nothing. Where the wait cannot be had (the wake node down),
 // the pause is one delay, slept.
 const AwaitSpan = 16
+
+// LongestAwait is the longest one pause of a Loop with retry delay d blocks
+// for a wake-up: AwaitSpan of the longest jittered delay.
+func LongestAwait(d time.Duration) time.Duration { return AwaitSpan * (d + d/2) }
 
 // ErrSplit marks an attempt whose nodes granted it the key but fewer than
 // a majority: the votes split between attempts, or the attempt outran a

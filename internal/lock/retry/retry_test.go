@@ -258,3 +258,47 @@ func TestBatchLeaseYieldsAfterRelease(t *testing.T) {
 		_ = lease.Release(context.Background())
 	}
 }
+
+// TestNoYieldAfterAnUnheededRelease: a release that woke nobody (Unheeded
+// before its turn) is not noted, so the next local Acquire attempts at
+// once; the mark is spent by that turn and the release after it is noted
+// again.
+func TestNoYieldAfterAnUnheededRelease(t *testing.T) {
+	lp := newLoop(t)
+	lp.RetryDelay = time.Hour // "lately" covers the whole test
+	awaits := 0
+	lp.Await = func(context.Context, string, time.Duration) error { awaits++; return nil }
+	cycle := func(unheeded bool) int {
+		t.Helper()
+		before := awaits
+		var turn func()
+		try := func(_ context.Context, key string, _ lock.Options, tn func()) (*lock.Lease, error) {
+			turn = tn
+			l, _ := lock.NewLease(lock.LeaseParams{Key: key, Handle: releaser(func() {
+				if unheeded {
+					lp.Unheeded(key)
+				}
+				turn()
+			})})
+			return l, nil
+		}
+		lease, err := lp.Acquire(context.Background(), "k", nil, try)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := lease.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return awaits - before
+	}
+	cycle(true)
+	if got := cycle(false); got != 0 {
+		t.Errorf("after a release that woke nobody: %d awaits before the attempt, want 0", got)
+	}
+	if got := cycle(false); got != 1 {
+		t.Errorf("after a release that woke a waiter: %d awaits before the attempt, want 1", got)
+	}
+	if len(lp.unheeded) != 0 {
+		t.Errorf("%d unheeded marks left after their turns", len(lp.unheeded))
+	}
+}
