@@ -94,13 +94,23 @@ func TestReleaseWakes(t *testing.T) {
 		t.Fatalf("wait flag TTL %v after a refusal; want the 1s longest wait and the 1s node timeout", ttl)
 	}
 	mustRelease("a", true)
+	// a's wake-up is still in the list: nobody is blocked, so b's release
+	// wakes nobody (and does not renew the flag).
 	mustAcquire("b")
-	mustRelease("b", true)
+	mustRelease("b", false)
 	if q, ttl := queued(), n.Client().PTTL(ctx, wake).Val(); q != 1 || ttl <= 0 || ttl > time.Second {
 		t.Fatalf("after two releases nobody awaited: %d wake-ups, TTL %v; want 1, at most 1s", q, ttl)
 	}
 	if err := n.AwaitRelease(ctx, key, time.Second); err != nil || queued() != 0 {
 		t.Fatalf("AwaitRelease with a wake-up waiting = %v, %d left; want it popped", err, queued())
+	}
+	// The wake-up was taken: the next release, while the flag lasts, wakes
+	// again and renews the flag for its whole TTL, without a refusal.
+	time.Sleep(200 * time.Millisecond)
+	mustAcquire("c")
+	mustRelease("c", true)
+	if ttl := n.Client().PTTL(ctx, flag).Val(); ttl <= 1900*time.Millisecond {
+		t.Fatalf("wait flag TTL %v after a release that woke; want it renewed to 2s", ttl)
 	}
 }
 
@@ -375,4 +385,51 @@ func mustFenceCall(tb testing.TB, holds []redisnode.Hold, tokens []uint64) redis
 		tb.Fatal(err)
 	}
 	return c
+}
+
+// TestWakesChainWithoutRefusals: on a hot key the holders hand it on by
+// wake-ups, and a Locker that wants the key back awaits one without being
+// refused (retry's yield), so after the first refusal nobody is refused
+// again. Each release that wakes renews the wait flag, so every release in
+// the chain still wakes the one blocked, long after the refusal's flag
+// would have run out.
+func TestWakesChainWithoutRefusals(t *testing.T) {
+	const timeout = 100 * time.Millisecond // the flag: 100ms await + 100ms node timeout
+	n := redisnode.New(stacktest.RequireRedis(t)[0], timeout)
+	t.Cleanup(func() { _ = n.Close() })
+	key := fmt.Sprintf("node-test-%016x", rand.Uint64())
+	t.Cleanup(func() {
+		n.Client().Del(context.Background(), redisnode.LockKey(key), redisnode.FenceKey(key),
+			redisnode.WakeKey(key), redisnode.WaitKey(key))
+	})
+	ctx := t.Context()
+	acquire := func(id string) uint64 {
+		t.Helper()
+		tokens, err := n.AcquireIncr(ctx, []redisnode.Hold{{Key: key, ID: id}}, time.Minute, timeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tokens[0]
+	}
+	holder, waiter := "a", "b"
+	if acquire(holder) == 0 || acquire(waiter) != 0 {
+		t.Fatal("want a to hold and b to be refused")
+	}
+	for i := range 6 { // 6 × 100ms: three times the flag's TTL
+		woken := make(chan error, 1)
+		go func() { woken <- n.AwaitRelease(ctx, key, time.Second) }()
+		time.Sleep(timeout) // the holder's hold; the waiter blocks
+		deleted, woke, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: holder}}, []redisnode.Wake{redisnode.WakeIfOurs})
+		if err != nil || deleted != 1 || !woke[0] {
+			t.Fatalf("hand-off %d: Release = %d, %v, %v; want deleted and a waiter woken", i, deleted, woke, err)
+		}
+		start := time.Now()
+		if err := <-woken; err != nil || time.Since(start) > time.Second/2 {
+			t.Fatalf("hand-off %d: AwaitRelease = %v after %v; want woken at once", i, err, time.Since(start))
+		}
+		if acquire(waiter) == 0 {
+			t.Fatalf("hand-off %d: the woken waiter was refused", i)
+		}
+		holder, waiter = waiter, holder // the old holder now awaits the key back
+	}
 }

@@ -39,9 +39,10 @@ func WaitKey(key string) string { return "stockguard:{" + key + "}:waiting" }
 // key's fence counter; both in one script so that no acquisition can get a
 // token without the lock or the lock without a token. Where the lock is
 // held it sets the key's wait flag (WaitKey) in the same atomic step, so
-// the holder's release, which comes after this refusal, sees it. KEYS:
-// lock, fence, wait flag per key. ARGV: TTL in ms, the wait flag's TTL in
-// ms, then a lease id per key. Returns per key the new counter value, or 0
+// the holder's release, which comes after this refusal, sees it; the flag
+// holds its own TTL, so that a release can renew it. KEYS: lock, fence,
+// wait flag per key. ARGV: TTL in ms, the wait flag's TTL in ms, then a
+// lease id per key. Returns per key the new counter value, or 0
 // when the lock is held (INCR never yields 0 on a counter that started at
 // 0).
 var acquireIncrScript = goredis.NewScript(`
@@ -50,7 +51,7 @@ for i = 1, #ARGV - 2 do
   if redis.call('SET', KEYS[3*i-2], ARGV[i+2], 'NX', 'PX', ARGV[1]) then
     out[i] = redis.call('INCR', KEYS[3*i-1])
   else
-    redis.call('SET', KEYS[3*i], '1', 'PX', ARGV[2])
+    redis.call('SET', KEYS[3*i], ARGV[2], 'PX', ARGV[2])
     out[i] = 0
   end
 end
@@ -134,12 +135,20 @@ return out
 // list, which the waiter blocked longest on it (AwaitRelease) pops. Nobody
 // blocked: the element waits for the next waiter, kept to one and
 // expiring, so a stale wake-up costs one early attempt. WakeIfOurs wakes
-// only where a refused acquisition left the key's wait flag: without it no
-// one can be waiting (a waiter blocks only after a refusal, which sets the
-// flag before this release can run), and the list is not written. KEYS:
+// only where a refused acquisition left the key's wait flag and the last
+// wake-up was taken. Without the flag no one can be waiting: a waiter
+// blocks only after a refusal, which sets the flag before this release can
+// run, or after a release of its own that woke someone (below). With a
+// wake-up still in the list no one is blocked (Redis hands a push to a
+// blocked client at once), and one arriving pops it. Either way the list is
+// not written. A release that wakes renews the flag for its whole TTL: a
+// Locker that let go of a key and wants it again awaits a wake-up without
+// being refused (retry's yield), and while a hot key changes hands among
+// waiters nobody is refused, so a flag left to the refusals alone would
+// expire under them and leave such a waiter asleep for its whole wait. KEYS:
 // lock, wake list, wait flag per key. ARGV: the wake list's TTL in ms, then
 // per key the lease id and the Wake: "1" to wake if the lock was ours here
-// and someone waits, "2" to wake whether or not, "0" not to. Returns how
+// and someone may be blocked, "2" to wake whether or not, "0" not to. Returns how
 // many locks it deleted, then per key 1 where it woke, 0 where not.
 var releaseScript = goredis.NewScript(`
 local out = {0}
@@ -151,7 +160,15 @@ for i = 1, #KEYS / 3 do
   end
   local wake = ARGV[2*i+1]
   out[i+1] = 0
-  if wake == '2' or (ours and wake == '1' and redis.call('EXISTS', KEYS[3*i]) == 1) then
+  local push = wake == '2'
+  if ours and wake == '1' then
+    local flag = redis.call('GET', KEYS[3*i])
+    if flag and redis.call('LLEN', KEYS[3*i-1]) == 0 then
+      redis.call('SET', KEYS[3*i], flag, 'PX', flag)
+      push = true
+    end
+  end
+  if push then
     redis.call('LPUSH', KEYS[3*i-1], '1')
     redis.call('LTRIM', KEYS[3*i-1], 0, 0)
     redis.call('PEXPIRE', KEYS[3*i-1], ARGV[1])
