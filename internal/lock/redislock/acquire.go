@@ -119,8 +119,8 @@ func (l *Locker) cleanup(ctx context.Context, holds []redisnode.Hold) {
 }
 
 // wakeAll asks a release to wake a waiter on each of n keys it deletes and
-// that a refused acquisition flagged (redisnode.WakeIfOurs): on
-// a single server, only a delete frees a key.
+// that a refused acquisition flagged (redisnode.WakeIfOurs): on a single
+// server, only a delete frees a key.
 func wakeAll(n int) []redisnode.Wake {
 	w := make([]redisnode.Wake, n)
 	for i := range w {

@@ -54,9 +54,9 @@ func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 }
 
 // release deletes the locks of hs that are still theirs in one call, then
-// hands each key's turn on, telling the loop which releases woke nobody. The next local waiter starts only once the key
-// is gone, or its first attempt would find it still held and sleep a retry
-// delay.
+// hands each key's turn on, telling the loop which releases woke nobody.
+// The next local waiter starts only once the key is gone, or its first
+// attempt would find it still held and sleep a retry delay.
 func (l *Locker) release(ctx context.Context, hs []*handle) error {
 	holds := make([]redisnode.Hold, len(hs))
 	for i, h := range hs {

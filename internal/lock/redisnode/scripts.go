@@ -42,9 +42,8 @@ func WaitKey(key string) string { return "stockguard:{" + key + "}:waiting" }
 // the holder's release, which comes after this refusal, sees it; the flag
 // holds its own TTL, so that a release can renew it. KEYS: lock, fence,
 // wait flag per key. ARGV: TTL in ms, the wait flag's TTL in ms, then a
-// lease id per key. Returns per key the new counter value, or 0
-// when the lock is held (INCR never yields 0 on a counter that started at
-// 0).
+// lease id per key. Returns per key the new counter value, or 0 when the
+// lock is held (INCR never yields 0 on a counter that started at 0).
 var acquireIncrScript = goredis.NewScript(`
 local out = {}
 for i = 1, #ARGV - 2 do
@@ -148,8 +147,9 @@ return out
 // expire under them and leave such a waiter asleep for its whole wait. KEYS:
 // lock, wake list, wait flag per key. ARGV: the wake list's TTL in ms, then
 // per key the lease id and the Wake: "1" to wake if the lock was ours here
-// and someone may be blocked, "2" to wake whether or not, "0" not to. Returns how
-// many locks it deleted, then per key 1 where it woke, 0 where not.
+// and someone may be blocked, "2" to wake whether or not, "0" not to.
+// Returns how many locks it deleted, then per key 1 where it woke, 0 where
+// not.
 var releaseScript = goredis.NewScript(`
 local out = {0}
 for i = 1, #KEYS / 3 do
