@@ -38,6 +38,7 @@ func Print(w io.Writer, res *Result) {
 	printLimits(w, res)
 	printBenchRuns(w, res)
 	printJudged(w, res)
+	printKernel(w, res)
 	printSections(w, res)
 	printBenchRatios(w, res)
 	printJudgedRatios(w, res)

@@ -86,6 +86,60 @@ func printJudged(w io.Writer, res *Result) {
 	}
 }
 
+// printKernel is where each judged window's CPU went: for every class, of
+// its µs an order the kernel's part, and the system calls it made an
+// order. On this machine's virtual CPUs a system call costs microseconds,
+// and every loopback round trip is at least two.
+func printKernel(w io.Writer, res *Result) {
+	type row struct {
+		name string
+		win  *cpu.Window
+	}
+	var rows []row
+	for _, r := range res.Runs {
+		if j := r.Judge; j != nil && j.CPU != nil {
+			rows = append(rows, row{fmt.Sprintf("%s\t%d\t%s", r.Backend, r.SKUs, r.Coalesce), j.CPU})
+		}
+	}
+	for _, l := range res.Limits {
+		if f := l.Floor; f != nil && f.CPU != nil {
+			rows = append(rows, row{fmt.Sprintf("floor (before %s)\t1\t–", l.Backend), f.CPU})
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n== where an order's CPU went in the judged windows (each class: the kernel's µs of its µs an order / read and write system calls an order)\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\t%s\tkernel share\t\n", strings.Join(cpuClasses, "\t"))
+	for _, r := range rows {
+		by := map[string]cpu.Usage{}
+		var kernel float64
+		for _, c := range r.win.Classes {
+			by[c.Class] = c
+			kernel += c.KernelPerOrderUs
+		}
+		var b strings.Builder
+		for _, name := range cpuClasses {
+			c, ok := by[name]
+			switch {
+			case !ok:
+				b.WriteString("–\t")
+			case c.SyscallsPerOrder == nil:
+				fmt.Fprintf(&b, "%.0f/%.0f µs /–\t", c.KernelPerOrderUs, c.PerOrderUs)
+			default:
+				fmt.Fprintf(&b, "%.0f/%.0f µs /%.1f\t", c.KernelPerOrderUs, c.PerOrderUs, *c.SyscallsPerOrder)
+			}
+		}
+		share := "–"
+		if r.win.TotalPerOrderUs > 0 {
+			share = fmt.Sprintf("%.0f%%", 100*kernel/r.win.TotalPerOrderUs)
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t\n", r.name, b.String(), share)
+	}
+	_ = tw.Flush()
+}
+
 // printSections is what the instances' critical sections did in each
 // judged window. On one SKU its holds and hand-offs are the window end to
 // end: the serial chain that bounds a hot SKU's rate.

@@ -23,7 +23,8 @@ func TestParseStat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Stat{PID: 812, PPID: 1, Own: 3 * time.Second, Reaped: 100 * time.Millisecond}
+	want := Stat{PID: 812, PPID: 1, Own: 3 * time.Second, OwnSys: 500 * time.Millisecond,
+		Reaped: 100 * time.Millisecond, ReapedSys: 30 * time.Millisecond}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -34,8 +35,26 @@ func TestParseStat(t *testing.T) {
 	}
 }
 
-// fakeProc writes a /proc with the given stat lines (pid → line).
-func fakeProc(t *testing.T, dir string, stats map[int]string) {
+// ioText is a /proc/<pid>/io with the given system calls.
+func ioText(reads, writes int64) string {
+	return fmt.Sprintf("rchar: 1000\nwchar: 2000\nsyscr: %d\nsyscw: %d\nread_bytes: 0\nwrite_bytes: 0\ncancelled_write_bytes: 0\n", reads, writes)
+}
+
+func TestParseIO(t *testing.T) {
+	got, err := ParseIO(ioText(380, 147))
+	if err != nil || got != 527 {
+		t.Errorf("got %d, %v; want 527", got, err)
+	}
+	for _, bad := range []string{"", "rchar: 1\nwchar: 2\n", "syscr: 1\n", "syscr: x\nsyscw: 2\n"} {
+		if _, err := ParseIO(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%q: err %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
+// fakeProc writes a /proc with the given stat lines (pid → line) and, for
+// the pids in ios, an io file.
+func fakeProc(t *testing.T, dir string, stats map[int]string, ios ...map[int]string) {
 	t.Helper()
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
@@ -48,6 +67,13 @@ func fakeProc(t *testing.T, dir string, stats map[int]string) {
 		}
 		if err := os.WriteFile(filepath.Join(d, "stat"), []byte(line), 0o644); err != nil {
 			t.Fatal(err)
+		}
+		for _, io := range ios {
+			if text, ok := io[pid]; ok {
+				if err := os.WriteFile(filepath.Join(d, "io"), []byte(text), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
 		}
 	}
 }
@@ -70,7 +96,7 @@ func TestBetween(t *testing.T) {
 		200: statLine(200, 1, 10, 10, 0, 0),
 		201: statLine(201, 1, 0, 0, 0, 0),
 		300: statLine(300, 1, 999, 0, 0, 0), // of no class
-	})
+	}, map[int]string{100: ioText(10, 10), 101: ioText(500, 500), 102: ioText(0, 0), 200: ioText(100, 50), 201: ioText(0, 0)})
 	before, err := m.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -82,23 +108,66 @@ func TestBetween(t *testing.T) {
 		200: statLine(200, 1, 30, 20, 0, 0),
 		201: statLine(201, 1, 5, 5, 0, 0),
 		300: statLine(300, 1, 5000, 0, 0, 0),
-	})
+	}, map[int]string{100: ioText(20, 20), 102: ioText(30, 20), 103: ioText(40, 0), 200: ioText(400, 150), 201: ioText(25, 25)})
 	after, err := m.Snapshot()
 	if err != nil {
 		t.Fatal(err)
 	}
 	after.At = before.At.Add(2 * time.Second)
 	w := m.Between(before, after, 100)
-	// postgres: root 10 + reaped 65 − 101's 50 before + 102's 10 + 103's 20 = 55 ticks.
-	// instances: 30 + 10 = 40 ticks.
-	want := []Usage{{Class: "postgres", Processes: 3, CPUS: 0.55, PerOrderUs: 5500}, {Class: "instances", Processes: 2, CPUS: 0.4, PerOrderUs: 4000}}
+	// postgres: root 10 + reaped 65 − 101's 50 before + 102's 10 + 103's 20 = 55 ticks,
+	// 5 of them the kernel's (101's reaped cstime); system calls 20 + 50 + 40
+	// (101's went with it).
+	// instances: 30 + 10 = 40 ticks, 10 + 5 the kernel's; 400 + 50 calls.
+	pg, inst := 1.1, 4.5
+	want := []Usage{{Class: "postgres", Processes: 3, CPUS: 0.55, PerOrderUs: 5500, KernelPerOrderUs: 500, SyscallsPerOrder: &pg},
+		{Class: "instances", Processes: 2, CPUS: 0.4, PerOrderUs: 4000, KernelPerOrderUs: 1500, SyscallsPerOrder: &inst}}
 	// 0.95 s of CPU in 2 s.
-	if fmt.Sprint(w.Classes) != fmt.Sprint(want) || w.TotalPerOrderUs != 9500 || w.DurationS != 2 || w.Orders != 100 || w.CoresBusy != 0.48 {
+	if fmt.Sprint(usages(w.Classes)) != fmt.Sprint(usages(want)) || w.TotalPerOrderUs != 9500 || w.DurationS != 2 || w.Orders != 100 || w.CoresBusy != 0.48 {
 		t.Errorf("got %+v, want classes %+v, total 9500 µs, 2 s, 100 orders, 0.48 cores", w, want)
 	}
-	if none := m.Between(before, after, 0); none.Classes[0].PerOrderUs != 0 || none.TotalPerOrderUs != 0 {
+	if none := m.Between(before, after, 0); none.Classes[0].PerOrderUs != 0 || none.TotalPerOrderUs != 0 ||
+		none.Classes[0].SyscallsPerOrder != nil {
 		t.Errorf("no orders: %+v, want no per-order figures", none)
 	}
+}
+
+// TestBetweenWithoutIO: a process whose io cannot be read leaves its
+// class's system calls out, not counted as none; the CPU is still there.
+func TestBetweenWithoutIO(t *testing.T) {
+	dir := t.TempDir()
+	m := newMeter(dir, []Class{{Name: "instances", Roots: []int{200, 201}}})
+	fakeProc(t, dir, map[int]string{200: statLine(200, 1, 10, 0, 0, 0), 201: statLine(201, 1, 0, 0, 0, 0)},
+		map[int]string{200: ioText(1, 1)})
+	before, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeProc(t, dir, map[int]string{200: statLine(200, 1, 20, 0, 0, 0), 201: statLine(201, 1, 0, 0, 0, 0)},
+		map[int]string{200: ioText(9, 9)})
+	after, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := m.Between(before, after, 10).Classes[0]
+	if u.SyscallsPerOrder != nil || u.PerOrderUs != 10000 {
+		t.Errorf("got %+v, want 10000 µs an order and no system calls", u)
+	}
+}
+
+// usages prints us with the system calls' values, not their addresses.
+func usages(us []Usage) []string {
+	out := make([]string, len(us))
+	for i, u := range us {
+		calls := "none"
+		if u.SyscallsPerOrder != nil {
+			calls = fmt.Sprint(*u.SyscallsPerOrder)
+		}
+		c := u
+		c.SyscallsPerOrder = nil
+		out[i] = fmt.Sprintf("%+v calls %s", c, calls)
+	}
+	return out
 }
 
 func TestParseListeners(t *testing.T) {

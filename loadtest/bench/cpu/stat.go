@@ -20,8 +20,9 @@ import (
 // support, used another value (1024).
 const userHZ = 100
 
-// ErrMalformed is returned for a /proc/<pid>/stat line that does not parse.
-var ErrMalformed = errors.New("malformed /proc stat line")
+// ErrMalformed is returned for a /proc/<pid>/stat line or io text that does
+// not parse.
+var ErrMalformed = errors.New("malformed /proc file")
 
 // Stat is the part of /proc/<pid>/stat the measurement needs.
 type Stat struct {
@@ -29,9 +30,14 @@ type Stat struct {
 	PPID int
 	// Own is utime+stime: the CPU the process itself has used.
 	Own time.Duration
+	// OwnSys is stime, the part of Own spent in the kernel on its behalf
+	// (system calls, and on loopback the receiving side's network stack).
+	OwnSys time.Duration
 	// Reaped is cutime+cstime: the CPU of children it has waited for.
 	// Postgres backends that exit during a window are counted through it.
 	Reaped time.Duration
+	// ReapedSys is cstime, the kernel's part of Reaped.
+	ReapedSys time.Duration
 }
 
 // ParseStat parses one /proc/<pid>/stat line. The command name is
@@ -57,7 +63,8 @@ func ParseStat(line string) (Stat, error) {
 			return Stat{}, fmt.Errorf("%w: field %d: %v", ErrMalformed, idx+3, err)
 		}
 	}
-	return Stat{PID: pid, PPID: int(v[0]), Own: ticks(v[1] + v[2]), Reaped: ticks(v[3] + v[4])}, nil
+	return Stat{PID: pid, PPID: int(v[0]), Own: ticks(v[1] + v[2]), OwnSys: ticks(v[2]),
+		Reaped: ticks(v[3] + v[4]), ReapedSys: ticks(v[4])}, nil
 }
 
 func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / userHZ }
@@ -69,6 +76,41 @@ func readStat(proc string, pid int) (Stat, error) {
 		return Stat{}, err
 	}
 	return ParseStat(string(b))
+}
+
+// ParseIO returns the system calls counted in a /proc/<pid>/io text: read
+// and write calls of every kind (sockets included: syscr counts read,
+// recvfrom and their kin, syscw write, sendto and theirs). A loopback
+// round trip is at least a write here and a read there, which is what
+// makes them worth counting per order.
+func ParseIO(text string) (syscalls int64, err error) {
+	var found int
+	for _, line := range strings.Split(text, "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || name != "syscr" && name != "syscw" {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %s: %v", ErrMalformed, name, err)
+		}
+		syscalls += n
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("%w: io has no syscr and syscw", ErrMalformed)
+	}
+	return syscalls, nil
+}
+
+// readIO reads one process's system calls; an error for a process that is
+// gone or not ours to read (/proc/<pid>/io asks for the rights of ptrace).
+func readIO(proc string, pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("%s/%d/io", proc, pid))
+	if err != nil {
+		return 0, err
+	}
+	return ParseIO(string(b))
 }
 
 // readAll reads the stat of every process under proc; processes that

@@ -20,8 +20,16 @@ type Class struct {
 // classSnap is one class at one instant: each process's own CPU and the
 // roots' reaped children's CPU.
 type classSnap struct {
-	own    map[int]time.Duration
-	reaped time.Duration
+	own               map[int]proc
+	reaped, reapedSys time.Duration
+	// blind is set when a process's system calls could not be read.
+	blind bool
+}
+
+// proc is one process at one instant.
+type proc struct {
+	cpu, sys time.Duration
+	syscalls int64
 }
 
 // Snapshot is every class at one instant.
@@ -62,24 +70,32 @@ func (m *Meter) Snapshot() (Snapshot, error) {
 		}
 	}
 	for _, c := range m.classes {
-		cs := classSnap{own: map[int]time.Duration{}}
+		cs := classSnap{own: map[int]proc{}}
 		for _, pid := range c.Roots {
 			st, err := readStat(m.proc, pid)
 			if err != nil {
 				return s, fmt.Errorf("cpu: %s pid %d: %w", c.Name, pid, err)
 			}
-			cs.own[pid], cs.reaped = st.Own, cs.reaped+st.Reaped
+			cs.add(m.proc, st)
+			cs.reaped, cs.reapedSys = cs.reaped+st.Reaped, cs.reapedSys+st.ReapedSys
 		}
 		if c.Children {
 			for _, st := range all {
 				if slices.Contains(c.Roots, st.PPID) {
-					cs.own[st.PID] = st.Own
+					cs.add(m.proc, st)
 				}
 			}
 		}
 		s.classes[c.Name] = cs
 	}
 	return s, nil
+}
+
+// add records st's process, with its system calls when it can read them.
+func (cs *classSnap) add(dir string, st Stat) {
+	n, err := readIO(dir, st.PID)
+	cs.blind = cs.blind || err != nil
+	cs.own[st.PID] = proc{cpu: st.Own, sys: st.OwnSys, syscalls: n}
 }
 
 // Usage is one class's CPU over a window.
@@ -89,6 +105,15 @@ type Usage struct {
 	CPUS      float64 `json:"cpu_s"`
 	// PerOrderUs is CPUS divided by the orders placed in the window, in µs.
 	PerOrderUs float64 `json:"per_order_us"`
+	// KernelPerOrderUs is the part of PerOrderUs the kernel spent on the
+	// class's behalf (stime): system calls, and on loopback the network
+	// stack of the side that sends.
+	KernelPerOrderUs float64 `json:"kernel_per_order_us"`
+	// SyscallsPerOrder is the read and write system calls (sockets
+	// included) the class made per order; absent when /proc did not let
+	// them be read. A child that exits within the window takes its count
+	// with it: /proc keeps no reaped count of system calls.
+	SyscallsPerOrder *float64 `json:"syscalls_per_order,omitempty"`
 }
 
 // Window is the CPU of every class between two snapshots.
@@ -113,21 +138,30 @@ func (m *Meter) Between(before, after Snapshot, orders int64) Window {
 	var all time.Duration
 	for _, c := range m.classes {
 		b, a := before.classes[c.Name], after.classes[c.Name]
-		used := a.reaped - b.reaped
+		used, sys := a.reaped-b.reaped, a.reapedSys-b.reapedSys
+		var calls int64
 		for pid, t := range a.own {
-			used += t - b.own[pid]
+			used += t.cpu - b.own[pid].cpu
+			sys += t.sys - b.own[pid].sys
+			calls += t.syscalls - b.own[pid].syscalls
 		}
 		for pid, t := range b.own {
 			if _, alive := a.own[pid]; !alive && !slices.Contains(c.Roots, pid) {
-				used -= t
+				used -= t.cpu
+				sys -= t.sys
 			}
 		}
-		used = max(used, 0)
+		used, sys = max(used, 0), max(min(sys, used), 0)
 		all += used
 		u := Usage{Class: c.Name, Processes: len(a.own), CPUS: tally.Round(used.Seconds(), 3)}
 		if orders > 0 {
 			u.PerOrderUs = tally.Round(float64(used.Microseconds())/float64(orders), 1)
+			u.KernelPerOrderUs = tally.Round(float64(sys.Microseconds())/float64(orders), 1)
 			w.TotalPerOrderUs += u.PerOrderUs
+			if !a.blind && !b.blind {
+				per := tally.Round(float64(calls)/float64(orders), 2)
+				u.SyscallsPerOrder = &per
+			}
 		}
 		w.Classes = append(w.Classes, u)
 	}
