@@ -18,11 +18,9 @@ import (
 	"github.com/stockguard/stockguard/loadtest/bench/floor"
 )
 
-// placeAtOnce is an Inventory that places every order without a lock or a
-// store, as the service would answer it: what is left is the edge.
-type placeAtOnce struct{ httpapi.Inventory }
-
-func (placeAtOnce) Place(_ context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error) {
+// placeAtOnce places every order without a lock or a store, answered as
+// the service would: what is left is the edge.
+func placeAtOnce(_ context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error) {
 	now := time.Now().Truncate(time.Microsecond)
 	o := &inventory.Order{ID: uuid.Must(uuid.NewV7()), Status: inventory.StatusReserved,
 		IdempotencyKey: req.IdempotencyKey, CreatedAt: now, ExpiresAt: now.Add(req.Hold),
@@ -44,7 +42,7 @@ func BenchmarkOrderEdge(b *testing.B) {
 	const body = `{"lines":[{"sku":"bench-hot-0001","quantity":1}]}`
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, "redlock")
-	service := m.InFlight(httpapi.New(httpapi.Config{Service: placeAtOnce{}, Metrics: m, Gatherer: reg,
+	service := m.InFlight(httpapi.New(httpapi.Config{Service: &recorder{place: placeAtOnce}, Metrics: m, Gatherer: reg,
 		MaxInFlight: 4096, RequestTimeout: 10 * time.Second}))
 	for _, h := range []struct {
 		name    string
