@@ -408,7 +408,10 @@ const expiryBound = time.Second
 // deadline moves, and stays within the TTL set, so a backend that extends
 // by its default TTL instead fails too.
 func testWatchdog(t *testing.T, c Config) {
-	const ttl = 300 * time.Millisecond
+	// Long enough that a keepalive delayed by a loaded CI machine (-race,
+	// packages in parallel) is not a loss: pglock's server ends a session
+	// idle past the TTL, as it should, and a 300 ms TTL lost one that way.
+	const ttl = 600 * time.Millisecond
 	a, b := newLocker(t, c), newLocker(t, c)
 	if !c.Distributed {
 		b = a
