@@ -31,7 +31,8 @@ type Stat struct {
 	// Own is utime+stime: the CPU the process itself has used.
 	Own time.Duration
 	// OwnSys is stime, the part of Own spent in the kernel on its behalf
-	// (system calls, and on loopback the receiving side's network stack).
+	// (system calls, which on loopback include the delivery to the
+	// receiving socket).
 	OwnSys time.Duration
 	// Reaped is cutime+cstime: the CPU of children it has waited for.
 	// Postgres backends that exit during a window are counted through it.

@@ -20,14 +20,14 @@ type Class struct {
 // classSnap is one class at one instant: each process's own CPU and the
 // roots' reaped children's CPU.
 type classSnap struct {
-	own               map[int]proc
+	own               map[int]procSnap
 	reaped, reapedSys time.Duration
 	// blind is set when a process's system calls could not be read.
 	blind bool
 }
 
-// proc is one process at one instant.
-type proc struct {
+// procSnap is one process at one instant.
+type procSnap struct {
 	cpu, sys time.Duration
 	syscalls int64
 }
@@ -70,7 +70,7 @@ func (m *Meter) Snapshot() (Snapshot, error) {
 		}
 	}
 	for _, c := range m.classes {
-		cs := classSnap{own: map[int]proc{}}
+		cs := classSnap{own: map[int]procSnap{}}
 		for _, pid := range c.Roots {
 			st, err := readStat(m.proc, pid)
 			if err != nil {
@@ -95,7 +95,7 @@ func (m *Meter) Snapshot() (Snapshot, error) {
 func (cs *classSnap) add(dir string, st Stat) {
 	n, err := readIO(dir, st.PID)
 	cs.blind = cs.blind || err != nil
-	cs.own[st.PID] = proc{cpu: st.Own, sys: st.OwnSys, syscalls: n}
+	cs.own[st.PID] = procSnap{cpu: st.Own, sys: st.OwnSys, syscalls: n}
 }
 
 // Usage is one class's CPU over a window.
@@ -106,8 +106,8 @@ type Usage struct {
 	// PerOrderUs is CPUS divided by the orders placed in the window, in µs.
 	PerOrderUs float64 `json:"per_order_us"`
 	// KernelPerOrderUs is the part of PerOrderUs the kernel spent on the
-	// class's behalf (stime): system calls, and on loopback the network
-	// stack of the side that sends.
+	// class's behalf (stime): system calls, which on loopback include the
+	// delivery to the receiving socket.
 	KernelPerOrderUs float64 `json:"kernel_per_order_us"`
 	// SyscallsPerOrder is the read and write system calls (sockets
 	// included) the class made per order; absent when /proc did not let
