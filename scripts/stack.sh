@@ -363,8 +363,13 @@ start_zk() { # id (1-based)
 	# setsid detaches the JVM from our session so that a Ctrl-C in the shell
 	# that ran `up` does not take the ensemble down; the inner shell records
 	# its own PID and execs java, so the pidfile names the JVM itself.
+	# TieredStopAtLevel=1 (C1 only): on two cores shared with everything
+	# else, C2's compiler threads still took a fifth of the JVMs' CPU
+	# minutes into a load, while ZooKeeper's request pipeline, bound by
+	# hand-offs between threads and fsync, gains nothing measurable from
+	# C2's code (loadtest/BENCH.md, twenty-fourth session).
 	setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' zk "$d/zk.pid" \
-		java -Xms32m -Xmx256m -XX:+UseSerialGC -XX:-UsePerfData \
+		java -Xms32m -Xmx256m -XX:+UseSerialGC -XX:-UsePerfData -XX:TieredStopAtLevel=1 \
 		-Djava.net.preferIPv4Stack=true \
 		-Dznode.container.checkIntervalMs="$ZK_CONTAINER_CHECK_MS" \
 		-Dznode.container.maxNeverUsedIntervalMs="$ZK_CONTAINER_NEVER_USED_MS" \

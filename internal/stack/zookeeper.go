@@ -365,8 +365,9 @@ const ZKContainerCheckMillis = 1000
 
 func zkJavaArgs(dir string) []string {
 	return []string{
-		// A small heap and the serial GC keep several test JVMs within 2 cores.
-		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData",
+		// A small heap, the serial GC and C1 alone keep several test JVMs
+		// within 2 cores, as scripts/stack.sh does (see there for C1).
+		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1",
 		"-Djava.net.preferIPv4Stack=true",
 		// Lock parents are containers. These ensembles live for one test:
 		// reap emptied parents within seconds (the server's default is a
