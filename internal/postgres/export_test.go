@@ -9,3 +9,6 @@ func StatementSpanName(sql string) string {
 
 // ClaimSQL is the claim as pgx sends it ($1 SKUs, $2 tokens, $3 holders).
 var ClaimSQL = numbered(claimSQL)
+
+// WriteSQL is the fenced write as pgx sends it.
+var WriteSQL = func() string { _, q := writeStatements(true); return q }()

@@ -66,23 +66,23 @@ func (s *Store) Claim(ctx context.Context, fences []inventory.Fence, create bool
 	}
 	out := make(map[string]inventory.SKU, len(fences))
 	err := s.withPgx(ctx, func(c *pgx.Conn) error {
-		var rows pgx.Rows
-		var err error
+		b := hotBatch()
+		var q *pgx.QueuedQuery
 		if s.fencing {
-			rows, err = c.Query(ctx, s.claimPgx, names, tokens, uuidBytes(holders))
+			q = b.Queue(s.claimPgx, names, tokens, uuidBytes(holders))
 		} else {
-			rows, err = c.Query(ctx, s.readPgx, names)
+			q = b.Queue(s.readPgx, names)
 		}
-		if err != nil {
+		q.Query(func(rows pgx.Rows) error {
+			var r skuRow
+			_, err := pgx.ForEachRow(rows, []any{&r.SKU, &r.Available, &r.Reserved, &r.Sold, &r.Received, &r.FenceToken, &r.UpdatedAt},
+				func() error {
+					out[r.SKU] = r.domain()
+					return nil
+				})
 			return err
-		}
-		var r skuRow
-		_, err = pgx.ForEachRow(rows, []any{&r.SKU, &r.Available, &r.Reserved, &r.Sold, &r.Received, &r.FenceToken, &r.UpdatedAt},
-			func() error {
-				out[r.SKU] = r.domain()
-				return nil
-			})
-		return err
+		})
+		return c.SendBatch(ctx, b).Close()
 	})
 	if err != nil {
 		return nil, translate(ctx, "claim", err)

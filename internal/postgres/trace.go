@@ -39,6 +39,11 @@ func newQueryTracer(tp trace.TracerProvider, fencing bool) *queryTracer {
 		numbered(claimSQL): "claim", numbered(readSQL): "read", write: "write"}}
 }
 
+var (
+	_ pgx.QueryTracer = (*queryTracer)(nil)
+	_ pgx.BatchTracer = (*queryTracer)(nil)
+)
+
 // operations are the statement kinds the service sends, the names of
 // every statement that is not one of the hot ones.
 var operations = map[string]bool{"SELECT": true, "INSERT": true, "UPDATE": true, "DELETE": true, "WITH": true,
@@ -79,4 +84,38 @@ func (t *queryTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.Trac
 		return
 	}
 	span.SetAttributes(attrRows.Int64(d.CommandTag.RowsAffected()))
+}
+
+// TraceBatchStart implements pgx.BatchTracer. The hot statements go in
+// batches behind genericPlanSQL (hotBatch): a batch's span is named by the
+// statement it carries, as if sent alone, and covers the round trip.
+func (t *queryTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	name, op := "batch", "OTHER"
+	for _, q := range d.Batch.QueuedQueries {
+		if q.SQL != genericPlanSQL {
+			name, op = t.statement(q.SQL)
+			break
+		}
+	}
+	ctx, _ = t.tracer.Start(ctx, "postgres "+name, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(semconv.DBSystemNamePostgreSQL, semconv.DBOperationName(op), semconv.DBQuerySummary(name)))
+	return ctx
+}
+
+// TraceBatchQuery implements pgx.BatchTracer: the rows of the statement the
+// span is named by. A failure is the batch's (TraceBatchEnd).
+func (t *queryTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	if d.Err == nil && d.SQL != genericPlanSQL {
+		trace.SpanFromContext(ctx).SetAttributes(attrRows.Int64(d.CommandTag.RowsAffected()))
+	}
+}
+
+// TraceBatchEnd implements pgx.BatchTracer.
+func (t *queryTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
+	span := trace.SpanFromContext(ctx)
+	defer span.End()
+	if d.Err != nil {
+		span.RecordError(d.Err)
+		span.SetStatus(codes.Error, "statement failed")
+	}
 }

@@ -185,8 +185,9 @@ func (s *Store) Write(ctx context.Context, fences []inventory.Fence, w inventory
 	sent := false
 	err := s.withPgx(ctx, func(c *pgx.Conn) error {
 		sent = true
-		_, err := c.Exec(ctx, s.writePgx, a.pgx()...)
-		return err
+		b := hotBatch()
+		b.Queue(s.writePgx, a.pgx()...)
+		return c.SendBatch(ctx, b).Close()
 	})
 	switch {
 	case err == nil:
