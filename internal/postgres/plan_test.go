@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"testing"
@@ -27,25 +28,9 @@ func TestClaimProbesTheIndex(t *testing.T) {
 	for i := range skus {
 		skus[i] = fmt.Sprintf("plan-%d", 1+97*i)
 	}
-	rows, err := s.DB().QueryContext(ctx, "EXPLAIN "+postgres.ClaimSQL,
+	text := explain(t, s.DB().QueryContext, "EXPLAIN "+postgres.ClaimSQL,
 		"{"+strings.Join(skus, ",")+"}", "{1,1,1,1,1,1,1,1,1,1}",
 		"{"+strings.Repeat("00000000-0000-0000-0000-000000000001,", 9)+"00000000-0000-0000-0000-000000000001}")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		plan = append(plan, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	text := strings.Join(plan, "\n")
 	if strings.Contains(text, "Seq Scan on skus") || !strings.Contains(text, "skus_pkey") {
 		t.Fatalf("the claim of 10 of 1,000 SKUs scans the table:\n%s", text)
 	}
@@ -157,23 +142,7 @@ func TestGenericPlansProbeTheIndex(t *testing.T) {
 		if _, err := c.ExecContext(ctx, "PREPARE "+name+" AS "+c2.sql); err != nil {
 			t.Fatalf("prepare %s: %v", name, err)
 		}
-		rows, err := c.QueryContext(ctx, "EXPLAIN EXECUTE "+name+"("+c2.args+")")
-		if err != nil {
-			t.Fatalf("explain %s: %v", name, err)
-		}
-		var plan []string
-		for rows.Next() {
-			var line string
-			if err := rows.Scan(&line); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, line)
-		}
-		if err := rows.Err(); err != nil {
-			t.Fatal(err)
-		}
-		rows.Close()
-		text := strings.Join(plan, "\n")
+		text := explain(t, c.QueryContext, "EXPLAIN EXECUTE "+name+"("+c2.args+")")
 		var generic int64
 		if err := c.QueryRowContext(ctx, `SELECT generic_plans FROM pg_prepared_statements WHERE name = $1`, name).Scan(&generic); err != nil || generic == 0 {
 			t.Fatalf("%s: %d generic plans, %v: EXPLAIN did not show the generic plan", name, generic, err)
@@ -185,4 +154,26 @@ func TestGenericPlansProbeTheIndex(t *testing.T) {
 			t.Fatalf("write: the generic plan does not find the orders it moves by key:\n%s", text)
 		}
 	}
+}
+
+// explain runs an EXPLAIN through query and returns its plan as text.
+func explain(t *testing.T, query func(context.Context, string, ...any) (*sql.Rows, error), q string, args ...any) string {
+	t.Helper()
+	rows, err := query(t.Context(), q, args...)
+	if err != nil {
+		t.Fatalf("%.40s: %v", q, err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
 }

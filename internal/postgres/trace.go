@@ -68,6 +68,11 @@ func (t *queryTracer) statement(sql string) (name, op string) {
 // TraceQueryStart implements pgx.QueryTracer.
 func (t *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	name, op := t.statement(d.SQL)
+	return t.start(ctx, name, op)
+}
+
+// start begins the client span of the statement named name.
+func (t *queryTracer) start(ctx context.Context, name, op string) context.Context {
 	ctx, _ = t.tracer.Start(ctx, "postgres "+name, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(semconv.DBSystemNamePostgreSQL, semconv.DBOperationName(op), semconv.DBQuerySummary(name)))
 	return ctx
@@ -78,9 +83,7 @@ func (t *queryTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 func (t *queryTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryEndData) {
 	span := trace.SpanFromContext(ctx)
 	defer span.End()
-	if d.Err != nil {
-		span.RecordError(d.Err)
-		span.SetStatus(codes.Error, "statement failed")
+	if failed(span, d.Err) {
 		return
 	}
 	span.SetAttributes(attrRows.Int64(d.CommandTag.RowsAffected()))
@@ -97,9 +100,7 @@ func (t *queryTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 			break
 		}
 	}
-	ctx, _ = t.tracer.Start(ctx, "postgres "+name, trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(semconv.DBSystemNamePostgreSQL, semconv.DBOperationName(op), semconv.DBQuerySummary(name)))
-	return ctx
+	return t.start(ctx, name, op)
 }
 
 // TraceBatchQuery implements pgx.BatchTracer: the rows of the statement the
@@ -114,8 +115,15 @@ func (t *queryTracer) TraceBatchQuery(ctx context.Context, _ *pgx.Conn, d pgx.Tr
 func (t *queryTracer) TraceBatchEnd(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchEndData) {
 	span := trace.SpanFromContext(ctx)
 	defer span.End()
-	if d.Err != nil {
-		span.RecordError(d.Err)
-		span.SetStatus(codes.Error, "statement failed")
+	failed(span, d.Err)
+}
+
+// failed marks span failed with err, if any, and reports whether it did.
+func failed(span trace.Span, err error) bool {
+	if err == nil {
+		return false
 	}
+	span.RecordError(err)
+	span.SetStatus(codes.Error, "statement failed")
+	return true
 }
