@@ -66,6 +66,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	fs.StringVar(&bc.LogDir, "logs", "", "keep every instance log under this directory (default: kept only for failed runs)")
 	fs.DurationVar(&bc.StartupTimeout, "startup-timeout", 30*time.Second, "how long instances get to answer /healthz")
 	fs.DurationVar(&bc.JudgeWarmup, "judge-warmup", judgeWarmup, "vegeta's warm-up after each run (also the naive loops' and the floor's)")
+	fs.IntVar(&bc.Rounds, "rounds", 1, "repeat the whole suite, limits included, and judge each target on its median over the rounds (1..9; about 12 minutes a round)")
 	fs.DurationVar(&bc.JudgeWindow, "judge-duration", judgeWindow, "vegeta's measured window after each run, the naive loops' and the floor's; 0 skips all three")
 	fs.Synopsis("[--out=out/bench.json] [--quick] [flags]")
 	fs.About("Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n" +

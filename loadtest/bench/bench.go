@@ -68,7 +68,16 @@ type Config struct {
 	// floor.
 	JudgeWarmup time.Duration
 	JudgeWindow time.Duration
+	// Rounds repeats the whole suite, limits included, this many times;
+	// above one, each target is judged on its median over the rounds
+	// (Result.TargetMedians): on a shared machine one window can fall in
+	// a fast or a slow spell, and a verdict should not hang on it.
+	Rounds int
 }
+
+// maxRounds bounds --rounds: a round of the full suite takes 10–16
+// minutes on two cores.
+const maxRounds = 9
 
 // Settings records the configuration in the result.
 type Settings struct {
@@ -85,6 +94,7 @@ type Settings struct {
 	Quick            bool     `json:"quick"`
 	JudgeWarmupS     float64  `json:"judge_warmup_s"`
 	JudgeWindowS     float64  `json:"judge_window_s"`
+	Rounds           int      `json:"rounds"`
 }
 
 // Result is out/bench.json.
@@ -102,12 +112,17 @@ type Result struct {
 	Limits []Limits `json:"limits"`
 	// ServersMissing names servers whose process was not found before
 	// some window: their CPU is not in that window's per-order figures.
-	ServersMissing []string        `json:"servers_missing,omitempty"`
-	Runs           []Run           `json:"runs"`
-	Backends       []BackendRatios `json:"backends"`
-	Targets        []TargetResult  `json:"targets"`
-	Pass           bool            `json:"pass"`
-	Failures       []string        `json:"failures"`
+	ServersMissing []string `json:"servers_missing,omitempty"`
+	Runs           []Run    `json:"runs"`
+	// Backends and Targets hold one entry per backend (and target) and
+	// round, in round order.
+	Backends []BackendRatios `json:"backends"`
+	Targets  []TargetResult  `json:"targets"`
+	// TargetMedians, with more than one round, judges each target on its
+	// median over the rounds (see medianTargets).
+	TargetMedians []TargetResult `json:"target_medians,omitempty"`
+	Pass          bool           `json:"pass"`
+	Failures      []string       `json:"failures"`
 }
 
 // Validate reports the first invalid field.
@@ -139,6 +154,8 @@ func (bc Config) Validate() error {
 		return fmt.Errorf("startup-timeout %v: want > 0", bc.StartupTimeout)
 	case bc.JudgeWarmup < 0 || bc.JudgeWindow < 0:
 		return errors.New("judge-warmup and judge-duration must be ≥ 0")
+	case bc.Rounds < 1 || bc.Rounds > maxRounds:
+		return fmt.Errorf("rounds %d: want 1..%d", bc.Rounds, maxRounds)
 	}
 	return nil
 }
@@ -151,7 +168,7 @@ func (bc Config) settings() Settings {
 	return Settings{Backends: bc.Backends, Instances: bc.Instances, Clients: bc.Clients, SpreadSKUs: bc.SpreadSKUs,
 		RunDurationS: bc.Duration.Seconds(), OrdersPerRun: bc.ordersPerRun(), CeilingDurationS: bc.CeilingDuration.Seconds(),
 		CeilingConns: bc.CeilingConns, Seed: bc.Seed, FreshDB: bc.FreshDB, Quick: bc.Quick,
-		JudgeWarmupS: bc.JudgeWarmup.Seconds(), JudgeWindowS: bc.JudgeWindow.Seconds()}
+		JudgeWarmupS: bc.JudgeWarmup.Seconds(), JudgeWindowS: bc.JudgeWindow.Seconds(), Rounds: bc.Rounds}
 }
 
 // Execute runs the suite. Progress goes to stderr. Damage and missed
@@ -183,9 +200,9 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 		}
 		*gb.dst = &out
 	}
-	runs := len(bc.Backends) * 4
-	fmt.Fprintf(stderr, "bench: %d backends × 2 workloads × coalescing on/off = %d runs of %v, %d clients, %d instances each; "+
-		"store ceiling %v before each backend\n", len(bc.Backends), runs, bc.Duration, bc.Clients, bc.Instances, bc.CeilingDuration)
+	runs := len(bc.Backends) * 4 * bc.Rounds
+	fmt.Fprintf(stderr, "bench: %d backends × 2 workloads × coalescing on/off × %d round(s) = %d runs of %v, %d clients, %d instances each; "+
+		"store ceiling %v before each backend\n", len(bc.Backends), bc.Rounds, runs, bc.Duration, bc.Clients, bc.Instances, bc.CeilingDuration)
 	if bc.FreshDB {
 		u, drop, err := compare.ScratchDatabase(ctx, cmp.Or(bc.DatabaseURL, compare.DefaultDatabaseURL))
 		if err != nil {
@@ -207,44 +224,27 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 	defer probe.close()
 	kit := &limitsKit{bc: bc}
 	defer kit.close()
-	ceilings := map[string]float64{}
-	for _, b := range bc.Backends {
-		if ctx.Err() != nil {
-			break
+	for round := 1; round <= bc.Rounds && ctx.Err() == nil; round++ {
+		// A single round's figures carry no round number: its JSON stays
+		// as it always was.
+		tag := 0
+		if bc.Rounds > 1 {
+			tag = round
+			fmt.Fprintf(stderr, "bench: round %d of %d\n", round, bc.Rounds)
 		}
-		s, err := bc.ceilingSample(ctx, probe, b)
-		if err != nil {
+		if err := bc.runRound(ctx, tag, res, probe, kit, runs, stderr); err != nil {
 			finish()
-			return res, fmt.Errorf("bench: %w", err)
+			return res, err
 		}
-		fmt.Fprintf(stderr, "bench: store ceiling %.0f orders/s (load %.2f)\n", s.PerS, s.LoadAvg1)
-		res.StoreCeiling.Samples = append(res.StoreCeiling.Samples, s)
-		ceilings[b] = s.PerS
-		lim := Limits{Backend: b}
-		for _, w := range []string{benchHot, benchSpread} {
-			if bc.judging() && w == benchHot {
-				kit.beforeHot(ctx, &lim, stderr)
-			} else if bc.judging() {
-				kit.beforeSpread(ctx, probe, &lim, stderr)
-			}
-			for _, mode := range []string{"on", "off"} {
-				if ctx.Err() != nil {
-					break
-				}
-				fmt.Fprintf(stderr, "bench [%d/%d] %s, %s, coalesce %s\n", len(res.Runs)+1, runs, b, bc.describe(w), mode)
-				res.Runs = append(res.Runs, bc.runOne(ctx, b, w, mode, stderr))
-			}
-		}
-		res.Limits = append(res.Limits, lim)
 	}
 	var per []float64
 	for _, s := range res.StoreCeiling.Samples {
 		per = append(per, s.PerS)
 	}
 	res.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
-	res.Backends = benchRatios(bc.Backends, res.Runs, ceilings)
-	addLimitRatios(res.Backends, res.Runs, res.Limits)
-	res.Targets = evaluateTargets(res.Backends)
+	if bc.Rounds > 1 {
+		res.TargetMedians = medianTargets(res.Targets)
+	}
 	res.ServersMissing = serversMissing(res.Runs, res.Limits)
 	res.Failures = runFailures(res.Runs)
 	if res.LockBenchmarks != nil {
@@ -259,6 +259,72 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 		return res, fmt.Errorf("bench interrupted: %w", err)
 	}
 	return res, nil
+}
+
+// runRound runs every backend once, each after its own store-ceiling
+// sample and limits, and adds the round's runs, limits, ratios and targets
+// to res, each marked with tag (0 for a single round). runs is the suite's
+// number of runs, for the progress lines.
+func (bc Config) runRound(ctx context.Context, tag int, res *Result, probe *ceilingProbe, kit *limitsKit, runs int, stderr io.Writer) error {
+	ceilings := map[string]float64{}
+	for _, b := range bc.Backends {
+		if ctx.Err() != nil {
+			break
+		}
+		s, err := bc.ceilingSample(ctx, probe, b)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		s.Round = tag
+		fmt.Fprintf(stderr, "bench: store ceiling %.0f orders/s (load %.2f)\n", s.PerS, s.LoadAvg1)
+		res.StoreCeiling.Samples = append(res.StoreCeiling.Samples, s)
+		ceilings[b] = s.PerS
+		lim := Limits{Backend: b, Round: tag}
+		for _, w := range []string{benchHot, benchSpread} {
+			if bc.judging() && w == benchHot {
+				kit.beforeHot(ctx, &lim, stderr)
+			} else if bc.judging() {
+				kit.beforeSpread(ctx, probe, &lim, stderr)
+			}
+			for _, mode := range []string{"on", "off"} {
+				if ctx.Err() != nil {
+					break
+				}
+				fmt.Fprintf(stderr, "bench [%d/%d] %s, %s, coalesce %s\n", len(res.Runs)+1, runs, b, bc.describe(w), mode)
+				r := bc.runOne(ctx, b, w, mode, stderr)
+				r.Round = tag
+				res.Runs = append(res.Runs, r)
+			}
+		}
+		res.Limits = append(res.Limits, lim)
+	}
+	// Every ratio of the round comes from the round's own runs and limits.
+	ratios := benchRatios(bc.Backends, inRound(res.Runs, tag), ceilings)
+	addLimitRatios(ratios, inRound(res.Runs, tag), inRound(res.Limits, tag))
+	targets := evaluateTargets(ratios)
+	for i := range ratios {
+		ratios[i].Round = tag
+	}
+	for i := range targets {
+		targets[i].Round = tag
+	}
+	res.Backends = append(res.Backends, ratios...)
+	res.Targets = append(res.Targets, targets...)
+	return nil
+}
+
+// inRound is the items of round tag, all of them for a single round (0).
+func inRound[T interface{ round() int }](items []T, tag int) []T {
+	if tag == 0 {
+		return items
+	}
+	var out []T
+	for _, x := range items {
+		if x.round() == tag {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 // migrate applies the service's migrations with its own binary, so that

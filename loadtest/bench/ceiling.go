@@ -26,6 +26,7 @@ const ceilingWrite = `UPDATE %s SET available = available - 1, reserved = reserv
 type CeilingSample struct {
 	// Before names the backend whose hot-SKU runs followed the sample.
 	Before    string    `json:"before"`
+	Round     int       `json:"round,omitempty"`
 	At        time.Time `json:"at"`
 	DurationS float64   `json:"duration_s"`
 	Writes    int64     `json:"writes"`
@@ -35,6 +36,8 @@ type CeilingSample struct {
 	// absent, in older results) is the hot row.
 	Rows int `json:"rows,omitempty"`
 }
+
+func (s CeilingSample) round() int { return s.Round }
 
 func roundS(d time.Duration) float64 { return tally.Round(d.Seconds(), 3) }
 

@@ -9,7 +9,7 @@ import (
 // TestBenchConfigValidate covers the bench command's own checks.
 func TestBenchConfigValidate(t *testing.T) {
 	ok := Config{Backends: compare.AllBackends(), Instances: 3, Clients: 64, SpreadSKUs: 1000, Duration: 8e9, MaxRate: 15000,
-		CeilingDuration: 3e9, CeilingConns: 16, Bin: "/bin/true", StartupTimeout: 30e9}
+		CeilingDuration: 3e9, CeilingConns: 16, Bin: "/bin/true", StartupTimeout: 30e9, Rounds: 1}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
@@ -23,6 +23,8 @@ func TestBenchConfigValidate(t *testing.T) {
 		"no duration":     func(c *Config) { c.Duration = 0 },
 		"too many orders": func(c *Config) { c.MaxRate = 1e9 },
 		"no bin":          func(c *Config) { c.Bin = "" },
+		"no rounds":       func(c *Config) { c.Rounds = 0 },
+		"ten rounds":      func(c *Config) { c.Rounds = 10 },
 	} {
 		c := ok
 		mut(&c)

@@ -218,15 +218,15 @@ func TestInterruptedRunIsNotRan(t *testing.T) {
 }
 
 // TestBenchHoldsOutlastTheSuite: no order of the suite, the run's or the
-// judge's, expires before the default suite ends, however slow its
-// instances are to start and stop.
+// judge's, expires before the default suite of the most rounds ends,
+// however slow its instances are to start and stop.
 func TestBenchHoldsOutlastTheSuite(t *testing.T) {
 	bc := Config{Backends: compare.AllBackends(), Instances: 3, Clients: 64, SpreadSKUs: 1000, Duration: 8 * time.Second,
 		MaxRate: 15000, CeilingDuration: 3 * time.Second, StartupTimeout: 30 * time.Second,
 		JudgeWarmup: 2 * time.Second, JudgeWindow: 10 * time.Second}
 	// A run: start, send, verify (the request timeout), judge, stop.
 	perRun := bc.StartupTimeout + bc.Duration + 30*time.Second + bc.JudgeWarmup + bc.JudgeWindow + 10*time.Second
-	suite := time.Duration(len(bc.Backends)) * (4*perRun + 3*bc.CeilingDuration + 4*(bc.JudgeWarmup+bc.JudgeWindow))
+	suite := maxRounds * time.Duration(len(bc.Backends)) * (4*perRun + 3*bc.CeilingDuration + 4*(bc.JudgeWarmup+bc.JudgeWindow))
 	for _, hold := range []int{bc.compareConfig("redis", benchHot, "on").Run.HoldSeconds, bc.judgeConfig([]string{"u"}, []string{"s"}).HoldSeconds} {
 		if time.Duration(hold)*time.Second < suite || hold > 86400 {
 			t.Errorf("hold %d s: want at least the suite's %v, at most the service's 86400 s", hold, suite)

@@ -21,6 +21,7 @@ import (
 // matching library and the HTTP floor.
 type Limits struct {
 	Backend       string         `json:"backend"`
+	Round         int            `json:"round,omitempty"`
 	SpreadCeiling *CeilingSample `json:"spread_ceiling,omitempty"`
 	NaiveHot      *naive.Result  `json:"naive_hot,omitempty"`
 	NaiveSpread   *naive.Result  `json:"naive_spread,omitempty"`
@@ -28,6 +29,8 @@ type Limits struct {
 	// Errors are the limits that could not be measured.
 	Errors []string `json:"errors,omitempty"`
 }
+
+func (l Limits) round() int { return l.Round }
 
 // naiveLibrary is the backend whose naive counterpart a library is.
 var naiveLibrary = map[string]string{"redlock": "go-redsync", "zookeeper": "go-zookeeper zk.Lock"}

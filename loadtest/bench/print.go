@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // Print writes the suite's tables: machine and load, the Go
@@ -34,6 +36,30 @@ func Print(w io.Writer, res *Result) {
 			printGoBench(w, gb.title, gb.out)
 		}
 	}
+	if s.Rounds > 1 {
+		for r := 1; r <= s.Rounds; r++ {
+			round := res.round(r)
+			if len(round.StoreCeiling.Samples) == 0 {
+				continue // interrupted before it began
+			}
+			fmt.Fprintf(w, "\n======== round %d of %d\n", r, s.Rounds)
+			printRound(w, round)
+		}
+		printMedians(w, res)
+	} else {
+		printRound(w, res)
+	}
+	if res.Pass {
+		fmt.Fprintln(w, "\nPASS: no safe backend oversold or lost a unit, in a run or a judged window; every run completed")
+	} else {
+		fmt.Fprintf(w, "\nFAIL:\n  %s\n", strings.Join(res.Failures, "\n  "))
+	}
+}
+
+// printRound writes the tables of one round: the store ceiling, the
+// limits, the runs and their judged windows, and the ratios with their
+// targets.
+func printRound(w io.Writer, res *Result) {
 	printCeiling(w, res.StoreCeiling)
 	printLimits(w, res)
 	printBenchRuns(w, res)
@@ -42,11 +68,51 @@ func Print(w io.Writer, res *Result) {
 	printSections(w, res)
 	printBenchRatios(w, res)
 	printJudgedRatios(w, res)
-	if res.Pass {
-		fmt.Fprintln(w, "\nPASS: no safe backend oversold or lost a unit, in a run or a judged window; every run completed")
-	} else {
-		fmt.Fprintf(w, "\nFAIL:\n  %s\n", strings.Join(res.Failures, "\n  "))
+}
+
+// round is res with only round r's figures, for printRound.
+func (res *Result) round(r int) *Result {
+	out := *res
+	out.StoreCeiling.Samples = inRound(res.StoreCeiling.Samples, r)
+	var per []float64
+	for _, s := range out.StoreCeiling.Samples {
+		per = append(per, s.PerS)
 	}
+	out.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
+	out.Limits = inRound(res.Limits, r)
+	out.Runs = inRound(res.Runs, r)
+	out.Backends = inRound(res.Backends, r)
+	out.Targets = inRound(res.Targets, r)
+	return &out
+}
+
+// printMedians writes every target's value in each round and the median
+// it is judged on.
+func printMedians(w io.Writer, res *Result) {
+	fmt.Fprintf(w, "\n== targets over %d rounds, each judged on its median (the memory cap on its worst round)\n", res.Settings.Rounds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "backend\ttarget\t")
+	for r := range res.Settings.Rounds {
+		fmt.Fprintf(tw, "round %d\t", r+1)
+	}
+	fmt.Fprintln(tw, "median\twant\t status")
+	met := 0
+	for _, t := range res.TargetMedians {
+		fmt.Fprintf(tw, "%s\t%s\t", t.Backend, t.Target)
+		for r := range res.Settings.Rounds {
+			var v *float64
+			if r < len(t.Values) {
+				v = t.Values[r]
+			}
+			fmt.Fprintf(tw, "%s\t", fmtTargetValue(t, v))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t %s\n", fmtTargetValue(t, t.Value), t.Want, t.Status)
+		if t.Status == TargetMet {
+			met++
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "targets met on their medians: %d of %d\n", met, len(res.TargetMedians))
 }
 
 func printGoBench(w io.Writer, title string, out *GoBenchOutput) {

@@ -19,6 +19,7 @@ const (
 // coalescing on or off, condensed from its compare entry.
 type Run struct {
 	Backend        string  `json:"backend"`
+	Round          int     `json:"round,omitempty"` // 1-based with --rounds > 1, else 0
 	Workload       string  `json:"workload"`
 	SKUs           int     `json:"skus"`
 	Coalesce       string  `json:"coalesce"`
@@ -53,11 +54,14 @@ type Run struct {
 	Judge *Judged `json:"judge,omitempty"`
 }
 
+func (r Run) round() int { return r.Round }
+
 // BackendRatios are one backend's ratios, all from the same suite run. A
 // ratio is null when a run it needs did not complete or its denominator
 // is zero.
 type BackendRatios struct {
 	Backend        string `json:"backend"`
+	Round          int    `json:"round,omitempty"`
 	ExpectedUnsafe bool   `json:"expected_unsafe"`
 
 	// "Uncoalesced" is the service with --coalesce=off (a lease per
@@ -145,6 +149,10 @@ func benchRatios(backends []string, runs []Run, ceilings map[string]float64) []B
 	return out
 }
 
+func (r BackendRatios) round() int { return r.Round }
+
+func (t TargetResult) round() int { return t.Round }
+
 // ratio is a/b, or nil when b is not positive.
 func ratio(a, b float64) *float64 {
 	if b <= 0 {
@@ -170,8 +178,12 @@ type TargetResult struct {
 	Target  string       `json:"target"`
 	Backend string       `json:"backend"`
 	Want    string       `json:"want"` // "≥5×", "<150 MB"
+	Round   int          `json:"round,omitempty"`
 	Value   *float64     `json:"value"`
 	Status  TargetStatus `json:"status"`
+	// Values are the target's value in each round, for a median over the
+	// rounds (Value is then the median).
+	Values []*float64 `json:"round_values,omitempty"`
 }
 
 // benchTarget is one target of issue #7, on the hot-SKU runs of a 2-core
@@ -231,6 +243,71 @@ func evaluateTargets(ratios []BackendRatios) []TargetResult {
 		}
 	}
 	return out
+}
+
+// medianTargets judges each target of a suite of several rounds on its
+// median over the rounds: results of one target and backend in round
+// order, one per round. A target measured in fewer than a majority of the
+// rounds has no data. The memory cap is the exception: it is judged on its
+// worst round, since a peak that broke it once broke it.
+func medianTargets(results []TargetResult) []TargetResult {
+	rounds := 0
+	for _, t := range results {
+		rounds = max(rounds, t.Round)
+	}
+	var out []TargetResult
+	at := map[string]int{} // backend/id/text → index in out
+	for _, t := range results {
+		k := t.Backend + "/" + t.ID + "/" + t.Target
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, TargetResult{ID: t.ID, Target: t.Target, Backend: t.Backend, Want: t.Want,
+				Values: make([]*float64, rounds)})
+		}
+		if t.Round >= 1 && t.Round <= rounds {
+			out[i].Values[t.Round-1] = t.Value
+		}
+	}
+	for i := range out {
+		m := &out[i]
+		var vs []float64
+		for _, v := range m.Values {
+			if v != nil {
+				vs = append(vs, *v)
+			}
+		}
+		m.Status = TargetNoData
+		if 2*len(vs) <= rounds {
+			continue
+		}
+		slices.Sort(vs)
+		v := vs[len(vs)/2]
+		switch {
+		case m.ID == "rss":
+			v = vs[len(vs)-1]
+		case len(vs)%2 == 0:
+			v = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+		}
+		v = tally.Round(v, 3)
+		m.Value = &v
+		m.Status = TargetMissed
+		if t, ok := targetNamed(m.ID, m.Target); ok && t.met(v) {
+			m.Status = TargetMet
+		}
+	}
+	return out
+}
+
+// targetNamed is the target with id and text.
+func targetNamed(id, text string) (benchTarget, bool) {
+	for _, t := range slices.Concat(benchTargets, judgedTargets) {
+		if t.id == id && t.text == text {
+			return t, true
+		}
+	}
+	return benchTarget{}, false
 }
 
 // want is the target's condition in short: "≥5×".
