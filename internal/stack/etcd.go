@@ -13,8 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 )
 
@@ -116,17 +114,17 @@ type EtcdCluster struct {
 	members []*EtcdMember
 }
 
-// EtcdMember is one member of an EtcdCluster. Its methods are safe for
-// concurrent use.
+// EtcdMember is one member of an EtcdCluster: Kill, Stop, Cont and Restart
+// act on its process. While it is killed or frozen the others go on serving
+// if they keep a quorum, electing a new leader if it led; restarted, it
+// keeps its data and membership. Its methods are safe for concurrent use.
 type EtcdMember struct {
+	server
 	bin        string
 	dir        string
 	name       string
 	clientPort int
 	args       []string
-
-	mu   sync.Mutex
-	proc *process
 }
 
 // StartEtcdCluster starts n etcd members (n = 1 is a single-member cluster)
@@ -167,22 +165,12 @@ func StartEtcdCluster(ctx context.Context, dir string, n int) (*EtcdCluster, err
 			"--heartbeat-interval", "50", "--election-timeout", "500",
 			"--logger", "zap", "--log-outputs", "stderr",
 		}
+		m.server = server{name: m.what, boot: func() (*process, error) { return startProcess(m.bin, m.args, m.logPath()) },
+			ready: func(*process) probeFunc { return m.serving }}
 		c.members = append(c.members, m)
 	}
-	// Boot every member before waiting: none has a leader until a quorum runs.
-	for _, m := range c.members {
-		p, err := startProcess(m.bin, m.args, m.logPath())
-		if err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		m.proc = p
-	}
-	for _, m := range c.members {
-		if err := m.proc.waitReady(ctx, m.what(), m.serving); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
+	if err := startAll(ctx, c.servers()); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -207,45 +195,29 @@ func (c *EtcdCluster) Member(i int) *EtcdMember {
 // leads. It fails if none does right now, e.g. during an election; use
 // WaitLeader to wait for one.
 func (c *EtcdCluster) Leader(ctx context.Context) (int, error) {
-	var errs []error
-	for i, m := range c.members {
-		role, err := m.Role(ctx)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if role == EtcdLeader {
-			return i, nil
-		}
-	}
-	return -1, fmt.Errorf("stack: no etcd member reports leader: %w", errors.Join(errs...))
+	return leaderOf(ctx, "etcd member", len(c.members), func(ctx context.Context, i int) (bool, error) {
+		role, err := c.members[i].Role(ctx)
+		return role == EtcdLeader, err
+	})
 }
 
 // WaitLeader polls Leader until a member leads or ctx ends, e.g. to time an
 // election after the old leader was killed.
 func (c *EtcdCluster) WaitLeader(ctx context.Context) (int, error) {
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		i, err := c.Leader(ctx)
-		if err == nil {
-			return i, nil
-		}
-		select {
-		case <-ctx.Done():
-			return -1, fmt.Errorf("%w (%w)", err, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return waitLeader(ctx, c.Leader)
 }
 
 // Close kills every member; it is safe to call more than once.
 func (c *EtcdCluster) Close() error {
-	var errs []error
-	for _, m := range c.members {
-		errs = append(errs, m.Kill())
+	return killAll(c.servers())
+}
+
+func (c *EtcdCluster) servers() []*server {
+	out := make([]*server, len(c.members))
+	for i, m := range c.members {
+		out[i] = &m.server
 	}
-	return errors.Join(errs...)
+	return out
 }
 
 // Addr returns the member's client address, 127.0.0.1:port.
@@ -253,77 +225,9 @@ func (m *EtcdMember) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(m.clientPort))
 }
 
-// PID returns the process ID of the member's current process, or 0 if none
-// was started.
-func (m *EtcdMember) PID() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc == nil {
-		return 0
-	}
-	return m.proc.pid()
-}
-
 // Role returns the member's current role (leader or follower); see EtcdRole.
 func (m *EtcdMember) Role(ctx context.Context) (string, error) {
 	return EtcdRole(ctx, m.Addr())
-}
-
-// Kill SIGKILLs the member and returns once it is gone; the others go on
-// serving while they keep a quorum, electing a new leader if it led. Killing
-// a dead member is not an error.
-func (m *EtcdMember) Kill() error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc == nil {
-		return nil
-	}
-	return m.proc.kill()
-}
-
-// Stop freezes the member with SIGSTOP: its connections stay open and
-// requests queue unanswered, like a long pause or a hung host, until Cont.
-// The others stop hearing its heartbeats and, if it led, elect a new leader.
-func (m *EtcdMember) Stop() error {
-	return m.signal(syscall.SIGSTOP)
-}
-
-// Cont resumes a member frozen by Stop.
-func (m *EtcdMember) Cont() error {
-	return m.signal(syscall.SIGCONT)
-}
-
-func (m *EtcdMember) signal(sig syscall.Signal) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc == nil {
-		return errors.New("stack: " + m.what() + " was never started")
-	}
-	return m.proc.signal(sig)
-}
-
-// Restart kills the member if it still runs, starts it again on the same
-// ports and data directory (etcd keeps its data and membership across
-// restarts), and returns once it serves with a leader, which needs a quorum
-// of running members.
-func (m *EtcdMember) Restart(ctx context.Context) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.proc != nil {
-		if err := m.proc.kill(); err != nil {
-			return err
-		}
-	}
-	p, err := startProcess(m.bin, m.args, m.logPath())
-	if err != nil {
-		return err
-	}
-	m.proc = p
-	if err := p.waitReady(ctx, m.what(), m.serving); err != nil {
-		_ = p.kill()
-		return err
-	}
-	return nil
 }
 
 func (m *EtcdMember) logPath() string { return filepath.Join(m.dir, "etcd.log") }

@@ -3,7 +3,6 @@ package stack
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -60,16 +57,16 @@ func RedisReplicaOf(addr string) RedisOption {
 }
 
 // Redis is a redis-server child process owned by the caller: no persistence,
-// loopback only, killed when the test binary dies. Its methods are safe for
-// concurrent use.
+// loopback only, killed when the test binary dies. Kill loses all its data;
+// Restart reuses the port and comes back empty, as after a crash without
+// fsync, the node having "forgotten" every lock (a replica resyncs from its
+// master). Its methods are safe for concurrent use.
 type Redis struct {
+	server
 	bin  string
 	dir  string
 	port int
 	args []string
-
-	mu   sync.Mutex
-	proc *process
 }
 
 // StartRedis starts redis-server with its working directory and log in dir
@@ -121,7 +118,9 @@ func StartRedis(ctx context.Context, dir string, opts ...RedisOption) (*Redis, e
 			"--dir", dir,
 			"--logfile", r.logPath(),
 		}, replicaArgs...)
-		err := r.start(ctx)
+		r.server = server{name: func() string { return "redis-server " + r.Addr() },
+			boot: func() (*process, error) { return startProcess(r.bin, r.args, r.logPath()) }, ready: r.ours}
+		err := r.startLocked(ctx)
 		if err == nil {
 			return r, nil
 		}
@@ -135,29 +134,17 @@ func (r *Redis) logPath() string {
 	return filepath.Join(r.dir, "redis-"+strconv.Itoa(r.port)+".log")
 }
 
-// start must be called with r.mu held or before r is shared.
-func (r *Redis) start(ctx context.Context) error {
-	p, err := startProcess(r.bin, r.args, r.logPath())
-	if err != nil {
-		return err
-	}
-	what := "redis-server " + r.Addr()
-	// Only our child may answer: servers started at once can be handed the
-	// same free port, and the one that lost the bind would see the other's
-	// PONG as its own.
-	ours := func(ctx context.Context) error {
+// ours is the probe that p, and only p, answers at r's address: servers
+// started at once can be handed the same free port, and the one that lost
+// the bind would see the other's answer as its own.
+func (r *Redis) ours(p *process) probeFunc {
+	return func(ctx context.Context) error {
 		pid, err := redisPID(ctx, r.Addr())
-		if err == nil && pid != p.cmd.Process.Pid {
-			err = fmt.Errorf("redis %s is process %d, not ours (%d): the port is taken", r.Addr(), pid, p.cmd.Process.Pid)
+		if err == nil && pid != p.pid() {
+			err = fmt.Errorf("redis %s is process %d, not ours (%d): the port is taken", r.Addr(), pid, p.pid())
 		}
 		return err
 	}
-	if err := p.waitReady(ctx, what, ours); err != nil {
-		_ = p.kill()
-		return err
-	}
-	r.proc = p
-	return nil
 }
 
 // redisPID asks the server at addr for its process id (INFO server), over
@@ -197,64 +184,6 @@ func redisPID(ctx context.Context, addr string) (int, error) {
 // across Restart.
 func (r *Redis) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(r.port))
-}
-
-// PID returns the process ID of the current server process, or 0 if none
-// was started.
-func (r *Redis) PID() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc == nil {
-		return 0
-	}
-	return r.proc.pid()
-}
-
-// Kill SIGKILLs the server (a crash: no shutdown, all data lost) and returns
-// once the process is gone. Killing a dead server is not an error.
-func (r *Redis) Kill() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc == nil {
-		return nil
-	}
-	return r.proc.kill()
-}
-
-// Stop freezes the server with SIGSTOP: connections stay open and requests
-// queue unanswered, like a long GC pause or a hung host, until Cont.
-func (r *Redis) Stop() error {
-	return r.signal(syscall.SIGSTOP)
-}
-
-// Cont resumes a server frozen by Stop; it then executes what it received
-// while frozen.
-func (r *Redis) Cont() error {
-	return r.signal(syscall.SIGCONT)
-}
-
-func (r *Redis) signal(sig syscall.Signal) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc == nil {
-		return errors.New("stack: redis-server " + r.Addr() + " was never started")
-	}
-	return r.proc.signal(sig)
-}
-
-// Restart kills the server if it still runs and starts a new one on the same
-// port, returning once it answers PING. Without persistence it comes back
-// empty: the node "forgot" every lock, as after a crash without fsync. A
-// replica resyncs from its master.
-func (r *Redis) Restart(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.proc != nil {
-		if err := r.proc.kill(); err != nil {
-			return err
-		}
-	}
-	return r.start(ctx)
 }
 
 // Close kills the server; it is safe to call more than once.

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -93,15 +92,16 @@ type ZKEnsemble struct {
 	nodes []*ZKNode
 }
 
-// ZKNode is one server of a ZKEnsemble. Its methods are safe for concurrent use.
+// ZKNode is one server of a ZKEnsemble: Kill, Stop, Cont and Restart act
+// on its JVM. Killed, its sessions are served by the surviving nodes while
+// they keep a quorum; restarted, it keeps its data. Its methods are safe
+// for concurrent use.
 type ZKNode struct {
+	server
 	java       string
 	dir        string
 	myid       int
 	clientPort int
-
-	mu   sync.Mutex
-	proc *process
 }
 
 // StartZKEnsemble starts n ZooKeeper servers (n = 1 runs standalone) with
@@ -136,25 +136,14 @@ func StartZKEnsemble(ctx context.Context, dir string, n int) (*ZKEnsemble, error
 	e := &ZKEnsemble{}
 	for i := range n {
 		node := &ZKNode{java: java, dir: filepath.Join(dir, "zk"+strconv.Itoa(i+1)), myid: i + 1, clientPort: ports[3*i]}
+		node.server = server{name: node.what, boot: node.launch, ready: func(*process) probeFunc { return node.serving }}
 		if err := node.writeConfig(servers.String()); err != nil {
 			return nil, err
 		}
 		e.nodes = append(e.nodes, node)
 	}
-	// Boot all JVMs before waiting: no node can serve until a quorum runs.
-	for _, node := range e.nodes {
-		p, err := node.launch()
-		if err != nil {
-			_ = e.Close()
-			return nil, err
-		}
-		node.proc = p
-	}
-	for _, node := range e.nodes {
-		if err := node.proc.waitReady(ctx, node.what(), node.serving); err != nil {
-			_ = e.Close()
-			return nil, err
-		}
+	if err := startAll(ctx, e.servers()); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -178,45 +167,29 @@ func (e *ZKEnsemble) Node(i int) *ZKNode {
 // leader (or standalone). It fails if none does right now, e.g. during an
 // election; use WaitLeader to wait for one.
 func (e *ZKEnsemble) Leader(ctx context.Context) (int, error) {
-	var errs []error
-	for i, node := range e.nodes {
-		mode, err := node.Mode(ctx)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if mode == ZKLeader || mode == ZKStandalone {
-			return i, nil
-		}
-	}
-	return -1, fmt.Errorf("stack: no ZooKeeper node reports leader: %w", errors.Join(errs...))
+	return leaderOf(ctx, "ZooKeeper node", len(e.nodes), func(ctx context.Context, i int) (bool, error) {
+		mode, err := e.nodes[i].Mode(ctx)
+		return mode == ZKLeader || mode == ZKStandalone, err
+	})
 }
 
 // WaitLeader polls Leader until a node leads or ctx ends, e.g. to time an
 // election after the old leader was killed.
 func (e *ZKEnsemble) WaitLeader(ctx context.Context) (int, error) {
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		i, err := e.Leader(ctx)
-		if err == nil {
-			return i, nil
-		}
-		select {
-		case <-ctx.Done():
-			return -1, fmt.Errorf("%w (%w)", err, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return waitLeader(ctx, e.Leader)
 }
 
 // Close kills every node; it is safe to call more than once.
 func (e *ZKEnsemble) Close() error {
-	var errs []error
-	for _, node := range e.nodes {
-		errs = append(errs, node.Kill())
+	return killAll(e.servers())
+}
+
+func (e *ZKEnsemble) servers() []*server {
+	out := make([]*server, len(e.nodes))
+	for i, node := range e.nodes {
+		out[i] = &node.server
 	}
-	return errors.Join(errs...)
+	return out
 }
 
 // Addr returns the node's client address, 127.0.0.1:port.
@@ -224,56 +197,10 @@ func (n *ZKNode) Addr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(n.clientPort))
 }
 
-// PID returns the process ID of the node's current JVM, or 0 if none runs
-// yet.
-func (n *ZKNode) PID() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc == nil {
-		return 0
-	}
-	return n.proc.pid()
-}
-
 // Mode returns the node's current mode (leader, follower or standalone); see
 // ZKMode.
 func (n *ZKNode) Mode(ctx context.Context) (string, error) {
 	return ZKMode(ctx, n.Addr())
-}
-
-// Kill SIGKILLs the node's JVM and returns once it is gone; its sessions are
-// then served by the surviving nodes while they keep a quorum. Killing a dead
-// node is not an error.
-func (n *ZKNode) Kill() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc == nil {
-		return nil
-	}
-	return n.proc.kill()
-}
-
-// Restart kills the node if it still runs, starts it again on the same ports
-// and data directory (ZooKeeper keeps its data across restarts), and returns
-// once it serves as leader or follower, which needs a quorum of running nodes.
-func (n *ZKNode) Restart(ctx context.Context) error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.proc != nil {
-		if err := n.proc.kill(); err != nil {
-			return err
-		}
-	}
-	p, err := n.launch()
-	if err != nil {
-		return err
-	}
-	n.proc = p
-	if err := p.waitReady(ctx, n.what(), n.serving); err != nil {
-		_ = p.kill()
-		return err
-	}
-	return nil
 }
 
 func (n *ZKNode) what() string {
