@@ -101,7 +101,9 @@ demo: build
 # writes $(OUT)/bench.json, prints the tables with ratios and issue 13's
 # targets, and fails if a safe backend oversold or lost a unit.
 # BENCH_FLAGS=--quick shortens every run and window; --judge-duration=0
-# leaves out the judge, the naive loops and the floor.
+# leaves out the judge, the naive loops and the floor; --rounds=3 repeats
+# the suite, limits included, and judges each target on its median over the
+# rounds (about 12 minutes a round): the verdict for a shared machine.
 bench: build
 	@mkdir -p $(OUT)
 	$(WITH_STACK) $(GO) test -p=1 -run='^$$' -bench=. -benchtime=1s -count=3 -timeout=15m ./internal/lock/... | tee $(OUT)/bench-lock.txt
