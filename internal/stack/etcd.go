@@ -169,7 +169,7 @@ func StartEtcdCluster(ctx context.Context, dir string, n int) (*EtcdCluster, err
 			ready: func(*process) probeFunc { return m.serving }}
 		c.members = append(c.members, m)
 	}
-	if err := startAll(ctx, c.servers()); err != nil {
+	if err := startAll(ctx, serversOf(c.members)); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -209,15 +209,7 @@ func (c *EtcdCluster) WaitLeader(ctx context.Context) (int, error) {
 
 // Close kills every member; it is safe to call more than once.
 func (c *EtcdCluster) Close() error {
-	return killAll(c.servers())
-}
-
-func (c *EtcdCluster) servers() []*server {
-	out := make([]*server, len(c.members))
-	for i, m := range c.members {
-		out[i] = &m.server
-	}
-	return out
+	return killAll(serversOf(c.members))
 }
 
 // Addr returns the member's client address, 127.0.0.1:port.

@@ -99,6 +99,19 @@ func (s *server) startLocked(ctx context.Context) error {
 	return nil
 }
 
+// base returns s itself, promoted to the types that embed a server, so that
+// serversOf can take a cluster's members of any kind.
+func (s *server) base() *server { return s }
+
+// serversOf is the servers of a cluster's members.
+func serversOf[M interface{ base() *server }](members []M) []*server {
+	out := make([]*server, len(members))
+	for i, m := range members {
+		out[i] = m.base()
+	}
+	return out
+}
+
 // startAll launches every server before waiting for any, since no member
 // of a cluster serves until a quorum runs, then waits for each. On failure
 // it kills them all.

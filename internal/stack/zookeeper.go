@@ -142,7 +142,7 @@ func StartZKEnsemble(ctx context.Context, dir string, n int) (*ZKEnsemble, error
 		}
 		e.nodes = append(e.nodes, node)
 	}
-	if err := startAll(ctx, e.servers()); err != nil {
+	if err := startAll(ctx, serversOf(e.nodes)); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -181,15 +181,7 @@ func (e *ZKEnsemble) WaitLeader(ctx context.Context) (int, error) {
 
 // Close kills every node; it is safe to call more than once.
 func (e *ZKEnsemble) Close() error {
-	return killAll(e.servers())
-}
-
-func (e *ZKEnsemble) servers() []*server {
-	out := make([]*server, len(e.nodes))
-	for i, node := range e.nodes {
-		out[i] = &node.server
-	}
-	return out
+	return killAll(serversOf(e.nodes))
 }
 
 // Addr returns the node's client address, 127.0.0.1:port.
