@@ -237,11 +237,7 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 			return res, err
 		}
 	}
-	var per []float64
-	for _, s := range res.StoreCeiling.Samples {
-		per = append(per, s.PerS)
-	}
-	res.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
+	res.StoreCeiling.MedianPerS = medianPerS(res.StoreCeiling.Samples)
 	if bc.Rounds > 1 {
 		res.TargetMedians = medianTargets(res.Targets)
 	}

@@ -39,6 +39,15 @@ type CeilingSample struct {
 
 func (s CeilingSample) round() int { return s.Round }
 
+// medianPerS is the samples' median rate.
+func medianPerS(samples []CeilingSample) float64 {
+	per := make([]float64, len(samples))
+	for i, s := range samples {
+		per[i] = s.PerS
+	}
+	return tally.Round(median(per), 1)
+}
+
 func roundS(d time.Duration) float64 { return tally.Round(d.Seconds(), 3) }
 
 func perS(n int64, d time.Duration) float64 { return tally.Round(float64(n)/d.Seconds(), 1) }

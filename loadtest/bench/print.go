@@ -10,8 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
-
-	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // Print writes the suite's tables: machine and load, the Go
@@ -74,11 +72,7 @@ func printRound(w io.Writer, res *Result) {
 func (res *Result) round(r int) *Result {
 	out := *res
 	out.StoreCeiling.Samples = inRound(res.StoreCeiling.Samples, r)
-	var per []float64
-	for _, s := range out.StoreCeiling.Samples {
-		per = append(per, s.PerS)
-	}
-	out.StoreCeiling.MedianPerS = tally.Round(median(per), 1)
+	out.StoreCeiling.MedianPerS = medianPerS(out.StoreCeiling.Samples)
 	out.Limits = inRound(res.Limits, r)
 	out.Runs = inRound(res.Runs, r)
 	out.Backends = inRound(res.Backends, r)
