@@ -282,13 +282,9 @@ func medianTargets(results []TargetResult) []TargetResult {
 		if 2*len(vs) <= rounds {
 			continue
 		}
-		slices.Sort(vs)
-		v := vs[len(vs)/2]
-		switch {
-		case m.ID == "rss":
-			v = vs[len(vs)-1]
-		case len(vs)%2 == 0:
-			v = (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+		v := median(vs)
+		if m.ID == "rss" {
+			v = slices.Max(vs)
 		}
 		v = tally.Round(v, 3)
 		m.Value = &v
