@@ -297,6 +297,7 @@ func (bc Config) runRound(ctx context.Context, tag int, res *Result, probe *ceil
 	// Every ratio of the round comes from the round's own runs and limits.
 	ratios := benchRatios(bc.Backends, inRound(res.Runs, tag), ceilings)
 	addLimitRatios(ratios, inRound(res.Runs, tag), inRound(res.Limits, tag))
+	addHotBounds(ratios, inRound(res.Runs, tag), res.Machine.NProc)
 	targets := evaluateTargets(ratios)
 	for i := range ratios {
 		ratios[i].Round = tag

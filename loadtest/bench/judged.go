@@ -35,6 +35,10 @@ type JudgedRatios struct {
 	// windows: class → µs.
 	HotCPUUs    map[string]float64 `json:"hot_cpu_per_order_us,omitempty"`
 	SpreadCPUUs map[string]float64 `json:"spread_cpu_per_order_us,omitempty"`
+
+	// HotBound is, for a backend judged against the floor, what stands
+	// between its hot SKU and the target (see HotBound).
+	HotBound *HotBound `json:"hot_bound,omitempty"`
 }
 
 // addLimitRatios fills each backend's JudgedRatios from the judged runs
@@ -144,7 +148,7 @@ var judgedTargets = []benchTarget{
 	{"hot-rate", "hot ≥ 3,800 orders/s", backendIs("zookeeper"),
 		func(r BackendRatios) *float64 { return positive(r.Judged.HotPerS) }, ">=", 3800, "/s"},
 	{"floor", "hot ≥ 0.3× HTTP floor", backendIs(floorBackends...),
-		func(r BackendRatios) *float64 { return r.Judged.HotOverFloor }, ">=", 0.3, "×"},
+		func(r BackendRatios) *float64 { return r.Judged.HotOverFloor }, ">=", floorShare, "×"},
 }
 
 // positive is &v, or nil for a figure that was not measured.

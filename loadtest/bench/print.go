@@ -64,6 +64,7 @@ func printRound(w io.Writer, res *Result) {
 	printJudged(w, res)
 	printKernel(w, res)
 	printSections(w, res)
+	printHotBounds(w, res)
 	printBenchRatios(w, res)
 	printJudgedRatios(w, res)
 }
