@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"database/sql/driver"
+	"errors"
 	"fmt"
 	"runtime"
 	"strconv"
@@ -139,6 +140,31 @@ func BenchmarkCoalescedWrite(b *testing.B) {
 			}
 			perSecond(b, start, b.N*n, "orders/s")
 		})
+	}
+}
+
+// BenchmarkRefusedWrite is a batch's write refused for one order whose
+// idempotency key another order holds (a client's retry of a placed
+// order): the write, aborted by its guard, and the questions that name the
+// key, all under the batch's leases.
+func BenchmarkRefusedWrite(b *testing.B) {
+	s, f := benchStore(b, 1)
+	ctx := context.Background()
+	placed := orderWrite(f, 1, inventory.MaxStock-1)
+	placed.Orders[0].IdempotencyKey = "taken"
+	if err := s.Write(ctx, []inventory.Fence{f}, placed); err != nil {
+		b.Fatal(err)
+	}
+	w := orderWrite(f, 16, inventory.MaxStock-17)
+	for i, o := range w.Orders {
+		o.IdempotencyKey = fmt.Sprintf("key-%02d", i)
+	}
+	w.Orders[7].IdempotencyKey = "taken"
+	for b.Loop() {
+		var taken *inventory.KeyTakenError
+		if err := s.Write(ctx, []inventory.Fence{f}, w); !errors.As(err, &taken) {
+			b.Fatalf("write = %v, want a KeyTakenError", err)
+		}
 	}
 }
 

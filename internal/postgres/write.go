@@ -224,66 +224,84 @@ func isGuard(err error) bool {
 // whyRefused finds, after the fact, which condition stopped a write: a fence
 // that no longer stands, orders no longer in the status their transitions
 // expect (every one named), or idempotency keys other orders hold. Only the
-// refusal path pays for it.
+// refusal path pays for it, but it pays under the leases, and a client's
+// retry of a placed order (its key taken) fails its batch's first write:
+// so the questions go in one round trip, answered in that order of blame.
 func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write) error {
-	if s.fencing && len(a.skus) > 0 {
-		var stale []string
-		err := s.db.WithContext(ctx).Raw(`SELECT v.sku FROM unnest(?::text[], ?::bigint[], ?::uuid[]) AS v(sku, token, holder)
-			LEFT JOIN skus s ON s.sku = v.sku AND s.fence_token = v.token AND s.fence_holder = v.holder
-			WHERE s.sku IS NULL`, textArray(a.skus), int64Array(a.tokens), uuidArray(a.holders)).Scan(&stale).Error
-		if err != nil {
-			return translate(ctx, "write", err)
-		}
-		if len(stale) > 0 {
-			errs := make([]error, len(stale))
-			for i, sku := range stale {
-				errs[i] = &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence}
-			}
-			return refusedRows(errs)
-		}
-	}
-	if len(a.moveIDs) > 0 {
-		var moved []struct {
-			ID     uuid.UUID
-			Status *string
-			To     string
-		}
-		err := s.db.WithContext(ctx).Raw(`SELECT v.id, o.status, v.to_status AS "to" FROM unnest(?::uuid[], ?::text[], ?::text[])
-			AS v(id, from_status, to_status) LEFT JOIN orders o ON o.id = v.id WHERE o.status IS DISTINCT FROM v.from_status`,
-			uuidArray(a.moveIDs), textArray(a.moveFrom), textArray(a.moveTo)).Scan(&moved).Error
-		if err != nil {
-			return translate(ctx, "write", err)
-		}
-		if len(moved) > 0 {
-			errs := make([]error, len(moved))
-			for i, m := range moved {
-				from := inventory.Status("absent")
-				if m.Status != nil {
-					from = inventory.Status(*m.Status)
-				}
-				errs[i] = &inventory.OrderError{ID: m.ID, Err: &inventory.TransitionError{From: from, To: inventory.Status(m.To)}}
-			}
-			return errors.Join(errs...)
-		}
-	}
+	var stale []string
+	var moved []error
+	var taken []string
 	var keys []string
 	for _, k := range a.keys {
 		if k != "" {
 			keys = append(keys, k)
 		}
 	}
-	if len(keys) > 0 {
-		var taken []string
-		if err := s.db.WithContext(ctx).Raw(`SELECT idempotency_key FROM orders WHERE idempotency_key = ANY(?::text[])`,
-			textArray(keys)).Scan(&taken).Error; err != nil {
-			return translate(ctx, "write", err)
+	err := s.withPgx(ctx, func(c *pgx.Conn) error {
+		b := &pgx.Batch{}
+		if s.fencing && len(a.skus) > 0 {
+			b.Queue(staleSQL, a.skus, a.tokens, uuidBytes(a.holders)).Query(func(rows pgx.Rows) error {
+				var err error
+				stale, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
 		}
-		if len(taken) > 0 {
-			return &inventory.KeyTakenError{Keys: taken}
+		if len(a.moveIDs) > 0 {
+			b.Queue(movedSQL, uuidBytes(a.moveIDs), a.moveFrom, a.moveTo).Query(func(rows pgx.Rows) error {
+				var id uuid.UUID
+				var status *string
+				var to string
+				_, err := pgx.ForEachRow(rows, []any{&id, &status, &to}, func() error {
+					from := inventory.Status("absent")
+					if status != nil {
+						from = inventory.Status(*status)
+					}
+					moved = append(moved, &inventory.OrderError{ID: id, Err: &inventory.TransitionError{From: from, To: inventory.Status(to)}})
+					return nil
+				})
+				return err
+			})
 		}
+		if len(keys) > 0 {
+			b.Queue(takenSQL, keys).Query(func(rows pgx.Rows) error {
+				var err error
+				taken, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				return err
+			})
+		}
+		if b.Len() == 0 {
+			return nil
+		}
+		return c.SendBatch(ctx, b).Close()
+	})
+	switch {
+	case err != nil:
+		return translate(ctx, "write", err)
+	case len(stale) > 0:
+		errs := make([]error, len(stale))
+		for i, sku := range stale {
+			errs[i] = &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence}
+		}
+		return refusedRows(errs)
+	case len(moved) > 0:
+		return errors.Join(moved...)
+	case len(taken) > 0:
+		return &inventory.KeyTakenError{Keys: taken}
 	}
 	// Nothing refuses the write any more, yet it was refused: only a status
 	// that changed and changed back could do that. Treat it as the fence:
 	// nothing was written, and a retry is judged afresh.
 	return fmt.Errorf("postgres: write refused: %w", inventory.ErrStaleFence)
 }
+
+// whyRefused's questions: the rows whose fence is not the write's, the
+// orders not in the status a transition expects (with the one they are
+// in, NULL when absent), the keys other orders hold.
+const (
+	staleSQL = `SELECT v.sku FROM unnest($1::text[], $2::bigint[], $3::uuid[]) AS v(sku, token, holder)
+	LEFT JOIN skus s ON s.sku = v.sku AND s.fence_token = v.token AND s.fence_holder = v.holder
+	WHERE s.sku IS NULL`
+	movedSQL = `SELECT v.id, o.status, v.to_status FROM unnest($1::uuid[], $2::text[], $3::text[])
+	AS v(id, from_status, to_status) LEFT JOIN orders o ON o.id = v.id WHERE o.status IS DISTINCT FROM v.from_status`
+	takenSQL = `SELECT idempotency_key FROM orders WHERE idempotency_key = ANY($1::text[])`
+)
