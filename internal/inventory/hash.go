@@ -3,22 +3,30 @@ package inventory
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
-	"hash"
+	"strconv"
 )
 
 // Hash is a digest of what the request asks for, not of its bytes: the same
-// order sent with other whitespace or key order is the same request.
+// order sent with other whitespace or key order is the same request. Orders
+// keep it (orders.request_hash) to tell a replay from a reuse of its key, so
+// its input, `name=len:value;` per field, never changes. Built by appends,
+// not fmt: every order pays for it.
 func (r *PlaceRequest) Hash() string {
-	h := sha256.New()
-	writeField(h, "hold", r.Hold.String())
+	b := make([]byte, 0, 64+32*len(r.Lines))
+	b = appendField(b, "hold", r.Hold.String())
 	for _, l := range r.Lines {
-		writeField(h, "sku", l.SKU)
-		writeField(h, "qty", fmt.Sprint(l.Quantity))
+		b = appendField(b, "sku", l.SKU)
+		b = appendField(b, "qty", strconv.FormatInt(l.Quantity, 10))
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
-func writeField(h hash.Hash, name, value string) {
-	fmt.Fprintf(h, "%s=%d:%s;", name, len(value), value)
+func appendField(b []byte, name, value string) []byte {
+	b = append(b, name...)
+	b = append(b, '=')
+	b = strconv.AppendInt(b, int64(len(value)), 10)
+	b = append(b, ':')
+	b = append(b, value...)
+	return append(b, ';')
 }

@@ -81,6 +81,24 @@ func TestHashIsSemantic(t *testing.T) {
 	}
 }
 
+// TestHashIsStable pins the digest of two requests: orders stored by an
+// earlier version keep theirs, and a replay must still match it.
+func TestHashIsStable(t *testing.T) {
+	for _, c := range []struct {
+		req  PlaceRequest
+		want string
+	}{
+		{PlaceRequest{Lines: []LineRequest{{"a", 1}, {"sku-éü", 1234567}}, Hold: DefaultHold},
+			"3225538eaad6d9cb82fe7568bb2afef4cafa679c7bac34669a633dad3bc3ac86"},
+		{PlaceRequest{Lines: []LineRequest{{"x", 5}}, Hold: 90 * time.Second},
+			"d04b41eb1f7153fb74014deef7a169f1574ecbd5fd54ad62c7df9ccee7470a2a"},
+	} {
+		if got := c.req.Hash(); got != c.want {
+			t.Errorf("%+v: Hash = %s, want %s", c.req, got, c.want)
+		}
+	}
+}
+
 func TestErrorsMatchSentinels(t *testing.T) {
 	if !errors.Is(&StockError{SKU: "a"}, ErrInsufficientStock) {
 		t.Error("StockError is not ErrInsufficientStock")
