@@ -51,12 +51,7 @@ func addHotBounds(ratios []BackendRatios, runs []Run, cores int) {
 		if !slices.Contains(floorBackends, r.Backend) || r.Judged.FloorPerS <= 0 || cores <= 0 {
 			continue
 		}
-		var w *Judged
-		for _, x := range runs {
-			if x.Backend == r.Backend && x.Workload == benchHot && x.Coalesce == "on" {
-				w = x.judgedFigures()
-			}
-		}
+		w := judgedOf(runs, r.Backend, benchHot, "on")
 		if w == nil || w.CPU == nil || w.CPU.TotalPerOrderUs <= 0 || w.OrdersPerS <= 0 {
 			continue
 		}

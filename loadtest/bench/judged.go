@@ -44,28 +44,20 @@ type JudgedRatios struct {
 // addLimitRatios fills each backend's JudgedRatios from the judged runs
 // and the limits.
 func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
-	judged := func(backend, workload, coalesce string) *Judged {
-		for _, r := range runs {
-			if r.Backend == backend && r.Workload == workload && r.Coalesce == coalesce {
-				return r.judgedFigures()
-			}
-		}
-		return nil
-	}
 	var postgresSpread float64
 	for i := range ratios {
 		r := &ratios[i]
 		j := &r.Judged
-		if x := judged(r.Backend, benchHot, "on"); x != nil {
+		if x := judgedOf(runs, r.Backend, benchHot, "on"); x != nil {
 			j.HotPerS, j.HotP99Ms, j.HotCPUUs = x.OrdersPerS, x.CreatedLatencyMs.P99, cpuByClass(x)
 		}
-		if x := judged(r.Backend, benchHot, "off"); x != nil {
+		if x := judgedOf(runs, r.Backend, benchHot, "off"); x != nil {
 			j.HotOffPerS = x.OrdersPerS
 		}
-		if x := judged(r.Backend, benchSpread, "on"); x != nil {
+		if x := judgedOf(runs, r.Backend, benchSpread, "on"); x != nil {
 			j.SpreadPerS, j.SpreadP99Ms, j.SpreadCPUUs = x.OrdersPerS, x.CreatedLatencyMs.P99, cpuByClass(x)
 		}
-		if x := judged(r.Backend, benchSpread, "off"); x != nil {
+		if x := judgedOf(runs, r.Backend, benchSpread, "off"); x != nil {
 			j.SpreadOffPerS, j.SpreadOffP99Ms = x.OrdersPerS, x.CreatedLatencyMs.P99
 		}
 		for _, l := range limits {
@@ -93,6 +85,17 @@ func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
 		j := &ratios[i].Judged
 		j.SpreadOverPostgres = ratioIf(j.SpreadPerS, postgresSpread)
 	}
+}
+
+// judgedOf is the usable judged attack of the run of backend, workload and
+// coalesce in runs (one round's), or nil.
+func judgedOf(runs []Run, backend, workload, coalesce string) *Judged {
+	for _, r := range runs {
+		if r.Backend == backend && r.Workload == workload && r.Coalesce == coalesce {
+			return r.judgedFigures()
+		}
+	}
+	return nil
 }
 
 // judgedFigures is the run's judged attack if its figures may be used: the
