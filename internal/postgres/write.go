@@ -193,7 +193,7 @@ func (s *Store) Write(ctx context.Context, fences []inventory.Fence, w inventory
 	case err == nil:
 		return nil
 	case isGuard(err):
-		return s.whyRefused(ctx, &a, w)
+		return s.whyRefused(ctx, &a)
 	case sent && unanswered(err):
 		return fmt.Errorf("%w (%w)", translate(ctx, "write", err), inventory.ErrOutcomeUnknown)
 	}
@@ -227,7 +227,7 @@ func isGuard(err error) bool {
 // refusal path pays for it, but it pays under the leases, and a client's
 // retry of a placed order (its key taken) fails its batch's first write:
 // so the questions go in one round trip, answered in that order of blame.
-func (s *Store) whyRefused(ctx context.Context, a *writeArgs, w inventory.Write) error {
+func (s *Store) whyRefused(ctx context.Context, a *writeArgs) error {
 	var stale []string
 	var moved []error
 	var taken []string
