@@ -25,7 +25,7 @@ func mainChaos(ctx context.Context, args []string, getenv func(string) string, s
 	fs.IntVar(&cc.Instances, "instances", cc.Instances, "service instances per run (at least 3)")
 	fs.DurationVar(&cc.Duration, "duration", cc.Duration, "least time the order load runs in each run; it runs longer when the faults and --recovery need it (nemesis: how long it injects faults, default 60s)")
 	fs.DurationVar(&cc.Warmup, "warmup", cc.Warmup, "order load before the first fault")
-	fs.DurationVar(&cc.Recovery, "recovery", cc.Recovery, "order load after the last fault event")
+	fs.DurationVar(&cc.Recovery, "recovery", cc.Recovery, "order load after the last fault event (at least --lock-wait + --lock-ttl)")
 	fs.DurationVar(&cc.LockTTL, "lock-ttl", cc.LockTTL, "--lock-ttl of the instances (redis-failover uses at least 2s, see CHAOS.md)")
 	fs.DurationVar(&cc.LockWait, "lock-wait", cc.LockWait, "--lock-wait of the instances")
 	fs.IntVar(&cc.Concurrency, "concurrency", cc.Concurrency, "closed-loop clients, spread over the instances")

@@ -50,7 +50,8 @@ type Config struct {
 	// (--duration when given, else defaultNemesis).
 	NemesisDuration time.Duration
 	// Warmup is the load before the first fault; Recovery the load after
-	// the fault heals, in which the time to recover is measured.
+	// the fault heals, in which the time to recover is measured (at least
+	// LockWait + LockTTL: see run).
 	Warmup, Recovery time.Duration
 	// Concurrency is the number of closed-loop clients, spread evenly over
 	// the instances.

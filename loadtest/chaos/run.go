@@ -161,9 +161,14 @@ func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 			}
 		}
 	}
-	// The load runs for Duration at least, and for Recovery after the last
-	// event, so that the time to recover can be seen.
-	run.Sleep(ctx, max(e.cc.Duration, e.lastEventAt()+e.cc.Recovery)-e.load.since())
+	// The load runs for Duration at least, and after the last event for
+	// Recovery and for a lock wait and a lock TTL at least, so that the
+	// time to recover can be seen: the orders queued during the fault hold
+	// every client for up to a lock wait after it, and the leases of
+	// sessions the fault ended (an etcd election takes them all) may stand
+	// a TTL more before the cluster expires them.
+	after := max(e.cc.Recovery, e.cc.LockWait+e.cc.LockTTL)
+	run.Sleep(ctx, max(e.cc.Duration, e.lastEventAt()+after)-e.load.since())
 	e.bg.Wait() // bounded: each background step gives up on its own
 	run.Sleep(ctx, e.lastEventAt()+300*time.Millisecond-e.load.since())
 	e.load.stop()
