@@ -118,8 +118,9 @@ func TestAcquireAllHoldWaitKeepsPlace(t *testing.T) {
 	order := acquireAll(ctx, l, []string{"a", "b"}, lock.WithHoldWait(100*time.Millisecond))
 	waitHeld(t, l, "a")
 	lone := mustAcquire(t, l, "a") // free again once the bound has passed
-	later := make(chan struct{}, 1)
+	later, released := make(chan struct{}, 1), make(chan struct{})
 	go func() {
+		defer close(released)
 		lease := mustAcquire(t, l, "b")
 		later <- struct{}{}
 		_ = lease.Release(context.Background())
@@ -141,6 +142,7 @@ func TestAcquireAllHoldWaitKeepsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-later
+	<-released // b is free only once the lone waiter has let it go
 	mustBeFree(t, l, "a", "b")
 }
 
