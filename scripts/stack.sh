@@ -368,9 +368,17 @@ start_zk() { # id (1-based)
 	# minutes into a load, while ZooKeeper's request pipeline, bound by
 	# hand-offs between threads and fsync, gains nothing measurable from
 	# C2's code (loadtest/BENCH.md, twenty-fourth session).
+	# No socket I/O or commit worker pools (0 threads: the selector and the
+	# commit processor threads do that work themselves): each pool was one
+	# more thread hand-off, a futex wake and a context switch, for every
+	# request, and most of the JVMs' CPU was switching, not ZooKeeper's work.
+	# A hot SKU's lock cost 13–22 % less JVM CPU an order without them
+	# (loadtest/BENCH.md, twenty-seventh session); the pools pay off with
+	# many cores and thousands of connections, not with 2 cores and a few.
 	setsid bash -c 'echo $$ >"$1"; shift; exec "$@"' zk "$d/zk.pid" \
 		java -Xms32m -Xmx256m -XX:+UseSerialGC -XX:-UsePerfData -XX:TieredStopAtLevel=1 \
 		-Djava.net.preferIPv4Stack=true \
+		-Dzookeeper.nio.numWorkerThreads=0 -Dzookeeper.commitProcessor.numWorkerThreads=0 \
 		-Dznode.container.checkIntervalMs="$ZK_CONTAINER_CHECK_MS" \
 		-Dznode.container.maxNeverUsedIntervalMs="$ZK_CONTAINER_NEVER_USED_MS" \
 		-Dzookeeper.log.dir="$d" \

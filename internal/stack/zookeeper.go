@@ -288,6 +288,9 @@ func zkJavaArgs(dir string) []string {
 		// within 2 cores, as scripts/stack.sh does (see there for C1).
 		"-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-XX:TieredStopAtLevel=1",
 		"-Djava.net.preferIPv4Stack=true",
+		// No worker pools between the selector, the commit processor and
+		// the work: a thread hand-off fewer a request (see scripts/stack.sh).
+		"-Dzookeeper.nio.numWorkerThreads=0", "-Dzookeeper.commitProcessor.numWorkerThreads=0",
 		// Lock parents are containers. These ensembles live for one test:
 		// reap emptied parents within seconds (the server's default is a
 		// minute, as scripts/stack.sh keeps) so that tests can see it.
