@@ -67,8 +67,6 @@ var errCompletionUnknown = fmt.Errorf("%w: %w", inventory.ErrStoreUnavailable, i
 // codes that mean a fault of ours (a syntax error, a missing column).
 func byCode(pg *pgconn.PgError) error {
 	switch pg.Code {
-	case "23503": // foreign_key_violation: a line names a SKU that is gone
-		return inventory.ErrUnknownSKU
 	case "23514": // check_violation
 		if slices.Contains(counterChecks, pg.ConstraintName) { // a counter would go below zero
 			return inventory.ErrInsufficientStock

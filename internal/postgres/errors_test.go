@@ -26,7 +26,6 @@ func TestTranslate(t *testing.T) {
 		err  error
 		want error // nil: a fault of ours, no sentinel; joined: each of them
 	}{
-		{"foreign key", pg("23503"), inventory.ErrUnknownSKU},
 		{"available check", check("skus_available_check"), inventory.ErrInsufficientStock},
 		{"reserved check", check("skus_reserved_check"), inventory.ErrInsufficientStock},
 		{"sold check", check("skus_sold_check"), inventory.ErrInsufficientStock},
@@ -57,6 +56,7 @@ func TestTranslate(t *testing.T) {
 		{"unexpected eof", fmt.Errorf("receive message: %w", io.ErrUnexpectedEOF), inventory.ErrStoreUnavailable},
 		{"bad conn", driver.ErrBadConn, inventory.ErrStoreUnavailable},
 		{"conn closed", fmt.Errorf("x: %w", pgconn.ErrConnClosed), inventory.ErrStoreUnavailable},
+		{"foreign key (the schema has none)", pg("23503"), nil},
 		{"syntax error", pg("42601"), nil},
 		{"undefined column", pg("42703"), nil},
 		{"plain", errors.New("boom"), nil},

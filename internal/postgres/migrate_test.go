@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/pressly/goose/v3"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
+	"github.com/stockguard/stockguard/migrations"
 )
 
 // TestMigrationsRunUntimed: migrations do not inherit the statement
@@ -31,5 +33,42 @@ func TestMigrationsRunUntimed(t *testing.T) {
 		if err := c.pool.QueryRowContext(ctx, "SHOW statement_timeout").Scan(&got); err != nil || got != c.want {
 			t.Errorf("%s: statement_timeout = %q, %v; want %q", name, got, err, c.want)
 		}
+	}
+}
+
+// TestLinesForeignKeysDropped: migration 3 drops order_lines' foreign keys
+// (writeSQL is what keeps lines' references), and its down step puts both
+// back, so a rollback finds the schema it left.
+func TestLinesForeignKeysDropped(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, stacktest.NewDatabase(t, ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := Migrate(ctx, s.DB()); err != nil {
+		t.Fatal(err)
+	}
+	fks := func() int {
+		t.Helper()
+		var n int
+		if err := s.DB().QueryRowContext(ctx, `SELECT count(*) FROM pg_constraint
+			WHERE conrelid = 'order_lines'::regclass AND contype = 'f'`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := fks(); n != 0 {
+		t.Fatalf("order_lines has %d foreign keys after the migrations, want 0", n)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, s.DB(), migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if n := fks(); n != 2 {
+		t.Fatalf("order_lines has %d foreign keys after migration 3's down step, want 2", n)
 	}
 }

@@ -19,9 +19,15 @@ import (
 // writeSQL is the whole fenced write in one statement, so in one round trip
 // and, autocommitted, one transaction without BEGIN and COMMIT: the counters
 // under `fence_token = token AND fence_holder = lease`, the optional status
-// change, every order with its idempotency key, and every line. Data-modifying CTEs all run to completion and share one
-// snapshot; the foreign keys of the lines are checked at the end of the
-// statement, when their orders exist.
+// change, every order with its idempotency key, and every line.
+// Data-modifying CTEs all run to completion and share one snapshot.
+//
+// The lines carry no foreign keys (migrations/00003): this statement is
+// what makes their references hold. It inserts each line's order, and each
+// line's SKU is one of the SKUs whose rows the guard below requires it to
+// have updated (the ledger writes the counters of every SKU its orders
+// touched). Checking that again per line, a query and a row lock each, cost
+// a hot SKU about 17 µs an order under its lease.
 //
 // The counters move only if the status change (when there is one) matched:
 // counters computed for an order another holder already moved could break a
@@ -42,8 +48,8 @@ import (
 // matched nothing (the order moved first), or an order was skipped, it
 // divides by zero, which aborts the statement and with it everything the
 // CTEs did; it runs before the lines' insert, which the SELECT does not
-// read, and so before their foreign keys are checked. The divisor depends on the CTEs' results, so
-// the planner cannot fold it into an error at plan time.
+// read. The divisor depends on the CTEs' results, so the planner cannot
+// fold it into an error at plan time.
 const writeSQL = `WITH t AS (
 	UPDATE orders AS o SET status = v.to_status
 	FROM unnest(?::uuid[], ?::text[], ?::text[]) AS v(id, from_status, to_status)
