@@ -68,6 +68,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 	fs.DurationVar(&bc.JudgeWarmup, "judge-warmup", judgeWarmup, "vegeta's warm-up after each run (also the naive loops' and the floor's)")
 	fs.IntVar(&bc.Rounds, "rounds", 1, "repeat the whole suite, limits included, and judge each target on its median over the rounds (1..9; about 12 minutes a round)")
 	fs.DurationVar(&bc.JudgeWindow, "judge-duration", judgeWindow, "vegeta's measured window after each run, the naive loops' and the floor's; 0 skips all three")
+	fs.Var((*serveFlagList)(&bc.ServeFlags), "serve-flag", "further flag for every service instance (not the floor's), repeatable, e.g. --serve-flag=--coalesce-max-batches=1; not --coalesce, which the suite runs both ways")
 	fs.Synopsis("[--out=out/bench.json] [--quick] [flags]")
 	fs.About("Measures the store ceiling (one hot row, no lock), then runs every backend on one hot SKU and on\n" +
 		"--skus SKUs with coalescing on and off, each run judged after by vegeta (64 workers) with the CPU\n" +
@@ -77,6 +78,7 @@ func mainBench(ctx context.Context, args []string, getenv func(string) string, s
 		"or a judged window), 1 if a run did not complete or could not be verified; a missed target is reported,\n" +
 		"not fatal.")
 	fs.Example("stockguard load bench --quick --backends=redis,redlock")
+	fs.Example("stockguard load bench --backends=redlock --serve-flag=--coalesce-max-batches=1")
 	fs.Example("STOCKGUARD_DATABASE_URL=postgres://postgres@db:5432/stockguard stockguard load bench --out=out/bench.json")
 	if err := fs.Parse(args, getenv); err != nil {
 		return cliflag.Done(err)

@@ -240,6 +240,19 @@ func TestCompareRefusesOwnedServeFlags(t *testing.T) {
 	}
 }
 
+// TestBenchRefusesSuiteServeFlags: bench runs every backend with
+// --coalesce on and off, so a --serve-flag setting it is refused before
+// anything starts.
+func TestBenchRefusesSuiteServeFlags(t *testing.T) {
+	exe, _ := os.Executable()
+	var stdout, stderr bytes.Buffer
+	err := Main(fakeservice.Context(t), []string{"bench", "--bin=" + exe, "--backends=redis", "--serve-flag=--coalesce=off", "--out="},
+		func(string) string { return "" }, &stdout, &stderr)
+	if !errors.Is(err, ErrUsage) || !strings.Contains(stderr.String(), "sets --coalesce itself") {
+		t.Fatalf("err = %v, stderr %s", err, stderr.String())
+	}
+}
+
 func TestChaosCLIUsage(t *testing.T) {
 	for _, args := range [][]string{
 		{"chaos"},

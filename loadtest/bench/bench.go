@@ -73,7 +73,19 @@ type Config struct {
 	// (Result.TargetMedians): on a shared machine one window can fall in
 	// a fast or a slow spell, and a verdict should not hang on it.
 	Rounds int
+	// ServeFlags are further serve flags for every service instance of
+	// every run (not the floor's), after the suite's own --coalesce; they
+	// may not set what the suite or compare sets (suiteServeFlags,
+	// compare.ValidateServeFlags). They let a tuning be judged without a
+	// build of its own: the instances get an explicit environment, so a
+	// STOCKGUARD_* variable of the shell does not reach them.
+	ServeFlags []string
 }
+
+// suiteServeFlags are the serve flags the suite sets on every run: each
+// backend runs coalesced and not, so a --coalesce of the caller's would
+// make both halves of the comparison the same.
+var suiteServeFlags = []string{"coalesce"}
 
 // maxRounds bounds --rounds: a round of the full suite takes 10–16
 // minutes on two cores.
@@ -95,6 +107,7 @@ type Settings struct {
 	JudgeWarmupS     float64  `json:"judge_warmup_s"`
 	JudgeWindowS     float64  `json:"judge_window_s"`
 	Rounds           int      `json:"rounds"`
+	ServeFlags       []string `json:"serve_flags,omitempty"`
 }
 
 // Result is out/bench.json.
@@ -157,7 +170,7 @@ func (bc Config) Validate() error {
 	case bc.Rounds < 1 || bc.Rounds > maxRounds:
 		return fmt.Errorf("rounds %d: want 1..%d", bc.Rounds, maxRounds)
 	}
-	return nil
+	return compare.ValidateServeFlags(bc.ServeFlags, suiteServeFlags...)
 }
 
 func (bc Config) ordersPerRun() int {
@@ -168,7 +181,8 @@ func (bc Config) settings() Settings {
 	return Settings{Backends: bc.Backends, Instances: bc.Instances, Clients: bc.Clients, SpreadSKUs: bc.SpreadSKUs,
 		RunDurationS: bc.Duration.Seconds(), OrdersPerRun: bc.ordersPerRun(), CeilingDurationS: bc.CeilingDuration.Seconds(),
 		CeilingConns: bc.CeilingConns, Seed: bc.Seed, FreshDB: bc.FreshDB, Quick: bc.Quick,
-		JudgeWarmupS: bc.JudgeWarmup.Seconds(), JudgeWindowS: bc.JudgeWindow.Seconds(), Rounds: bc.Rounds}
+		JudgeWarmupS: bc.JudgeWarmup.Seconds(), JudgeWindowS: bc.JudgeWindow.Seconds(), Rounds: bc.Rounds,
+		ServeFlags: bc.ServeFlags}
 }
 
 // Execute runs the suite. Progress goes to stderr. Damage and missed
@@ -401,7 +415,7 @@ func (bc Config) compareConfig(backend, workload, mode string) compare.Config {
 		Backends: []string{backend}, Instances: bc.Instances, Bin: bc.Bin, StartupTimeout: bc.StartupTimeout,
 		RedisAddrs: bc.RedisAddrs, ZKServers: bc.ZKServers, EtcdEndpoints: bc.EtcdEndpoints, DatabaseURL: bc.DatabaseURL,
 		Label:      fmt.Sprintf("bench %s %s coalesce=%s", backend, workload, mode),
-		ServeFlags: []string{"--coalesce=" + mode},
+		ServeFlags: append([]string{"--coalesce=" + mode}, bc.ServeFlags...),
 		Run: run.Config{Workload: w, Orders: w.Stock, Concurrency: bc.Clients, Timeout: bc.Duration,
 			RequestTimeout: 30 * time.Second, HoldSeconds: benchHoldSeconds, Progress: progress.Off},
 	}

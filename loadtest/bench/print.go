@@ -26,6 +26,9 @@ func Print(w io.Writer, res *Result) {
 	}
 	fmt.Fprintf(w, "suite: %.0fs in %s; each run %gs, %d closed-loop clients, %d instances, seed %d%s\n",
 		res.DurationS, db, s.RunDurationS, s.Clients, s.Instances, s.Seed, map[bool]string{true: " (--quick: rough figures)"}[s.Quick])
+	if len(s.ServeFlags) > 0 {
+		fmt.Fprintf(w, "serve flags of every instance: %s\n", strings.Join(s.ServeFlags, " "))
+	}
 	for _, gb := range []struct {
 		title string
 		out   *GoBenchOutput

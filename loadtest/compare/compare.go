@@ -70,7 +70,7 @@ type Config struct {
 	Run     run.Config // the workload; URLs, Backend, Fencing and AdminToken are set per backend
 
 	// ServeFlags are further serve flags for every instance, such as
-	// --coalesce=off; see validateServeFlags for those compare owns.
+	// --coalesce=off; see ValidateServeFlags for those compare owns.
 	ServeFlags []string
 
 	// Seed, if set, measures the source article's table for every backend
@@ -202,7 +202,7 @@ func (cc Config) Validate() error {
 	case cc.StartupTimeout <= 0:
 		return fmt.Errorf("startup-timeout %v: want > 0", cc.StartupTimeout)
 	}
-	if err := validateServeFlags(cc.ServeFlags); err != nil {
+	if err := ValidateServeFlags(cc.ServeFlags); err != nil {
 		return err
 	}
 	if s := cc.Seed; s != nil {

@@ -11,16 +11,17 @@ import (
 // would then record a backend, fencing mode or address that did not run.
 var ownedServeFlags = []string{"addr", "lock", "fencing", "admin-token"}
 
-// validateServeFlags accepts "--name=value" or a bare boolean "--name", and
-// refuses the flags compare owns.
-func validateServeFlags(flags []string) error {
+// ValidateServeFlags accepts "--name=value" or a bare boolean "--name", and
+// refuses the flags compare owns and those a caller of compare sets itself
+// (owned, names without dashes).
+func ValidateServeFlags(flags []string, owned ...string) error {
 	for _, f := range flags {
 		name, _, _ := strings.Cut(strings.TrimLeft(f, "-"), "=")
 		if !strings.HasPrefix(f, "-") || name == "" || strings.ContainsAny(name, " \t") {
 			return fmt.Errorf("serve-flag %q: want --name=value", f)
 		}
-		if slices.Contains(ownedServeFlags, name) {
-			return fmt.Errorf("serve-flag %q: compare sets --%s itself (use its own flag)", f, name)
+		if slices.Contains(ownedServeFlags, name) || slices.Contains(owned, name) {
+			return fmt.Errorf("serve-flag %q: the command sets --%s itself", f, name)
 		}
 	}
 	return nil

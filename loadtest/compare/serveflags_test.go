@@ -17,8 +17,8 @@ func TestValidateServeFlags(t *testing.T) {
 		{[]string{"-addr=:1"}, false},
 		{[]string{"--admin-token"}, false},
 	} {
-		if err := validateServeFlags(tc.flags); (err == nil) != tc.ok {
-			t.Errorf("validateServeFlags(%q) = %v, want ok %v", tc.flags, err, tc.ok)
+		if err := ValidateServeFlags(tc.flags); (err == nil) != tc.ok {
+			t.Errorf("ValidateServeFlags(%q) = %v, want ok %v", tc.flags, err, tc.ok)
 		}
 	}
 }
