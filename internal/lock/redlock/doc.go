@@ -103,11 +103,15 @@
 // # Wake-ups
 //
 // Between attempts the head of the line does not just sleep: it blocks
-// (BLPOP, for up to retry.AwaitSpan retry delays; a quarter of one after a
-// split vote, retry.SplitShare) on the key's wake list on one node, chosen
+// (BLPOP, for up to retry.AwaitSpan retry delays) on the key's wake list on
+// one node, chosen
 // by hashing the key, and a release pushes one element there, whether or
 // not that node is among the majority the lease held (a lease whose write
-// the wake node refused frees the key by its deletes elsewhere). Redis gives the element to the client blocked longest,
+// the wake node refused frees the key by its deletes elsewhere). After a
+// split vote it sleeps a quarter of a delay instead (retry.SplitShare): no
+// release is coming to end that wait, and Redis keeps a blocked client's
+// timeout only to its event loop's next wake-up, a tenth of a second on a
+// quiet server. Redis gives the element to the client blocked longest,
 // so each release wakes one waiter across all processes, oldest first: the
 // key no longer stands free for the rest of everyone's pause (on a hot key
 // it was free about a third of the time), and there is no herd to split the
