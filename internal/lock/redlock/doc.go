@@ -104,8 +104,8 @@
 //
 // Between attempts the head of the line does not just sleep: it blocks
 // (BLPOP, for up to retry.AwaitSpan retry delays) on the key's wake list on
-// one node, chosen
-// by hashing the key, and a release pushes one element there, whether or
+// one node, chosen by hashing the key, and a release pushes one element
+// there, whether or
 // not that node is among the majority the lease held (a lease whose write
 // the wake node refused frees the key by its deletes elsewhere). After a
 // split vote it sleeps a quarter of a delay instead (retry.SplitShare): no
