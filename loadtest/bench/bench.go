@@ -291,8 +291,9 @@ func (bc Config) runRound(ctx context.Context, tag int, res *Result, probe *ceil
 		ceilings[b] = s.PerS
 		lim := Limits{Backend: b, Round: tag}
 		for _, w := range []string{benchHot, benchSpread} {
+			var fl *floorSide
 			if bc.judging() && w == benchHot {
-				kit.beforeHot(ctx, &lim, stderr)
+				fl = kit.beforeHot(ctx, &lim, stderr)
 			} else if bc.judging() {
 				kit.beforeSpread(ctx, probe, &lim, stderr)
 			}
@@ -301,10 +302,21 @@ func (bc Config) runRound(ctx context.Context, tag int, res *Result, probe *ceil
 					break
 				}
 				fmt.Fprintf(stderr, "bench [%d/%d] %s, %s, coalesce %s\n", len(res.Runs)+1, runs, b, bc.describe(w), mode)
-				r := bc.runOne(ctx, b, w, mode, stderr)
+				// The floor takes turns with the window the targets judge
+				// against it: the hot SKU's, coalescing on.
+				var with *floorSide
+				if mode == "on" {
+					with = fl
+				}
+				r := bc.runOne(ctx, b, w, mode, with, stderr)
 				r.Round = tag
 				res.Runs = append(res.Runs, r)
+				if with != nil {
+					afterHot(fl, &lim)
+					fl = nil
+				}
 			}
+			afterHot(fl, &lim) // a run interrupted before its turn
 		}
 		res.Limits = append(res.Limits, lim)
 	}
@@ -395,14 +407,15 @@ func (bc Config) workload(kind string) run.Workload {
 // reaper's work landed in their throughput and CPU.
 const benchHoldSeconds = 86400
 
-// runOne is one compare of one backend with --coalesce=mode.
-func (bc Config) runOne(ctx context.Context, backend, workload, mode string, stderr io.Writer) Run {
+// runOne is one compare of one backend with --coalesce=mode; with fl, the
+// judge alternates between its window and the floor's.
+func (bc Config) runOne(ctx context.Context, backend, workload, mode string, fl *floorSide, stderr io.Writer) Run {
 	w := bc.workload(workload)
 	br := Run{Backend: backend, Workload: workload, SKUs: w.SKUs, Coalesce: mode, Fencing: compare.FencingFor(backend),
 		ExpectedUnsafe: compare.ExpectedUnsafe(backend), LoadAvg1: loadAvg1()}
 	cc := bc.compareConfig(backend, workload, mode)
 	if bc.judging() {
-		cc.AfterRun = bc.judgeService(workload, &br.Judge, stderr)
+		cc.AfterRun = bc.judgeService(workload, &br.Judge, fl, stderr)
 	}
 	cr, err := compare.Execute(ctx, cc, stderr)
 	return br.condense(cr, err)

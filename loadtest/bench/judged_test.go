@@ -146,7 +146,7 @@ func TestPrintKernel(t *testing.T) {
 	if got := strings.Join(strings.Fields(lines[2]), " "); got != "redlock 1 on 150/400 µs /5.2 – 300/500 µs /– – – – 50%" {
 		t.Errorf("hot row = %q", got)
 	}
-	if got := strings.Join(strings.Fields(lines[3]), " "); got != "floor (before redlock) 1 – 30/60 µs /3.0 – – – – 10/40 µs /– 40%" {
+	if got := strings.Join(strings.Fields(lines[3]), " "); got != "floor (turns with redlock) 1 – 30/60 µs /3.0 – – – – 10/40 µs /– 40%" {
 		t.Errorf("floor row = %q", got)
 	}
 	var none bytes.Buffer

@@ -45,71 +45,122 @@ const judgeStock = 1_000_000_000
 // gives up on the run.
 const putTries = 3
 
+// judgeSettle is each turn's settle when the floor and the service take
+// turns (judge.Config.Settle); floorTurns is how many turns each takes
+// in a window of the default length, 2 s each.
+const (
+	judgeSettle = 250 * time.Millisecond
+	floorTurns  = 5
+)
+
+// turns is how many turns the floor and the service take in the judged
+// window: floorTurns, or fewer in a short window, each at least eight
+// settles long; one turn in a window too short for two.
+func (bc Config) turns() int {
+	return max(1, min(floorTurns, int(bc.JudgeWindow/(8*judgeSettle))))
+}
+
 // judgeConfig is the attack of one workload on urls.
 func (bc Config) judgeConfig(urls, skus []string) judge.Config {
-	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow,
+	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow, Settle: judgeSettle,
 		KeyPrefix: run.NewRunID(), HoldSeconds: benchHoldSeconds, Seed: bc.Seed, RequestTimeout: 30 * time.Second}
+}
+
+// judgeSide is one side of a judged window: its attack, the PIDs of the
+// processes it attacks (the instances, or the floor's), and for the
+// service its critical sections' meter.
+type judgeSide struct {
+	jc       judge.Config
+	pids     []int
+	sections *section.Meter
 }
 
 // judgeWorkload attacks processes already serving, reading the CPU of
 // every class around the window, and, with sections (the service, not the
-// floor), the instances' critical sections. pids are the instances' (or
-// the floor's). The servers' processes are looked up again for every
-// window: one restarted since the last (or its PID reused) would otherwise
-// be read as missing, or as some other process.
+// floor), the instances' critical sections.
 func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int, sections *section.Meter) *Judged {
+	return bc.judgeSides(ctx, []judgeSide{{jc, pids, sections}}, 1)[0]
+}
+
+// judgeSides attacks the sides in turns (judge.Interleave), reading the
+// CPU of every class and the critical sections around each side's turns,
+// and returns each side's window. The servers' processes are looked up
+// again for every window: one restarted since the last (or its PID
+// reused) would otherwise be read as missing, or as some other process.
+// The scrapes are outside the CPU's spans: before each begins, after it
+// ends.
+func (bc Config) judgeSides(ctx context.Context, sides []judgeSide, turns int) []*Judged {
 	servers := bc.findServers()
-	meter := cpu.NewMeter(servers.classes(pids))
-	var before, after cpu.Snapshot
-	var sBefore, sAfter section.Snapshot
-	var cpuErr, sErr error
-	// The scrapes are outside the CPU's window: before it begins, after it
-	// ends.
-	scrape := func(into *section.Snapshot) {
-		if sections == nil || sErr != nil {
-			return
-		}
-		*into, sErr = sections.Snapshot(ctx)
+	type meters struct {
+		meter    *cpu.Meter
+		cpu      []cpu.Span
+		sections []section.Span
+		cpuErr   error
+		sErr     error
 	}
-	jc.OnWindow = func(begin bool) {
-		var err error
-		if begin {
-			scrape(&sBefore)
-			before, err = meter.Snapshot()
+	ts := make([]*meters, len(sides))
+	jcs := make([]judge.Config, len(sides))
+	for i, sd := range sides {
+		t := &meters{meter: cpu.NewMeter(servers.classes(sd.pids))}
+		ts[i] = t
+		var c cpu.Span
+		var sec section.Span
+		scrape := func(into *section.Snapshot) {
+			if sd.sections == nil || t.sErr != nil {
+				return
+			}
+			*into, t.sErr = sd.sections.Snapshot(ctx)
+		}
+		jcs[i] = sd.jc
+		jcs[i].OnWindow = func(begin bool) {
+			var err error
+			if begin {
+				scrape(&sec.Before)
+				c.Before, err = t.meter.Snapshot()
+			} else {
+				c.After, err = t.meter.Snapshot()
+				scrape(&sec.After)
+				t.cpu, t.sections = append(t.cpu, c), append(t.sections, sec)
+			}
+			if err != nil && t.cpuErr == nil {
+				t.cpuErr = err
+			}
+		}
+	}
+	res, err := judge.Interleave(ctx, jcs, turns)
+	out := make([]*Judged, len(sides))
+	for i, sd := range sides {
+		t := ts[i]
+		j := &Judged{ServersMissing: servers.Missing}
+		out[i] = j
+		if err != nil {
+			j.Error = err.Error()
+			continue
+		}
+		j.Result = res[i]
+		if t.cpuErr != nil {
+			j.CPUError = t.cpuErr.Error()
 		} else {
-			after, err = meter.Snapshot()
-			scrape(&sAfter)
+			w := t.meter.Across(t.cpu, res[i].Created)
+			j.CPU = &w
 		}
-		if err != nil && cpuErr == nil {
-			cpuErr = err
+		switch {
+		case sd.sections == nil:
+		case t.sErr != nil:
+			j.SectionError = t.sErr.Error()
+		default:
+			w := section.Across(t.sections, len(sd.jc.SKUs))
+			j.Section = &w
 		}
 	}
-	res, err := judge.Attack(ctx, jc)
-	j := &Judged{Result: res, ServersMissing: servers.Missing}
-	switch {
-	case err != nil:
-		j.Error = err.Error()
-		return j
-	case cpuErr != nil:
-		j.CPUError = cpuErr.Error()
-	default:
-		w := meter.Between(before, after, res.Created)
-		j.CPU = &w
-	}
-	switch {
-	case sections == nil:
-	case sErr != nil:
-		j.SectionError = sErr.Error()
-	default:
-		w := section.Between(sBefore, sAfter, len(jc.SKUs))
-		j.Section = &w
-	}
-	return j
+	return out
 }
 
 // judgeService is compare's AfterRun for one bench run: fresh SKUs of the
-// run's workload, the attack, then the read back of those SKUs.
-func (bc Config) judgeService(workload string, dst **Judged, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
+// run's workload, the attack, then the read back of those SKUs. With fl,
+// the HTTP floor's processes, the floor and the service take turns in the
+// window (judgeSides), and the floor's window goes to fl.
+func (bc Config) judgeService(workload string, dst **Judged, fl *floorSide, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
 	return func(ctx context.Context, cfg run.Config, ins []*procs.Instance) {
 		n := 1
 		if workload == benchSpread {
@@ -146,12 +197,24 @@ func (bc Config) judgeService(workload string, dst **Judged, stderr io.Writer) f
 		for i, in := range ins {
 			pids[i] = in.PID()
 		}
-		fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
-		j := bc.judgeWorkload(ctx, bc.judgeConfig(cfg.URLs, skus), pids,
-			section.NewMeter(cfg.URLs, &http.Client{Timeout: 5 * time.Second}))
+		sides := []judgeSide{{bc.judgeConfig(cfg.URLs, skus), pids, section.NewMeter(cfg.URLs, &http.Client{Timeout: 5 * time.Second})}}
+		turns := 1
+		if fl != nil {
+			sides = append(sides, judgeSide{jc: bc.judgeConfig(fl.urls, []string{"floor-hot"}), pids: fl.pids})
+			turns = bc.turns()
+			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured, in %d turns with the HTTP floor (%d processes)\n",
+				bc.Clients, bc.JudgeWarmup, bc.JudgeWindow, turns, len(fl.pids))
+		} else {
+			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
+		}
+		js := bc.judgeSides(ctx, sides, turns)
+		j := js[0]
 		if j.Error == "" {
 			j.Readback = readBack(ctx, c, cfg.URLs[0], skus, judgeStock, j.Result)
 		}
 		*dst = j
+		if fl != nil {
+			fl.judged = js[1]
+		}
 	}
 }

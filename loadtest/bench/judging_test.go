@@ -170,6 +170,38 @@ func TestCPUErrorKeepsTheJudgesFigures(t *testing.T) {
 	}
 }
 
+// TestJudgeSidesTakeTurns: the floor and the service judged in turns each
+// get their own window, its CPU read over their own turns only.
+func TestJudgeSidesTakeTurns(t *testing.T) {
+	ok := func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }
+	svc, fl := httptest.NewServer(http.HandlerFunc(ok)), httptest.NewServer(http.HandlerFunc(ok))
+	defer svc.Close()
+	defer fl.Close()
+	bc := Config{Clients: 2, JudgeWarmup: 100 * time.Millisecond, JudgeWindow: 16 * judgeSettle}
+	if bc.turns() != 2 {
+		t.Fatalf("%d turns in a window of 16 settles, want 2", bc.turns())
+	}
+	start := time.Now()
+	js := bc.judgeSides(context.Background(), []judgeSide{
+		{jc: bc.judgeConfig([]string{svc.URL}, []string{"s"}), pids: []int{os.Getpid()}},
+		{jc: bc.judgeConfig([]string{fl.URL}, []string{"floor-hot"}), pids: []int{os.Getpid()}},
+	}, bc.turns())
+	elapsed := time.Since(start).Seconds()
+	for i, j := range js {
+		if j.Error != "" || j.CPU == nil || j.Created < 1 {
+			t.Fatalf("side %d: error %q, CPU error %q, created %d", i, j.Error, j.CPUError, j.Created)
+		}
+		// Each side's CPU window is its two turns, 4 s in all, not the
+		// whole attack with the other side's turns and the settles.
+		if j.CPU.DurationS < 3.9 || j.CPU.DurationS > elapsed/2 || j.CPU.Orders != j.Created {
+			t.Errorf("side %d: CPU window %.3f s of %d orders; %.3f s elapsed, %d created", i, j.CPU.DurationS, j.CPU.Orders, elapsed, j.Created)
+		}
+	}
+	if short := (Config{JudgeWindow: 2 * time.Second}); short.turns() != 1 {
+		t.Errorf("a 2 s window: %d turns, want 1", short.turns())
+	}
+}
+
 // TestJudgeFindsRestartedServer: a server restarted between two windows
 // (here the Redis address, served by a child process) is found again
 // before the second, under its new PID.

@@ -3,6 +3,7 @@ package bench
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -113,36 +114,62 @@ func (k *limitsKit) naiveLoop(ctx context.Context, backend string, keys int, std
 	return &r, nil
 }
 
-// floorRun starts the floor's processes, attacks them with the hot
-// workload's body and stops them.
-func (k *limitsKit) floorRun(ctx context.Context, stderr io.Writer) (*Judged, error) {
+// floorSide is the HTTP floor's processes, serving while a backend's hot
+// runs go by, so that the judge can alternate between the floor and the
+// service's coalesced hot window (judgeService): the limit and the
+// service measured under the same conditions.
+type floorSide struct {
+	procs  []*floor.Process
+	urls   []string
+	pids   []int
+	judged *Judged // the floor's window, once judged
+}
+
+// startFloor starts the floor's processes.
+func (k *limitsKit) startFloor(ctx context.Context) (*floorSide, error) {
 	ps, err := floor.Start(ctx, k.bc.Bin, []string{"load", "floor", "--addr=127.0.0.1:0"}, k.bc.Instances, k.bc.StartupTimeout)
 	if err != nil {
 		return nil, err
 	}
-	defer floor.StopAll(ps)
-	var urls []string
-	var pids []int
+	fl := &floorSide{procs: ps}
 	for _, p := range ps {
-		urls, pids = append(urls, p.URL), append(pids, p.PID())
+		fl.urls, fl.pids = append(fl.urls, p.URL), append(fl.pids, p.PID())
 	}
-	fmt.Fprintf(stderr, "bench: HTTP floor, %d processes, vegeta %d workers, %v\n", len(ps), k.bc.Clients, k.bc.JudgeWindow)
-	j := k.bc.judgeWorkload(ctx, k.bc.judgeConfig(urls, []string{"floor-hot"}), pids, nil)
-	return j, nil
+	return fl, nil
 }
 
-// beforeHot measures the limits a backend's hot runs are compared with.
-func (k *limitsKit) beforeHot(ctx context.Context, l *Limits, stderr io.Writer) {
+// stop stops the floor's processes.
+func (fl *floorSide) stop() { floor.StopAll(fl.procs) }
+
+// beforeHot measures the limits a backend's hot runs are compared with
+// and, for the backends compared with the floor, starts the floor's
+// processes for the judge (afterHot stops them).
+func (k *limitsKit) beforeHot(ctx context.Context, l *Limits, stderr io.Writer) *floorSide {
+	var fl *floorSide
 	if slices.Contains(floorBackends, l.Backend) {
-		f, err := k.floorRun(ctx, stderr)
+		var err error
+		fl, err = k.startFloor(ctx)
 		l.note("floor", err)
-		l.Floor = f
 	}
 	if _, ok := naiveLibrary[l.Backend]; ok {
 		r, err := k.naiveLoop(ctx, l.Backend, 1, stderr)
 		l.note("naive hot", err)
 		l.NaiveHot = r
 	}
+	return fl
+}
+
+// afterHot stops the floor's processes and keeps the floor's window.
+func afterHot(fl *floorSide, l *Limits) {
+	if fl == nil {
+		return
+	}
+	fl.stop()
+	if fl.judged == nil {
+		l.note("floor", errors.New("not judged: the hot window with coalescing on did not reach the judge"))
+		return
+	}
+	l.Floor = fl.judged
 }
 
 // beforeSpread measures the limits a backend's spread runs are compared with.

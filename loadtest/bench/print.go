@@ -65,6 +65,7 @@ func printRound(w io.Writer, res *Result) {
 	printLimits(w, res)
 	printBenchRuns(w, res)
 	printJudged(w, res)
+	printTurns(w, res)
 	printKernel(w, res)
 	printSections(w, res)
 	printHotBounds(w, res)

@@ -19,7 +19,7 @@ func printLimits(w io.Writer, res *Result) {
 	if len(res.Limits) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers)\n",
+	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, coalescing on)\n",
 		res.Settings.JudgeWindowS, res.Settings.JudgeWarmupS, res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock failures\tnaive %d keys/s\tlock failures\tHTTP floor/s\tfloor p99 ms\t errors\n",
@@ -47,6 +47,36 @@ func printLimits(w io.Writer, res *Result) {
 	_ = tw.Flush()
 }
 
+// printTurns is, for each hot window judged in turns with the floor, each
+// turn's rate: how far the machine moved within the window, on both sides.
+func printTurns(w io.Writer, res *Result) {
+	var lines []string
+	for _, l := range res.Limits {
+		if l.Floor == nil || len(l.Floor.TurnsPerS) == 0 {
+			continue
+		}
+		for _, r := range res.Runs {
+			if r.Backend != l.Backend || r.Round != l.Round || r.Workload != benchHot || r.Coalesce != "on" || r.Judge == nil {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("  %s: service %s; floor %s", l.Backend, formatTurns(r.Judge.TurnsPerS), formatTurns(l.Floor.TurnsPerS)))
+		}
+	}
+	if len(lines) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n== the hot window (coalescing on) and the HTTP floor took turns, the order reversed every other turn (orders/s of each turn)\n%s\n",
+		strings.Join(lines, "\n"))
+}
+
+func formatTurns(ts []float64) string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = fmt.Sprintf("%.0f", t)
+	}
+	return strings.Join(out, " ")
+}
+
 // printJudged is every run's attack by the outside generator beside the
 // project's own generator's figures, and the CPU per order of the window.
 func printJudged(w io.Writer, res *Result) {
@@ -71,7 +101,7 @@ func printJudged(w io.Writer, res *Result) {
 	}
 	for _, l := range res.Limits {
 		if f := l.Floor; f != nil && f.CPU != nil {
-			fmt.Fprintf(tw, "floor (before %s)\t1\t–\t%.0f\t%.1f\t%.1f\t%.1f\t%s\t–\t–\t–\t%s\n", l.Backend, f.OrdersPerS, f.CreatedLatencyMs.P50,
+			fmt.Fprintf(tw, "floor (turns with %s)\t1\t–\t%.0f\t%.1f\t%.1f\t%.1f\t%s\t–\t–\t–\t%s\n", l.Backend, f.OrdersPerS, f.CreatedLatencyMs.P50,
 				f.CreatedLatencyMs.P99, f.LatencyMs.P99, formatStatus(f.Status), formatCPU(*f.CPU))
 		}
 	}
@@ -103,7 +133,7 @@ func printKernel(w io.Writer, res *Result) {
 	}
 	for _, l := range res.Limits {
 		if f := l.Floor; f != nil && f.CPU != nil {
-			rows = append(rows, row{fmt.Sprintf("floor (before %s)\t1\t–", l.Backend), f.CPU})
+			rows = append(rows, row{fmt.Sprintf("floor (turns with %s)\t1\t–", l.Backend), f.CPU})
 		}
 	}
 	if len(rows) == 0 {

@@ -132,6 +132,30 @@ func TestBetween(t *testing.T) {
 	}
 }
 
+// TestAcross: a window measured in two spans counts what the classes used
+// within them, not between them, over the spans' length.
+func TestAcross(t *testing.T) {
+	dir := t.TempDir()
+	m := newMeter(dir, []Class{{Name: "instances", Roots: []int{200}}})
+	snap := func(ticks int64, at time.Duration) Snapshot {
+		fakeProc(t, dir, map[int]string{200: statLine(200, 1, ticks, 0, 0, 0)}, map[int]string{200: ioText(ticks, 0)})
+		s, err := m.Snapshot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.At = time.Unix(1000, 0).Add(at)
+		return s
+	}
+	// 10 ticks in the first second, 500 between the spans, 30 in the last.
+	a, b, c, d := snap(0, 0), snap(10, time.Second), snap(510, 5*time.Second), snap(540, 6*time.Second)
+	w := m.Across([]Span{{a, b}, {c, d}}, 40)
+	calls := 1.0
+	want := []Usage{{Class: "instances", Processes: 1, CPUS: 0.4, PerOrderUs: 10000, SyscallsPerOrder: &calls}}
+	if fmt.Sprint(usages(w.Classes)) != fmt.Sprint(usages(want)) || w.DurationS != 2 || w.CoresBusy != 0.2 || w.TotalPerOrderUs != 10000 {
+		t.Errorf("got %+v, want classes %+v over 2 s, 0.2 cores", w, want)
+	}
+}
+
 // TestBetweenWithoutIO: a process whose io cannot be read leaves its
 // class's system calls out, not counted as none; the CPU is still there.
 func TestBetweenWithoutIO(t *testing.T) {

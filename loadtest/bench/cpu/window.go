@@ -128,46 +128,72 @@ type Window struct {
 	CoresBusy float64 `json:"cores_busy"`
 }
 
+// Span is the two snapshots around one measured stretch of a window.
+type Span struct{ Before, After Snapshot }
+
 // Between is the CPU each class used from before to after, divided by the
-// orders placed in between. A process present only at the end started
-// within the window and counts whole; a child present only at the start
-// exited, its final total is in its root's reaped time, and what it had
-// used before the window is taken back out.
+// orders placed in between.
 func (m *Meter) Between(before, after Snapshot, orders int64) Window {
-	w := Window{DurationS: tally.Round(after.At.Sub(before.At).Seconds(), 3), Orders: orders}
-	var all time.Duration
+	return m.Across([]Span{{before, after}}, orders)
+}
+
+// Across is the CPU each class used within the spans, added up, divided by
+// the orders placed in them: a window measured in turns (judge.Interleave),
+// without what was used between them. In each span, a process present only
+// at its end started within it and counts whole; a child present only at
+// its start exited, its final total is in its root's reaped time, and what
+// it had used before the span is taken back out.
+func (m *Meter) Across(spans []Span, orders int64) Window {
+	w := Window{Orders: orders}
+	var all, length time.Duration
+	for _, sp := range spans {
+		length += sp.After.At.Sub(sp.Before.At)
+	}
 	for _, c := range m.classes {
-		b, a := before.classes[c.Name], after.classes[c.Name]
-		used, sys := a.reaped-b.reaped, a.reapedSys-b.reapedSys
+		var used, sys time.Duration
 		var calls int64
-		for pid, t := range a.own {
-			used += t.cpu - b.own[pid].cpu
-			sys += t.sys - b.own[pid].sys
-			calls += t.syscalls - b.own[pid].syscalls
+		blind, procs := false, 0
+		for _, sp := range spans {
+			u, s, n := c.delta(sp.Before.classes[c.Name], sp.After.classes[c.Name])
+			used, sys, calls = used+u, sys+s, calls+n
+			blind = blind || sp.Before.classes[c.Name].blind || sp.After.classes[c.Name].blind
+			procs = len(sp.After.classes[c.Name].own)
 		}
-		for pid, t := range b.own {
-			if _, alive := a.own[pid]; !alive && !slices.Contains(c.Roots, pid) {
-				used -= t.cpu
-				sys -= t.sys
-			}
-		}
-		used, sys = max(used, 0), max(min(sys, used), 0)
 		all += used
-		u := Usage{Class: c.Name, Processes: len(a.own), CPUS: tally.Round(used.Seconds(), 3)}
+		u := Usage{Class: c.Name, Processes: procs, CPUS: tally.Round(used.Seconds(), 3)}
 		if orders > 0 {
 			u.PerOrderUs = tally.Round(float64(used.Microseconds())/float64(orders), 1)
 			u.KernelPerOrderUs = tally.Round(float64(sys.Microseconds())/float64(orders), 1)
 			w.TotalPerOrderUs += u.PerOrderUs
-			if !a.blind && !b.blind {
+			if !blind {
 				per := tally.Round(float64(calls)/float64(orders), 2)
 				u.SyscallsPerOrder = &per
 			}
 		}
 		w.Classes = append(w.Classes, u)
 	}
+	w.DurationS = tally.Round(length.Seconds(), 3)
 	w.TotalPerOrderUs = tally.Round(w.TotalPerOrderUs, 1)
-	if d := after.At.Sub(before.At); d > 0 {
-		w.CoresBusy = tally.Round(all.Seconds()/d.Seconds(), 2)
+	if length > 0 {
+		w.CoresBusy = tally.Round(all.Seconds()/length.Seconds(), 2)
 	}
 	return w
+}
+
+// delta is the CPU, the kernel's part of it and the system calls of c
+// from b to a.
+func (c Class) delta(b, a classSnap) (used, sys time.Duration, calls int64) {
+	used, sys = a.reaped-b.reaped, a.reapedSys-b.reapedSys
+	for pid, t := range a.own {
+		used += t.cpu - b.own[pid].cpu
+		sys += t.sys - b.own[pid].sys
+		calls += t.syscalls - b.own[pid].syscalls
+	}
+	for pid, t := range b.own {
+		if _, alive := a.own[pid]; !alive && !slices.Contains(c.Roots, pid) {
+			used -= t.cpu
+			sys -= t.sys
+		}
+	}
+	return max(used, 0), max(min(sys, used), 0), calls
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"sync/atomic"
@@ -36,6 +37,12 @@ type Config struct {
 	Seed        uint64
 	// RequestTimeout bounds each request.
 	RequestTimeout time.Duration
+	// Settle is how long each turn of an interleaved attack (Interleave)
+	// runs before its measured part, its answers counted with the
+	// warm-up's: long enough for the workers to refill the service's
+	// pipeline, a few of its batches, on connections kept warm from the
+	// side's previous turn.
+	Settle time.Duration
 	// OnWindow, if set, is called just before the measured window starts
 	// (begin true) and just after its last answer (begin false): where the
 	// caller reads the CPU counters.
@@ -51,8 +58,8 @@ func (c Config) Validate() error {
 		return errors.New("judge: no SKUs")
 	case c.Workers < 1:
 		return fmt.Errorf("judge: workers %d: want ≥ 1", c.Workers)
-	case c.Warmup < 0 || c.Window <= 0 || c.RequestTimeout <= 0:
-		return errors.New("judge: warm-up ≥ 0, window and request timeout > 0")
+	case c.Warmup < 0 || c.Settle < 0 || c.Window <= 0 || c.RequestTimeout <= 0:
+		return errors.New("judge: warm-up and settle ≥ 0, window and request timeout > 0")
 	case c.KeyPrefix == "":
 		return errors.New("judge: no key prefix")
 	}
@@ -67,6 +74,10 @@ type Result struct {
 	// window, the judge's figure.
 	Created    int64   `json:"created"`
 	OrdersPerS float64 `json:"orders_per_s"`
+	// TurnsPerS is each measured turn's 201s per second of the turn, when
+	// the window was taken in turns (Interleave): how much the machine
+	// moved within it.
+	TurnsPerS []float64 `json:"turns_per_s,omitempty"`
 	// LatencyMs is every answer's latency, vegeta's own figure;
 	// CreatedLatencyMs the 201s' alone, which the latency targets judge: a
 	// fast 503 is no order served.
@@ -102,43 +113,112 @@ type order struct {
 // Attack runs the warm-up, then the measured window, on one HTTP client
 // so that the window starts with warm connections.
 func Attack(ctx context.Context, c Config) (Result, error) {
-	if err := c.Validate(); err != nil {
+	rs, err := Interleave(ctx, []Config{c}, 1)
+	if len(rs) == 0 {
 		return Result{}, err
 	}
+	return rs[0], err
+}
+
+// Interleave judges several attacks under the same conditions. Each side
+// warms up once; then the sides take turns, turns times, each turn a
+// settle (its answers counted with the warm-up's) and Window/turns
+// measured, the order of the sides reversed every other turn so that a
+// drift in the machine's speed weighs on every side alike. On the shared
+// 2-core machine a limit measured half a minute before or after the
+// service may meet a different machine: the HTTP floor ran at 14,400–24,400
+// orders/s in runs of one binary minutes apart, and at 15,900–22,800
+// between the 2 s turns of one window (loadtest/BENCH.md, twenty-eighth
+// and twenty-ninth sessions).
+// Each side's Result sums its turns: its rate is its 201s over its
+// measured time, its latencies are those of every measured answer, and
+// OnWindow is called around each measured turn. With one side and one
+// turn it is Attack, without the settle.
+func Interleave(ctx context.Context, cs []Config, turns int) ([]Result, error) {
+	if len(cs) == 0 || turns < 1 {
+		return nil, fmt.Errorf("judge: %d sides and %d turns: want one of each at least", len(cs), turns)
+	}
+	sides := make([]*side, len(cs))
+	for i, c := range cs {
+		if err := c.Validate(); err != nil {
+			return nil, err
+		}
+		if len(cs) > 1 && c.Window/time.Duration(turns) < 4*c.Settle {
+			return nil, fmt.Errorf("judge: a window of %v in %d turns: a turn below 4 settles of %v", c.Window, turns, c.Settle)
+		}
+		sd, err := newSide(c)
+		if err != nil {
+			return nil, err
+		}
+		defer sd.hc.CloseIdleConnections()
+		sides[i] = sd
+	}
+	out := make([]Result, len(sides))
+	for i, sd := range sides {
+		if sd.c.Warmup > 0 {
+			if err := sd.attack(ctx, sd.c.Warmup, "warmup", sd.warm); err != nil {
+				return out, err
+			}
+		}
+		out[i].WarmupCreated, out[i].WarmupUnsettled = sd.warm.settled()
+	}
+	for turn := range turns {
+		order := slices.Clone(sides)
+		if turn%2 == 1 {
+			slices.Reverse(order)
+		}
+		for _, sd := range order {
+			if len(sides) > 1 && sd.c.Settle > 0 {
+				if err := sd.attack(ctx, sd.c.Settle, "settle", sd.warm); err != nil {
+					return out, err
+				}
+			}
+			// The last turn takes what the division left.
+			d := sd.c.Window / time.Duration(turns)
+			if turn == turns-1 {
+				d = sd.c.Window - d*time.Duration(turns-1)
+			}
+			if sd.c.OnWindow != nil {
+				sd.c.OnWindow(true)
+			}
+			err := sd.attack(ctx, d, "window", sd.window)
+			if sd.c.OnWindow != nil {
+				sd.c.OnWindow(false)
+			}
+			if err != nil {
+				return out, err
+			}
+		}
+	}
+	for i, sd := range sides {
+		out[i] = sd.window.summarize()
+		out[i].WarmupCreated, out[i].WarmupUnsettled = sd.warm.settled()
+	}
+	return out, nil
+}
+
+// side is one attack of Interleave: its own HTTP client, kept across its
+// turns so that each starts on warm connections, and its own sequence of
+// orders.
+type side struct {
+	c            Config
+	hc           *http.Client
+	tr           vegeta.Targeter
+	warm, window *tallied
+}
+
+func newSide(c Config) (*side, error) {
 	bodies := make([][]byte, len(c.SKUs))
 	for i, s := range c.SKUs {
 		b, err := json.Marshal(order{Lines: []orderLine{{SKU: s, Quantity: 1}}, HoldSeconds: c.HoldSeconds})
 		if err != nil {
-			return Result{}, fmt.Errorf("judge: %w", err)
+			return nil, fmt.Errorf("judge: %w", err)
 		}
 		bodies[i] = b
 	}
 	hc := &http.Client{Timeout: c.RequestTimeout, Transport: &http.Transport{
 		MaxIdleConnsPerHost: c.Workers, MaxIdleConns: c.Workers * len(c.URLs), IdleConnTimeout: time.Minute}}
-	defer hc.CloseIdleConnections()
-	var seq atomic.Uint64
-	tr := targeter(c, bodies, &seq)
-	var warm Result
-	if c.Warmup > 0 {
-		m, _, err := attack(ctx, hc, c, tr, c.Warmup, "warmup")
-		if err != nil {
-			return warm, err
-		}
-		warm.WarmupCreated, warm.WarmupUnsettled = int64(m.StatusCodes["201"]), unsettled(m.StatusCodes)
-	}
-	if c.OnWindow != nil {
-		c.OnWindow(true)
-	}
-	m, created, err := attack(ctx, hc, c, tr, c.Window, "window")
-	if c.OnWindow != nil {
-		c.OnWindow(false)
-	}
-	if err != nil {
-		return warm, err
-	}
-	res := summarize(m, created)
-	res.WarmupCreated, res.WarmupUnsettled = warm.WarmupCreated, warm.WarmupUnsettled
-	return res, nil
+	return &side{c: c, hc: hc, tr: targeter(c, bodies, new(atomic.Uint64)), warm: newTallied(), window: newTallied()}, nil
 }
 
 // unsettled counts the answers, by status, that leave an order's outcome
@@ -174,35 +254,80 @@ func splitmix(n uint64) uint64 {
 	return n ^ (n >> 31)
 }
 
-// attack is one vegeta attack of d, and the latencies of its 201s; the
-// context stops it early.
-func attack(ctx context.Context, hc *http.Client, c Config, tr vegeta.Targeter, d time.Duration, name string) (*vegeta.Metrics, *tally.Latency, error) {
-	w := uint64(c.Workers)
-	a := vegeta.NewAttacker(vegeta.Client(hc), vegeta.Workers(w), vegeta.MaxWorkers(w))
-	stop := context.AfterFunc(ctx, func() { a.Stop() })
-	defer stop()
-	var m vegeta.Metrics
-	created := tally.NewLatency()
-	for r := range a.Attack(tr, vegeta.Rate{Freq: 0}, d, name) {
-		m.Add(r)
-		if r.Code == http.StatusCreated {
-			created.Record(r.Latency)
-		}
-	}
-	m.Close()
-	if err := ctx.Err(); err != nil {
-		return &m, created, fmt.Errorf("judge: %s interrupted: %w", name, err)
-	}
-	return &m, created, nil
+// tallied adds up the answers of one or more attacks: vegeta's metrics,
+// the latencies of the 201s, and the attacks' measured time, each attack
+// from its first request to its last answer.
+type tallied struct {
+	m       vegeta.Metrics
+	created *tally.Latency
+	span    time.Duration
+	// turns is each attack's 201s per second of its span.
+	turns []float64
+	// before is the 201s counted before the attack in progress.
+	before int
+	// first and last bound the attack in progress: its first request and
+	// its last answer.
+	first, last time.Time
 }
 
-// summarize condenses vegeta's metrics of the window and its 201s'
-// latencies. Its duration runs from the first request to the last answer,
-// so the tail is counted.
-func summarize(m *vegeta.Metrics, created *tally.Latency) Result {
-	d := m.Duration + m.Wait
+func newTallied() *tallied { return &tallied{created: tally.NewLatency()} }
+
+// add counts r.
+func (t *tallied) add(r *vegeta.Result) {
+	t.m.Add(r)
+	if r.Code == http.StatusCreated {
+		t.created.Record(r.Latency)
+	}
+	if t.first.IsZero() || r.Timestamp.Before(t.first) {
+		t.first = r.Timestamp
+	}
+	if end := r.Timestamp.Add(r.Latency); end.After(t.last) {
+		t.last = end
+	}
+}
+
+// end closes the attack in progress: its span joins the measured time.
+func (t *tallied) end() {
+	d := t.last.Sub(t.first)
+	t.span += d
+	if n := t.m.StatusCodes["201"]; d > 0 {
+		t.turns = append(t.turns, tally.Round(float64(n-t.before)/d.Seconds(), 1))
+	}
+	t.before = t.m.StatusCodes["201"]
+	t.first, t.last = time.Time{}, time.Time{}
+}
+
+// settled is the 201s and the unsettled answers counted so far.
+func (t *tallied) settled() (created, unsettledN int64) {
+	return int64(t.m.StatusCodes["201"]), unsettled(t.m.StatusCodes)
+}
+
+// attack is one vegeta attack of d by sd's workers, counted into t; the
+// context stops it early.
+func (sd *side) attack(ctx context.Context, d time.Duration, name string, t *tallied) error {
+	w := uint64(sd.c.Workers)
+	a := vegeta.NewAttacker(vegeta.Client(sd.hc), vegeta.Workers(w), vegeta.MaxWorkers(w))
+	stop := context.AfterFunc(ctx, func() { a.Stop() })
+	defer stop()
+	for r := range a.Attack(sd.tr, vegeta.Rate{Freq: 0}, d, name) {
+		t.add(r)
+	}
+	t.end()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("judge: %s interrupted: %w", name, err)
+	}
+	return nil
+}
+
+// summarize condenses the measured answers. Its time is the attacks'
+// spans, so each attack's tail is counted and the gaps between turns are
+// not.
+func (t *tallied) summarize() Result {
+	m := &t.m
+	m.Close()
+	d := t.span
 	r := Result{DurationS: tally.Round(d.Seconds(), 3), Requests: m.Requests, Created: int64(m.StatusCodes["201"]),
-		Status: m.StatusCodes, Unsettled: unsettled(m.StatusCodes), CreatedLatencyMs: created.Summary()}
+		Status: m.StatusCodes, Unsettled: unsettled(m.StatusCodes), CreatedLatencyMs: t.created.Summary()}
 	if d > 0 {
 		r.OrdersPerS = tally.Round(float64(r.Created)/d.Seconds(), 1)
 	}
@@ -213,5 +338,8 @@ func summarize(m *vegeta.Metrics, created *tally.Latency) Result {
 	errs := append([]string(nil), m.Errors...)
 	sort.Strings(errs)
 	r.Errors = errs[:min(len(errs), maxErrors)]
+	if len(t.turns) > 1 {
+		r.TurnsPerS = t.turns
+	}
 	return r
 }

@@ -3,16 +3,17 @@ package judge
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
-
-	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // TestTargeter checks the attack's orders: round-robin over the URLs, a
@@ -53,8 +54,7 @@ func TestTargeter(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
-	var m vegeta.Metrics
-	created := tally.NewLatency()
+	tl := newTallied()
 	start := time.Unix(1000, 0)
 	for i := range 10 {
 		r := &vegeta.Result{Code: 201, Timestamp: start.Add(time.Duration(i) * 100 * time.Millisecond), Latency: 100 * time.Millisecond}
@@ -65,13 +65,11 @@ func TestSummarize(t *testing.T) {
 			r.Code = 503
 		case 9:
 			r.Code, r.Error = 0, "timeout"
-		default:
-			created.Record(r.Latency)
 		}
-		m.Add(r)
+		tl.add(r)
 	}
-	m.Close()
-	r := summarize(&m, created)
+	tl.end()
+	r := tl.summarize()
 	// First request at 0, last at 0.9 s answered at 1.0 s: 7 created in 1 s;
 	// the 503 and the unanswered one may each have reserved, the 409 not.
 	if r.Created != 7 || r.OrdersPerS != 7 || r.DurationS != 1 || r.Requests != 10 || r.Status["503"] != 1 || r.Unsettled != 2 ||
@@ -80,12 +78,27 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
+// TestTurnsSpan: the time of attacks in turns is their own spans, not the
+// gaps between them, where the other side was served.
+func TestTurnsSpan(t *testing.T) {
+	tl := newTallied()
+	for turn := range 2 {
+		start := time.Unix(1000+int64(turn)*60, 0)
+		for i := range 5 {
+			tl.add(&vegeta.Result{Code: 201, Timestamp: start.Add(time.Duration(i) * 100 * time.Millisecond), Latency: 100 * time.Millisecond})
+		}
+		tl.end()
+	}
+	if r := tl.summarize(); r.DurationS != 1 || r.Created != 10 || r.OrdersPerS != 10 || fmt.Sprint(r.TurnsPerS) != "[10 10]" {
+		t.Errorf("two turns of 0.5 s a minute apart: %+v, want 10 created in 1 s, 10/s a turn", r)
+	}
+}
+
 // TestCreatedLatency: the 201s' own p99 is not lowered by fast refusals,
 // which vegeta's p99 of every answer is: 8 of 500 orders placed take
 // 150 ms (1.6 %), the other answers 10 ms or, shed, 1 ms.
 func TestCreatedLatency(t *testing.T) {
-	var m vegeta.Metrics
-	created := tally.NewLatency()
+	tl := newTallied()
 	start := time.Unix(1000, 0)
 	for i := range 1000 {
 		r := &vegeta.Result{Code: 201, Timestamp: start.Add(time.Duration(i) * time.Millisecond), Latency: 10 * time.Millisecond}
@@ -95,13 +108,10 @@ func TestCreatedLatency(t *testing.T) {
 		case i < 16:
 			r.Latency = 150 * time.Millisecond
 		}
-		if r.Code == 201 {
-			created.Record(r.Latency)
-		}
-		m.Add(r)
+		tl.add(r)
 	}
-	m.Close()
-	r := summarize(&m, created)
+	tl.end()
+	r := tl.summarize()
 	if math.Abs(r.CreatedLatencyMs.P99-150) > 0.2 || r.LatencyMs.P99 > 10 {
 		t.Errorf("p99 of 201s %.1f ms (want 150), of all answers %.1f ms (want ≤ 10)", r.CreatedLatencyMs.P99, r.LatencyMs.P99)
 	}
@@ -130,6 +140,61 @@ func TestAttackCountsTheWarmup(t *testing.T) {
 	}
 }
 
+// TestInterleaveTakesTurns: the sides alternate, each turn a settle and a
+// measured part, in the order A B, B A, A B; each side's result counts only
+// its own measured answers, and its settles join its warm-up's.
+func TestInterleaveTakesTurns(t *testing.T) {
+	var mu sync.Mutex
+	var log []string // the side of each OnWindow call, "A+" at a turn's start
+	var served [2]atomic.Int64
+	srv := func(i int) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			served[i].Add(1)
+			w.WriteHeader(http.StatusCreated)
+		}))
+	}
+	a, b := srv(0), srv(1)
+	defer a.Close()
+	defer b.Close()
+	cfg := func(name, url string) Config {
+		return Config{URLs: []string{url}, SKUs: []string{"s"}, Workers: 2, Warmup: 100 * time.Millisecond, Window: 3 * 200 * time.Millisecond, Settle: 50 * time.Millisecond,
+			KeyPrefix: name, RequestTimeout: time.Second, OnWindow: func(begin bool) {
+				mu.Lock()
+				defer mu.Unlock()
+				log = append(log, name+map[bool]string{true: "+", false: "-"}[begin])
+			}}
+	}
+	rs, err := Interleave(context.Background(), []Config{cfg("A", a.URL), cfg("B", b.URL)}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "A+ A- B+ B- B+ B- A+ A- A+ A- B+ B-"; strings.Join(log, " ") != want {
+		t.Errorf("turns %v, want %s", log, want)
+	}
+	for i, r := range rs {
+		if r.Created < 1 || r.WarmupCreated < 1 || r.Created+r.WarmupCreated != served[i].Load() {
+			t.Errorf("side %d: %d created, %d in warm-up and settles, %d served", i, r.Created, r.WarmupCreated, served[i].Load())
+		}
+		// Three turns of 0.2 s: their spans, not the other side's turns
+		// and the settles between them.
+		if r.DurationS < 0.59 || r.DurationS > 0.75 {
+			t.Errorf("side %d measured %.3f s, want about 0.6", i, r.DurationS)
+		}
+	}
+}
+
+// TestInterleaveRefusesShortTurns: a turn must dwarf its settle.
+func TestInterleaveRefusesShortTurns(t *testing.T) {
+	c := Config{URLs: []string{"http://127.0.0.1:1"}, SKUs: []string{"s"}, Workers: 1, Window: time.Second, Settle: 100 * time.Millisecond,
+		RequestTimeout: time.Second, KeyPrefix: "k"}
+	if _, err := Interleave(context.Background(), []Config{c, c}, 3); err == nil {
+		t.Error("turns of 0.33 s after settles of 0.1 s: no error")
+	}
+	if _, err := Interleave(context.Background(), []Config{c}, 0); err == nil {
+		t.Error("no turns: no error")
+	}
+}
+
 func TestValidate(t *testing.T) {
 	ok := Config{URLs: []string{"http://a"}, SKUs: []string{"s"}, Workers: 1, Window: time.Second, RequestTimeout: time.Second, KeyPrefix: "k"}
 	if err := ok.Validate(); err != nil {
@@ -138,7 +203,7 @@ func TestValidate(t *testing.T) {
 	for name, mut := range map[string]func(*Config){
 		"no URLs": func(c *Config) { c.URLs = nil }, "no SKUs": func(c *Config) { c.SKUs = nil },
 		"no workers": func(c *Config) { c.Workers = 0 }, "no window": func(c *Config) { c.Window = 0 },
-		"no prefix": func(c *Config) { c.KeyPrefix = "" },
+		"no prefix": func(c *Config) { c.KeyPrefix = "" }, "negative settle": func(c *Config) { c.Settle = -1 },
 	} {
 		c := ok
 		mut(&c)

@@ -166,17 +166,36 @@ type Window struct {
 	HandOffMs float64 `json:"hand_off_ms,omitempty"`
 }
 
+// Span is the two snapshots around one measured stretch of a window.
+type Span struct{ Before, After Snapshot }
+
 // Between is what the instances did from before to after, on keys keys.
 func Between(before, after Snapshot, keys int) Window {
-	d := after.At.Sub(before.At).Seconds()
-	delta := func(k string) sum {
-		a, b := after.series[k], before.series[k]
-		if a.Count < b.Count { // an instance restarted: nothing to say
-			return sum{}
+	return Across([]Span{{before, after}}, keys)
+}
+
+// Across is what the instances did within the spans, added up: a window
+// measured in turns (judge.Interleave). Its length is the spans', so on
+// one key the hand-offs are what the holds left of the spans, not of the
+// turns of the other side in between.
+func Across(spans []Span, keys int) Window {
+	var d float64
+	var hold, claim, write, orders sum
+	for _, sp := range spans {
+		d += sp.After.At.Sub(sp.Before.At).Seconds()
+		delta := func(into *sum, k string) {
+			a, b := sp.After.series[k], sp.Before.series[k]
+			if a.Count < b.Count { // an instance restarted: nothing to say
+				return
+			}
+			into.Sum += a.Sum - b.Sum
+			into.Count += a.Count - b.Count
 		}
-		return sum{Sum: a.Sum - b.Sum, Count: a.Count - b.Count}
+		delta(&hold, "hold")
+		delta(&claim, "claim")
+		delta(&write, "write")
+		delta(&orders, "orders")
 	}
-	hold, claim, write, orders := delta("hold"), delta("claim"), delta("write"), delta("orders")
 	w := Window{DurationS: tally.Round(d, 3), Holds: hold.Count, Claims: claim.Count, Writes: write.Count}
 	if d > 0 {
 		w.HeldShare = tally.Round(hold.Sum/d, 3)

@@ -62,6 +62,37 @@ func TestBetween(t *testing.T) {
 	}
 }
 
+// TestAcross: a window in two turns counts the holds within them, and
+// the hand-offs are what the holds left of the turns, not of the gap
+// between them.
+func TestAcross(t *testing.T) {
+	a, ua := instance(t)
+	meter := NewMeter([]string{ua}, http.DefaultClient)
+	ctx := context.Background()
+	snap := func(at time.Duration) Snapshot {
+		s, err := meter.Snapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.At = time.Unix(1000, 0).Add(at)
+		return s
+	}
+	s0 := snap(0)
+	a.LockHeld(1500 * time.Millisecond)
+	a.Batch(10)
+	s1 := snap(2 * time.Second)
+	a.LockHeld(time.Hour) // between the turns: not counted
+	s2 := snap(10 * time.Second)
+	a.LockHeld(1500 * time.Millisecond)
+	a.Batch(30)
+	s3 := snap(12 * time.Second)
+	got := Across([]Span{{s0, s1}, {s2, s3}}, 1)
+	want := Window{DurationS: 4, Holds: 2, HeldShare: 0.75, HoldMs: 1500, OrdersPerHold: 20, HandOffMs: 500}
+	if got != want {
+		t.Fatalf("Across = %+v\nwant     %+v", got, want)
+	}
+}
+
 // TestInstanceWithoutTheSeries: a /metrics without the hold series fails
 // the snapshot rather than read as a key never held.
 func TestInstanceWithoutTheSeries(t *testing.T) {
