@@ -291,32 +291,32 @@ func (bc Config) runRound(ctx context.Context, tag int, res *Result, probe *ceil
 		ceilings[b] = s.PerS
 		lim := Limits{Backend: b, Round: tag}
 		for _, w := range []string{benchHot, benchSpread} {
-			var fl *floorSide
+			var p *partner
 			if bc.judging() && w == benchHot {
-				fl = kit.beforeHot(ctx, &lim, stderr)
+				p = kit.beforeHot(ctx, &lim, stderr)
 			} else if bc.judging() {
-				kit.beforeSpread(ctx, probe, &lim, stderr)
+				p = kit.beforeSpread(ctx, probe, &lim, stderr)
 			}
 			for _, mode := range []string{"on", "off"} {
 				if ctx.Err() != nil {
 					break
 				}
 				fmt.Fprintf(stderr, "bench [%d/%d] %s, %s, coalesce %s\n", len(res.Runs)+1, runs, b, bc.describe(w), mode)
-				// The floor takes turns with the window the targets judge
-				// against it: the hot SKU's, coalescing on.
-				var with *floorSide
+				// The limit takes turns with the window the targets judge
+				// against it, coalescing on.
+				var with *partner
 				if mode == "on" {
-					with = fl
+					with = p
 				}
 				r := bc.runOne(ctx, b, w, mode, with, stderr)
 				r.Round = tag
 				res.Runs = append(res.Runs, r)
 				if with != nil {
-					afterHot(fl, &lim)
-					fl = nil
+					p.finish(ctx, &lim)
+					p = nil
 				}
 			}
-			afterHot(fl, &lim) // a run interrupted before its turn
+			p.finish(ctx, &lim) // a run interrupted before its turn
 		}
 		res.Limits = append(res.Limits, lim)
 	}
@@ -407,15 +407,15 @@ func (bc Config) workload(kind string) run.Workload {
 // reaper's work landed in their throughput and CPU.
 const benchHoldSeconds = 86400
 
-// runOne is one compare of one backend with --coalesce=mode; with fl, the
-// judge alternates between its window and the floor's.
-func (bc Config) runOne(ctx context.Context, backend, workload, mode string, fl *floorSide, stderr io.Writer) Run {
+// runOne is one compare of one backend with --coalesce=mode; with p, the
+// judge alternates between its window and the limit's.
+func (bc Config) runOne(ctx context.Context, backend, workload, mode string, p *partner, stderr io.Writer) Run {
 	w := bc.workload(workload)
 	br := Run{Backend: backend, Workload: workload, SKUs: w.SKUs, Coalesce: mode, Fencing: compare.FencingFor(backend),
 		ExpectedUnsafe: compare.ExpectedUnsafe(backend), LoadAvg1: loadAvg1()}
 	cc := bc.compareConfig(backend, workload, mode)
 	if bc.judging() {
-		cc.AfterRun = bc.judgeService(workload, &br.Judge, fl, stderr)
+		cc.AfterRun = bc.judgeService(workload, &br.Judge, p, stderr)
 	}
 	cr, err := compare.Execute(ctx, cc, stderr)
 	return br.condense(cr, err)

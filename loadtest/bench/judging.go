@@ -45,111 +45,133 @@ const judgeStock = 1_000_000_000
 // gives up on the run.
 const putTries = 3
 
-// judgeSettle is each turn's settle when the floor and the service take
-// turns (judge.Config.Settle); floorTurns is how many turns each takes
+// judgeSettle is each turn's settle when a limit and the service take
+// turns (judge.Schedule.Settle); limitTurns is how many turns each takes
 // in a window of the default length, 2 s each.
 const (
 	judgeSettle = 250 * time.Millisecond
-	floorTurns  = 5
+	limitTurns  = 5
 )
 
-// turns is how many turns the floor and the service take in the judged
-// window: floorTurns, or fewer in a short window, each at least eight
+// turns is how many turns a limit and the service take in the judged
+// window: limitTurns, or fewer in a short window, each at least eight
 // settles long; one turn in a window too short for two.
 func (bc Config) turns() int {
-	return max(1, min(floorTurns, int(bc.JudgeWindow/(8*judgeSettle))))
+	return max(1, min(limitTurns, int(bc.JudgeWindow/(8*judgeSettle))))
 }
 
 // judgeConfig is the attack of one workload on urls.
 func (bc Config) judgeConfig(urls, skus []string) judge.Config {
-	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow, Settle: judgeSettle,
+	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow,
 		KeyPrefix: run.NewRunID(), HoldSeconds: benchHoldSeconds, Seed: bc.Seed, RequestTimeout: 30 * time.Second}
 }
 
-// judgeSide is one side of a judged window: its attack, the PIDs of the
-// processes it attacks (the instances, or the floor's), and for the
-// service its critical sections' meter.
+// judgeSide is one side of a judged window: vegeta's attack jc on the
+// processes pids (the instances, or the floor's), with the service's
+// critical sections' meter; or, with turner, a load of another kind (a
+// naive loop), whose figures its caller reads.
 type judgeSide struct {
 	jc       judge.Config
 	pids     []int
 	sections *section.Meter
+	turner   judge.Turner
 }
 
 // judgeWorkload attacks processes already serving, reading the CPU of
 // every class around the window, and, with sections (the service, not the
 // floor), the instances' critical sections.
 func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int, sections *section.Meter) *Judged {
-	return bc.judgeSides(ctx, []judgeSide{{jc, pids, sections}}, 1)[0]
+	return bc.judgeSides(ctx, []judgeSide{{jc: jc, pids: pids, sections: sections}}, 1)[0]
 }
 
-// judgeSides attacks the sides in turns (judge.Interleave), reading the
-// CPU of every class and the critical sections around each side's turns,
-// and returns each side's window. The servers' processes are looked up
-// again for every window: one restarted since the last (or its PID
-// reused) would otherwise be read as missing, or as some other process.
-// The scrapes are outside the CPU's spans: before each begins, after it
-// ends.
+// judgeSides runs the sides in turns (judge.Turns), reading the CPU of
+// every class and the critical sections around each attack's turns, and
+// returns each attack's window (nil for a turner's). The servers'
+// processes are looked up again for every window: one restarted since
+// the last (or its PID reused) would otherwise be read as missing, or as
+// some other process. The scrapes are outside the CPU's spans: before
+// each begins, after it ends.
 func (bc Config) judgeSides(ctx context.Context, sides []judgeSide, turns int) []*Judged {
 	servers := bc.findServers()
 	type meters struct {
+		attack   *judge.Side
 		meter    *cpu.Meter
+		span     cpu.Span
+		sec      section.Span
 		cpu      []cpu.Span
 		sections []section.Span
 		cpuErr   error
 		sErr     error
 	}
-	ts := make([]*meters, len(sides))
-	jcs := make([]judge.Config, len(sides))
-	for i, sd := range sides {
-		t := &meters{meter: cpu.NewMeter(servers.classes(sd.pids))}
-		ts[i] = t
-		var c cpu.Span
-		var sec section.Span
-		scrape := func(into *section.Snapshot) {
-			if sd.sections == nil || t.sErr != nil {
-				return
-			}
-			*into, t.sErr = sd.sections.Snapshot(ctx)
-		}
-		jcs[i] = sd.jc
-		jcs[i].OnWindow = func(begin bool) {
-			var err error
-			if begin {
-				scrape(&sec.Before)
-				c.Before, err = t.meter.Snapshot()
-			} else {
-				c.After, err = t.meter.Snapshot()
-				scrape(&sec.After)
-				t.cpu, t.sections = append(t.cpu, c), append(t.sections, sec)
-			}
-			if err != nil && t.cpuErr == nil {
-				t.cpuErr = err
-			}
-		}
-	}
-	res, err := judge.Interleave(ctx, jcs, turns)
+	ms := make([]*meters, len(sides))
+	turners := make([]judge.Turner, len(sides))
 	out := make([]*Judged, len(sides))
 	for i, sd := range sides {
-		t := ts[i]
+		if sd.turner != nil {
+			turners[i] = sd.turner
+			continue
+		}
+		a, err := judge.NewSide(sd.jc)
+		if err != nil {
+			for k := range sides {
+				if sides[k].turner == nil {
+					out[k] = &Judged{Error: err.Error(), ServersMissing: servers.Missing}
+				}
+			}
+			return out
+		}
+		defer a.Close()
+		ms[i] = &meters{attack: a, meter: cpu.NewMeter(servers.classes(sd.pids))}
+		turners[i] = a
+	}
+	onTurn := func(i int, begin bool) {
+		m := ms[i]
+		if m == nil {
+			return
+		}
+		scrape := func(into *section.Snapshot) {
+			if sides[i].sections == nil || m.sErr != nil {
+				return
+			}
+			*into, m.sErr = sides[i].sections.Snapshot(ctx)
+		}
+		var err error
+		if begin {
+			scrape(&m.sec.Before)
+			m.span.Before, err = m.meter.Snapshot()
+		} else {
+			m.span.After, err = m.meter.Snapshot()
+			scrape(&m.sec.After)
+			m.cpu, m.sections = append(m.cpu, m.span), append(m.sections, m.sec)
+		}
+		if err != nil && m.cpuErr == nil {
+			m.cpuErr = err
+		}
+	}
+	err := judge.Turns(ctx, turners, judge.Schedule{Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow, Turns: turns, Settle: judgeSettle, OnTurn: onTurn})
+	for i, m := range ms {
+		if m == nil {
+			continue
+		}
 		j := &Judged{ServersMissing: servers.Missing}
 		out[i] = j
 		if err != nil {
 			j.Error = err.Error()
 			continue
 		}
-		j.Result = res[i]
-		if t.cpuErr != nil {
-			j.CPUError = t.cpuErr.Error()
+		j.Result = m.attack.Result()
+		if m.cpuErr != nil {
+			j.CPUError = m.cpuErr.Error()
 		} else {
-			w := t.meter.Across(t.cpu, res[i].Created)
+			w := m.meter.Across(m.cpu, j.Created)
 			j.CPU = &w
 		}
 		switch {
-		case sd.sections == nil:
-		case t.sErr != nil:
-			j.SectionError = t.sErr.Error()
+		case sides[i].sections == nil:
+		case m.sErr != nil:
+			j.SectionError = m.sErr.Error()
 		default:
-			w := section.Across(t.sections, len(sd.jc.SKUs))
+			w := section.Across(m.sections, len(sides[i].jc.SKUs))
 			j.Section = &w
 		}
 	}
@@ -157,10 +179,9 @@ func (bc Config) judgeSides(ctx context.Context, sides []judgeSide, turns int) [
 }
 
 // judgeService is compare's AfterRun for one bench run: fresh SKUs of the
-// run's workload, the attack, then the read back of those SKUs. With fl,
-// the HTTP floor's processes, the floor and the service take turns in the
-// window (judgeSides), and the floor's window goes to fl.
-func (bc Config) judgeService(workload string, dst **Judged, fl *floorSide, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
+// run's workload, the attack, then the read back of those SKUs. With p, a
+// limit and the service take turns in the window (judgeSides).
+func (bc Config) judgeService(workload string, dst **Judged, p *partner, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
 	return func(ctx context.Context, cfg run.Config, ins []*procs.Instance) {
 		n := 1
 		if workload == benchSpread {
@@ -197,13 +218,13 @@ func (bc Config) judgeService(workload string, dst **Judged, fl *floorSide, stde
 		for i, in := range ins {
 			pids[i] = in.PID()
 		}
-		sides := []judgeSide{{bc.judgeConfig(cfg.URLs, skus), pids, section.NewMeter(cfg.URLs, &http.Client{Timeout: 5 * time.Second})}}
+		sides := []judgeSide{{jc: bc.judgeConfig(cfg.URLs, skus), pids: pids, sections: section.NewMeter(cfg.URLs, &http.Client{Timeout: 5 * time.Second})}}
 		turns := 1
-		if fl != nil {
-			sides = append(sides, judgeSide{jc: bc.judgeConfig(fl.urls, []string{"floor-hot"}), pids: fl.pids})
+		if p != nil {
+			sides = append(sides, p.side(bc))
 			turns = bc.turns()
-			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured, in %d turns with the HTTP floor (%d processes)\n",
-				bc.Clients, bc.JudgeWarmup, bc.JudgeWindow, turns, len(fl.pids))
+			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured, in %d turns with %s\n",
+				bc.Clients, bc.JudgeWarmup, bc.JudgeWindow, turns, p.name)
 		} else {
 			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
 		}
@@ -213,8 +234,8 @@ func (bc Config) judgeService(workload string, dst **Judged, fl *floorSide, stde
 			j.Readback = readBack(ctx, c, cfg.URLs[0], skus, judgeStock, j.Result)
 		}
 		*dst = j
-		if fl != nil {
-			fl.judged = js[1]
+		if p != nil {
+			p.judged, p.ran = js[1], true
 		}
 	}
 }

@@ -18,8 +18,10 @@ import (
 
 // Limits are the limits measured next to one backend's runs, under the
 // same conditions: the store's spread ceiling before its spread runs, and
-// for the backends the issue compares with them, the naive loop of the
-// matching library and the HTTP floor.
+// for the backends the issue compares with them, the naive loops of the
+// matching library (the hot key's before the hot runs, the spread keys'
+// in turns with the spread window) and the HTTP floor (in turns with the
+// hot window).
 type Limits struct {
 	Backend       string         `json:"backend"`
 	Round         int            `json:"round,omitempty"`
@@ -114,66 +116,84 @@ func (k *limitsKit) naiveLoop(ctx context.Context, backend string, keys int, std
 	return &r, nil
 }
 
-// floorSide is the HTTP floor's processes, serving while a backend's hot
-// runs go by, so that the judge can alternate between the floor and the
-// service's coalesced hot window (judgeService): the limit and the
-// service measured under the same conditions.
-type floorSide struct {
-	procs  []*floor.Process
-	urls   []string
-	pids   []int
-	judged *Judged // the floor's window, once judged
+// partner is a limit that takes turns with one judged window of the
+// service (judgeService), so that the two are measured under the same
+// conditions: the HTTP floor's processes with the hot SKU's window, or a
+// naive loop with the 1,000 SKUs', coalescing on both.
+type partner struct {
+	name  string
+	floor []*floor.Process // the floor's processes, or
+	loop  *naive.Loop      // the naive loop
+	// judged is the floor's window; ran says the window was judged.
+	judged *Judged
+	ran    bool
 }
 
-// startFloor starts the floor's processes.
-func (k *limitsKit) startFloor(ctx context.Context) (*floorSide, error) {
-	ps, err := floor.Start(ctx, k.bc.Bin, []string{"load", "floor", "--addr=127.0.0.1:0"}, k.bc.Instances, k.bc.StartupTimeout)
-	if err != nil {
-		return nil, err
+// side is the partner's side of the window.
+func (p *partner) side(bc Config) judgeSide {
+	if p.loop != nil {
+		return judgeSide{turner: p.loop}
 	}
-	fl := &floorSide{procs: ps}
-	for _, p := range ps {
-		fl.urls, fl.pids = append(fl.urls, p.URL), append(fl.pids, p.PID())
+	var urls []string
+	var pids []int
+	for _, f := range p.floor {
+		urls, pids = append(urls, f.URL), append(pids, f.PID())
 	}
-	return fl, nil
+	return judgeSide{jc: bc.judgeConfig(urls, []string{"floor-hot"}), pids: pids}
 }
 
-// stop stops the floor's processes.
-func (fl *floorSide) stop() { floor.StopAll(fl.procs) }
+// finish stops the partner and keeps what it measured in l.
+func (p *partner) finish(ctx context.Context, l *Limits) {
+	if p == nil {
+		return
+	}
+	if p.floor != nil {
+		floor.StopAll(p.floor)
+	}
+	var naiveRes naive.Result
+	var naiveErr error
+	if p.loop != nil {
+		naiveRes, naiveErr = p.loop.Stop(ctx)
+	}
+	if !p.ran {
+		l.note(p.name, errors.New("not judged: the window it takes turns with did not reach the judge"))
+		return
+	}
+	switch {
+	case p.loop != nil:
+		l.note("naive spread", naiveErr)
+		if naiveErr == nil {
+			l.NaiveSpread = &naiveRes
+		}
+	default:
+		l.Floor = p.judged
+	}
+}
 
 // beforeHot measures the limits a backend's hot runs are compared with
 // and, for the backends compared with the floor, starts the floor's
-// processes for the judge (afterHot stops them).
-func (k *limitsKit) beforeHot(ctx context.Context, l *Limits, stderr io.Writer) *floorSide {
-	var fl *floorSide
+// processes to take turns with the hot window.
+func (k *limitsKit) beforeHot(ctx context.Context, l *Limits, stderr io.Writer) *partner {
+	var p *partner
 	if slices.Contains(floorBackends, l.Backend) {
-		var err error
-		fl, err = k.startFloor(ctx)
+		ps, err := floor.Start(ctx, k.bc.Bin, []string{"load", "floor", "--addr=127.0.0.1:0"}, k.bc.Instances, k.bc.StartupTimeout)
 		l.note("floor", err)
+		if err == nil {
+			p = &partner{name: fmt.Sprintf("the HTTP floor (%d processes)", len(ps)), floor: ps}
+		}
 	}
 	if _, ok := naiveLibrary[l.Backend]; ok {
 		r, err := k.naiveLoop(ctx, l.Backend, 1, stderr)
 		l.note("naive hot", err)
 		l.NaiveHot = r
 	}
-	return fl
+	return p
 }
 
-// afterHot stops the floor's processes and keeps the floor's window.
-func afterHot(fl *floorSide, l *Limits) {
-	if fl == nil {
-		return
-	}
-	fl.stop()
-	if fl.judged == nil {
-		l.note("floor", errors.New("not judged: the hot window with coalescing on did not reach the judge"))
-		return
-	}
-	l.Floor = fl.judged
-}
-
-// beforeSpread measures the limits a backend's spread runs are compared with.
-func (k *limitsKit) beforeSpread(ctx context.Context, p *ceilingProbe, l *Limits, stderr io.Writer) {
+// beforeSpread measures the limits a backend's spread runs are compared
+// with and, for the backends with a naive library, starts its loop on the
+// spread keys to take turns with the spread window.
+func (k *limitsKit) beforeSpread(ctx context.Context, p *ceilingProbe, l *Limits, stderr io.Writer) *partner {
 	s := CeilingSample{Before: l.Backend, At: time.Now().UTC(), LoadAvg1: loadAvg1(), Rows: k.bc.SpreadSKUs}
 	n, elapsed, err := p.measure(ctx, k.bc.CeilingDuration, k.bc.SpreadSKUs)
 	l.note("spread ceiling", err)
@@ -182,11 +202,20 @@ func (k *limitsKit) beforeSpread(ctx context.Context, p *ceilingProbe, l *Limits
 		l.SpreadCeiling = &s
 		fmt.Fprintf(stderr, "bench: spread ceiling (%d rows) %.0f orders/s\n", k.bc.SpreadSKUs, s.PerS)
 	}
-	if _, ok := naiveLibrary[l.Backend]; ok {
-		r, err := k.naiveLoop(ctx, l.Backend, k.bc.SpreadSKUs, stderr)
-		l.note("naive spread", err)
-		l.NaiveSpread = r
+	if _, ok := naiveLibrary[l.Backend]; !ok {
+		return nil
 	}
+	lk, err := k.locker(ctx, l.Backend)
+	if err != nil {
+		l.note("naive spread", err)
+		return nil
+	}
+	loop, err := k.table.Start(ctx, lk, naive.Config{Goroutines: k.bc.Clients, Keys: k.bc.SpreadSKUs, Seed: k.bc.Seed})
+	if err != nil {
+		l.note("naive spread", err)
+		return nil
+	}
+	return &partner{name: fmt.Sprintf("the naive %s loop (%d goroutines, %d keys)", lk.Name(), k.bc.Clients, k.bc.SpreadSKUs), loop: loop}
 }
 
 func (l *Limits) note(what string, err error) {

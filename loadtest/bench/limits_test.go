@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -95,6 +97,75 @@ func TestNaiveLoops(t *testing.T) {
 				t.Errorf("%s, %d keys: %d in the window, %d placed, %d reached the table", lk.Name(), n, r.Orders, r.Total, r.Stored)
 			}
 		}
+	}
+}
+
+// TestNaiveLoopTakesTurns: a naive loop taking turns with an attack
+// places orders only in its own turns (its table is still while paused),
+// counts each measured turn, and accounts for every order at the end.
+func TestNaiveLoopTakesTurns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	redisAddrs := stacktest.RequireRedis(t)
+	dsn := migratedDatabase(t, ctx)
+	tbl, err := naive.OpenTable(ctx, dsn, 100, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	rs, err := naive.NewRedsync(ctx, redisAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Close()
+	loop, err := tbl.Start(ctx, rs, naive.Config{Goroutines: 8, Keys: 100, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	reserved := func() int64 {
+		var n int64
+		if err := conn.QueryRow(ctx, "SELECT coalesce(sum(reserved), 0) FROM "+tbl.Name()).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var still []string
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	defer target.Close()
+	attack, err := judge.NewSide(judge.Config{URLs: []string{target.URL}, SKUs: []string{"s"}, Workers: 2, Window: time.Second, KeyPrefix: "k", RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer attack.Close()
+	var before int64
+	err = judge.Turns(ctx, []judge.Turner{attack, loop}, judge.Schedule{Warmup: 100 * time.Millisecond, Window: 4 * 300 * time.Millisecond, Turns: 4,
+		Settle: 50 * time.Millisecond, OnTurn: func(i int, begin bool) {
+			if i != 0 { // the attack's turns: the loop is paused
+				return
+			}
+			if begin {
+				before = reserved()
+			} else if after := reserved(); after != before {
+				still = append(still, fmt.Sprintf("%d → %d", before, after))
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := loop.Stop(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(still) > 0 {
+		t.Errorf("the loop placed orders during the attack's turns: %v", still)
+	}
+	if len(r.TurnsPerS) != 4 || r.Orders < 4 || r.DurationS < 1.1 || r.DurationS > 1.5 || r.Total < r.Orders || r.Stored != r.Total {
+		t.Errorf("loop %+v: want 4 turns of 0.3 s, every order stored", r)
 	}
 }
 

@@ -19,7 +19,7 @@ func printLimits(w io.Writer, res *Result) {
 	if len(res.Limits) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, coalescing on)\n",
+	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, the naive 1,000-key loop with its 1,000-SKU window, coalescing on)\n",
 		res.Settings.JudgeWindowS, res.Settings.JudgeWarmupS, res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock failures\tnaive %d keys/s\tlock failures\tHTTP floor/s\tfloor p99 ms\t errors\n",
@@ -47,25 +47,28 @@ func printLimits(w io.Writer, res *Result) {
 	_ = tw.Flush()
 }
 
-// printTurns is, for each hot window judged in turns with the floor, each
+// printTurns is, for each window judged in turns with a limit, each
 // turn's rate: how far the machine moved within the window, on both sides.
 func printTurns(w io.Writer, res *Result) {
 	var lines []string
 	for _, l := range res.Limits {
-		if l.Floor == nil || len(l.Floor.TurnsPerS) == 0 {
-			continue
-		}
 		for _, r := range res.Runs {
-			if r.Backend != l.Backend || r.Round != l.Round || r.Workload != benchHot || r.Coalesce != "on" || r.Judge == nil {
+			if r.Backend != l.Backend || r.Round != l.Round || r.Coalesce != "on" || r.Judge == nil || len(r.Judge.TurnsPerS) == 0 {
 				continue
 			}
-			lines = append(lines, fmt.Sprintf("  %s: service %s; floor %s", l.Backend, formatTurns(r.Judge.TurnsPerS), formatTurns(l.Floor.TurnsPerS)))
+			switch {
+			case r.Workload == benchHot && l.Floor != nil:
+				lines = append(lines, fmt.Sprintf("  %s, %d SKU: service %s; HTTP floor %s", l.Backend, r.SKUs, formatTurns(r.Judge.TurnsPerS), formatTurns(l.Floor.TurnsPerS)))
+			case r.Workload == benchSpread && l.NaiveSpread != nil:
+				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; naive %s %s", l.Backend, r.SKUs, formatTurns(r.Judge.TurnsPerS),
+					l.NaiveSpread.Library, formatTurns(l.NaiveSpread.TurnsPerS)))
+			}
 		}
 	}
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== the hot window (coalescing on) and the HTTP floor took turns, the order reversed every other turn (orders/s of each turn)\n%s\n",
+	fmt.Fprintf(w, "\n== windows judged in turns with their limit, the order reversed every other turn (orders/s of each turn)\n%s\n",
 		strings.Join(lines, "\n"))
 }
 

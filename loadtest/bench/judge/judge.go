@@ -37,12 +37,6 @@ type Config struct {
 	Seed        uint64
 	// RequestTimeout bounds each request.
 	RequestTimeout time.Duration
-	// Settle is how long each turn of an interleaved attack (Interleave)
-	// runs before its measured part, its answers counted with the
-	// warm-up's: long enough for the workers to refill the service's
-	// pipeline, a few of its batches, on connections kept warm from the
-	// side's previous turn.
-	Settle time.Duration
 	// OnWindow, if set, is called just before the measured window starts
 	// (begin true) and just after its last answer (begin false): where the
 	// caller reads the CPU counters.
@@ -58,8 +52,8 @@ func (c Config) Validate() error {
 		return errors.New("judge: no SKUs")
 	case c.Workers < 1:
 		return fmt.Errorf("judge: workers %d: want ≥ 1", c.Workers)
-	case c.Warmup < 0 || c.Settle < 0 || c.Window <= 0 || c.RequestTimeout <= 0:
-		return errors.New("judge: warm-up and settle ≥ 0, window and request timeout > 0")
+	case c.Warmup < 0 || c.Window <= 0 || c.RequestTimeout <= 0:
+		return errors.New("judge: warm-up ≥ 0, window and request timeout > 0")
 	case c.KeyPrefix == "":
 		return errors.New("judge: no key prefix")
 	}
@@ -113,101 +107,138 @@ type order struct {
 // Attack runs the warm-up, then the measured window, on one HTTP client
 // so that the window starts with warm connections.
 func Attack(ctx context.Context, c Config) (Result, error) {
-	rs, err := Interleave(ctx, []Config{c}, 1)
-	if len(rs) == 0 {
+	sd, err := NewSide(c)
+	if err != nil {
 		return Result{}, err
 	}
-	return rs[0], err
+	defer sd.Close()
+	err = Turns(ctx, []Turner{sd}, Schedule{Warmup: c.Warmup, Window: c.Window, Turns: 1, OnTurn: func(_ int, begin bool) {
+		if c.OnWindow != nil {
+			c.OnWindow(begin)
+		}
+	}})
+	if err != nil {
+		var warm Result
+		warm.WarmupCreated, warm.WarmupUnsettled = sd.warm.settled()
+		return warm, err
+	}
+	return sd.Result(), nil
 }
 
-// Interleave judges several attacks under the same conditions. Each side
-// warms up once; then the sides take turns, turns times, each turn a
-// settle (its answers counted with the warm-up's) and Window/turns
+// A Turner is one side of Turns: a load it can start, measure and stop.
+type Turner interface {
+	// Run puts the side's load on for d, measured or not (a warm-up, a
+	// settle).
+	Run(ctx context.Context, d time.Duration, measured bool) error
+	// Pause takes the side's load off until its next Run, so that no two
+	// sides overlap.
+	Pause(ctx context.Context) error
+}
+
+// Schedule is how Turns alternates its sides.
+type Schedule struct {
+	// Warmup is each side's, once, before the first turn.
+	Warmup time.Duration
+	// Window is each side's measured time, split into Turns turns.
+	Window time.Duration
+	Turns  int
+	// Settle starts each turn, unmeasured, when there are several sides:
+	// long enough for the load to refill the system under test (a few of
+	// the service's batches) after the other side's turn.
+	Settle time.Duration
+	// OnTurn, if set, is called just before each measured turn of side i
+	// starts (begin true) and just after it ends: where the caller reads
+	// the CPU counters.
+	OnTurn func(i int, begin bool)
+}
+
+// Turns measures several loads under the same conditions. Each side warms
+// up once; then the sides take turns, each turn a settle and Window/Turns
 // measured, the order of the sides reversed every other turn so that a
 // drift in the machine's speed weighs on every side alike. On the shared
 // 2-core machine a limit measured half a minute before or after the
 // service may meet a different machine: the HTTP floor ran at 14,400–24,400
 // orders/s in runs of one binary minutes apart, and at 15,900–22,800
 // between the 2 s turns of one window (loadtest/BENCH.md, twenty-eighth
-// and twenty-ninth sessions).
-// Each side's Result sums its turns: its rate is its 201s over its
-// measured time, its latencies are those of every measured answer, and
-// OnWindow is called around each measured turn. With one side and one
-// turn it is Attack, without the settle.
-func Interleave(ctx context.Context, cs []Config, turns int) ([]Result, error) {
-	if len(cs) == 0 || turns < 1 {
-		return nil, fmt.Errorf("judge: %d sides and %d turns: want one of each at least", len(cs), turns)
+// and twenty-ninth sessions). With one side and one turn it is a warm-up
+// and a window.
+func Turns(ctx context.Context, sides []Turner, s Schedule) error {
+	switch {
+	case len(sides) == 0 || s.Turns < 1 || s.Window <= 0 || s.Warmup < 0 || s.Settle < 0:
+		return fmt.Errorf("judge: %d sides, %d turns, window %v, warm-up %v, settle %v: want a side, a turn and a window", len(sides), s.Turns, s.Window, s.Warmup, s.Settle)
+	case len(sides) > 1 && s.Window/time.Duration(s.Turns) < 4*s.Settle:
+		return fmt.Errorf("judge: a window of %v in %d turns: a turn below 4 settles of %v", s.Window, s.Turns, s.Settle)
 	}
-	sides := make([]*side, len(cs))
-	for i, c := range cs {
-		if err := c.Validate(); err != nil {
-			return nil, err
+	pause := func(sd Turner) error {
+		if len(sides) == 1 {
+			return nil
 		}
-		if len(cs) > 1 && c.Window/time.Duration(turns) < 4*c.Settle {
-			return nil, fmt.Errorf("judge: a window of %v in %d turns: a turn below 4 settles of %v", c.Window, turns, c.Settle)
-		}
-		sd, err := newSide(c)
-		if err != nil {
-			return nil, err
-		}
-		defer sd.hc.CloseIdleConnections()
-		sides[i] = sd
+		return sd.Pause(ctx)
 	}
-	out := make([]Result, len(sides))
-	for i, sd := range sides {
-		if sd.c.Warmup > 0 {
-			if err := sd.attack(ctx, sd.c.Warmup, "warmup", sd.warm); err != nil {
-				return out, err
+	for _, sd := range sides {
+		if s.Warmup > 0 {
+			if err := sd.Run(ctx, s.Warmup, false); err != nil {
+				return err
 			}
 		}
-		out[i].WarmupCreated, out[i].WarmupUnsettled = sd.warm.settled()
+		if err := pause(sd); err != nil {
+			return err
+		}
 	}
-	for turn := range turns {
+	idx := make(map[Turner]int, len(sides))
+	for i, sd := range sides {
+		idx[sd] = i
+	}
+	for turn := range s.Turns {
 		order := slices.Clone(sides)
 		if turn%2 == 1 {
 			slices.Reverse(order)
 		}
 		for _, sd := range order {
-			if len(sides) > 1 && sd.c.Settle > 0 {
-				if err := sd.attack(ctx, sd.c.Settle, "settle", sd.warm); err != nil {
-					return out, err
+			if len(sides) > 1 && s.Settle > 0 {
+				if err := sd.Run(ctx, s.Settle, false); err != nil {
+					return err
 				}
 			}
 			// The last turn takes what the division left.
-			d := sd.c.Window / time.Duration(turns)
-			if turn == turns-1 {
-				d = sd.c.Window - d*time.Duration(turns-1)
+			d := s.Window / time.Duration(s.Turns)
+			if turn == s.Turns-1 {
+				d = s.Window - d*time.Duration(s.Turns-1)
 			}
-			if sd.c.OnWindow != nil {
-				sd.c.OnWindow(true)
+			if s.OnTurn != nil {
+				s.OnTurn(idx[sd], true)
 			}
-			err := sd.attack(ctx, d, "window", sd.window)
-			if sd.c.OnWindow != nil {
-				sd.c.OnWindow(false)
+			err := sd.Run(ctx, d, true)
+			if s.OnTurn != nil {
+				s.OnTurn(idx[sd], false)
+			}
+			if err == nil {
+				err = pause(sd)
 			}
 			if err != nil {
-				return out, err
+				return err
 			}
 		}
 	}
-	for i, sd := range sides {
-		out[i] = sd.window.summarize()
-		out[i].WarmupCreated, out[i].WarmupUnsettled = sd.warm.settled()
-	}
-	return out, nil
+	return nil
 }
 
-// side is one attack of Interleave: its own HTTP client, kept across its
-// turns so that each starts on warm connections, and its own sequence of
-// orders.
-type side struct {
+// Side is one vegeta attack that can take turns (Turns): its own HTTP
+// client, kept across its turns so that each starts on warm connections,
+// and its own sequence of orders. c.Warmup, c.Window and c.OnWindow are
+// Attack's; Turns has its own.
+type Side struct {
 	c            Config
 	hc           *http.Client
 	tr           vegeta.Targeter
 	warm, window *tallied
 }
 
-func newSide(c Config) (*side, error) {
+// NewSide prepares the attack c.
+func NewSide(c Config) (*Side, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
 	bodies := make([][]byte, len(c.SKUs))
 	for i, s := range c.SKUs {
 		b, err := json.Marshal(order{Lines: []orderLine{{SKU: s, Quantity: 1}}, HoldSeconds: c.HoldSeconds})
@@ -218,8 +249,31 @@ func newSide(c Config) (*side, error) {
 	}
 	hc := &http.Client{Timeout: c.RequestTimeout, Transport: &http.Transport{
 		MaxIdleConnsPerHost: c.Workers, MaxIdleConns: c.Workers * len(c.URLs), IdleConnTimeout: time.Minute}}
-	return &side{c: c, hc: hc, tr: targeter(c, bodies, new(atomic.Uint64)), warm: newTallied(), window: newTallied()}, nil
+	return &Side{c: c, hc: hc, tr: targeter(c, bodies, new(atomic.Uint64)), warm: newTallied(), window: newTallied()}, nil
 }
+
+// Run attacks for d, into the window when measured, else with the warm-up.
+func (sd *Side) Run(ctx context.Context, d time.Duration, measured bool) error {
+	if measured {
+		return sd.attack(ctx, d, "window", sd.window)
+	}
+	return sd.attack(ctx, d, "warmup", sd.warm)
+}
+
+// Pause does nothing: an attack ends with its last answer.
+func (*Side) Pause(context.Context) error { return nil }
+
+// Result is the measured turns', with the unmeasured ones' 201s and
+// unsettled answers as the warm-up's: units the store holds beyond the
+// window's.
+func (sd *Side) Result() Result {
+	r := sd.window.summarize()
+	r.WarmupCreated, r.WarmupUnsettled = sd.warm.settled()
+	return r
+}
+
+// Close closes the side's idle connections.
+func (sd *Side) Close() { sd.hc.CloseIdleConnections() }
 
 // unsettled counts the answers, by status, that leave an order's outcome
 // open: no answer ("0") or a 5xx.
@@ -304,7 +358,7 @@ func (t *tallied) settled() (created, unsettledN int64) {
 
 // attack is one vegeta attack of d by sd's workers, counted into t; the
 // context stops it early.
-func (sd *side) attack(ctx context.Context, d time.Duration, name string, t *tallied) error {
+func (sd *Side) attack(ctx context.Context, d time.Duration, name string, t *tallied) error {
 	w := uint64(sd.c.Workers)
 	a := vegeta.NewAttacker(vegeta.Client(sd.hc), vegeta.Workers(w), vegeta.MaxWorkers(w))
 	stop := context.AfterFunc(ctx, func() { a.Stop() })

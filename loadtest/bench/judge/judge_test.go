@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -140,12 +139,11 @@ func TestAttackCountsTheWarmup(t *testing.T) {
 	}
 }
 
-// TestInterleaveTakesTurns: the sides alternate, each turn a settle and a
-// measured part, in the order A B, B A, A B; each side's result counts only
-// its own measured answers, and its settles join its warm-up's.
-func TestInterleaveTakesTurns(t *testing.T) {
-	var mu sync.Mutex
-	var log []string // the side of each OnWindow call, "A+" at a turn's start
+// TestTurns: the sides alternate, each turn a settle and a measured part,
+// in the order A B, B A, A B; each side's result counts only its own
+// measured answers, and its settles join its warm-up's.
+func TestTurns(t *testing.T) {
+	var log []string // "A+" as a turn of A starts, "A-" as it ends
 	var served [2]atomic.Int64
 	srv := func(i int) *httptest.Server {
 		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -156,24 +154,30 @@ func TestInterleaveTakesTurns(t *testing.T) {
 	a, b := srv(0), srv(1)
 	defer a.Close()
 	defer b.Close()
-	cfg := func(name, url string) Config {
-		return Config{URLs: []string{url}, SKUs: []string{"s"}, Workers: 2, Warmup: 100 * time.Millisecond, Window: 3 * 200 * time.Millisecond, Settle: 50 * time.Millisecond,
-			KeyPrefix: name, RequestTimeout: time.Second, OnWindow: func(begin bool) {
-				mu.Lock()
-				defer mu.Unlock()
-				log = append(log, name+map[bool]string{true: "+", false: "-"}[begin])
-			}}
+	var sides []*Side
+	var turners []Turner
+	for _, u := range []string{a.URL, b.URL} {
+		sd, err := NewSide(Config{URLs: []string{u}, SKUs: []string{"s"}, Workers: 2, Window: time.Second, KeyPrefix: "k", RequestTimeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sd.Close()
+		sides, turners = append(sides, sd), append(turners, sd)
 	}
-	rs, err := Interleave(context.Background(), []Config{cfg("A", a.URL), cfg("B", b.URL)}, 3)
+	err := Turns(context.Background(), turners, Schedule{Warmup: 100 * time.Millisecond, Window: 3 * 200 * time.Millisecond, Turns: 3,
+		Settle: 50 * time.Millisecond, OnTurn: func(i int, begin bool) {
+			log = append(log, "AB"[i:i+1]+map[bool]string{true: "+", false: "-"}[begin])
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := "A+ A- B+ B- B+ B- A+ A- A+ A- B+ B-"; strings.Join(log, " ") != want {
 		t.Errorf("turns %v, want %s", log, want)
 	}
-	for i, r := range rs {
-		if r.Created < 1 || r.WarmupCreated < 1 || r.Created+r.WarmupCreated != served[i].Load() {
-			t.Errorf("side %d: %d created, %d in warm-up and settles, %d served", i, r.Created, r.WarmupCreated, served[i].Load())
+	for i, sd := range sides {
+		r := sd.Result()
+		if r.Created < 1 || r.WarmupCreated < 1 || r.Created+r.WarmupCreated != served[i].Load() || len(r.TurnsPerS) != 3 {
+			t.Errorf("side %d: %d created in %d turns, %d in warm-up and settles, %d served", i, r.Created, len(r.TurnsPerS), r.WarmupCreated, served[i].Load())
 		}
 		// Three turns of 0.2 s: their spans, not the other side's turns
 		// and the settles between them.
@@ -183,15 +187,56 @@ func TestInterleaveTakesTurns(t *testing.T) {
 	}
 }
 
-// TestInterleaveRefusesShortTurns: a turn must dwarf its settle.
-func TestInterleaveRefusesShortTurns(t *testing.T) {
-	c := Config{URLs: []string{"http://127.0.0.1:1"}, SKUs: []string{"s"}, Workers: 1, Window: time.Second, Settle: 100 * time.Millisecond,
-		RequestTimeout: time.Second, KeyPrefix: "k"}
-	if _, err := Interleave(context.Background(), []Config{c, c}, 3); err == nil {
-		t.Error("turns of 0.33 s after settles of 0.1 s: no error")
+// pausing is a Turner that records its calls.
+type pausing struct{ calls *[]string }
+
+func (p pausing) Run(_ context.Context, d time.Duration, measured bool) error {
+	*p.calls = append(*p.calls, fmt.Sprintf("run %v %v", d, measured))
+	return nil
+}
+
+func (p pausing) Pause(context.Context) error {
+	*p.calls = append(*p.calls, "pause")
+	return nil
+}
+
+// TestTurnsPause: with several sides each one's load is taken off after
+// its warm-up and after each turn, so that no two overlap; alone, never.
+func TestTurnsPause(t *testing.T) {
+	var a, b []string
+	err := Turns(context.Background(), []Turner{pausing{&a}, pausing{&b}}, Schedule{Warmup: time.Second, Window: 4 * time.Second, Turns: 2, Settle: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := Interleave(context.Background(), []Config{c}, 0); err == nil {
-		t.Error("no turns: no error")
+	want := "[run 1s false pause run 100ms false run 2s true pause run 100ms false run 2s true pause]"
+	if fmt.Sprint(a) != want || fmt.Sprint(b) != want {
+		t.Errorf("calls\n%v\n%v\nwant %s", a, b, want)
+	}
+	var alone []string
+	if err := Turns(context.Background(), []Turner{pausing{&alone}}, Schedule{Warmup: time.Second, Window: 4 * time.Second, Turns: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(alone) != "[run 1s false run 4s true]" {
+		t.Errorf("alone: %v", alone)
+	}
+}
+
+// TestTurnsRefusesShortTurns: a turn must dwarf its settle.
+func TestTurnsRefusesShortTurns(t *testing.T) {
+	var calls []string
+	two := []Turner{pausing{&calls}, pausing{&calls}}
+	for _, s := range []Schedule{
+		{Window: time.Second, Turns: 3, Settle: 100 * time.Millisecond},
+		{Window: time.Second, Turns: 0},
+		{Window: 0, Turns: 1},
+		{Window: time.Second, Turns: 1, Settle: -1},
+	} {
+		if err := Turns(context.Background(), two, s); err == nil {
+			t.Errorf("%+v: no error", s)
+		}
+	}
+	if len(calls) > 0 {
+		t.Errorf("refused schedules ran: %v", calls)
 	}
 }
 
@@ -203,7 +248,7 @@ func TestValidate(t *testing.T) {
 	for name, mut := range map[string]func(*Config){
 		"no URLs": func(c *Config) { c.URLs = nil }, "no SKUs": func(c *Config) { c.SKUs = nil },
 		"no workers": func(c *Config) { c.Workers = 0 }, "no window": func(c *Config) { c.Window = 0 },
-		"no prefix": func(c *Config) { c.KeyPrefix = "" }, "negative settle": func(c *Config) { c.Settle = -1 },
+		"no prefix": func(c *Config) { c.KeyPrefix = "" },
 	} {
 		c := ok
 		mut(&c)

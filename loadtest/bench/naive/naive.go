@@ -7,6 +7,7 @@
 package naive
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,6 +48,9 @@ type Result struct {
 	DurationS  float64 `json:"duration_s"`
 	Orders     int64   `json:"orders"`
 	OrdersPerS float64 `json:"orders_per_s"`
+	// TurnsPerS is each measured turn's orders per second, when the loop
+	// took turns with the service (Loop).
+	TurnsPerS []float64 `json:"turns_per_s,omitempty"`
 	// LockFailures counts acquisitions the library gave up on (redsync
 	// after its default 32 tries); the loop goes on with the next order.
 	LockFailures int64 `json:"lock_failures"`
@@ -99,6 +103,9 @@ func OpenTable(ctx context.Context, databaseURL string, keys, conns int) (*Table
 	return t, nil
 }
 
+// Name is the table's name.
+func (t *Table) Name() string { return t.name }
+
 // Close drops the table (with a fresh context: the run's may be over)
 // and closes the pool.
 func (t *Table) Close() {
@@ -133,72 +140,186 @@ func (t *Table) order(ctx context.Context, lk Locker, prefix, sku string) error 
 // Run runs the loop on the first cfg.Keys rows: a warm-up, then the
 // measured window. Each goroutine picks its keys at random (seeded).
 func (t *Table) Run(ctx context.Context, lk Locker, cfg Config) (Result, error) {
-	if cfg.Goroutines < 1 || cfg.Keys < 1 || cfg.Keys > len(t.keys) || cfg.Window <= 0 {
-		return Result{}, fmt.Errorf("naive: %d goroutines, %d keys of %d, window %v: want ≥ 1 of each, keys within the table", cfg.Goroutines, cfg.Keys, len(t.keys), cfg.Window)
+	l, err := t.Start(ctx, lk, cfg)
+	if err != nil {
+		return Result{Library: lk.Name(), Keys: cfg.Keys, Goroutines: cfg.Goroutines}, err
 	}
-	res := Result{Library: lk.Name(), Keys: cfg.Keys, Goroutines: cfg.Goroutines}
+	if cfg.Warmup > 0 {
+		err = l.Run(ctx, cfg.Warmup, false)
+	}
+	if err == nil {
+		err = l.Run(ctx, cfg.Window, true)
+	}
+	res, stopErr := l.Stop(ctx)
+	return res, cmp.Or(err, stopErr)
+}
+
+// Loop is a naive loop on a table that can take turns with the service
+// (judge.Turns): its goroutines place orders while it runs and park
+// between orders while it is paused.
+type Loop struct {
+	t      *Table
+	lk     Locker
+	cfg    Config
+	prefix string
+	res    Result
+	// stored0 is the table's reservations before the loop.
+	stored0 int64
+
+	orders, failures atomic.Int64
+	cancel           context.CancelFunc
+	wg               sync.WaitGroup
+	errs             []error
+	failed           atomic.Bool
+
+	mu   sync.Mutex
+	cond *sync.Cond
+	on   bool // the goroutines may start orders
+	stop bool // the goroutines return
+	busy int  // orders in progress
+}
+
+// Start starts cfg.Goroutines goroutines on the first cfg.Keys rows,
+// paused; cfg.Warmup and cfg.Window are Run's, not the loop's.
+func (t *Table) Start(ctx context.Context, lk Locker, cfg Config) (*Loop, error) {
+	if cfg.Goroutines < 1 || cfg.Keys < 1 || cfg.Keys > len(t.keys) {
+		return nil, fmt.Errorf("naive: %d goroutines, %d keys of %d: want ≥ 1 of each, keys within the table", cfg.Goroutines, cfg.Keys, len(t.keys))
+	}
 	stored0, err := t.reserved(ctx)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	prefix := "stockguard-naive-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10] + "-"
-	var orders, failures atomic.Int64
-	var stop atomic.Bool
-	loopCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, cfg.Goroutines)
-	var wg sync.WaitGroup
+	l := &Loop{t: t, lk: lk, cfg: cfg, stored0: stored0, errs: make([]error, cfg.Goroutines),
+		prefix: "stockguard-naive-" + strings.ReplaceAll(uuid.NewString(), "-", "")[:10] + "-",
+		res:    Result{Library: lk.Name(), Keys: cfg.Keys, Goroutines: cfg.Goroutines}}
+	l.cond = sync.NewCond(&l.mu)
+	// Cancelled on Stop, not left to finish: a redsync waiter on the hot
+	// key can retry for seconds. Keys are the loop's own, so what a
+	// cancelled acquisition leaves behind expires without harm.
+	loopCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	l.cancel = cancel
 	for g := range cfg.Goroutines {
-		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(cfg.Seed, uint64(g)))
-			for !stop.Load() {
-				err := t.order(loopCtx, lk, prefix, t.keys[rng.IntN(cfg.Keys)])
-				switch {
-				case err == nil:
-					orders.Add(1)
-				case errors.Is(err, ErrLockFailed):
-					failures.Add(1)
-				case loopCtx.Err() != nil:
-					return
-				default:
-					errs[g] = err
-					stop.Store(true)
-					return
-				}
-			}
-		})
+		l.wg.Go(func() { l.loop(loopCtx, g) })
 	}
-	wait := func(d time.Duration) {
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
+	return l, nil
+}
+
+// loop is goroutine g's orders.
+func (l *Loop) loop(ctx context.Context, g int) {
+	rng := rand.New(rand.NewPCG(l.cfg.Seed, uint64(g)))
+	for {
+		l.mu.Lock()
+		for !l.on && !l.stop {
+			l.cond.Wait()
+		}
+		if l.stop {
+			l.mu.Unlock()
+			return
+		}
+		l.busy++
+		l.mu.Unlock()
+		err := l.t.order(ctx, l.lk, l.prefix, l.t.keys[rng.IntN(l.cfg.Keys)])
+		l.mu.Lock()
+		if l.busy--; l.busy == 0 {
+			l.cond.Broadcast()
+		}
+		l.mu.Unlock()
+		switch {
+		case err == nil:
+			l.orders.Add(1)
+		case errors.Is(err, ErrLockFailed):
+			l.failures.Add(1)
+		case ctx.Err() != nil:
+			return
+		default:
+			l.errs[g] = err
+			l.failed.Store(true)
+			l.halt()
+			return
 		}
 	}
-	wait(cfg.Warmup)
-	o0, f0, start := orders.Load(), failures.Load(), time.Now()
-	wait(cfg.Window)
-	o1, f1, elapsed := orders.Load(), failures.Load(), time.Since(start)
-	// Cancelled, not left to finish: a redsync waiter on the hot key can
-	// retry for seconds. Keys are the run's own, so what a cancelled
-	// acquisition leaves behind expires without harm.
-	stop.Store(true)
-	cancel()
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return res, fmt.Errorf("naive %s: %w", lk.Name(), err)
+}
+
+// halt makes every goroutine return once its order in progress ends.
+func (l *Loop) halt() {
+	l.mu.Lock()
+	l.stop = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// Run lets the goroutines place orders for d; measured, what they place
+// in it counts in the result. A failed order stops the loop, and Run
+// says so.
+func (l *Loop) Run(ctx context.Context, d time.Duration, measured bool) error {
+	l.mu.Lock()
+	l.on = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	o0, f0, start := l.orders.Load(), l.failures.Load(), time.Now()
+	select {
+	case <-time.After(d):
+	case <-ctx.Done():
+		return fmt.Errorf("naive %s: %w", l.lk.Name(), ctx.Err())
+	}
+	o1, f1, elapsed := l.orders.Load(), l.failures.Load(), time.Since(start)
+	if l.failed.Load() {
+		return fmt.Errorf("naive %s: an order failed; Stop says which", l.lk.Name())
+	}
+	if measured {
+		r := &l.res
+		r.Orders, r.LockFailures = r.Orders+o1-o0, r.LockFailures+f1-f0
+		r.DurationS = tally.Round(r.DurationS+elapsed.Seconds(), 3)
+		r.OrdersPerS = tally.Round(float64(r.Orders)/r.DurationS, 1)
+		r.TurnsPerS = append(r.TurnsPerS, tally.Round(float64(o1-o0)/elapsed.Seconds(), 1))
+	}
+	return nil
+}
+
+// Pause stops the goroutines from starting orders and waits for those in
+// progress to end.
+func (l *Loop) Pause(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() {
+		l.mu.Lock()
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	})
+	defer stop()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.on = false
+	for l.busy > 0 && ctx.Err() == nil {
+		l.cond.Wait()
 	}
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("naive %s: %w", lk.Name(), err)
+		return fmt.Errorf("naive %s: %w", l.lk.Name(), err)
 	}
-	res.DurationS, res.Orders, res.LockFailures = tally.Round(elapsed.Seconds(), 3), o1-o0, f1-f0
-	res.OrdersPerS = tally.Round(float64(res.Orders)/elapsed.Seconds(), 1)
-	stored1, err := t.reserved(ctx)
+	return nil
+}
+
+// Stop ends the goroutines and checks the table's reservations against
+// the orders counted.
+func (l *Loop) Stop(ctx context.Context) (Result, error) {
+	l.halt()
+	l.cancel()
+	l.wg.Wait()
+	res := l.res
+	if len(res.TurnsPerS) < 2 {
+		res.TurnsPerS = nil
+	}
+	if err := errors.Join(l.errs...); err != nil {
+		return res, fmt.Errorf("naive %s: %w", l.lk.Name(), err)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, fmt.Errorf("naive %s: %w", l.lk.Name(), err)
+	}
+	stored1, err := l.t.reserved(ctx)
 	if err != nil {
 		return res, err
 	}
-	res.Total, res.Stored = orders.Load(), stored1-stored0
-	if res.Stored < res.Total || res.Stored > res.Total+int64(cfg.Goroutines) {
-		return res, fmt.Errorf("%w: %s placed %d, the table gained %d", ErrUnaccounted, lk.Name(), res.Total, res.Stored)
+	res.Total, res.Stored = l.orders.Load(), stored1-l.stored0
+	if res.Stored < res.Total || res.Stored > res.Total+int64(l.cfg.Goroutines) {
+		return res, fmt.Errorf("%w: %s placed %d, the table gained %d", ErrUnaccounted, l.lk.Name(), res.Total, res.Stored)
 	}
 	return res, nil
 }
