@@ -58,24 +58,33 @@ func migratedDatabase(t *testing.T, ctx context.Context) string {
 	return dsn
 }
 
+// redsyncTable is a naive table of keys rows in a fresh database, and
+// go-redsync over the stack's Redis masters, both closed when t ends.
+func redsyncTable(t *testing.T, ctx context.Context, keys int) (*naive.Table, *naive.Redsync, string) {
+	t.Helper()
+	redisAddrs := stacktest.RequireRedis(t)
+	dsn := migratedDatabase(t, ctx)
+	tbl, err := naive.OpenTable(ctx, dsn, keys, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(tbl.Close)
+	rs, err := naive.NewRedsync(ctx, redisAddrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	return tbl, rs, dsn
+}
+
 // TestNaiveLoops runs both naive loops for about a second each, on the
 // hot key and on many, and checks every order counted reached the table.
 func TestNaiveLoops(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	redisAddrs, zkServers := stacktest.RequireRedis(t), stacktest.RequireZK(t)
-	dsn := migratedDatabase(t, ctx)
+	zkServers := stacktest.RequireZK(t)
 	const keys = 100
-	tbl, err := naive.OpenTable(ctx, dsn, keys, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	rs, err := naive.NewRedsync(ctx, redisAddrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
+	tbl, rs, _ := redsyncTable(t, ctx, keys)
 	zk, err := naive.NewZooKeeper(ctx, zkServers)
 	if err != nil {
 		t.Fatal(err)
@@ -106,18 +115,7 @@ func TestNaiveLoops(t *testing.T) {
 func TestNaiveLoopTakesTurns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	redisAddrs := stacktest.RequireRedis(t)
-	dsn := migratedDatabase(t, ctx)
-	tbl, err := naive.OpenTable(ctx, dsn, 100, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	rs, err := naive.NewRedsync(ctx, redisAddrs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rs.Close()
+	tbl, rs, dsn := redsyncTable(t, ctx, 100)
 	loop, err := tbl.Start(ctx, rs, naive.Config{Goroutines: 8, Keys: 100, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
