@@ -60,6 +60,12 @@ func (bc Config) turns() int {
 	return max(1, min(limitTurns, int(bc.JudgeWindow/(8*judgeSettle))))
 }
 
+// settle is judgeSettle, or a quarter of a turn in a window too short for
+// that (judge.Turns wants turns of four settles at least).
+func (bc Config) settle() time.Duration {
+	return min(judgeSettle, bc.JudgeWindow/time.Duration(4*bc.turns()))
+}
+
 // judgeConfig is the attack of one workload on urls.
 func (bc Config) judgeConfig(urls, skus []string) judge.Config {
 	return judge.Config{URLs: urls, SKUs: skus, Workers: bc.Clients, Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow,
@@ -148,7 +154,7 @@ func (bc Config) judgeSides(ctx context.Context, sides []judgeSide, turns int) [
 			m.cpuErr = err
 		}
 	}
-	err := judge.Turns(ctx, turners, judge.Schedule{Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow, Turns: turns, Settle: judgeSettle, OnTurn: onTurn})
+	err := judge.Turns(ctx, turners, judge.Schedule{Warmup: bc.JudgeWarmup, Window: bc.JudgeWindow, Turns: turns, Settle: bc.settle(), OnTurn: onTurn})
 	for i, m := range ms {
 		if m == nil {
 			continue
@@ -223,8 +229,12 @@ func (bc Config) judgeService(workload string, dst **Judged, p *partner, stderr 
 		if p != nil {
 			sides = append(sides, p.side(bc))
 			turns = bc.turns()
-			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured, in %d turns with %s\n",
-				bc.Clients, bc.JudgeWarmup, bc.JudgeWindow, turns, p.name)
+			in := fmt.Sprintf("%d turns", turns)
+			if turns == 1 {
+				in = "one turn"
+			}
+			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured, in %s with %s\n",
+				bc.Clients, bc.JudgeWarmup, bc.JudgeWindow, in, p.name)
 		} else {
 			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
 		}

@@ -197,8 +197,14 @@ func TestJudgeSidesTakeTurns(t *testing.T) {
 			t.Errorf("side %d: CPU window %.3f s of %d orders; %.3f s elapsed, %d created", i, j.CPU.DurationS, j.CPU.Orders, elapsed, j.Created)
 		}
 	}
-	if short := (Config{JudgeWindow: 2 * time.Second}); short.turns() != 1 {
-		t.Errorf("a 2 s window: %d turns, want 1", short.turns())
+	for _, c := range []struct {
+		window time.Duration
+		turns  int
+		settle time.Duration
+	}{{10 * time.Second, 5, judgeSettle}, {2 * time.Second, 1, judgeSettle}, {500 * time.Millisecond, 1, 125 * time.Millisecond}} {
+		if bc := (Config{JudgeWindow: c.window}); bc.turns() != c.turns || bc.settle() != c.settle {
+			t.Errorf("a %v window: %d turns after settles of %v, want %d after %v", c.window, bc.turns(), bc.settle(), c.turns, c.settle)
+		}
 	}
 }
 
