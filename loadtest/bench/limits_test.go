@@ -116,9 +116,15 @@ func TestNaiveLoopTakesTurns(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tbl, rs, dsn := redsyncTable(t, ctx, 100)
+	if _, err := tbl.Run(ctx, rs, naive.Config{Goroutines: 1, Keys: 1}); err == nil {
+		t.Error("a loop without a window: no error")
+	}
 	loop, err := tbl.Start(ctx, rs, naive.Config{Goroutines: 8, Keys: 100, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := loop.Run(ctx, 0, true); err == nil {
+		t.Error("a turn of no time: no error")
 	}
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {

@@ -140,6 +140,10 @@ func (t *Table) order(ctx context.Context, lk Locker, prefix, sku string) error 
 // Run runs the loop on the first cfg.Keys rows: a warm-up, then the
 // measured window. Each goroutine picks its keys at random (seeded).
 func (t *Table) Run(ctx context.Context, lk Locker, cfg Config) (Result, error) {
+	if cfg.Window <= 0 || cfg.Warmup < 0 {
+		return Result{Library: lk.Name(), Keys: cfg.Keys, Goroutines: cfg.Goroutines},
+			fmt.Errorf("naive: window %v, warm-up %v: want a window", cfg.Window, cfg.Warmup)
+	}
 	l, err := t.Start(ctx, lk, cfg)
 	if err != nil {
 		return Result{Library: lk.Name(), Keys: cfg.Keys, Goroutines: cfg.Goroutines}, err
@@ -252,6 +256,9 @@ func (l *Loop) halt() {
 // in it counts in the result. A failed order stops the loop, and Run
 // says so.
 func (l *Loop) Run(ctx context.Context, d time.Duration, measured bool) error {
+	if d <= 0 {
+		return fmt.Errorf("naive %s: a run of %v", l.lk.Name(), d)
+	}
 	l.mu.Lock()
 	l.on = true
 	l.cond.Broadcast()
