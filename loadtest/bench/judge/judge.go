@@ -185,16 +185,16 @@ func Turns(ctx context.Context, sides []Turner, s Schedule) error {
 			return err
 		}
 	}
-	idx := make(map[Turner]int, len(sides))
-	for i, sd := range sides {
-		idx[sd] = i
+	order := make([]int, len(sides))
+	for i := range order {
+		order[i] = i
 	}
 	for turn := range s.Turns {
-		order := slices.Clone(sides)
-		if turn%2 == 1 {
+		if turn > 0 {
 			slices.Reverse(order)
 		}
-		for _, sd := range order {
+		for _, i := range order {
+			sd := sides[i]
 			if len(sides) > 1 && s.Settle > 0 {
 				if err := sd.Run(ctx, s.Settle, false); err != nil {
 					return err
@@ -206,11 +206,11 @@ func Turns(ctx context.Context, sides []Turner, s Schedule) error {
 				d = s.Window - d*time.Duration(s.Turns-1)
 			}
 			if s.OnTurn != nil {
-				s.OnTurn(idx[sd], true)
+				s.OnTurn(i, true)
 			}
 			err := sd.Run(ctx, d, true)
 			if s.OnTurn != nil {
-				s.OnTurn(idx[sd], false)
+				s.OnTurn(i, false)
 			}
 			if err == nil {
 				err = pause(sd)
