@@ -83,13 +83,6 @@ type judgeSide struct {
 	turner   judge.Turner
 }
 
-// judgeWorkload attacks processes already serving, reading the CPU of
-// every class around the window, and, with sections (the service, not the
-// floor), the instances' critical sections.
-func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int, sections *section.Meter) *Judged {
-	return bc.judgeSides(ctx, []judgeSide{{jc: jc, pids: pids, sections: sections}}, 1)[0]
-}
-
 // judgeSides runs the sides in turns (judge.Turns), reading the CPU of
 // every class and the critical sections around each attack's turns, and
 // returns each attack's window (nil for a turner's). The servers'

@@ -15,6 +15,7 @@ import (
 
 	"github.com/stockguard/stockguard/loadtest/bench/floor"
 	"github.com/stockguard/stockguard/loadtest/bench/judge"
+	"github.com/stockguard/stockguard/loadtest/bench/section"
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/compare"
 	"github.com/stockguard/stockguard/loadtest/fakeservice"
@@ -270,4 +271,12 @@ func TestBenchHoldsOutlastTheSuite(t *testing.T) {
 			t.Errorf("hold %d s: want at least the suite's %v, at most the service's 86400 s", hold, suite)
 		}
 	}
+}
+
+// judgeWorkload is judgeSides with one side: it attacks processes already
+// serving, reading the CPU of
+// every class around the window, and, with sections (the service, not the
+// floor), the instances' critical sections.
+func (bc Config) judgeWorkload(ctx context.Context, jc judge.Config, pids []int, sections *section.Meter) *Judged {
+	return bc.judgeSides(ctx, []judgeSide{{jc: jc, pids: pids, sections: sections}}, 1)[0]
 }
