@@ -484,22 +484,34 @@ wait_etcd() {
 # pg_pid: the postmaster's PID. Its pidfile lies in pg/, which only the
 # postgres user (and root) may enter, so another user finds the postmaster
 # by its command line instead (/proc/PID/cmdline is world-readable), and can
-# re-use a stack that root started.
+# re-use a stack that root started. A backend the postmaster has just forked
+# bears the same command line until it sets its title, so the postmaster is
+# the match whose parent is not a match.
 pg_pid() {
 	if [[ -x $PG_ROOT ]]; then
 		alive_pid "$PG_DATA/postmaster.pid" postgres "$PG_DATA"
 		return
 	fi
-	local d comm args
+	local d stat ppid
 	for d in /proc/[0-9]*; do
-		read -r comm 2>/dev/null <"$d/comm" || continue
-		[[ $comm == postgres ]] || continue
-		mapfile -d '' -t args 2>/dev/null <"$d/cmdline" || continue
-		[[ " ${args[*]} " == *" -D $PG_DATA "* ]] || continue
+		pg_cluster_proc "$d" || continue
+		stat=$(<"$d/stat") 2>/dev/null || continue
+		stat=${stat##*) }
+		read -r _ ppid _ <<<"$stat"
+		pg_cluster_proc "/proc/$ppid" && continue
 		echo "${d#/proc/}"
 		return 0
 	done
 	return 1
+}
+
+# pg_cluster_proc /proc/PID: whether PID is a postgres started on $PG_DATA.
+pg_cluster_proc() {
+	local comm args
+	read -r comm 2>/dev/null <"$1/comm" || return 1
+	[[ $comm == postgres ]] || return 1
+	mapfile -d '' -t args 2>/dev/null <"$1/cmdline" || return 1
+	[[ " ${args[*]} " == *" -D $PG_DATA "* ]]
 }
 
 as_postgres() { (cd / && runuser -u postgres -- "$@"); }

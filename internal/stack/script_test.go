@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,5 +182,96 @@ func TestScriptAsAnotherUser(t *testing.T) {
 	}
 	if _, err := os.Stat(fresh); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("up as nobody created %s (stat: %v)", fresh, err)
+	}
+}
+
+// TestScriptFindsPostmasterAsAnotherUser: a user who may not read the
+// postmaster's pidfile finds the postmaster by its command line, and a
+// process it has just forked (a backend bears the postmaster's command line
+// until it sets its title) is not taken for it, wherever its PID sorts. The
+// postmaster here is a copy of bash named postgres, with two forked
+// subshells; the real cluster answers pg_isready on its port.
+func TestScriptFindsPostmasterAsAnotherUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run the script as another user")
+	}
+	if _, err := user.Lookup("nobody"); err != nil {
+		t.Skipf("no user nobody: %v", err)
+	}
+	u, err := url.Parse(stacktest.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "stack-pg-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("../../scripts/stack.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(dir, "stack.sh")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The stack's pg/ is closed to other users, as postgres leaves it.
+	if err := os.Mkdir(filepath.Join(dir, "pg"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bash, err := exec.LookPath("bash")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := os.ReadFile(bash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake := filepath.Join(dir, "postgres")
+	if err := os.WriteFile(fake, body, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	// Each subshell stays a fork of the fake postmaster (comm postgres, same
+	// command line); only its sleeps exec.
+	loop := "(while :; do sleep 0.2; done) &"
+	pm := exec.CommandContext(ctx, fake, "-c", loop+" "+loop+" wait", "postgres", "-D", filepath.Join(dir, "pg", "data"))
+	pm.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := pm.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// The subshells die with their parent's process group.
+		_ = syscall.Kill(-pm.Process.Pid, syscall.SIGKILL)
+		_ = pm.Wait()
+	})
+	waitChildren(t, pm.Process.Pid, 2)
+
+	env := []string{"STOCKGUARD_STACK_DIR=" + dir, "STOCKGUARD_STACK_PG_PORT=" + u.Port()}
+	want := "postgres  127.0.0.1:" + u.Port() + " up (pid " + strconv.Itoa(pm.Process.Pid) + ")"
+	_, out := runScript(t, script, env, "nobody", "status")
+	if !strings.Contains(out, want) {
+		t.Fatalf("status as nobody lacks %q:\n%s", want, out)
+	}
+}
+
+// waitChildren waits until pid has n children.
+func waitChildren(t *testing.T, pid, n int) {
+	t.Helper()
+	path := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(pid) + "/children"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && len(strings.Fields(string(b))) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d has children %q (%v), want %d", pid, b, err, n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
