@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -381,23 +382,73 @@ var ErrAwaitBusy = errors.New("too many waiters blocked on this node")
 // hands each wake-up to the client blocked longest, so a release wakes one
 // waiter, oldest first, not a herd. An error (the node unreachable, or
 // ErrAwaitBusy) means nothing was awaited, possibly for part of d.
+//
+// A cancelled ctx returns at once with its error. go-redis notices a
+// context's deadline during a blocking read, not its cancellation, so the
+// pop stays blocked on its connection (and slot) until it ends by itself;
+// a wake-up it takes after the caller left is pushed back for the next
+// waiter. Taken and dropped, it would leave every other waiter of the key
+// asleep for its whole wait while the key stands free.
 func (n *Node) AwaitRelease(ctx context.Context, key string, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	select {
 	case n.slots <- struct{}{}:
-		defer func() { <-n.slots }()
 	default:
 		return ErrAwaitBusy
 	}
 	// At least BLPOP's resolution: its 0 would block for good.
 	d = min(max(d, time.Millisecond), maxAwait)
-	ctx, cancel := context.WithTimeout(ctx, d+n.timeout)
-	defer cancel()
-	// Do, not BLPop: go-redis rounds a BLPop timeout below one second up to
-	// a whole second, and Redis takes a decimal one.
-	err := n.waits.Do(ctx, "BLPOP", WakeKey(key), strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
+	var taken atomic.Bool // by the caller leaving, or by the pop's outcome
+	popped := make(chan error, 1)
+	go func() {
+		defer func() { <-n.slots }()
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+n.timeout)
+		defer cancel()
+		// Do, not BLPop: go-redis rounds a BLPop timeout below one second
+		// up to a whole second, and Redis takes a decimal one.
+		err := n.waits.Do(pctx, "BLPOP", WakeKey(key), strconv.FormatFloat(d.Seconds(), 'f', 3, 64)).Err()
+		if !taken.CompareAndSwap(false, true) {
+			if err == nil {
+				_ = n.passOn(pctx, key)
+			}
+			return
+		}
+		popped <- err
+	}()
+	var err error
+	select {
+	case err = <-popped:
+	case <-ctx.Done():
+		if taken.CompareAndSwap(false, true) {
+			return ctx.Err()
+		}
+		err = <-popped // the pop ended first
+	}
+	if err == nil && ctx.Err() != nil {
+		// Woken as the caller gave up: the wake-up is the next waiter's.
+		_ = n.passOn(context.WithoutCancel(ctx), key)
+		return ctx.Err()
+	}
 	if errors.Is(err, goredis.Nil) {
 		return nil // d passed without a release
 	}
+	return err
+}
+
+// passOn gives back a wake-up nobody will use, as the release script
+// leaves one: a single element, expiring.
+func (n *Node) passOn(ctx context.Context, key string) error {
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	wake := WakeKey(key)
+	_, err := n.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.LPush(ctx, wake, "1")
+		p.LTrim(ctx, wake, 0, 0)
+		p.PExpire(ctx, wake, wakeTTLms*time.Millisecond)
+		return nil
+	})
 	return err
 }
 

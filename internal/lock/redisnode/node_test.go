@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -146,6 +147,73 @@ func TestReleaseWakesOneWaiter(t *testing.T) {
 	// Wide margins: this checks which waiter a wake-up reached, not speed.
 	if first >= wait*4/5 || second < wait*9/10 {
 		t.Fatalf("waiters returned after %v and %v of %v; want one woken early, one at its time", first, second, wait)
+	}
+}
+
+// TestCancelledWaiterPassesItsWakeUpOn: a waiter whose context is cancelled
+// returns at once, though its pop stays blocked on the server (go-redis
+// does not interrupt a blocking read for a cancellation); the wake-up that
+// pop then takes, as the waiter blocked longest, is pushed back, and the
+// other waiter is woken by it instead of sleeping out its wait. On a
+// server of its own: the test counts the clients blocked on it.
+func TestCancelledWaiterPassesItsWakeUpOn(t *testing.T) {
+	ctx := t.Context()
+	srv, err := stack.StartRedis(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	n := redisnode.New(srv.Addr(), time.Second)
+	t.Cleanup(func() { _ = n.Close() })
+	const key = "sku-1"
+	if tok, err := acquire1(ctx, n, key, "a"); err != nil || tok == 0 {
+		t.Fatalf("AcquireIncr = %d, %v", tok, err)
+	}
+	if tok, err := acquire1(ctx, n, key, "b"); err != nil || tok != 0 {
+		t.Fatalf("AcquireIncr on a held key = %d, %v; want refused", tok, err)
+	}
+	const wait = time.Second
+	cctx, cancel := context.WithCancel(ctx)
+	left := make(chan error, 1)
+	go func() { left <- n.AwaitRelease(cctx, key, wait) }()
+	blocked := func(want int64) {
+		t.Helper()
+		deadline := time.Now().Add(wait / 2)
+		for {
+			info, err := n.Client().Info(ctx, "clients").Result()
+			if err == nil && strings.Contains(info, fmt.Sprintf("blocked_clients:%d\r", want)) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %d blocked clients: %v\n%s", want, err, info)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	blocked(1) // the first waiter is the one blocked longest
+	start := time.Now()
+	woken := make(chan time.Duration, 1)
+	go func() {
+		if err := n.AwaitRelease(ctx, key, wait); err != nil {
+			t.Errorf("second AwaitRelease = %v", err)
+		}
+		woken <- time.Since(start)
+	}()
+	blocked(2)
+	cancel()
+	select {
+	case err := <-left:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled AwaitRelease = %v, want context.Canceled", err)
+		}
+	case <-time.After(wait / 4):
+		t.Fatal("a cancelled AwaitRelease did not return at once")
+	}
+	if deleted, err := release1(ctx, n, key, "a", redisnode.WakeIfOurs); err != nil || !deleted {
+		t.Fatalf("Release = %v, %v", deleted, err)
+	}
+	if d := <-woken; d >= wait*4/5 {
+		t.Fatalf("the remaining waiter returned after %v of its %v: the wake-up went to the waiter that left", d, wait)
 	}
 }
 
