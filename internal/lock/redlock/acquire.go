@@ -79,8 +79,7 @@ func (l *Locker) take(ctx context.Context, keys []string, o lock.Options, turns 
 				got = append(got, held{a: a, k: k})
 			}
 		}
-		_ = l.release(got, true)
-		return nil, nil, cerr
+		return nil, nil, cleanupPending(cerr, l.release(got, true))
 	}
 	leases := make([]*lock.Lease, len(keys))
 	for k, ok := range out.obtained {

@@ -203,9 +203,21 @@ func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, er
 	for k := range a.keys {
 		all[k] = held{a: a, k: k, quiet: a.heldElsewhere(k)}
 	}
-	_ = a.l.release(all, true)
+	rerr := a.l.release(all, true)
 	t.drain(replies)
-	return outcome{}, cause
+	return outcome{}, cleanupPending(cause, rerr)
+}
+
+// cleanupPending is cause, joined by the error of the clean-up that
+// followed it when that did not clear a majority: the keys may then stay
+// held on the nodes that did not answer until their TTL, and the contract
+// (lock.Locker) says so with lock.ErrCleanupPending. The clean-up's own
+// lock.ErrUnavailable is not wrapped: cause says why the call failed.
+func cleanupPending(cause, rerr error) error {
+	if rerr == nil {
+		return cause
+	}
+	return fmt.Errorf("%w (%w: %v)", cause, lock.ErrCleanupPending, rerr)
 }
 
 // node runs this attempt's requests to node i, in order: round 1 (the lock

@@ -194,6 +194,46 @@ func TestCancelInFlightLeavesNoKey(t *testing.T) {
 	}
 }
 
+// TestCancelledAcquireSaysWhatItLeft: when the clean-up of a cancelled
+// acquisition cannot reach a majority, the keys may stay held there until
+// their TTL, and the error must say so (lock.ErrCleanupPending), as the
+// contract asks; a bare context.Canceled tells the caller nothing is held.
+// Nodes 3 and 4 are another holder's; node 2 is paused from the start, and
+// nodes 0 and 1, which granted the attempt, are paused before the cancel,
+// so the deletes reach no majority.
+func TestCancelledAcquireSaysWhatItLeft(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(200*time.Millisecond))
+	key := locktest.Key(t)
+	for _, i := range []int{3, 4} {
+		if err := raw[i].Set(t.Context(), redisnode.LockKey(key), "other", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cont := func(i int) { _ = c.srv[i].Cont() }
+	if err := c.srv[2].Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer cont(2)
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(30*time.Millisecond, func() {
+		for _, i := range []int{0, 1} {
+			if err := c.srv[i].Stop(); err != nil {
+				t.Error(err)
+			}
+		}
+		time.AfterFunc(20*time.Millisecond, cancel)
+	})
+	defer cont(0)
+	defer cont(1)
+	_, err := l.Acquire(ctx, key)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("cancelled Acquire whose clean-up reached 2 of 5 nodes = %v; want context.Canceled with lock.ErrCleanupPending", err)
+	}
+}
+
 // TestReleaseWaitsForLateLockWrite pauses a node during an acquisition that
 // succeeds on the others, resumes it only after the lease's Release has
 // returned, and checks that the late SET did not outlive the release there:

@@ -113,7 +113,9 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 			return lease, nil
 		}
 		if cerr := ctx.Err(); cerr != nil {
-			if !errors.Is(err, cerr) {
+			// An attempt cut short by ctx says no more than ctx, unless
+			// its clean-up may have left the key held.
+			if !errors.Is(err, cerr) || errors.Is(err, lock.ErrCleanupPending) {
 				last = err
 			}
 			return nil, lp.ctxError(key, cerr, last)
