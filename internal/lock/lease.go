@@ -168,11 +168,12 @@ func (l *Lease) lose(err error) {
 	}
 }
 
-// keepalive extends the lease at TTL/3 (with the watchdog) and marks it lost
-// the moment its validity deadline passes without a successful extension. A
-// failed extension is treated as loss at once: a backend reports failure only
-// when it could not renew on enough nodes, and waiting for the old deadline
-// would only shorten the warning the holder gets.
+// keepalive extends the lease at TTL/3 (with the watchdog; at once when less
+// than that is left) and marks it lost the moment its validity deadline
+// passes without a successful extension. A failed extension is treated as
+// loss at once: a backend reports failure only when it could not renew on
+// enough nodes, and waiting for the old deadline would only shorten the
+// warning the holder gets.
 func (l *Lease) keepalive(ctx context.Context) {
 	defer close(l.keepaliveDone)
 	ext, canExtend := l.p.Handle.(Extender)
@@ -180,8 +181,16 @@ func (l *Lease) keepalive(ctx context.Context) {
 	for {
 		wait := time.Until(l.Deadline())
 		extendNow := false
-		if l.p.Watchdog && canExtend && step > 0 && step < wait {
-			wait, extendNow = step, true
+		if l.p.Watchdog && canExtend && step > 0 && wait > 0 {
+			// With less than a step left (a slow acquisition used the
+			// rest), at once: the validity left may still cover the round
+			// trip, where waiting for the deadline loses the lease.
+			extendNow = true
+			if wait > step {
+				wait = step
+			} else {
+				wait = 0
+			}
 		}
 		t := time.NewTimer(max(wait, 0))
 		select {

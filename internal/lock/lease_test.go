@@ -108,3 +108,20 @@ func TestLoseAndContext(t *testing.T) {
 		t.Fatal("a session lease has a deadline")
 	}
 }
+
+// TestWatchdogExtendsAShortLeaseAtOnce: a lease handed out with less than
+// TTL/3 of its validity left (its acquisition took the rest) is extended
+// at once, not left to run out.
+func TestWatchdogExtendsAShortLeaseAtOnce(t *testing.T) {
+	h := &ttlHandle{ttl: 300 * time.Millisecond}
+	l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 7, Deadline: time.Now().Add(60 * time.Millisecond), TTL: h.ttl,
+		Watchdog: true, Handle: h})
+	defer func() { _ = l.Release(context.Background()) }()
+	time.Sleep(150 * time.Millisecond)
+	if err := l.Err(); err != nil || h.extends.Load() == 0 {
+		t.Fatalf("lease with 60 ms of a 300 ms TTL left: %d extensions, err %v; want extended at once", h.extends.Load(), err)
+	}
+	if left := time.Until(l.Deadline()); left < 100*time.Millisecond {
+		t.Fatalf("validity left %v after the extension, want most of the TTL", left)
+	}
+}
