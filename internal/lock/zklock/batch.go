@@ -130,8 +130,12 @@ func (s *session) acquireBatch(ctx context.Context, keys []string, gone []*node)
 		}
 	}
 	// Queued behind a holder, a node would be granted the key later with
-	// nobody to take it: it goes before the batch returns.
-	s.abandon(ctx, held...)
+	// nobody to take it: it goes before the batch returns, or the batch
+	// fails saying it is still going (lock.ErrCleanupPending), and takes
+	// nothing.
+	if aerr := s.abandon(ctx, held...); aerr != nil {
+		return lock.Batch{}, released, errors.Join(aerr, s.abandon(ctx, won...))
+	}
 	if len(won) == 0 {
 		return b, released, nil
 	}

@@ -63,7 +63,9 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 // grant turns granted nodes into leases, registered all at once. If the
 // session was disconnected or given up since the verdict, no lease is
 // handed out (it would be born lost): the nodes are deleted, or are gone
-// with the session, and the attempt starts over.
+// with the session, and the attempt starts over; a delete still pending
+// (lock.ErrCleanupPending) is in the error, for the caller to hear of if
+// it gives up.
 func (s *session) grant(nodes []*node) (lock.Set, error) {
 	leases := make(lock.Set, len(nodes))
 	hs := make([]*handle, len(nodes))
@@ -80,7 +82,9 @@ func (s *session) grant(nodes []*node) (lock.Set, error) {
 	}
 	if err := s.register(hs, loses); err != nil {
 		if errors.Is(err, errDisconnected) {
-			s.abandon(context.Background(), nodes...)
+			if aerr := s.abandon(context.Background(), nodes...); aerr != nil {
+				err = fmt.Errorf("%w (%w)", err, aerr)
+			}
 		}
 		return nil, err
 	}

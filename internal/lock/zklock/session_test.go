@@ -318,3 +318,47 @@ func TestFailedWriteIsALostResponse(t *testing.T) {
 	}
 	mustRelease(t, lease)
 }
+
+// TestGrantCutOffSaysWhatItLeft: an attempt whose node is lowest but whose
+// connection drops before the lease is handed out cannot delete the node
+// while cut off; the caller that then gives up must hear that the node may
+// still hold the key (lock.ErrCleanupPending), not a bare ctx error. The
+// window between the verdict and the hand-out is microseconds wide, so the
+// test plays the attempt's steps itself.
+func TestGrantCutOffSaysWhatItLeft(t *testing.T) {
+	servers := sharedZK(t)
+	insp := inspector(t, servers)
+	p := &partition{}
+	l := mustLocker(t, servers, WithDialer(p.dial), WithSessionTimeout(12*time.Second))
+	k := key(t)
+	mustRelease(t, mustAcquire(t, l, k+"-warm")) // connected, root made
+	s, err := l.session()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes, _, err := s.createAll(context.Background(), []string{k}, nil)
+	if err != nil || !nodes[0].first {
+		t.Fatalf("createAll = %v, first %v; want the key's only node", err, nodes != nil && nodes[0].first)
+	}
+	p.cut()
+	waitFor(t, 2*time.Second, "the session suspended", func() bool { return !s.isConnected() })
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	tries := 0
+	err = l.inSession(ctx, func(s2 *session) error {
+		if tries++; tries > 1 {
+			return ctx.Err() // what a second try cut off meets
+		}
+		_, err := s2.grant(nodes)
+		return err
+	})
+	p.heal()
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("gave up after a grant cut off = %v; want the deadline with lock.ErrCleanupPending", err)
+	}
+	// Reconnected, the delete lands.
+	waitFor(t, 15*time.Second, "the node deleted after the reconnection", func() bool {
+		ok, _ := exists(t, insp, nodes[0].path())
+		return !ok
+	})
+}

@@ -187,8 +187,14 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 // for good, or ctx ends; an attempt whose session went (or disconnected as
 // it was granted) starts over in the next.
 func (l *Locker) inSession(ctx context.Context, attempt func(*session) error) error {
+	// pending is an attempt's clean-up still running: nodes of it may stand
+	// in their lines, which a caller giving up must hear of.
+	var pending error
 	for {
 		if err := ctx.Err(); err != nil {
+			if pending != nil {
+				return fmt.Errorf("%w (an earlier try: %w)", err, pending)
+			}
 			return err
 		}
 		s, err := l.session()
@@ -200,7 +206,12 @@ func (l *Locker) inSession(ctx context.Context, attempt func(*session) error) er
 		case err == nil:
 			return nil
 		case errors.Is(err, errSessionGone), errors.Is(err, errDisconnected):
-			continue // the nodes died with the session, or were deleted: queue again
+			// The nodes died with the session, or were deleted (or are
+			// being): queue again.
+			if errors.Is(err, lock.ErrCleanupPending) {
+				pending = err
+			}
+			continue
 		case errors.Is(err, lock.ErrNotAcquired):
 			return err
 		case ctx.Err() != nil:
