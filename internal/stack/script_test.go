@@ -146,23 +146,7 @@ func TestScriptAsAnotherUser(t *testing.T) {
 	stacktest.RequireZK(t)
 	stacktest.RequireEtcd(t)
 	stacktest.RequirePostgres(t)
-	// A copy the other user can read: the work tree may be under /root.
-	dir, err := os.MkdirTemp("", "stack-script-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	src, err := os.ReadFile("../../scripts/stack.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(dir, "stack.sh")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir, script := othersCopy(t)
 
 	rootCode, rootOut := runScript(t, script, nil, "", "status")
 	code, out := runScript(t, script, nil, "nobody", "status")
@@ -202,22 +186,7 @@ func TestScriptFindsPostmasterAsAnotherUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "stack-pg-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.ReadFile("../../scripts/stack.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := filepath.Join(dir, "stack.sh")
-	if err := os.WriteFile(script, src, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, script := othersCopy(t)
 	// The stack's pg/ is closed to other users, as postgres leaves it.
 	if err := os.Mkdir(filepath.Join(dir, "pg"), 0o700); err != nil {
 		t.Fatal(err)
@@ -274,4 +243,27 @@ func waitChildren(t *testing.T, pid, n int) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// othersCopy copies scripts/stack.sh into a new directory that another
+// user can read (the work tree may be under /root) and returns both.
+func othersCopy(t *testing.T) (dir, script string) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "stack-script-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("../../scripts/stack.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	script = filepath.Join(dir, "stack.sh")
+	if err := os.WriteFile(script, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir, script
 }

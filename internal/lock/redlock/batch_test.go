@@ -174,13 +174,8 @@ func TestBatchPartialGrants(t *testing.T) {
 	l := newLocker(t, c.addrs)
 	base := locktest.Key(t)
 	major, minor, free := base+"-major", base+"-minor", base+"-free"
-	for key, on := range map[string][]int{major: {0, 1, 2}, minor: {3, 4}} {
-		for _, i := range on {
-			if err := raw[i].Set(t.Context(), redisnode.LockKey(key), "other", time.Minute).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	raw.holdElsewhere(t, major, 0, 1, 2)
+	raw.holdElsewhere(t, minor, 3, 4)
 	b := locktest.MustBatch(t, l, []string{free, major, minor})
 	if !slices.Equal(b.Held, []string{major}) || len(b.Leases) != 2 {
 		t.Fatalf("batch got %d leases, held %q; want free and minor, major held", len(b.Leases), b.Held)

@@ -165,11 +165,7 @@ func TestCancelInFlightLeavesNoKey(t *testing.T) {
 	key := locktest.Key(t)
 	// Another holder owns nodes 3 and 4; node 2 is paused. Nodes 0 and 1 grant
 	// us the lock, and the attempt waits on node 2 for its majority.
-	for _, i := range []int{3, 4} {
-		if err := raw[i].Set(t.Context(), redisnode.LockKey(key), "other", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	raw.holdElsewhere(t, key, 3, 4)
 	if err := c.srv[2].Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -207,11 +203,7 @@ func TestCancelledAcquireSaysWhatItLeft(t *testing.T) {
 	raw := rawClients(t, c.addrs)
 	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(200*time.Millisecond))
 	key := locktest.Key(t)
-	for _, i := range []int{3, 4} {
-		if err := raw[i].Set(t.Context(), redisnode.LockKey(key), "other", time.Minute).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	raw.holdElsewhere(t, key, 3, 4)
 	cont := func(i int) { _ = c.srv[i].Cont() }
 	if err := c.srv[2].Stop(); err != nil {
 		t.Fatal(err)
@@ -325,11 +317,7 @@ func TestEmptyRestartAfterPartialRoundTwo(t *testing.T) {
 				return b.Leases
 			}
 			for _, k := range keys {
-				for _, i := range []int{3, 4} {
-					if err := raw[i].Set(t.Context(), redisnode.LockKey(k), "other", time.Minute).Err(); err != nil {
-						t.Fatal(err)
-					}
-				}
+				raw.holdElsewhere(t, k, 3, 4)
 			}
 			first := acquire()
 			if err := first.Release(t.Context()); err != nil {

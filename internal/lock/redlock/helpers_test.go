@@ -79,6 +79,17 @@ func (ns nodes) lockValues(tb testing.TB, key string) []string {
 	return vals
 }
 
+// holdElsewhere sets key's lock on nodes on to another holder's value for
+// a minute.
+func (ns nodes) holdElsewhere(tb testing.TB, key string, on ...int) {
+	tb.Helper()
+	for _, i := range on {
+		if err := ns[i].Set(context.Background(), redisnode.LockKey(key), "other", time.Minute).Err(); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 func count(vals []string, want string) int {
 	n := 0
 	for _, v := range vals {
