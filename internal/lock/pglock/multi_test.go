@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/stack"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
@@ -302,4 +304,57 @@ func TestCloseDuringGrant(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close still waits for the acquisition's connection")
 	}
+}
+
+// TestReleaseDuringKeepalive: a lease released while its keepalive's
+// statement is in flight is released, not lost: pgx closes a connection
+// whose statement is cancelled, which ends the session and frees every
+// lock on it, a batch's other leases' too. The session's backend is paused
+// (SIGSTOP, on a cluster of the test's own) so that the keepalive's
+// statement is in flight for as long as the test needs; one lease, so that
+// the statement in flight is that lease's.
+func TestReleaseDuringKeepalive(t *testing.T) {
+	ctx := t.Context()
+	pg, err := stack.StartPostgres(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Close() })
+	url, err := pg.CreateDatabase(ctx, "pglock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, other := newLocker(t, url), newLocker(t, url)
+	key := manyKeys(t, 1)[0]
+	lease := locktest.MustAcquire(t, l, key, lock.WithTTL(900*time.Millisecond))
+	var pid int
+	if err := connect(t, url).QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = $1`,
+		leaseAppName(lease.ID())).Scan(&pid); err != nil {
+		t.Fatalf("the lease's backend: %v", err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	defer resume()
+	var s *session
+	l.mu.Lock()
+	for ls := range l.live {
+		s = ls
+	}
+	l.mu.Unlock()
+	// The keepalive (at TTL/3) holds the session while its statement waits
+	// on the paused backend.
+	waitFor(t, "the keepalive's statement in flight", func() bool {
+		if s.mu.TryLock() {
+			s.mu.Unlock()
+			return false
+		}
+		return true
+	})
+	time.AfterFunc(200*time.Millisecond, resume)
+	if err := lease.Release(ctx); err != nil {
+		t.Fatalf("release during the keepalive: %v; want released", err)
+	}
+	locktest.MustRelease(t, locktest.MustAcquire(t, other, key, lock.TryOnce()))
 }

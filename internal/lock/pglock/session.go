@@ -118,9 +118,21 @@ func (s *session) stopWatch() {
 // sent less than TTL/refreshAfter ago serves them all. The new deadline is
 // counted from before the statement was sent, so it comes before the moment
 // the server would end the session.
+//
+// The statement runs to its end, bounded by ctx's deadline but deaf to its
+// cancellation: a release cancels its lease's keepalive, and a statement
+// cancelled in flight makes pgx close the connection, which ends the
+// session and frees every lock on it, the other leases' too. The release
+// waits for the keepalive instead (a round trip). Close still ends it.
 func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	s := h.s
-	ctx, stop := s.l.bind(ctx)
+	ectx := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ectx, cancel = context.WithDeadline(ectx, d)
+		defer cancel()
+	}
+	ctx, stop := s.l.bind(ectx)
 	defer stop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
