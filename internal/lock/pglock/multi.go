@@ -234,12 +234,14 @@ func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Con
 		case errors.Is(err, lock.ErrNotAcquired):
 			return err // attempt handed the connection back
 		case errors.Is(err, errHoldWait):
-			l.discard(c)
+			if derr := l.discard(c); derr != nil {
+				return l.failure(parent, fmt.Errorf("%w (%w)", err, derr))
+			}
 			l.log.Debug("multi-key wait gave up its keys past the hold-wait bound; queueing again")
 			continue
 		}
 		closed := c.Conn().IsClosed()
-		l.discard(c)
+		err = l.discarding(c, err)
 		if dead++; !closed || dead >= maxDeadConns || ctx.Err() != nil {
 			return l.failure(parent, err)
 		}

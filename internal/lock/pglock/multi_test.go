@@ -315,15 +315,7 @@ func TestCloseDuringGrant(t *testing.T) {
 // the statement in flight is that lease's.
 func TestReleaseDuringKeepalive(t *testing.T) {
 	ctx := t.Context()
-	pg, err := stack.StartPostgres(ctx, t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pg.Close() })
-	url, err := pg.CreateDatabase(ctx, "pglock")
-	if err != nil {
-		t.Fatal(err)
-	}
+	url := privateDatabase(t)
 	l, other := newLocker(t, url), newLocker(t, url)
 	key := manyKeys(t, 1)[0]
 	lease := locktest.MustAcquire(t, l, key, lock.WithTTL(900*time.Millisecond))
@@ -332,11 +324,7 @@ func TestReleaseDuringKeepalive(t *testing.T) {
 		leaseAppName(lease.ID())).Scan(&pid); err != nil {
 		t.Fatalf("the lease's backend: %v", err)
 	}
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
-	defer resume()
+	resume := pause(t, pid)
 	var s *session
 	l.mu.Lock()
 	for ls := range l.live {
@@ -357,4 +345,66 @@ func TestReleaseDuringKeepalive(t *testing.T) {
 		t.Fatalf("release during the keepalive: %v; want released", err)
 	}
 	locktest.MustRelease(t, locktest.MustAcquire(t, other, key, lock.TryOnce()))
+}
+
+// TestCancelUnansweredSaysWhatItLeft: a waiter whose server does not answer
+// the cancel of its lock wait (its backend paused, as behind a partition)
+// has its socket closed after cancelGiveUp; its backend may stay queued, or
+// be granted the key, until the server notices, and the error must say so
+// (lock.ErrCleanupPending), as the contract asks.
+func TestCancelUnansweredSaysWhatItLeft(t *testing.T) {
+	url := privateDatabase(t)
+	a, b := newLocker(t, url), newLocker(t, url)
+	probe := connect(t, url)
+	key := manyKeys(t, 1)[0]
+	held := locktest.MustAcquire(t, a, key)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Acquire(ctx, key)
+		errc <- err
+	}()
+	waitFor(t, "the waiter queued on the server", func() bool { return lockWaiters(t, probe) == 1 })
+	var pid int
+	if err := probe.QueryRow(t.Context(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	resume := pause(t, pid)
+	cancel()
+	err := <-errc
+	resume()
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("cancelled Acquire whose cancel went unanswered = %v; want context.Canceled with lock.ErrCleanupPending", err)
+	}
+	// Resumed, the backend takes the cancel and leaves the queue.
+	waitFor(t, "the waiter gone from the queue", func() bool { return lockWaiters(t, probe) == 0 })
+	locktest.MustRelease(t, held)
+}
+
+// privateDatabase starts a Postgres cluster of the test's own, whose
+// backends a test may pause, and returns the URL of a database in it.
+func privateDatabase(t *testing.T) string {
+	t.Helper()
+	pg, err := stack.StartPostgres(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pg.Close() })
+	url, err := pg.CreateDatabase(t.Context(), "pglock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
+// pause stops the backend pid (SIGSTOP) and returns what resumes it, once;
+// the test's end resumes it too.
+func pause(t *testing.T, pid int) func() {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+	t.Cleanup(resume)
+	return resume
 }

@@ -51,6 +51,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -331,7 +332,7 @@ func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*l
 		// pings only those idle for over a second): try another. Any other
 		// failure may have come as the lock was granted: discard frees it.
 		closed := c.Conn().IsClosed()
-		l.discard(c)
+		err = l.discarding(c, err)
 		if !closed || dead+1 >= maxDeadConns || ctx.Err() != nil {
 			return nil, l.failure(parent, err)
 		}
@@ -342,14 +343,12 @@ func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*l
 		// the server's timer to get the whole TTL back.
 		sent = time.Now()
 		if err := l.exec(ctx, c, key, keepaliveSQL); err != nil {
-			l.discard(c)
-			return nil, l.failure(parent, err)
+			return nil, l.failure(parent, l.discarding(c, err))
 		}
 	}
 	set, err := l.grant(c, []string{key}, []uuid.UUID{id}, []int64{token}, sent, o)
 	if err != nil {
-		l.discard(c)
-		return nil, err
+		return nil, l.discarding(c, err)
 	}
 	return set[0], nil
 }
@@ -402,6 +401,7 @@ func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what s
 	pg := c.Conn().PgConn()
 	finished := make(chan struct{})
 	cancelled := make(chan struct{})
+	var gaveUp atomic.Bool
 	// Nothing runs unless ctx ends while the pipeline does: this is on every
 	// acquisition's path.
 	stop := context.AfterFunc(ctx, func() {
@@ -417,6 +417,7 @@ func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what s
 				return
 			case <-giveUp.C:
 				l.log.Warn("lock wait not cancelled by the server; closing its connection", "key", what)
+				gaveUp.Store(true)
 				abort()
 				return
 			case <-time.After(cancelRetry):
@@ -427,6 +428,11 @@ func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what s
 	close(finished)
 	if !stop() {
 		<-cancelled // the cancel loop started: it ends now that finished is closed
+	}
+	if gaveUp.Load() {
+		// The backend may still be queued, or holding what it was granted,
+		// until the server notices the closed socket.
+		return fmt.Errorf("%w: no answer to the cancel in %v, socket closed: %w", lock.ErrCleanupPending, cancelGiveUp, ctx.Err())
 	}
 	if err == nil && ctx.Err() != nil {
 		return ctx.Err() // granted as the caller gave up
@@ -449,17 +455,34 @@ func (l *Locker) exec(ctx context.Context, c *pgxpool.Conn, what, sql string, ar
 // socket would free them too, but only once the server notices, a moment
 // later; discard does that only for a connection that is broken already or
 // does not answer.
-func (l *Locker) discard(c *pgxpool.Conn) {
-	if !c.Conn().IsClosed() {
-		ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
-		_, err := c.Exec(ctx, unlockAllSQL, poolAppName)
-		cancel()
-		if err == nil {
-			c.Release()
-			return
-		}
+//
+// The error, lock.ErrCleanupPending, is for a connection that was open and
+// did not answer: its session may hold locks until the server notices the
+// closed socket. One already closed (broken, or closed by send) holds
+// nothing that its closing did not already say.
+func (l *Locker) discard(c *pgxpool.Conn) error {
+	if c.Conn().IsClosed() {
+		destroy(c)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), discardTimeout)
+	_, err := c.Exec(ctx, unlockAllSQL, poolAppName)
+	cancel()
+	if err == nil {
+		c.Release()
+		return nil
 	}
 	destroy(c)
+	return fmt.Errorf("%w: unlock not answered in %v, socket closed: %w", lock.ErrCleanupPending, discardTimeout, err)
+}
+
+// discarding discards c after err and returns err, with the discard's
+// error if it left something behind.
+func (l *Locker) discarding(c *pgxpool.Conn, err error) error {
+	if derr := l.discard(c); derr != nil {
+		return fmt.Errorf("%w (%w)", err, derr)
+	}
+	return err
 }
 
 // recycle hands a connection that holds no lock back to the pool, with the
@@ -476,6 +499,9 @@ func (l *Locker) recycle(ctx context.Context, c *pgxpool.Conn) {
 // the caller gave up, or lock.ErrUnavailable.
 func (l *Locker) failure(parent context.Context, err error) error {
 	if perr := parent.Err(); perr != nil {
+		if errors.Is(err, lock.ErrCleanupPending) {
+			return fmt.Errorf("%w (%w)", perr, err)
+		}
 		return perr
 	}
 	if l.closing.Err() != nil {
