@@ -84,6 +84,23 @@ func TestEndlessHeadersAreCutOff(t *testing.T) {
 	t.Logf("cut after %s: %q", d, first)
 }
 
+// OPTIONS * is a path like any other: the router's JSON 404, not
+// net/http's undocumented empty 200.
+func TestOptionsStarIsNotFound(t *testing.T) {
+	in := startInstance(t, backendEnv(t), "--lock=local")
+	conn := dial(t, in)
+	fmt.Fprint(conn, "OPTIONS * HTTP/1.1\r\nHost: x\r\n\r\n")
+	res, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"not_found"`) {
+		t.Fatalf("OPTIONS * = %d %s; want 404 not_found", res.StatusCode, b)
+	}
+}
+
 func TestThousandHeadersAreRefused(t *testing.T) {
 	in := startInstance(t, backendEnv(t), "--lock=local")
 	req, _ := http.NewRequest("GET", in.url+"/healthz", nil)

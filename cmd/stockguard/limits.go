@@ -92,6 +92,9 @@ func (l *serverLimits) server(handler http.Handler, requestTimeout time.Duration
 		WriteTimeout:      l.readTimeout + requestTimeout + writeGrace,
 		IdleTimeout:       l.idleTimeout,
 		MaxHeaderBytes:    l.maxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// OPTIONS * would get net/http's own empty 200, which the API does
+		// not document; the router answers it 404 like any other path.
+		DisableGeneralOptionsHandler: true,
+		ErrorLog:                     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 }

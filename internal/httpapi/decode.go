@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"mime"
+	"net"
 	"net/http"
 	"reflect"
 	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -26,13 +29,14 @@ func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[st
 	if err != nil || mt != "application/json" {
 		return errMediaType
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	var body []byte
+	if rb, ok := r.Body.(*readAlready); ok {
+		body, err = rb.body, rb.err // no second copy on every order
+	} else {
+		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	}
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return errBodyTooLarge
-		}
-		return fmt.Errorf("%w: reading body: %v", inventory.ErrInvalid, err)
+		return bodyError(err)
 	}
 	if !utf8.Valid(body) {
 		return fmt.Errorf("%w: body is not valid UTF-8", inventory.ErrInvalid)
@@ -58,6 +62,59 @@ func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[st
 	}
 	return nil
 }
+
+// bodyError is what a client is told of a body it did not send whole.
+func bodyError(err error) error {
+	var tooBig *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case errors.As(err, &tooBig):
+		return errBodyTooLarge
+	case errors.Is(err, errBodyTooLarge), errors.Is(err, errBodyTimeout), errors.Is(err, errBodyUnreadable):
+		return err
+	case errors.As(err, &ne) && ne.Timeout():
+		return errBodyTimeout
+	}
+	return errBodyUnreadable
+}
+
+// readBody reads a request's body before the request takes an in-flight
+// slot (limit): a client that trickles its body, or never ends it, holds
+// its connection for the server's read timeout at most, but none of the
+// slots every order needs. Read whole, the request goes on; its handler
+// decodes what was read, or gets the error that ended the read (413 for a
+// body past 64 KiB, 400 for one cut off), after its own checks.
+func readBody(c *gin.Context) {
+	r := c.Request
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, maxBody))
+		if err != nil {
+			err = bodyError(err)
+		}
+		rb := &readAlready{body: body, err: err}
+		rb.Reset(body)
+		r.Body = rb
+	}
+	c.Next()
+}
+
+// readAlready is a body readBody read: its bytes, then the error that ended
+// the read, if any.
+type readAlready struct {
+	bytes.Reader
+	body []byte
+	err  error
+}
+
+func (b *readAlready) Read(p []byte) (int, error) {
+	n, err := b.Reader.Read(p)
+	if err == io.EOF && b.err != nil {
+		return n, b.err
+	}
+	return n, err
+}
+
+func (*readAlready) Close() error { return nil }
 
 // checkKeys fails on a key that appears twice in one object or is not
 // exactly one of fields, at any depth. It is one pass over the bytes, not

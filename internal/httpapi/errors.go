@@ -13,12 +13,16 @@ import (
 
 // Errors that only the HTTP layer raises.
 var (
-	errUnauthorized     = errors.New("missing or wrong admin bearer token")
-	errNotFound         = errors.New("no such route")
-	errMethod           = errors.New("method not allowed on this route")
-	errBodyTooLarge     = errors.New("request body is larger than 64 KiB")
-	errMediaType        = errors.New("request body must be application/json")
-	errClientGone       = errors.New("request cancelled by the client")
+	errUnauthorized = errors.New("missing or wrong admin bearer token")
+	errNotFound     = errors.New("no such route")
+	errMethod       = errors.New("method not allowed on this route")
+	errBodyTooLarge = errors.New("request body is larger than 64 KiB")
+	errMediaType    = errors.New("request body must be application/json")
+	errClientGone   = errors.New("request cancelled by the client")
+	// The body errors say nothing of the socket: its text names the
+	// instance's and the peer's addresses, which are for the log.
+	errBodyTimeout      = fmt.Errorf("%w: request body not received within the server's read timeout", inventory.ErrInvalid)
+	errBodyUnreadable   = fmt.Errorf("%w: request body could not be read", inventory.ErrInvalid)
 	errServiceUnhealthy = errors.New("not ready: database")
 	errOverloaded       = fmt.Errorf("too many requests in flight on this instance: %w", inventory.ErrOverloaded)
 )

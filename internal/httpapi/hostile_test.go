@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -425,5 +427,56 @@ func TestReadyzWithASlowDatabase(t *testing.T) {
 	}
 	if d := time.Since(start); d > 4*time.Second {
 		t.Fatalf("readyz with the database hung took %v, want its 2 s bound", d)
+	}
+}
+
+// Clients that trickle their bodies hold their connections, not the
+// in-flight slots: with every slot's worth of them sending, a whole order
+// still gets through; and a body cut off by the server's read timeout is
+// answered 400 with a message that names no socket.
+func TestSlowBodiesTakeNoSlot(t *testing.T) {
+	const max = 2
+	svc := &recorder{place: func(context.Context, inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		return &inventory.Order{ID: uuid.New()}, false, nil
+	}}
+	srv := httptest.NewUnstartedServer(httpapi.New(httpapi.Config{Service: svc, MaxInFlight: max}))
+	srv.Config.ReadTimeout = time.Second
+	srv.Start()
+	t.Cleanup(srv.Close)
+	head := "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 40\r\n\r\n{"
+	answers := make(chan string, max+1)
+	for range max + 1 {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := io.WriteString(c, head); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			b, _ := io.ReadAll(c)
+			answers <- string(b)
+		}()
+	}
+	time.Sleep(100 * time.Millisecond) // every slow request is in
+	req, _ := http.NewRequest("POST", srv.URL+"/v1/orders", strings.NewReader(oneLine))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "k-1")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("an order while %d clients trickle their bodies = %d %s; want 201", max+1, resp.StatusCode, b)
+	}
+	for range max + 1 {
+		a := <-answers
+		if !strings.HasPrefix(a, "HTTP/1.1 400") || !strings.Contains(a, "request body not received within the server's read timeout") ||
+			strings.Contains(a, "127.0.0.1") || strings.Contains(a, "cancelled by the client") {
+			t.Fatalf("answer to a body cut off by the read timeout:\n%s", a)
+		}
 	}
 }

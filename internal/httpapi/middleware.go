@@ -177,7 +177,9 @@ func (s *server) admin(c *gin.Context) {
 // fail records err for renderErrors; a client that went away is not our
 // error (a request that ran out of its own deadline is: that is a timeout).
 func fail(c *gin.Context, err error) {
-	if errors.Is(c.Request.Context().Err(), context.Canceled) && !errors.Is(err, errClientGone) {
+	// A body cut off by the read timeout cancels the request too: the
+	// client was too slow, not gone, and may still read the answer.
+	if errors.Is(c.Request.Context().Err(), context.Canceled) && !errors.Is(err, errClientGone) && !errors.Is(err, errBodyTimeout) {
 		err = fmt.Errorf("%w: %w", errClientGone, err)
 	}
 	_ = c.Error(err)

@@ -22,8 +22,9 @@ func (s *server) routes(r *gin.Engine) {
 	s.debugRoutes(r) // only with --chaos: see chaos.go
 
 	// Probes and /metrics stay outside the bound: an overloaded instance is
-	// alive, and its metrics are how an operator sees the overload.
-	v1 := r.Group("/v1", limit(s.MaxInFlight), deadline(s.RequestTimeout))
+	// alive, and its metrics are how an operator sees the overload. The body
+	// is in before a request takes a slot (readBody).
+	v1 := r.Group("/v1", readBody, limit(s.MaxInFlight), deadline(s.RequestTimeout))
 	v1.PUT("/skus/:sku", s.admin, s.putSKU)
 	v1.GET("/skus/:sku", s.getSKU)
 	v1.GET("/skus/:sku/audit", s.auditSKU)
