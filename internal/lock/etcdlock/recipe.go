@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -276,6 +277,10 @@ func refused(err error) bool {
 // TTL/3: whatever the options, since the session renews for every lease.
 func (s *session) grant(w *waiter, deadline time.Time) (*lock.Lease, error) {
 	h := &handle{s: s, w: w}
+	// handed is false for a lease never handed out: its end is not a lease
+	// lost (stockguard_lock_leases_lost_total, which the chaos runs read).
+	var handed atomic.Bool
+	handed.Store(true)
 	lease, lose := lock.NewLease(lock.LeaseParams{
 		Key:      w.key,
 		Token:    lock.Token(w.rev),
@@ -284,11 +289,18 @@ func (s *session) grant(w *waiter, deadline time.Time) (*lock.Lease, error) {
 		TTL:      s.ttl,
 		Watchdog: true,
 		Handle:   h,
-		OnLost:   func(error) { s.l.m.Lost() },
+		OnLost: func(error) {
+			if handed.Load() {
+				s.l.m.Lost()
+			}
+		},
 	})
 	if !s.register(h, lose) {
 		// The session ended between the verdict and now: the key went with
-		// it, and a lease handed out now would be born lost.
+		// it, and a lease handed out now would be born lost. Its keepalive
+		// ends now, not at its first extension.
+		handed.Store(false)
+		lose(errSessionGone)
 		return nil, errSessionGone
 	}
 	return lease, nil

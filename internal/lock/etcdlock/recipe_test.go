@@ -377,3 +377,32 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantAfterTheSessionEndedCountsNoLoss: a waiter granted just as its
+// session ended gets no lease (it would be born lost), and the lease never
+// handed out is not counted lost when its keepalive would have run
+// (stockguard_lock_leases_lost_total, which the chaos runs read).
+func TestGrantAfterTheSessionEndedCountsNoLoss(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l := mustLocker(t, WithRegisterer(reg))
+	s, err := l.session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.giveUp(s, errClosed) // errClosed: no session counted lost either
+	if _, err := s.grant(s.newWaiter(locktest.Key(t)), time.Now().Add(testTTL)); !errors.Is(err, errSessionGone) {
+		t.Fatalf("grant in an ended session = %v, want errSessionGone", err)
+	}
+	time.Sleep(testTTL/3 + 300*time.Millisecond) // past the keepalive's first extension
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "stockguard_lock_leases_lost_total" {
+			if n := mf.GetMetric()[0].GetCounter().GetValue(); n != 0 {
+				t.Fatalf("%v leases counted lost; want 0", n)
+			}
+		}
+	}
+}
