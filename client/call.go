@@ -138,10 +138,12 @@ var errUnsendable = errors.New("request not built")
 // wait first: a 503's Retry-After; for a key in flight (which has none) or
 // an attempt that got no answer, a backoff that doubles each time. A
 // request that could not be built, and one of a call that must not be
-// repeated once it may have written, are final.
+// repeated once it may have written, are final. Whether the caller's
+// context ended is do's to judge (ctx.Err()), not err's: a transport's own
+// timeouts (the dial's, http.Client.Timeout) match
+// context.DeadlineExceeded too, and they are attempts that got no answer.
 func (c *Client) retryWait(cl call, err error, r *retries) (time.Duration, bool) {
-	if err == nil || cl.once || c.retries == 0 || errors.Is(err, context.Canceled) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, errUnsendable) {
+	if err == nil || cl.once || c.retries == 0 || errors.Is(err, errUnsendable) {
 		return 0, false
 	}
 	backoff := func(k *int) time.Duration {

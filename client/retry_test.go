@@ -243,3 +243,60 @@ func TestClientRefusesWhatTheServiceRefuses(t *testing.T) {
 		check("order, "+name, req.Validate() == nil, func() error { _, err := c.PlaceOrder(ctx, o); return err })
 	}
 }
+
+// TestAttemptTimeoutIsRetried: an attempt cut off by the transport's own
+// timeout (here http.Client.Timeout; a dial's is the same) got no answer,
+// and is retried while the caller's context lasts, though its error
+// matches context.DeadlineExceeded.
+func TestAttemptTimeoutIsRetried(t *testing.T) {
+	var n atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 { // the first attempt meets an instance that hangs
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "0")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"error":{"code":"lock_unavailable","message":"busy","request_id":"r"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	var seen attempts
+	c, err := client.New(srv.URL, client.WithRetries(1), client.WithInFlightBackoff(time.Millisecond),
+		client.WithHTTPClient(&http.Client{Timeout: 200 * time.Millisecond}), client.WithObserver(seen.observe))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SKU(context.Background(), "a")
+	all := seen.list()
+	if !errors.Is(err, client.ErrLockUnavailable) || len(all) != 2 || !all[0].Retry || all[0].Status != 0 {
+		t.Fatalf("err %v, attempts %+v; want the timed-out attempt retried, then the 503", err, all)
+	}
+}
+
+// TestRetryAfterBeyondDurations: a Retry-After too large for a Duration
+// reads as the longest one, not as a product that wrapped (290 ms, or
+// negative).
+func TestRetryAfterBeyondDurations(t *testing.T) {
+	for _, v := range []string{"18446744074", "9999999999", "99999999999999"} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("Retry-After", v)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"lock_unavailable","message":"busy","request_id":"r"}}`))
+		}))
+		c, err := client.New(srv.URL, client.WithRetries(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.SKU(context.Background(), "a")
+		srv.Close()
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.RetryAfter < 100*365*24*time.Hour {
+			t.Fatalf("Retry-After %s: %v, RetryAfter %v; want centuries", v, err, ae.RetryAfter)
+		}
+	}
+}
