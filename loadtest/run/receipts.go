@@ -12,12 +12,15 @@ import (
 // output and the JSON, which predate the name.) It is the first of the three sources the
 // verification compares, and the only one the service cannot rewrite.
 //
-// Units are counted once per distinct order id, so a replayed answer (same
-// key, same order id) does not count twice, while a service that reserves
-// twice for one key (two order ids) does.
+// Units are counted once per promise, a distinct pair of idempotency key
+// and order id: a replayed answer (same key, same order id) does not count
+// twice, while a service that reserves twice for one key (two order ids)
+// does, and so does one that answers two keys, two customers, with one
+// order (two promises, one order stored), which is also a problem.
 type Receipts struct {
 	mu       sync.Mutex
-	byOrder  map[string]bool   // order ids seen
+	booked   map[promise]bool
+	byOrder  map[string]string // order id → the first key answered with it
 	byKey    map[string]string // idempotency key → first order id
 	units    map[string]int64  // SKU → units reserved
 	maxToken map[string]uint64 // SKU → highest fence token in a 201
@@ -27,15 +30,19 @@ type Receipts struct {
 // NewReceipts returns an empty record.
 func NewReceipts() *Receipts {
 	return &Receipts{
-		byOrder:  map[string]bool{},
+		booked:   map[promise]bool{},
+		byOrder:  map[string]string{},
 		byKey:    map[string]string{},
 		units:    map[string]int64{},
 		maxToken: map[string]uint64{},
 	}
 }
 
-// Record books a 201 for the request sent with key; a replay (an order id
-// already booked) adds nothing.
+// promise is one 201: the key it answered and the order id it gave.
+type promise struct{ key, orderID string }
+
+// Record books a 201 for the request sent with key; a replay (the same key
+// and order id again) adds nothing.
 func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.OrderResponse) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -47,10 +54,19 @@ func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.Orde
 	} else if !ok {
 		l.byKey[key] = resp.OrderID
 	}
-	if l.byOrder[resp.OrderID] {
+	if first, ok := l.byOrder[resp.OrderID]; ok && first != key {
+		l.problems = append(l.problems, Disagreement{
+			SKU: req.Lines[0].SKU, Kind: "order_id_shared",
+			Detail: fmt.Sprintf("order %s answered to two keys %s and %s", resp.OrderID, first, key),
+		})
+	} else if !ok {
+		l.byOrder[resp.OrderID] = key
+	}
+	p := promise{key, resp.OrderID}
+	if l.booked[p] {
 		return
 	}
-	l.byOrder[resp.OrderID] = true
+	l.booked[p] = true
 	if !sameLines(req, resp) {
 		l.problems = append(l.problems, Disagreement{
 			SKU: req.Lines[0].SKU, Kind: "response_lines_differ",

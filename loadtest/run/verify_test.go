@@ -207,4 +207,10 @@ func TestReceipts(t *testing.T) {
 	if p := l.Problems(); len(p) != 2 || p[1].Kind != "response_lines_differ" {
 		t.Fatalf("problems %v", p)
 	}
+	// Another key answered with k1's first order: two customers promised,
+	// one order stored. Both promises count, and the answer is a problem.
+	l.Record("k4", req, resp("o1", 5))
+	if p := l.Problems(); len(p) != 3 || p[2].Kind != "order_id_shared" || l.Units("a") != 8 || l.Orders() != 3 {
+		t.Fatalf("after a shared order id: a=%d orders=%d problems %v", l.Units("a"), l.Orders(), p)
+	}
 }
