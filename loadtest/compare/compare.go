@@ -352,6 +352,11 @@ func (cc Config) failures(entries []Entry) []string {
 		if t := e.SeedTable; t != nil && !e.ExpectedUnsafe {
 			fs = append(fs, t.Failures()...)
 		}
+		// An instance that exited before the stop, or did not stop cleanly,
+		// failed whatever its figures say, unsafe backend or not.
+		if e.StopError != "" {
+			fs = append(fs, fmt.Sprintf("%s: %s", e.Backend, e.StopError))
+		}
 	}
 	return fs
 }

@@ -57,8 +57,12 @@ func TestReportCountsOnlyVerifiedBackendsSafe(t *testing.T) {
 	if st := r.Runs[2].Verdict.Status; st != report.StatusNeutral {
 		t.Errorf("inconclusive run's status %q", st)
 	}
+	// A backend whose instance crashed fails whatever its figures say.
+	cr.Backends = append(cr.Backends, Entry{Backend: "local", Result: damaged, ExpectedUnsafe: true,
+		StopError: "instance http://127.0.0.1:1 had already exited: signal: segmentation fault"})
 	fs := (Config{}).failures(cr.Backends)
-	want := []string{"postgres: UNSAFE: 0 units oversold, 4 lost", "etcd: " + inconclusive.Verdict, "zookeeper: did not run: run interrupted"}
+	want := []string{"postgres: UNSAFE: 0 units oversold, 4 lost", "etcd: " + inconclusive.Verdict, "zookeeper: did not run: run interrupted",
+		"local: instance http://127.0.0.1:1 had already exited: signal: segmentation fault"}
 	if strings.Join(fs, "\n") != strings.Join(want, "\n") {
 		t.Errorf("failures %q, want %q", fs, want)
 	}

@@ -36,6 +36,12 @@ func measureFencing(ctx context.Context, fc FaultConfig, stderr io.Writer) Fenci
 		damaged := r.Units.Oversold + r.Units.Lost
 		if r.Fencing == "on" {
 			out.StaleWritesRefused, out.OnDamaged = r.StaleWritesRejected, damaged
+			if !r.Pass && r.Error == "" {
+				out.OnFailures = append(out.OnFailures, r.Failures...)
+				if len(r.Failures) == 0 {
+					out.OnFailures = append(out.OnFailures, r.Verdict)
+				}
+			}
 		} else {
 			out.OffDamaged = damaged
 		}

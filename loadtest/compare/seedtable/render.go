@@ -213,6 +213,8 @@ func (f Fencing) onCell() string {
 	switch {
 	case f.NA != "":
 		return na(f.NA)
+	case f.Error != "" && f.OnDamaged > 0: // an error elsewhere hides no damage
+		return fmt.Sprintf("%d damaged; %s", f.OnDamaged, errCell(f.Error))
 	case f.Error != "":
 		return errCell(f.Error)
 	}

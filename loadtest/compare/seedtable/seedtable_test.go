@@ -77,4 +77,19 @@ func TestCellsSayWhyNotApplicable(t *testing.T) {
 	if f := redis.Failures(); len(f) != 1 {
 		t.Errorf("fencing on with damage: failures %v", f)
 	}
+	// The fencing-off run's error hides neither the failure nor the damage.
+	redis.Fencing.Error = "fencing off: fault: SIGSTOP: no such process"
+	if f := redis.Failures(); len(f) != 1 || !strings.Contains(redis.Fencing.onCell(), "2 damaged") {
+		t.Errorf("fencing on with damage, fencing off failed: failures %v, cell %q", f, redis.Fencing.onCell())
+	}
+	redis.Fencing = Fencing{OnFailures: []string{"1 order unresolved"}}
+	if f := redis.Failures(); len(f) != 1 {
+		t.Errorf("fencing on that did not pass: failures %v", f)
+	}
+	// A throughput run that failed proved nothing safe.
+	redis.Fencing = Fencing{}
+	redis.HotSKU.Error = "verify: audit: connection refused"
+	if f := redis.Failures(); len(f) != 1 {
+		t.Errorf("a failed hot-SKU run: failures %v", f)
+	}
 }

@@ -94,8 +94,11 @@ type Fencing struct {
 	StaleWritesRefused int64 `json:"stale_writes_refused"`
 	OnDamaged          int64 `json:"units_damaged_fencing_on"`
 	// OffDamaged is oversold plus lost units with fencing off.
-	OffDamaged int64  `json:"units_damaged_fencing_off"`
-	Error      string `json:"error,omitempty"`
+	OffDamaged int64 `json:"units_damaged_fencing_off"`
+	// OnFailures are the fencing-on run's own failures (disagreeing
+	// sources, unresolved orders) when it ran but did not pass.
+	OnFailures []string `json:"fencing_on_failures,omitempty"`
+	Error      string   `json:"error,omitempty"`
 }
 
 // Fact is a property of a system, not a measurement, with its source.
@@ -105,19 +108,29 @@ type Fact struct {
 }
 
 // Failures lists what a safe backend's column must not show: damage in a
-// throughput run, or with fencing on under a paused holder.
+// throughput run, or one that failed (its safety is then unproven); with
+// fencing on under a paused holder, damage or a run that did not pass,
+// whatever became of the fencing-off run.
 func (t Table) Failures() []string {
 	var out []string
 	for _, tp := range []struct {
 		name string
 		v    Throughput
 	}{{"hot SKU", t.HotSKU}, {"1,000 SKUs", t.ManySKUs}} {
-		if tp.v.Error == "" && tp.v.Orders > 0 && !tp.v.Safe {
+		switch {
+		case tp.v.Error != "":
+			out = append(out, t.Backend+": seed table "+tp.name+" run failed: "+tp.v.Error)
+		case tp.v.Orders > 0 && !tp.v.Safe:
 			out = append(out, t.Backend+": seed table "+tp.name+" run oversold or lost units")
 		}
 	}
-	if t.Fencing.NA == "" && t.Fencing.Error == "" && t.Fencing.OnDamaged > 0 {
-		out = append(out, t.Backend+": seed table pause-holder with fencing on damaged units")
+	if t.Fencing.NA == "" {
+		if t.Fencing.OnDamaged > 0 {
+			out = append(out, t.Backend+": seed table pause-holder with fencing on damaged units")
+		}
+		for _, f := range t.Fencing.OnFailures {
+			out = append(out, t.Backend+": seed table pause-holder with fencing on: "+f)
+		}
 	}
 	return out
 }
