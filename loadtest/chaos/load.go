@@ -164,9 +164,12 @@ func (l *chaosLoad) place(ctx context.Context, inst int, req client.OrderRequest
 }
 
 // reconcile resends every order whose outcome is unknown with its key and
-// body, to another instance, until it has an answer: the receipts must hold
-// every reservation, or the verification would count an order that did go
-// through as a lost update. Attempts and time are bounded.
+// body, to the other instances in turn, until an answer settles it
+// (run.Settle): the receipts must hold every reservation, or the
+// verification would count an order that did go through as a lost update.
+// A resend shed with a 503 settles nothing: the first attempt may still be
+// running on another instance. Time is bounded; what is left is
+// unresolved.
 func (l *chaosLoad) reconcile(ctx context.Context) (reconciled, unresolved int) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -176,18 +179,14 @@ func (l *chaosLoad) reconcile(ctx context.Context) (reconciled, unresolved int) 
 	results := make([]bool, len(todo))
 	_ = run.ForEach(ctx, len(todo), 8, func(ctx context.Context, j int) error {
 		p := todo[j]
-		for try := 1; try <= 5 && ctx.Err() == nil; try++ {
-			out := l.client.PlaceOrder(ctx, l.urls[(p.inst+try)%len(l.urls)], p.key, p.body)
-			if out.Kind == client.KindUnknown {
-				run.Sleep(ctx, 300*time.Millisecond)
-				continue
-			}
-			if out.Kind == client.KindReserved {
-				l.receipts.Record(p.key, p.req, out.Order)
-			}
-			results[j] = true
+		out, ok := run.Settle(ctx, l.client, l.urls, p.inst+1, p.key, p.body)
+		if !ok {
 			return nil
 		}
+		if out.Kind == client.KindReserved {
+			l.receipts.Record(p.key, p.req, out.Order)
+		}
+		results[j] = true
 		return nil
 	})
 	for _, ok := range results {

@@ -3,11 +3,15 @@ package chaos
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,5 +406,40 @@ func TestChaosTimelineChartEmptyRun(t *testing.T) {
 	c := timelineChart("t", Run{})
 	if s := string(c.SVG); !strings.HasPrefix(s, "<svg") || strings.Contains(s, "NaN") || strings.Contains(s, "Inf") {
 		t.Fatalf("empty run: %.300s", s)
+	}
+}
+
+// TestChaosReconcileSettlesOnlyOnASettlingAnswer: a resend shed with a 503
+// decides nothing about the first attempt, which may still be running on
+// another instance: the order stays unresolved (the run inconclusive), not
+// reconciled with no units booked (a fenced run would then blame the
+// backend for "lost" units). A 201 to a later resend is booked.
+func TestChaosReconcileSettlesOnlyOnASettlingAnswer(t *testing.T) {
+	var shed atomic.Bool
+	shed.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if shed.Load() {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"code":"lock_unavailable","message":"busy","request_id":"r"}}`)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"order_id":"o1","status":"reserved","lines":[{"sku":"s","quantity":1,"fence_token":7}],"expires_at":"2030-01-01T00:00:00Z"}`)
+	}))
+	t.Cleanup(srv.Close)
+	req := client.OrderRequest{Lines: []client.OrderLine{{SKU: "s", Quantity: 1}}}
+	body := []byte(`{"lines":[{"sku":"s","quantity":1}]}`)
+	l := newChaosLoad([]string{srv.URL}, []string{"s"}, "t", 1, time.Second)
+	l.pending = []pendingOrder{{key: "k1", body: body, req: req}}
+	ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
+	defer cancel()
+	if rec, unres := l.reconcile(ctx); rec != 0 || unres != 1 || l.receipts.Units("s") != 0 {
+		t.Fatalf("503s to every resend: reconciled %d, unresolved %d, units %d; want 0, 1, 0", rec, unres, l.receipts.Units("s"))
+	}
+	time.AfterFunc(150*time.Millisecond, func() { shed.Store(false) })
+	if rec, unres := l.reconcile(t.Context()); rec != 1 || unres != 0 || l.receipts.Units("s") != 1 {
+		t.Fatalf("a 201 after a 503: reconciled %d, unresolved %d, units %d; want 1, 0, 1", rec, unres, l.receipts.Units("s"))
 	}
 }

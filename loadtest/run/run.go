@@ -278,6 +278,24 @@ const (
 	reconcileMaxBackoff   = 2 * time.Second
 )
 
+// Settle resends the order key names, with its body, to urls in turn from
+// urls[start], until an answer settles what became of it
+// (client.Outcome.Settled: not no answer, a key still in flight or a 5xx,
+// which decide nothing about an earlier attempt still running) or ctx ends
+// (ok false). The waits between resends double from reconcileFirstBackoff.
+func Settle(ctx context.Context, c *client.Client, urls []string, start int, key string, body []byte) (out client.Outcome, ok bool) {
+	backoff := reconcileFirstBackoff
+	for try := 0; ctx.Err() == nil; try++ {
+		out = c.PlaceOrder(ctx, urls[(start+try)%len(urls)], key, body)
+		if out.Settled() {
+			return out, true
+		}
+		Sleep(ctx, backoff)
+		backoff = min(2*backoff, reconcileMaxBackoff)
+	}
+	return out, false
+}
+
 // reconcile resends, with the same key and body, every order whose outcome
 // is unknown (no answer, the key still in flight, or a retry shed with a
 // 503), as a client must before it can account for its orders, until an
@@ -291,23 +309,16 @@ func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
 			todo = append(todo, i)
 		}
 	}
-	urls := r.cfg.URLs
 	_ = ForEach(ctx, len(todo), min(r.cfg.Concurrency, 16), func(ctx context.Context, j int) error {
 		i := todo[j]
-		backoff := reconcileFirstBackoff
-		for try := 0; ctx.Err() == nil; try++ {
-			out := r.client.PlaceOrder(ctx, urls[(i+try)%len(urls)], r.key(i), r.bodies[i])
-			if !out.Settled() {
-				Sleep(ctx, backoff)
-				backoff = min(2*backoff, reconcileMaxBackoff)
-				continue
-			}
-			if out.Kind == client.KindReserved {
-				r.rc.Record(r.key(i), r.request(r.orders[i]), out.Order)
-			}
-			r.res[i].final = out.Kind
+		out, ok := Settle(ctx, r.client, r.cfg.URLs, i, r.key(i), r.bodies[i])
+		if !ok {
 			return nil
 		}
+		if out.Kind == client.KindReserved {
+			r.rc.Record(r.key(i), r.request(r.orders[i]), out.Order)
+		}
+		r.res[i].final = out.Kind
 		return nil
 	})
 	for _, i := range todo {
