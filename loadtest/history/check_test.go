@@ -186,6 +186,26 @@ func TestMissingAndPhantomOrders(t *testing.T) {
 	mustFind(t, r, "a", history.RuleOrders, "order o7", "placed by no recorded operation")
 }
 
+// TestPartialOrdersReported: all lines or none. An order acknowledged and
+// stored with fewer lines than it asked for, and an order of unknown outcome
+// stored with another quantity, are violations though the final read
+// agrees with the acknowledgement.
+func TestPartialOrdersReported(t *testing.T) {
+	asked := []history.Line{{SKU: "a", Quantity: 3}, {SKU: "b", Quantity: 2}}
+	ops := []history.Op{
+		place(0, "k1", asked, 0, 10, history.Outcome{Result: history.OK, OrderID: "o1", Lines: lines("a", 3)}),
+		place(1, "k2", lines("b", 1), 20, 30, unknown),
+	}
+	final := history.Final{
+		At:     at(100),
+		Orders: []history.FinalOrder{order("o1", "k1", history.StatusReserved, lines("a", 3)), order("o2", "k2", history.StatusReserved, lines("b", 4))},
+		SKUs:   []history.FinalSKU{{SKU: "a", Available: 7, Held: 3}, {SKU: "b", Available: 6, Held: 4}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 10, "b": 10})
+	mustFind(t, r, "b", history.RuleOrders, "order o1 acknowledged with lines", "asked for")
+	mustFind(t, r, "b", history.RuleOrders, "order o2 has lines [b×4]", "asked for [b×1]")
+}
+
 func TestTransitionsReported(t *testing.T) {
 	ops := []history.Op{
 		place(0, "k1", lines("a", 1), 0, 10, ok("o1")),

@@ -20,13 +20,20 @@ func (r *Report) add(rule Rule, lines []Line, format string, args ...any) {
 }
 
 // checkOrders: every acknowledged order exists exactly once with its lines,
-// one key never made two orders, and every order was placed by someone.
+// one key never made two orders, every order was placed by someone, and
+// with the lines it asked for (all or none: an acknowledgement or a stored
+// order with fewer lines, or other quantities, is a violation).
 func (x *index) checkOrders(r *Report) {
 	for i, op := range x.ops {
 		if op.Kind != Place || op.Outcome.Result != OK {
 			continue
 		}
 		id := op.Outcome.OrderID
+		if !sameLines(op.Outcome.Lines, op.Lines) {
+			r.add(RuleOrders, append(slices.Clone(op.Lines), op.Outcome.Lines...),
+				"order %s acknowledged with lines %s, asked for %s (%s)",
+				id, formatLines(op.Outcome.Lines), formatLines(op.Lines), x.describeOperation(i))
+		}
 		switch f := x.finalByID[id]; len(f) {
 		case 0:
 			r.add(RuleOrders, x.linesOf(i), "acknowledged order %s is missing from the final read (%s)", id, x.describeOperation(i))
@@ -65,7 +72,12 @@ func (x *index) checkOrders(r *Report) {
 			len(f), k, strings.Join(ids, ", "), who)
 	}
 	for _, o := range x.final.Orders {
-		if _, ok := x.placeOf[o.ID]; ok {
+		if p, ok := x.placeOf[o.ID]; ok {
+			if asked := x.ops[p].Lines; !sameLines(o.Lines, asked) {
+				r.add(RuleOrders, append(slices.Clone(asked), o.Lines...),
+					"order %s has lines %s in the final read, asked for %s (%s)",
+					o.ID, formatLines(o.Lines), formatLines(asked), x.describeOperation(p))
+			}
 			continue
 		}
 		if _, ok := x.placeByKey[o.Key]; ok && o.Key != "" {
