@@ -188,6 +188,7 @@ func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 	if err != nil {
 		return err
 	}
+	v.Unresolved = out.Orders.Unresolved // units of those may be what the receipts lack
 	each, err := e.scrape(ctx)
 	if err != nil {
 		out.Notes = append(out.Notes, "metrics: "+err.Error())
@@ -255,6 +256,8 @@ func chaosVerdict(r *Run) string {
 	switch {
 	case r.Verification.Safe():
 		s = "safe: 0 oversold, 0 lost; " + stale
+	case !r.Verification.Damaged():
+		s = run.VerdictText(r.Verification) + "; " + stale
 	case r.Units.Oversold == 0 && r.Units.Lost == 0:
 		s = fmt.Sprintf("UNSAFE: 0 oversold, 0 lost, but %d disagreements between sources", r.Verification.DisagreementCount)
 	default:

@@ -17,6 +17,7 @@ import (
 
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/run"
 	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
@@ -441,5 +442,14 @@ func TestChaosReconcileSettlesOnlyOnASettlingAnswer(t *testing.T) {
 	time.AfterFunc(150*time.Millisecond, func() { shed.Store(false) })
 	if rec, unres := l.reconcile(t.Context()); rec != 1 || unres != 0 || l.receipts.Units("s") != 1 {
 		t.Fatalf("a 201 after a 503: reconciled %d, unresolved %d, units %d; want 1, 0, 1", rec, unres, l.receipts.Units("s"))
+	}
+}
+
+// TestChaosVerdictUnresolved: orders whose outcome stayed unknown make the
+// verdict inconclusive, never "safe".
+func TestChaosVerdictUnresolved(t *testing.T) {
+	r := Run{Orders: tally.OrderCounts{Sent: 10, Unresolved: 2}, Verification: run.Verification{Unresolved: 2}}
+	if v := chaosVerdict(&r); !strings.HasPrefix(v, "INCONCLUSIVE") || !strings.Contains(v, "2 orders") {
+		t.Fatalf("verdict with 2 unresolved orders: %q", v)
 	}
 }
