@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -43,8 +45,16 @@ func Migrate(ctx context.Context, db *sql.DB) ([]string, error) {
 	return applied, nil
 }
 
+// migrationLockTimeout bounds how long a migration waits for a table lock.
+// A DDL statement queued for its ACCESS EXCLUSIVE lock behind a long reader
+// (an audit) makes every later claim and write of the serving instances
+// queue behind it in turn; giving up fails this instance's start, which a
+// restart retries, instead of stalling the fleet. A var for the tests.
+var migrationLockTimeout = 5 * time.Second
+
 // untimed opens a pool like db's, whose connections have no statement
-// timeout, from the config of one of db's connections.
+// timeout, from the config of one of db's connections; their lock waits
+// are bounded by migrationLockTimeout.
 func untimed(ctx context.Context, db *sql.DB) (*sql.DB, error) {
 	var cfg *pgx.ConnConfig
 	if err := onPgx(ctx, db, func(c *pgx.Conn) error {
@@ -54,6 +64,7 @@ func untimed(ctx context.Context, db *sql.DB) (*sql.DB, error) {
 		return nil, err
 	}
 	cfg.RuntimeParams["statement_timeout"] = "0"
+	cfg.RuntimeParams["lock_timeout"] = strconv.FormatInt(migrationLockTimeout.Milliseconds(), 10)
 	return stdlib.OpenDB(*cfg), nil
 }
 

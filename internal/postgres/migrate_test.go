@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/pressly/goose/v3"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
@@ -70,5 +72,49 @@ func TestLinesForeignKeysDropped(t *testing.T) {
 	}
 	if n := fks(); n != 2 {
 		t.Fatalf("order_lines has %d foreign keys after migration 3's down step, want 2", n)
+	}
+}
+
+// TestMigrationGivesUpWaitingForALock: a migration that must wait for a
+// table lock behind an open reader gives up after migrationLockTimeout,
+// rather than queue every claim and write of the serving instances behind
+// its ACCESS EXCLUSIVE request; a later try, with the reader gone, applies.
+func TestMigrationGivesUpWaitingForALock(t *testing.T) {
+	defer func(d time.Duration) { migrationLockTimeout = d }(migrationLockTimeout)
+	migrationLockTimeout = 300 * time.Millisecond
+	ctx := context.Background()
+	s, err := Open(ctx, stacktest.NewDatabase(t, ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, s.DB(), migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.UpTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := s.DB().Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	if _, err := reader.ExecContext(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reader.ExecContext(ctx, "SELECT count(*) FROM skus"); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err = Migrate(ctx, s.DB()) // 00003 drops foreign keys onto skus: ACCESS EXCLUSIVE there
+	if err == nil || !strings.Contains(err.Error(), "lock timeout") || time.Since(start) > 5*time.Second {
+		t.Fatalf("migration behind an open reader of skus = %v after %v; want a lock timeout", err, time.Since(start))
+	}
+	if _, err := reader.ExecContext(ctx, "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Migrate(ctx, s.DB()); err != nil {
+		t.Fatalf("migration once the reader is gone: %v", err)
 	}
 }
