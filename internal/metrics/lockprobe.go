@@ -14,6 +14,8 @@ type LockHealth struct {
 	Backend string `json:"backend"`
 	Healthy bool   `json:"healthy"`
 	Error   string `json:"error,omitempty"`
+	// CheckedAt is when the ping answered, or gave up.
+	CheckedAt time.Time `json:"checked_at,omitzero"`
 }
 
 // LockProbe pings the lock backend and publishes the answer as
@@ -32,6 +34,8 @@ type LockProbe struct {
 	// so any number of concurrent /readyz waits at most one timeout (a
 	// slow lock server would otherwise stall the k-th caller k timeouts).
 	inflight *check
+	// last is the last check's answer; its CheckedAt is zero before one.
+	last LockHealth
 }
 
 // check is one ping; h is set before done is closed.
@@ -47,7 +51,7 @@ func NewLockProbe(reg prometheus.Registerer, backend string, ping func(context.C
 	p := &LockProbe{backend: backend, ping: ping, timeout: timeout,
 		up: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name:        "stockguard_lock_backend_up",
-			Help:        "1 when the last health ping of the lock backend succeeded (readyz and a periodic probe), else 0.",
+			Help:        "1 when the last health ping of the lock backend succeeded (the periodic probe; /readyz before its first), else 0.",
 			ConstLabels: prometheus.Labels{"backend": backend},
 		})}
 	reg.MustRegister(p.up)
@@ -89,6 +93,7 @@ func (p *LockProbe) run(ctx context.Context, c *check) {
 	if err := p.ping(ctx); err != nil {
 		c.h.Healthy, c.h.Error = false, err.Error()
 	}
+	c.h.CheckedAt = time.Now()
 	if c.h.Healthy {
 		p.up.Set(1)
 	} else {
@@ -96,8 +101,25 @@ func (p *LockProbe) run(ctx context.Context, c *check) {
 	}
 	p.mu.Lock()
 	p.inflight = nil
+	p.last = c.h
 	p.mu.Unlock()
 	close(c.done)
+}
+
+// Last returns the last check's answer without waiting for a ping, so
+// that a readiness probe answers at once while the lock servers hang (a
+// probe's own timeout, 2 s in the Helm chart, would otherwise count every
+// replica unready during a lock outage, which the lock's health must not
+// do). Before any check has answered it checks, as Check does: an instance
+// just started reports what its lock servers said, not nothing.
+func (p *LockProbe) Last(ctx context.Context) LockHealth {
+	p.mu.Lock()
+	h := p.last
+	p.mu.Unlock()
+	if h.CheckedAt.IsZero() {
+		return p.Check(ctx)
+	}
+	return h
 }
 
 // Run checks at once, then every interval, until ctx ends.

@@ -33,7 +33,7 @@ func TestLockProbe(t *testing.T) {
 	if gauge() != 0 {
 		t.Errorf("before the first check: %v, want 0", gauge())
 	}
-	if h := p.Check(context.Background()); h != (LockHealth{Backend: "redlock", Healthy: true}) || gauge() != 1 {
+	if h := p.Check(context.Background()); h.Backend != "redlock" || !h.Healthy || h.Error != "" || h.CheckedAt.IsZero() || gauge() != 1 {
 		t.Errorf("up: %+v, gauge %v", h, gauge())
 	}
 	down.Store(true)
@@ -123,5 +123,33 @@ func TestLockProbeSharesOnePing(t *testing.T) {
 	close(release)
 	if h := p.Check(context.Background()); !h.Healthy {
 		t.Errorf("after the server answers again: %+v, want healthy", h)
+	}
+}
+
+// TestLockProbeLastDoesNotWait: Last answers with the last check at once,
+// however long the ping now in flight hangs; before any check it checks.
+func TestLockProbeLastDoesNotWait(t *testing.T) {
+	release := make(chan struct{})
+	var hang atomic.Bool
+	ping := func(ctx context.Context) error {
+		if hang.Load() {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return errors.New("zookeeper: no answer")
+		}
+		return nil
+	}
+	p := NewLockProbe(prometheus.NewRegistry(), "zookeeper", ping, 2*time.Second)
+	if h := p.Last(context.Background()); !h.Healthy || h.CheckedAt.IsZero() {
+		t.Fatalf("Last before any check: %+v, want a check made", h)
+	}
+	hang.Store(true)
+	go p.Check(context.Background()) // the periodic probe, hanging
+	defer close(release)
+	start := time.Now()
+	if h := p.Last(context.Background()); !h.Healthy || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("Last while a ping hangs: %+v after %v; want the last answer at once", h, time.Since(start))
 	}
 }
