@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -50,6 +53,9 @@ func (c *config) checkAddrs() error {
 			return badValue("metrics-addr", c.limits.metricsAddr, err)
 		}
 	}
+	if err := c.checkListeners(); err != nil {
+		return err
+	}
 	if err := checkDatabaseURL(c.databaseURL); err != nil {
 		return err
 	}
@@ -66,17 +72,143 @@ func (c *config) checkAddrs() error {
 	if ls.flag == "etcd-endpoints" {
 		check = checkEtcdEndpoint
 	}
-	seen := map[string]bool{}
-	for _, a := range list {
+	servers := make([]server, len(list))
+	for i, a := range list {
 		if err := check(a); err != nil {
 			return badValue(ls.flag, value, fmt.Errorf("%q: %w", a, err))
 		}
-		if seen[a] {
-			return badValue(ls.flag, value, fmt.Errorf("%q is listed twice", a))
+		// The same server twice, however spelled (127.0.0.1:06391,
+		// localhost:6391), would be counted as two: a Redlock quorum that
+		// looks like it survives a node's loss would need every server.
+		servers[i] = newServer(a)
+		for j, b := range servers[:i] {
+			if b.same(servers[i]) {
+				return badValue(ls.flag, value, fmt.Errorf("%q and %q are the same server", list[j], a))
+			}
 		}
-		seen[a] = true
 	}
 	return nil
+}
+
+// checkListeners refuses two of serve's listeners on one port: the second
+// would fail only after every server has been dialled and the migrations
+// run.
+func (c *config) checkListeners() error {
+	type listener struct{ flag, addr string }
+	ls := []listener{{"addr", c.addr}}
+	if c.limits.metricsAddr != "" {
+		ls = append(ls, listener{"metrics-addr", c.limits.metricsAddr})
+	}
+	if c.debugAddr != "" {
+		ls = append(ls, listener{"debug-addr", c.debugAddr})
+	}
+	for i, a := range ls {
+		for _, b := range ls[:i] {
+			if sameListener(a.addr, b.addr) {
+				return badValue(a.flag, a.addr, fmt.Errorf("the port of --%s=%q", b.flag, b.addr))
+			}
+		}
+	}
+	return nil
+}
+
+// sameListener reports whether listeners on a and b (valid listen
+// addresses) would take the same port: a fixed port, on the same host or
+// where either listens on every interface.
+func sameListener(a, b string) bool {
+	ha, pa, _ := net.SplitHostPort(a)
+	hb, pb, _ := net.SplitHostPort(b)
+	na, _ := strconv.ParseUint(pa, 10, 16)
+	nb, _ := strconv.ParseUint(pb, 10, 16)
+	if na == 0 || na != nb {
+		return false
+	}
+	every := func(h string) bool { return h == "" || h == "0.0.0.0" || h == "::" }
+	return every(ha) || every(hb) || hostKey(ha) == hostKey(hb)
+}
+
+// server is a server address as checkAddrs compares them: its port and
+// its host's addresses once resolved (a name that does not resolve stands
+// for itself), or, for a unix socket, the address itself.
+type server struct {
+	raw  string
+	port uint64
+	ips  []string
+}
+
+func newServer(addr string) server {
+	h, p, ok := serverHostPort(addr)
+	if !ok {
+		return server{raw: addr}
+	}
+	return server{port: p, ips: resolve(h)}
+}
+
+// same reports whether s and o name the same server.
+func (s server) same(o server) bool {
+	if s.raw != "" || o.raw != "" {
+		return s.raw == o.raw
+	}
+	if s.port != o.port {
+		return false
+	}
+	for _, x := range s.ips {
+		if slices.Contains(o.ips, x) {
+			return true
+		}
+	}
+	return false
+}
+
+// serverHostPort splits a server address or an http(s) endpoint; ok is
+// false for anything else (a unix socket).
+func serverHostPort(addr string) (host string, port uint64, ok bool) {
+	if strings.Contains(addr, "://") {
+		u, err := url.Parse(addr)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") {
+			return "", 0, false
+		}
+		addr = u.Host
+	}
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, false
+	}
+	n, err := strconv.ParseUint(p, 10, 16)
+	return h, n, err == nil
+}
+
+// resolve returns host's addresses, each in its canonical form; a name
+// that does not resolve within a second is itself, lower-cased.
+func resolve(host string) []string {
+	if ip := net.ParseIP(host); ip != nil {
+		return []string{ip.String()}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return []string{strings.ToLower(host)}
+	}
+	out := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if ip := net.ParseIP(a); ip != nil {
+			out = append(out, ip.String())
+		}
+	}
+	return out
+}
+
+// hostKey is a listen host as sameListener compares it: localhost is the
+// loopback address it listens on.
+func hostKey(h string) string {
+	if strings.EqualFold(h, "localhost") {
+		return "127.0.0.1"
+	}
+	if ip := net.ParseIP(h); ip != nil {
+		return ip.String()
+	}
+	return strings.ToLower(h)
 }
 
 func checkDatabaseURL(s string) error {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/internal/lock/backends"
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/reservation"
@@ -113,6 +114,12 @@ func (c *config) validate() error {
 	}
 	if err := checkDebugAddr(c.debugAddr); err != nil {
 		return err
+	}
+	// Go's server trims header values, so no client could ever send a
+	// token with spaces or a newline around it (a Secret made from a file
+	// often ends with one): every PUT would be 401. Not echoed: a secret.
+	if c.adminToken != strings.TrimSpace(c.adminToken) {
+		return fmt.Errorf("%w: --admin-token (%s) has leading or trailing whitespace (a newline from a file?), which no client can send", errUsage, cliflag.EnvName(envPrefix, "admin-token"))
 	}
 	if err := c.limits.validate(); err != nil {
 		return err

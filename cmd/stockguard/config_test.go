@@ -43,7 +43,21 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{"redlock on two masters", map[string]string{"STOCKGUARD_REDIS_ADDRS": "127.0.0.1:1,127.0.0.1:2"}, []string{"--lock=redlock", nowhere},
 			[]string{"STOCKGUARD_REDIS_ADDRS", "at least 3"}},
 		{"redlock with a master twice", nil, []string{"--lock=redlock", "--redis-addrs=127.0.0.1:1,127.0.0.1:2,127.0.0.1:1", nowhere},
-			[]string{"--redis-addrs=", "listed twice"}},
+			[]string{"--redis-addrs=", "are the same server"}},
+		{"redlock with a master spelled twice", nil, []string{"--lock=redlock", "--redis-addrs=127.0.0.1:6391,127.0.0.1:06391,127.0.0.1:6392", nowhere},
+			[]string{"--redis-addrs=", `"127.0.0.1:6391" and "127.0.0.1:06391" are the same server`}},
+		{"redlock with a master by name and address", nil, []string{"--lock=redlock", "--redis-addrs=127.0.0.1:6391,127.0.0.1:6392,localhost:6391", nowhere},
+			[]string{"--redis-addrs=", "are the same server"}},
+		{"etcd endpoint twice, with and without a scheme", nil, []string{"--lock=etcd", "--etcd-endpoints=127.0.0.1:2379,http://127.0.0.1:2379", nowhere},
+			[]string{"--etcd-endpoints=", "are the same server"}},
+		{"metrics on the API's port", nil, []string{"--lock=local", "--addr=127.0.0.1:18910", "--metrics-addr=127.0.0.1:18910", nowhere},
+			[]string{"--metrics-addr=", `the port of --addr="127.0.0.1:18910"`}},
+		{"pprof on the API's port", nil, []string{"--lock=local", "--addr=:18910", "--debug-addr=localhost:18910", nowhere},
+			[]string{"--debug-addr=", "the port of --addr"}},
+		{"pprof port not a number", nil, []string{"--lock=local", "--debug-addr=127.0.0.1:notaport", nowhere}, []string{"--debug-addr=", "bad port"}},
+		{"pprof port out of range", nil, []string{"--lock=local", "--debug-addr=localhost:99999", nowhere}, []string{"--debug-addr=", "bad port"}},
+		{"admin token ending in a newline", map[string]string{"STOCKGUARD_ADMIN_TOKEN": "s3cret\n"}, []string{"--lock=local", nowhere},
+			[]string{"STOCKGUARD_ADMIN_TOKEN", "whitespace"}},
 		{"zookeeper server without a port", nil, []string{"--lock=zookeeper", "--zk-servers=127.0.0.1:1,127.0.0.2", nowhere},
 			[]string{"--zk-servers=", "STOCKGUARD_ZK_SERVERS", `"127.0.0.2"`}},
 		{"etcd endpoint URL without a port", nil, []string{"--lock=etcd", "--etcd-endpoints=http://127.0.0.1", nowhere},
@@ -81,6 +95,9 @@ func TestAcceptedSettings(t *testing.T) {
 	for _, args := range [][]string{
 		{"--lock=local", "--addr=:8080", "--db-max-conns=1"},
 		{"--lock=local", "--addr=[::]:0", "--metrics-addr=127.0.0.1:9090"},
+		{"--lock=local", "--addr=:0", "--metrics-addr=:0", "--debug-addr=127.0.0.1:0"},
+		{"--lock=local", "--addr=127.0.0.1:8080", "--metrics-addr=127.0.0.2:8080"},
+		{"--lock=redlock", "--redis-addrs=127.0.0.1:6391,127.0.0.1:6392,localhost:6393"},
 		{"--lock=local", "--database-url=host=db dbname=stockguard sslmode=disable"},
 		{"--lock=none", "--redis-addrs=unused,by,none"},
 		{"--lock=redis", "--redis-addrs=[::1]:6379"},
@@ -158,6 +175,20 @@ func TestCoalesceWindowAuto(t *testing.T) {
 		got, err := parseWindow(c.window, c.lock)
 		if err != nil || got != c.want {
 			t.Errorf("parseWindow(%q, %q) = %v, %v; want %v", c.window, c.lock, got, err, c.want)
+		}
+	}
+}
+
+// TestEndpointLoggedWithoutCredentials: the "tracing on" line keeps
+// credentials in the OTLP endpoint's URL out of the log.
+func TestEndpointLoggedWithoutCredentials(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://user:TopSecretTok@collector:4318": "http://collector:4318",
+		"https://TopSecretTok@collector:4318/v1":  "https://collector:4318/v1",
+		"http://collector:4318":                   "http://collector:4318",
+	} {
+		if got := withoutUserinfo(in); got != want {
+			t.Errorf("withoutUserinfo(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

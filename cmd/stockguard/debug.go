@@ -24,6 +24,9 @@ func checkDebugAddr(addr string) error {
 	if !isLoopback(host) {
 		return fmt.Errorf("%w: --debug-addr=%q: pprof is served on loopback only (127.0.0.1, ::1 or localhost)", errUsage, addr)
 	}
+	if err := checkHostPort(addr, true); err != nil {
+		return fmt.Errorf("%w: --debug-addr=%q: %w", errUsage, addr, err)
+	}
 	return nil
 }
 

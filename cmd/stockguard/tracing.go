@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/tracing"
@@ -27,7 +28,7 @@ func startTracing(ctx context.Context, getenv func(string) string, log *slog.Log
 	if !p.Enabled() {
 		return p, func() {}, nil
 	}
-	log.Info("tracing on", "endpoint", p.Settings().Endpoint, "service", p.Settings().ServiceName)
+	log.Info("tracing on", "endpoint", withoutUserinfo(p.Settings().Endpoint), "service", p.Settings().ServiceName)
 	return p, func() {
 		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceFlushTimeout)
 		defer cancel()
@@ -35,4 +36,15 @@ func startTracing(ctx context.Context, getenv func(string) string, log *slog.Log
 			log.Warn("spans not flushed at exit", "err", err)
 		}
 	}, nil
+}
+
+// withoutUserinfo is endpoint for the log: credentials in its URL
+// (user:token@host) stay out of it.
+func withoutUserinfo(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.User == nil {
+		return endpoint
+	}
+	u.User = nil
+	return u.String()
 }
