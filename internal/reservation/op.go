@@ -61,10 +61,18 @@ func setOp(name string, available int64, out *inventory.SKU) *op {
 // may share a batch, each a status change of its own in the write; a second
 // change of the same order in one batch is refused (the write would move the
 // order once and settle its units twice): the first one decides.
-func transitionOp(o *inventory.Order, to inventory.Status) *op {
+func transitionOp(o *inventory.Order, to inventory.Status, now func() time.Time) *op {
 	return &op{skus: sortedSKUs(o), order: o.ID, decide: func(l *inventory.Ledger, w *inventory.Write) error {
 		if slices.ContainsFunc(w.Transitions, func(t inventory.Transition) bool { return t.ID == o.ID }) {
 			return fmt.Errorf("reservation: order %s moves earlier in its batch: %w", o.ID, inventory.ErrInvalidTransition)
+		}
+		// Checked again under the leases: a confirm that waited its lock
+		// wait past the hold's end must not confirm what the reaper is
+		// about to expire.
+		if to == inventory.StatusConfirmed {
+			if err := holdExpired(o, to, now()); err != nil {
+				return err
+			}
 		}
 		if err := l.Settle(o, to); err != nil {
 			return err
@@ -187,3 +195,12 @@ func (*single) keep(*hold) bool { return false }
 func (*single) tries() bool     { return false }
 
 func (*single) handsOver(*hold) bool { return false }
+
+// holdExpired is the refusal of a confirm at or after the hold's end.
+func holdExpired(o *inventory.Order, to inventory.Status, now time.Time) error {
+	if now.Before(o.ExpiresAt) {
+		return nil
+	}
+	return fmt.Errorf("%w: the hold expired at %s",
+		&inventory.TransitionError{From: inventory.StatusExpired, To: to}, o.ExpiresAt.UTC().Format(time.RFC3339))
+}

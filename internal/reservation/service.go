@@ -285,13 +285,13 @@ func (s *Service) expire(ctx context.Context, orders []*inventory.Order) []error
 	errs := make([]error, len(orders))
 	if s.coalesce == nil {
 		for i, o := range orders {
-			errs[i] = s.alone(ctx, s.pending(ctx, transitionOp(o, inventory.StatusExpired)))
+			errs[i] = s.alone(ctx, s.pending(ctx, transitionOp(o, inventory.StatusExpired, s.now)))
 		}
 		return errs
 	}
 	var wg sync.WaitGroup
 	for i, o := range orders {
-		p := s.pending(ctx, transitionOp(o, inventory.StatusExpired))
+		p := s.pending(ctx, transitionOp(o, inventory.StatusExpired, s.now))
 		p.try = true
 		wg.Go(func() { errs[i] = s.coalesce.place(ctx, p) })
 	}
@@ -317,11 +317,15 @@ func (s *Service) transition(ctx context.Context, id string, to inventory.Status
 	if o.Status != inventory.StatusReserved {
 		return nil, &inventory.TransitionError{From: o.Status, To: to}
 	}
-	if to == inventory.StatusConfirmed && !s.now().Before(o.ExpiresAt) {
-		return nil, fmt.Errorf("%w: the hold expired at %s",
-			&inventory.TransitionError{From: inventory.StatusExpired, To: to}, o.ExpiresAt.UTC().Format(time.RFC3339))
+	if to == inventory.StatusConfirmed {
+		if err := holdExpired(o, to, s.now()); err != nil {
+			return nil, err
+		}
 	}
-	err = s.submit(ctx, s.pending(ctx, transitionOp(o, to)))
+	err = s.submit(ctx, s.pending(ctx, transitionOp(o, to, s.now)))
+	if te := (*inventory.TransitionError)(nil); errors.As(err, &te) && te.From == inventory.StatusExpired {
+		return nil, err // the hold ran out while the confirm waited for its leases
+	}
 	if unknown := errors.Is(err, inventory.ErrOutcomeUnknown); unknown || errors.Is(err, inventory.ErrInvalidTransition) {
 		// Someone else moved the order first (another instance, the reaper),
 		// or our own write may have, its answer lost: answer from where it

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/reservation"
 )
 
@@ -190,5 +191,44 @@ func TestReapersShareTheBacklog(t *testing.T) {
 	t.Logf("%d expiries in %d writes: %v", len(placed), len(moves), moves)
 	if most := slices.Max(moves); most < 20 || len(moves) > len(placed)/5 {
 		t.Fatalf("%d writes for %d expiries, at most %d in one: want them batched", len(moves), len(placed), most)
+	}
+}
+
+// TestConfirmThatWaitedPastTheHoldIsRefused: a confirm sent before the
+// hold's end that waits for its lease past it is refused (the hold
+// expired), not written: the reaper is about to return those units.
+func TestConfirmThatWaitedPastTheHoldIsRefused(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	ctx := context.Background()
+	var clock atomic.Int64
+	clock.Store(time.Now().UnixNano())
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 5 * time.Second, Now: now})
+	f.stock("late", 5)
+	o, _, err := svc.Place(ctx, inventory.PlaceRequest{Lines: []inventory.LineRequest{line("late", 1)}, Hold: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease, err := f.locker.Acquire(ctx, "late", lock.TryOnce())
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := make(chan error, 1)
+	go func() {
+		_, err := svc.Confirm(ctx, o.ID.String())
+		answer <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the confirm waits for the SKU's lease
+	clock.Add(int64(2 * time.Minute))  // and the hold runs out meanwhile
+	if err := lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = <-answer
+	var te *inventory.TransitionError
+	if !errors.As(err, &te) || te.From != inventory.StatusExpired {
+		t.Fatalf("confirm that waited past the hold = %v; want refused, the hold expired", err)
+	}
+	if got, err := svc.Order(ctx, o.ID.String()); err != nil || got.Status != inventory.StatusReserved {
+		t.Fatalf("order after the refused confirm = %+v, %v; want still reserved, for the reaper", got, err)
 	}
 }
