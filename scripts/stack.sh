@@ -678,6 +678,34 @@ cmd_status() {
 	return "$down"
 }
 
+# proc_start PID: the process's start time (clock ticks after boot, field 22
+# of /proc/PID/stat), which tells it apart from a later process that gets
+# its PID.
+proc_start() {
+	local stat fields
+	{ stat=$(<"/proc/$1/stat"); } 2>/dev/null || return 1
+	read -r -a fields <<<"${stat##*) }"
+	echo "${fields[19]}"
+}
+
+# same_proc PID START: whether PID is still the process that started at START.
+same_proc() {
+	local now
+	now=$(proc_start "$1") || return 1
+	[[ $now == "$2" ]]
+}
+
+# stop_signal SIG PID NAME: signals a server of the stack and notes it (in
+# cmd_down's pids, starts and names) for the wait.
+stop_signal() {
+	local start
+	start=$(proc_start "$2") || return 0 # gone already
+	kill "-$1" "$2" || return 0
+	pids+=("$2")
+	starts+=("$start")
+	names+=("$3")
+}
+
 cmd_down() {
 	local purge=0 port id pid i
 	[[ ${1:-} == --purge ]] && purge=1
@@ -692,36 +720,41 @@ cmd_down() {
 	need_root "stopping the stack"
 	lock_stack
 
-	# Signal everything first, then wait: shutdowns overlap.
-	local pids=() names=()
+	# Signal everything first, then wait: shutdowns overlap. Each server is
+	# known by its PID and start time from then on: a PID freed by a server
+	# that stopped may be another process's by the time the slowest one is
+	# waited for, and must not be taken for it (or killed).
+	local pids=() starts=() names=()
 	for port in "${REDIS_PORT_LIST[@]}"; do
 		if pid=$(redis_pid "$port"); then
-			kill -TERM "$pid" && pids+=("$pid") && names+=("redis :$port")
+			stop_signal TERM "$pid" "redis :$port"
 		fi
 	done
 	for ((id = 1; id <= ${#ZK_PORT_LIST[@]}; id++)); do
 		if pid=$(zk_pid "$id"); then
-			kill -TERM "$pid" && pids+=("$pid") && names+=("zookeeper :${ZK_PORT_LIST[id - 1]}")
+			stop_signal TERM "$pid" "zookeeper :${ZK_PORT_LIST[id - 1]}"
 		fi
 	done
 	for ((id = 1; id <= ${#ETCD_PORT_LIST[@]}; id++)); do
 		if pid=$(etcd_pid "$id"); then
-			kill -TERM "$pid" && pids+=("$pid") && names+=("etcd :${ETCD_PORT_LIST[id - 1]}")
+			stop_signal TERM "$pid" "etcd :${ETCD_PORT_LIST[id - 1]}"
 		fi
 	done
 	if pid=$(pg_pid); then
 		# SIGINT is postgres' "fast" shutdown; SIGTERM ("smart") would wait for
 		# every client to disconnect.
-		kill -INT "$pid" && pids+=("$pid") && names+=("postgres :$PG_PORT")
+		stop_signal INT "$pid" "postgres :$PG_PORT"
 	fi
 	for ((i = 0; i < STOP_SECS * 10; i++)); do
-		local left=0 p
-		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && left=1; done
+		local left=0 j
+		for ((j = 0; j < ${#pids[@]}; j++)); do
+			same_proc "${pids[j]}" "${starts[j]}" && left=1
+		done
 		((left)) || break
 		sleep 0.1
 	done
 	for ((i = 0; i < ${#pids[@]}; i++)); do
-		if kill -0 "${pids[i]}" 2>/dev/null; then
+		if same_proc "${pids[i]}" "${starts[i]}"; then
 			log "${names[i]} (pid ${pids[i]}) ignored the stop signal for ${STOP_SECS}s; SIGKILL"
 			kill -KILL "${pids[i]}" 2>/dev/null || true
 		else

@@ -207,9 +207,12 @@ func TestScriptFindsPostmasterAsAnotherUser(t *testing.T) {
 	defer cancel()
 	// Each subshell stays a fork of the fake postmaster (comm postgres, same
 	// command line); only its sleeps exec.
-	loop := "(while :; do sleep 0.2; done) &"
+	// Bounded (a minute): a subshell outlives its parent's SIGKILL.
+	loop := "(n=0; while [ $n -lt 300 ]; do sleep 0.2; n=$((n+1)); done) &"
 	pm := exec.CommandContext(ctx, fake, "-c", loop+" "+loop+" wait", "postgres", "-D", filepath.Join(dir, "pg", "data"))
-	pm.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: a test binary killed before its cleanups leaves no endless
+	// loop behind.
+	pm.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := pm.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,18 @@ func TestMain(m *testing.M) {
 		}
 		return
 	}
+	if os.Geteuid() == 0 {
+		// What an interrupted run left (a timeout's panic or a kill runs no
+		// cleanup): namespaces whose owner is gone, their bridges and
+		// nftables tables with them.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		if removed, err := netns.Sweep(ctx, testPrefix); err != nil {
+			fmt.Fprintln(os.Stderr, "netns: sweep:", err)
+		} else if len(removed) > 0 {
+			fmt.Fprintln(os.Stderr, "netns: swept what an interrupted run left:", removed)
+		}
+		cancel()
+	}
 	os.Exit(m.Run())
 }
 
