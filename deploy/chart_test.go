@@ -279,3 +279,22 @@ func TestChartLockSettings(t *testing.T) {
 }
 
 func isTrue(b *bool) bool { return b != nil && *b }
+
+// TestChartJobPlacedAsTheReplicas: the migration Job's pod gets the
+// replicas' node selector, tolerations, pod labels and annotations: on a
+// cluster that needs them it could not run otherwise, and every replica
+// would wait unready for its migrations.
+func TestChartJobPlacedAsTheReplicas(t *testing.T) {
+	r := decode(t, helm(t, "template", "sg", chart, kubeVersion, "--set",
+		"database.url=postgres://u:p@db:5432/stockguard,nodeSelector.pool=db-egress,tolerations[0].key=dedicated,"+
+			"tolerations[0].operator=Exists,podLabels.egress=postgres,podAnnotations.team=shop,"+redlockAddrs))
+	if len(r.jobs) != 1 {
+		t.Fatalf("rendered %d jobs", len(r.jobs))
+	}
+	pod := r.jobs[0].Spec.Template
+	if pod.Spec.NodeSelector["pool"] != "db-egress" || len(pod.Spec.Tolerations) != 1 || pod.Spec.Tolerations[0].Key != "dedicated" ||
+		pod.Labels["egress"] != "postgres" || pod.Annotations["team"] != "shop" {
+		t.Fatalf("migration pod: node selector %v, tolerations %v, labels %v, annotations %v",
+			pod.Spec.NodeSelector, pod.Spec.Tolerations, pod.Labels, pod.Annotations)
+	}
+}

@@ -2,6 +2,8 @@ package deploy
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,5 +44,36 @@ func TestComposeDrain(t *testing.T) {
 	}
 	if !(wait < drain && drain < grace) {
 		t.Errorf("lock wait %v, drain %v, stop grace period %v: want wait < drain < grace", wait, drain, grace)
+	}
+}
+
+// TestComposeEtcdBuilt: the etcd members are built from Debian's packages
+// (etcd.Dockerfile), the etcd scripts/stack.sh runs, not pulled: the
+// versioned third-party etcd tags the file once named were withdrawn.
+func TestComposeEtcdBuilt(t *testing.T) {
+	raw, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var compose struct {
+		Etcd struct {
+			Build struct {
+				Context    string `json:"context"`
+				Dockerfile string `json:"dockerfile"`
+			} `json:"build"`
+		} `json:"x-etcd"`
+	}
+	if err := yaml.Unmarshal(raw, &compose); err != nil {
+		t.Fatal(err)
+	}
+	b := compose.Etcd.Build
+	df, err := os.ReadFile(filepath.Join("..", b.Context, b.Dockerfile))
+	if err != nil {
+		t.Fatalf("x-etcd builds %s/%s: %v", b.Context, b.Dockerfile, err)
+	}
+	for _, want := range []string{"etcd-server", "etcd-client", `ENTRYPOINT ["etcd"]`} {
+		if !strings.Contains(string(df), want) {
+			t.Errorf("%s lacks %q", b.Dockerfile, want)
+		}
 	}
 }
