@@ -143,9 +143,14 @@ func (bc Config) Validate() error {
 	if len(bc.Backends) == 0 {
 		return errors.New("no backends")
 	}
-	for _, b := range bc.Backends {
+	for i, b := range bc.Backends {
 		if !slices.Contains(compare.AllBackends(), b) {
 			return fmt.Errorf("backend %q: want one of %s", b, strings.Join(compare.AllBackends(), ","))
+		}
+		// Each backend's ratios pair its runs with its own limits; a second
+		// entry would divide one's runs by the other's limits.
+		if slices.Contains(bc.Backends[:i], b) {
+			return fmt.Errorf("backend %q listed twice: --rounds repeats a suite", b)
 		}
 	}
 	switch {

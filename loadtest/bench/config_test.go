@@ -19,6 +19,8 @@ func TestBenchConfigValidate(t *testing.T) {
 	}
 	for name, mut := range map[string]func(*Config){
 		"unknown backend": func(c *Config) { c.Backends = []string{"memcached"} },
+		// One backend's ratios would divide its runs by the other entry's limits.
+		"backend twice":   func(c *Config) { c.Backends = []string{"redlock", "zookeeper", "redlock"} },
 		"no clients":      func(c *Config) { c.Clients = 0 },
 		"one spread SKU":  func(c *Config) { c.SpreadSKUs = 1 },
 		"no duration":     func(c *Config) { c.Duration = 0 },

@@ -73,7 +73,9 @@ func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
 			if l.SpreadCeiling != nil {
 				j.SpreadCeilingPerS, j.SpreadOverSpreadCeiling = l.SpreadCeiling.PerS, ratioIf(j.SpreadPerS, l.SpreadCeiling.PerS)
 			}
-			if l.Floor != nil && l.Floor.Error == "" {
+			// A floor that answered anything but 201 (a floor process down,
+			// refusing) ran slow for its own reasons: no limit to judge by.
+			if l.Floor != nil && l.Floor.Error == "" && l.Floor.onlyCreated() {
 				j.FloorPerS, j.HotOverFloor = l.Floor.OrdersPerS, ratioIf(j.HotPerS, l.Floor.OrdersPerS)
 			}
 		}
@@ -110,6 +112,16 @@ func (r Run) judgedFigures() *Judged {
 		return nil
 	}
 	return j
+}
+
+// onlyCreated reports whether the window answered nothing but 201s.
+func (j *Judged) onlyCreated() bool {
+	for code, n := range j.Status {
+		if code != "201" && n > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // ratioIf is ratio, or nil when the numerator was not measured either.

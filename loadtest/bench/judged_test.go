@@ -41,7 +41,7 @@ func TestJudgedRatiosAndTargets(t *testing.T) {
 	ratios := benchRatios([]string{"redlock", "zookeeper", "postgres", "redis"}, runs, nil)
 	addLimitRatios(ratios, runs, limits)
 	rl := ratios[0].Judged
-	if *rl.SpreadOverNaive != 1.5 || *rl.HotOverNaive != 19 || *rl.HotOverFloor != 0.317 || rl.SpreadOffPerS != 600 ||
+	if *rl.SpreadOverNaive != 1.5 || *rl.HotOverNaive != 19 || *rl.HotOverFloor != 0.316 || rl.SpreadOffPerS != 600 ||
 		rl.HotCPUUs["total"] != 900 || rl.HotCPUUs["redis"] != 500 {
 		t.Errorf("redlock: %s", dumpRatios(ratios[:1]))
 	}

@@ -194,10 +194,11 @@ func printBenchRatios(w io.Writer, res *Result) {
 		res.Settings.SpreadSKUs)
 	for _, r := range res.Backends {
 		safety := "safe"
+		damaged := r.Oversold+r.Lost > 0 || r.JudgedUnsafe
 		switch {
-		case r.Oversold+r.Lost > 0 && r.ExpectedUnsafe:
+		case damaged && r.ExpectedUnsafe:
 			safety = "unsafe (expected)"
-		case r.Oversold+r.Lost > 0:
+		case damaged:
 			safety = "UNSAFE"
 		case r.ExpectedUnsafe:
 			safety = "no damage seen (unsafe by design)"
@@ -220,16 +221,17 @@ func printBenchRatios(w io.Writer, res *Result) {
 	}
 }
 
-// fmtRatio formats a ratio or value: up to three decimals below 10, so that
-// a ratio just short of its target never prints as the target (1.496 is
-// not "1.5"), three significant digits above; – when it could not be
-// computed.
+// fmtRatio formats a ratio or value: up to three decimals below 10, cut,
+// so that a ratio just short of its target never prints as the target
+// (1.4996 is "1.499", not "1.5"), three significant digits above; – when it
+// could not be computed.
 func fmtRatio(v *float64) string {
 	if v == nil {
 		return "–"
 	}
 	if math.Abs(*v) < 10 {
-		return strconv.FormatFloat(math.Round(*v*1000)/1000, 'f', -1, 64)
+		// Cut, not rounded: 0.2996 prints 0.299, not the 0.3 it misses.
+		return strconv.FormatFloat(math.Trunc(*v*1000)/1000, 'f', -1, 64)
 	}
 	return fmt.Sprintf("%.3g", *v)
 }

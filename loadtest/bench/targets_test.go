@@ -42,7 +42,7 @@ func TestBenchRatios(t *testing.T) {
 			SpreadCoalescedPerS: 6000, SpreadUncoalescedPerS: 3000, SpreadCoalescedOverUncoalesced: fp(2), PeakRSSMB: 55.5},
 		{Backend: "zookeeper", HotCoalescedPerS: 900, P99CoalescedMs: 80,
 			PeakRSSMB: 30, Missing: []string{"hot/off", "spread/on", "spread/off"}},
-		{Backend: "none", ExpectedUnsafe: true, HotCoalescedPerS: 5000, CeilingPerS: 3000, CoalescedOverCeiling: fp(1.667),
+		{Backend: "none", ExpectedUnsafe: true, HotCoalescedPerS: 5000, CeilingPerS: 3000, CoalescedOverCeiling: fp(1.666),
 			P99CoalescedMs: 5, P99UncoalescedMs: 5, P99CoalescedOverUncoalesced: fp(1), PeakRSSMB: 30, Oversold: 7, Lost: 2,
 			Missing: []string{"spread/on", "spread/off"}},
 	}
