@@ -14,19 +14,13 @@ import (
 // request may wait for its locks, and Docker waits for the drain before it
 // kills them.
 func TestComposeDrain(t *testing.T) {
-	raw, err := os.ReadFile("../docker-compose.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var compose struct {
 		Service struct {
 			Environment     map[string]string `json:"environment"`
 			StopGracePeriod string            `json:"stop_grace_period"`
 		} `json:"x-stockguard"`
 	}
-	if err := yaml.Unmarshal(raw, &compose); err != nil {
-		t.Fatal(err)
-	}
+	readCompose(t, &compose)
 	env := compose.Service.Environment
 	drain, err := time.ParseDuration(env["STOCKGUARD_SHUTDOWN_TIMEOUT"])
 	if err != nil {
@@ -51,10 +45,6 @@ func TestComposeDrain(t *testing.T) {
 // (etcd.Dockerfile), the etcd scripts/stack.sh runs, not pulled: the
 // versioned third-party etcd tags the file once named were withdrawn.
 func TestComposeEtcdBuilt(t *testing.T) {
-	raw, err := os.ReadFile("../docker-compose.yml")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var compose struct {
 		Etcd struct {
 			Build struct {
@@ -63,9 +53,7 @@ func TestComposeEtcdBuilt(t *testing.T) {
 			} `json:"build"`
 		} `json:"x-etcd"`
 	}
-	if err := yaml.Unmarshal(raw, &compose); err != nil {
-		t.Fatal(err)
-	}
+	readCompose(t, &compose)
 	b := compose.Etcd.Build
 	df, err := os.ReadFile(filepath.Join("..", b.Context, b.Dockerfile))
 	if err != nil {
@@ -75,5 +63,17 @@ func TestComposeEtcdBuilt(t *testing.T) {
 		if !strings.Contains(string(df), want) {
 			t.Errorf("%s lacks %q", b.Dockerfile, want)
 		}
+	}
+}
+
+// readCompose decodes docker-compose.yml into v.
+func readCompose(t *testing.T, v any) {
+	t.Helper()
+	raw, err := os.ReadFile("../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(raw, v); err != nil {
+		t.Fatal(err)
 	}
 }

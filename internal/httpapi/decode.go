@@ -31,11 +31,13 @@ func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[st
 	}
 	var body []byte
 	if rb, ok := r.Body.(*readAlready); ok {
-		body, err = rb.body, rb.err // no second copy on every order
-	} else {
-		body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	}
-	if err != nil {
+		// Read by readBody (every /v1 route): no second copy, and its
+		// error is already the client's.
+		if rb.err != nil {
+			return rb.err
+		}
+		body = rb.body
+	} else if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
 		return bodyError(err)
 	}
 	if !utf8.Valid(body) {
@@ -70,8 +72,6 @@ func bodyError(err error) error {
 	switch {
 	case errors.As(err, &tooBig):
 		return errBodyTooLarge
-	case errors.Is(err, errBodyTooLarge), errors.Is(err, errBodyTimeout), errors.Is(err, errBodyUnreadable):
-		return err
 	case errors.As(err, &ne) && ne.Timeout():
 		return errBodyTimeout
 	}
