@@ -43,7 +43,9 @@ type MultiAcquirer interface {
 // has the key, it tries each smaller key once and takes the larger ones as
 // before; a smaller key found held is the next one it lets everything go
 // for and waits for, holding nothing. A MultiAcquirer applies the same bound
-// its own way.
+// its own way (pglock, whose session cannot free a key while it waits in a
+// line, leaves the line to free them and rejoins it in the same round trip,
+// for good).
 func AcquireAll(ctx context.Context, l Locker, keys []string, opts ...Option) (Set, error) {
 	if m, ok := l.(MultiAcquirer); ok {
 		return m.AcquireAll(ctx, keys, opts...)

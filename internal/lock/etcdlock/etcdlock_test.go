@@ -15,6 +15,7 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		New:         func(tb testing.TB) lock.Locker { return mustLocker(tb) },
 		Exclusive:   true,
+		FIFO:        true,
 		Distributed: true,
 		Lose: func(t *testing.T, l lock.Locker, _ *lock.Lease) {
 			revoke(t, insp, l.(*Locker))

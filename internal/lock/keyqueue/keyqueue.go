@@ -8,7 +8,8 @@
 // nobody wins, and the goroutine that just released the key wins it back
 // before the sleeping ones wake (barging). With it, a process is one
 // contender per key, and its goroutines get the lock in arrival order.
-// Fairness between processes is still whatever polling gives.
+// Between processes there is no line: a release wakes the waiter blocked
+// longest in its current pause, not the one that began to wait first.
 package keyqueue
 
 import (

@@ -26,6 +26,12 @@ type Config struct {
 	// Distributed says that two Lockers from New exclude each other (every
 	// backend but none and local, whose state lives in one Locker).
 	Distributed bool
+	// FIFO says that waiters for a key get it in the order they began to
+	// wait, in whichever Lockers from New they wait: the line is kept by the
+	// server (Postgres's lock queue, ZooKeeper's sequential nodes, etcd's
+	// create revisions) or by the one Locker (memlock). Redis waiters are
+	// woken on release with no order across Lockers.
+	FIFO bool
 	// Expiring says that leases have a TTL (WithTTL, WithoutWatchdog apply).
 	Expiring bool
 	// Lose, when set, ends the lease for real from outside (expires the
@@ -61,6 +67,15 @@ func Run(t *testing.T, c Config) {
 	if c.Distributed {
 		t.Run("MutualExclusionAcrossLockers", func(t *testing.T) { testExclusion(t, c, true) })
 	}
+	t.Run("NoDeadlockOverlapping", func(t *testing.T) { testNoDeadlockOverlapping(t, c) })
+	if c.Exclusive {
+		t.Run("AcquireAllHoldWaitLetsGo", func(t *testing.T) { testHoldWaitLetsGo(t, c) })
+		t.Run("AcquireAllBusyKeyNotStarved", func(t *testing.T) { testBusyKeyNotStarved(t, c) })
+		t.Run("AcquireAllOutOfOrderHoldingNothing", func(t *testing.T) { testOutOfOrderHoldingNothing(t, c) })
+		t.Run("WakeOnRelease", func(t *testing.T) { testWakeOnRelease(t, c) })
+		t.Run("WaitDeadlineHonoured", func(t *testing.T) { testWaitDeadline(t, c) })
+		t.Run("CancelledWaiterThirdLocker", func(t *testing.T) { testCancelledWaiterThirdLocker(t, c) })
+	}
 	probe := c.New(t)
 	fenced := probe.Fenced()
 	_ = probe.Close()
@@ -74,6 +89,9 @@ func Run(t *testing.T, c Config) {
 	}
 	if c.Lose != nil {
 		t.Run("DoneClosesOnLoss", func(t *testing.T) { testLoss(t, c) })
+	}
+	if c.Lose != nil && c.Distributed && c.Exclusive {
+		t.Run("ReleaseAfterLossHarmless", func(t *testing.T) { testReleaseAfterLoss(t, c) })
 	}
 	t.Run("CloseLosesLeases", func(t *testing.T) { testClose(t, c) })
 }

@@ -34,6 +34,7 @@ func TestConformanceAroundMemlock(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		New:       func(testing.TB) lock.Locker { return locktrace.Wrap(memlock.New(), tp) },
 		Exclusive: true,
+		FIFO:      true,
 	})
 }
 
@@ -79,6 +80,7 @@ func TestConformanceAroundZooKeeper(t *testing.T) {
 		},
 		Exclusive:   true,
 		Distributed: true,
+		FIFO:        true,
 	})
 }
 

@@ -15,6 +15,7 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		New:       func(testing.TB) lock.Locker { return memlock.New() },
 		Exclusive: true,
+		FIFO:      true,
 	})
 }
 

@@ -18,18 +18,15 @@ import (
 
 var _ lock.MultiAcquirer = (*Locker)(nil)
 
-// errHoldWait means a multi-key wait passed the hold-wait bound while the
-// caller still waits: what it took is freed and it queues again.
-var errHoldWait = errors.New("held keys past the hold-wait bound while waiting for the rest")
-
-// AcquireAll implements lock.MultiAcquirer: every key on one connection,
-// locked in key order (the first key by one statement, the rest and their
-// tokens by another), so a multi-key operation needs one connection however
-// many keys it has. The wait for the first key, holding nothing, lasts as
-// long as ctx allows. Once it holds the first key it keeps what it holds
-// at most the hold-wait bound (lock.WithHoldWait) at a time while it waits
-// for the rest: then it frees them for their other waiters and queues again
-// for its first key. With TryOnce it is all or nothing, in one statement.
+// AcquireAll implements lock.MultiAcquirer with the contract of
+// lock.AcquireAll, every key on one connection (the first key by one
+// statement, the rest and their tokens by another when none is held
+// elsewhere), so a multi-key operation needs one connection however many
+// keys it has. The wait for a key while it holds nothing lasts as long as
+// ctx allows; it holds keys while it waits at most the hold-wait bound
+// (lock.WithHoldWait), then frees them and waits on for the key it waited
+// for, holding nothing (see waitAll). With TryOnce it is all or nothing, in
+// one statement.
 func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...lock.Option) (lock.Set, error) {
 	sorted, err := checkKeys(keys)
 	if err != nil {
@@ -163,13 +160,16 @@ func (l *Locker) tryAll(parent context.Context, keys []string, o lock.Options, a
 	return b, nil
 }
 
-// waitAll locks every key in key order on one connection. A first pipeline
-// labels the session and waits for the first key, holding nothing, as long
-// as ctx allows, so the acquisition keeps its place in that key's line; a
-// second waits for the other keys in turn, within the hold-wait bound, and
-// draws the tokens. Two round trips, not one: the server sends a
-// pipeline's results only at its end, so one pipeline could not tell us
-// when the first key was granted and the bound should start.
+// waitAll locks every key on one connection as lock.AcquireAll does on
+// any Locker: it waits for the first key holding nothing, as long as ctx
+// allows, then tries the rest in one statement; a later key found held it
+// waits for holding only smaller keys, within the hold-wait bound. Past the
+// bound it frees every key and waits for that one holding nothing, as long
+// as ctx allows; once it has it, it tries each smaller key once (one found
+// held is the next it frees everything for and waits for) and takes the
+// larger ones as before. Uncontended, that is two round trips.
+//
+// One session, not one more per contended key: a backend queued for a lock runs nothing else, so it frees its keys by leaving the line, rejoins it in the same pipeline, and never leaves it again.
 func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) (lock.Set, error) {
 	if err := parent.Err(); err != nil {
 		return nil, err
@@ -179,28 +179,11 @@ func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) 
 	ids := newIDs(len(keys))
 	var set lock.Set
 	err := l.withConn(ctx, parent, func(c *pgxpool.Conn) error {
-		sent := time.Now()
-		first := &pgx.Batch{}
-		first.Queue(settingsSQL, leaseAppName(ids[0]), idleTimeout(o.TTL))
-		first.Queue(lockAllSQL, keys[:1])
-		if err := l.send(ctx, c, first, keys[0]); err != nil {
+		w := &multiWait{l: l, c: c, keys: keys, tokens: make([]int64, len(keys))}
+		if err := w.run(ctx, leaseAppName(ids[0]), o); err != nil {
 			return err
 		}
-		var tokens []int64
-		rest := &pgx.Batch{}
-		rest.Queue(lockAllSQL, keys[1:])
-		rest.Queue(nextvalAllSQL, len(keys)).QueryRow(func(row pgx.Row) error { return row.Scan(&tokens) })
-		hctx, cancel := context.WithTimeout(ctx, o.HoldWait)
-		err := l.send(hctx, c, rest, fmt.Sprintf("%d keys after %q", len(keys)-1, keys[0]))
-		cancel()
-		switch {
-		case err != nil && ctx.Err() == nil && hctx.Err() != nil:
-			return errHoldWait
-		case err != nil:
-			return err
-		case len(tokens) != len(keys):
-			return fmt.Errorf("%d tokens for %d keys", len(tokens), len(keys))
-		}
+		sent := w.sent
 		if time.Since(sent) > o.TTL/refreshAfter {
 			// A long wait ate into the validity counted from before it.
 			sent = time.Now()
@@ -208,10 +191,131 @@ func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) 
 				return err
 			}
 		}
-		set, err = l.grant(c, keys, ids, tokens, sent, o)
+		var err error
+		set, err = l.grant(c, keys, ids, w.tokens, sent, o)
 		return err
 	})
 	return set, err
+}
+
+// multiWait is one waiting AcquireAll on its connection.
+type multiWait struct {
+	l      *Locker
+	c      *pgxpool.Conn
+	keys   []string // sorted, unique, at least two
+	tokens []int64  // each key's token, drawn after its lock was last granted
+	sent   time.Time
+}
+
+// run takes every key, holding keys while it waits at most o.HoldWait at a
+// time, and leaves them all held on w.c.
+func (w *multiWait) run(ctx context.Context, appName string, o lock.Options) error {
+	at, err := 0, w.wait(ctx, 0, settingsSQL, appName, idleTimeout(o.TTL))
+	for {
+		if err != nil {
+			return err
+		}
+		// Smaller keys, each tried once: waiting for one now would be
+		// waiting out of order, holding keys[at].
+		if at > 0 {
+			var miss int
+			if miss, err = w.try(ctx, 0, at); err != nil {
+				return err
+			}
+			if miss >= 0 {
+				at, err = miss, w.wait(ctx, miss, unlockEverySQL)
+				continue
+			}
+		}
+		var past bool
+		if past, at, err = w.rest(ctx, at+1, o.HoldWait); err != nil || !past {
+			return err
+		}
+		err = w.wait(ctx, at, unlockEverySQL)
+	}
+}
+
+// rest takes keys[from:], holding every key before from: each tried once,
+// and one found held waited for within what is left of bound. When the
+// bound passes it returns past and the index of the key it waited for; it
+// still holds what it held, and no longer waits.
+func (w *multiWait) rest(ctx context.Context, from int, bound time.Duration) (past bool, at int, err error) {
+	for from < len(w.keys) {
+		var miss int
+		if miss, err = w.try(ctx, from, len(w.keys)); err != nil || miss < 0 {
+			return false, 0, err
+		}
+		// Keys after miss that the try obtained would be held out of
+		// order while waiting for it: they go in the same pipeline.
+		var after []string
+		for i := miss + 1; i < len(w.keys); i++ {
+			if w.tokens[i] != 0 {
+				after = append(after, w.keys[i])
+			}
+		}
+		if bound <= 0 {
+			return true, miss, nil
+		}
+		start := time.Now()
+		hctx, cancel := context.WithTimeout(ctx, bound)
+		err = w.wait(hctx, miss, unlockKeysSQL, after)
+		cancel()
+		bound -= time.Since(start)
+		switch {
+		case err == nil:
+			from = miss + 1
+		case ctx.Err() == nil && hctx.Err() != nil && !errors.Is(err, lock.ErrCleanupPending) && !w.c.Conn().IsClosed():
+			return true, miss, nil
+		default:
+			return false, 0, err
+		}
+	}
+	return false, 0, nil
+}
+
+// try tries keys[lo:hi] once, in one statement, and returns the first one
+// held elsewhere, or -1. The keys it obtained stay held, with their tokens.
+func (w *multiWait) try(ctx context.Context, lo, hi int) (int, error) {
+	var tokens []*int64
+	b := &pgx.Batch{}
+	b.Queue(tryAllSQL, w.keys[lo:hi]).QueryRow(func(row pgx.Row) error { return row.Scan(&tokens) })
+	if err := w.send(ctx, b, fmt.Sprintf("try of %d keys from %q", hi-lo, w.keys[lo])); err != nil {
+		return 0, err
+	}
+	if len(tokens) != hi-lo {
+		return 0, fmt.Errorf("%d tokens for %d keys", len(tokens), hi-lo)
+	}
+	miss := -1
+	for i, t := range tokens {
+		w.tokens[lo+i] = 0
+		if t != nil {
+			w.tokens[lo+i] = *t
+		} else if miss < 0 {
+			miss = lo + i
+		}
+	}
+	return miss, nil
+}
+
+// wait waits for keys[i] after the statement before (with args) in the same
+// pipeline, which frees keys or labels the session, so that the wait joins
+// the key's line the moment the keys are free.
+func (w *multiWait) wait(ctx context.Context, i int, before string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue(before, args...)
+	b.Queue(lockAllSQL, w.keys[i:i+1])
+	b.Queue(nextvalSQL).QueryRow(func(row pgx.Row) error { return row.Scan(&w.tokens[i]) })
+	if before == unlockEverySQL {
+		clear(w.tokens)
+	}
+	return w.send(ctx, b, w.keys[i])
+}
+
+// send runs a pipeline of the wait and notes when it was sent: the
+// server's idle timer of the granted leases starts no earlier.
+func (w *multiWait) send(ctx context.Context, b *pgx.Batch, what string) error {
+	w.sent = time.Now()
+	return w.l.send(ctx, w.c, b, what)
 }
 
 // withConn runs attempt on a pooled connection. attempt owns the
@@ -219,8 +323,7 @@ func (l *Locker) waitAll(parent context.Context, keys []string, o lock.Options) 
 // back); when it fails, withConn discards it, which frees whatever it took
 // or was about to be granted. A connection found dead (after a server
 // restart every idle pooled connection is) is replaced, up to maxDeadConns
-// times; a wait past the hold-wait bound starts over, in line again for
-// the first key.
+// times.
 func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Conn) error) error {
 	for dead := 0; ; {
 		c, err := l.pool.Acquire(ctx)
@@ -233,12 +336,6 @@ func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Con
 			return nil
 		case errors.Is(err, lock.ErrNotAcquired):
 			return err // attempt handed the connection back
-		case errors.Is(err, errHoldWait):
-			if derr := l.discard(c); derr != nil {
-				return l.failure(parent, fmt.Errorf("%w (%w)", err, derr))
-			}
-			l.log.Debug("multi-key wait gave up its keys past the hold-wait bound; queueing again")
-			continue
 		}
 		closed := c.Conn().IsClosed()
 		err = l.discarding(c, err)

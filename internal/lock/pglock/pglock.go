@@ -5,15 +5,15 @@
 // One acquisition uses one connection however many keys it takes: a lone
 // Acquire, a batch (AcquireBatch: every key tried in one statement) and a
 // multi-key operation (AcquireAll: every key locked in key order, in two
-// statements) each hold their locks on a connection of their own, so an
-// order of a hundred lines needs one connection, not a hundred. Each lease
-// still releases its own key; the connection returns to the pool with the
-// last.
+// statements when none is held elsewhere) each hold their locks on a
+// connection of their own, so an order of a hundred lines needs one
+// connection, not a hundred. Each lease still releases its own key; the
+// connection returns to the pool with the last.
 // A multi-key AcquireAll waits for its first key as long as its context
-// allows; once it holds that key, it gives everything up if the rest take
-// longer than the hold-wait bound (lock.WithHoldWait, default 1s) and queues
-// again for the first, so it never keeps other orders off its keys for
-// longer than that at a time.
+// allows; it holds keys while it waits for a later one at most the
+// hold-wait bound (lock.WithHoldWait, default 1s), then frees them all and
+// waits for that key holding nothing, in line from then on as long as its
+// context allows, as lock.AcquireAll does.
 //
 // A lease lives exactly as long as its database session. Each lease sets its
 // session's idle_session_timeout to the lease TTL, so a holder that stops
@@ -100,15 +100,17 @@ const (
 	// session that answers still holds its session-level locks.
 	keepaliveSQL = `SELECT 1`
 
-	// The statements of a multi-key session. Rows of unnest come in array
-	// order, so lockAllSQL waits for the keys in key order, holding those
-	// before: two acquisitions over overlapping keys cannot wait on each
-	// other in a cycle. Tokens are drawn after the last lock is granted.
-	// tryAllSQL draws each obtained key's token right after its lock.
-	settingsSQL   = `SELECT set_config('application_name', $1, false), set_config('idle_session_timeout', $2, false)`
-	lockAllSQL    = `SELECT pg_advisory_lock(hashtextextended('stockguard:' || k, 0)) FROM unnest($1::text[]) AS k`
-	nextvalAllSQL = `SELECT array_agg(nextval('stockguard_lock_fence')) FROM generate_series(1, $1::int)`
-	tryAllSQL     = `SELECT array_agg(CASE WHEN pg_try_advisory_lock(hashtextextended('stockguard:' || k, 0))
+	// The statements of a multi-key session. A waiting AcquireAll waits
+	// for one key at a time (lockAllSQL with one key, then nextvalSQL),
+	// holding only smaller keys, so two acquisitions over overlapping keys
+	// cannot wait on each other in a cycle. tryAllSQL draws each obtained
+	// key's token right after its lock. unlockEverySQL frees a waiting
+	// AcquireAll's keys, keeping the session's labels, in the pipeline of
+	// its next wait.
+	settingsSQL    = `SELECT set_config('application_name', $1, false), set_config('idle_session_timeout', $2, false)`
+	lockAllSQL     = `SELECT pg_advisory_lock(hashtextextended('stockguard:' || k, 0)) FROM unnest($1::text[]) AS k`
+	unlockEverySQL = `SELECT pg_advisory_unlock_all()`
+	tryAllSQL      = `SELECT array_agg(CASE WHEN pg_try_advisory_lock(hashtextextended('stockguard:' || k, 0))
 	THEN nextval('stockguard_lock_fence') END ORDER BY i) FROM unnest($1::text[]) WITH ORDINALITY AS t(k, i)`
 	// unlockAllSQL frees what an all-or-nothing try obtained when it did
 	// not obtain everything; the session is the acquisition's own, so all

@@ -94,6 +94,7 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		New:         func(tb testing.TB) lock.Locker { return newLocker(tb, url) },
 		Exclusive:   true,
+		FIFO:        true,
 		Distributed: true,
 		Expiring:    true,
 		Lose:        func(t *testing.T, _ lock.Locker, lease *lock.Lease) { terminate(t, url, lease) },

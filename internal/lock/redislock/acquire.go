@@ -70,13 +70,13 @@ func (l *Locker) grab(ctx context.Context, keys []string, o lock.Options, turns 
 		if tok == 0 {
 			continue
 		}
-		key, token, turn := keys[i], lock.Token(tok), turns[i]
+		key, token := keys[i], lock.Token(tok)
+		h := &handle{l: l, hold: holds[i], ttl: o.TTL, turn: turns[i]}
 		leases[i], _ = lock.NewLease(lock.LeaseParams{
 			Key: key, Token: token, ID: ids[i], Deadline: deadline,
-			TTL: o.TTL, Watchdog: !o.NoWatchdog,
-			Handle: &handle{l: l, hold: holds[i], ttl: o.TTL, turn: turn},
+			TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: h,
 			OnLost: func(err error) {
-				turn() // the key is free in Redis, or someone else's
+				h.handOn(false) // the key is free in Redis, or someone else's: a loss wakes nobody
 				l.m.Lost()
 				l.cfg.log.Warn("redis: lease lost", "key", key, "token", token, "err", err)
 			},

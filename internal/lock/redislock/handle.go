@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -18,8 +19,23 @@ type handle struct {
 	l    *Locker
 	hold redisnode.Hold
 	ttl  time.Duration
-	// turn hands this Locker's turn on the key to its next waiter.
-	turn func()
+	// turn hands this Locker's turn on the key to its next waiter; see handOn.
+	turn   func()
+	handed sync.Once
+}
+
+// handOn hands this Locker's turn on the key on, once, telling the loop
+// whether the release woke a waiter elsewhere: a lost lease gets here from
+// OnLost and again from a later Release, and an unheeded mark left by that
+// second call, with no turn to spend it, would be taken for the next
+// lease's release.
+func (h *handle) handOn(woke bool) {
+	h.handed.Do(func() {
+		if !woke {
+			h.l.loop.Unheeded(h.hold.Key)
+		}
+		h.turn()
+	})
 }
 
 var _ lock.BatchHandle = (*handle)(nil)
@@ -64,10 +80,7 @@ func (l *Locker) release(ctx context.Context, hs []*handle) error {
 	}
 	_, woke, err := l.node.Release(context.WithoutCancel(ctx), holds, wakeAll(len(holds)))
 	for i, h := range hs {
-		if err == nil && !woke[i] {
-			l.loop.Unheeded(h.hold.Key)
-		}
-		h.turn()
+		h.handOn(err != nil || woke[i])
 	}
 	if err != nil {
 		return fmt.Errorf("redis: release %d key(s): %w", len(hs), l.nodeErr(err))

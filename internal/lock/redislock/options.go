@@ -66,7 +66,8 @@ func WithNodeTimeout(d time.Duration) Option {
 // each pause is drawn uniformly from [d/2, 3d/2) so that waiters that lost
 // together do not all come back together. A waiter blocks for a wake-up for
 // up to retry.AwaitSpan such pauses, and a release of the key ends the
-// wait of the one blocked longest on it (node.AwaitRelease); what the
+// wait of the one blocked longest in its current pause (node.AwaitRelease:
+// not a line across Lockers); what the
 // delay sets is how soon a key is noticed free when no release comes (a
 // holder that died, a lease left to expire) and the pace of attempts
 // where no wake-up can be awaited. Default: 10ms.

@@ -15,9 +15,12 @@
 // (package keyqueue), and only the head polls Redis: one process is one
 // contender per key. Between its attempts the head blocks on the key's wake
 // list (BLPOP, for up to retry.AwaitSpan retry delays), to which a release
-// pushes one element: Redis hands it to the client blocked longest, so a
-// release wakes one waiter across all processes, at once, instead of
-// leaving the key free until someone's pause ends.
+// pushes one element, and Redis hands it to the client blocked longest: a
+// release wakes one waiter, at once, instead of leaving the key free until
+// someone's pause ends. That is no line across processes: a pop lasts one
+// span (80–240 ms by default), and a waiter whose pop ends unwoken attempts
+// again and, refused, blocks anew behind those already blocked, so waiters
+// of different Lockers are not served in the order they began to wait.
 //
 // AcquireBatch takes many keys in one script call (each its own lease id
 // and token, as if acquired alone); a key whose line in this Locker is busy

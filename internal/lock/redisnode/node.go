@@ -379,9 +379,12 @@ var ErrAwaitBusy = errors.New("too many waiters blocked on this node")
 // AwaitRelease blocks until a release of key on this node (with wake) wakes
 // this caller, for at most d (capped at maxAwait): it returns nil either
 // way, since only the next attempt tells whether the key is free. Redis
-// hands each wake-up to the client blocked longest, so a release wakes one
-// waiter, oldest first, not a herd. An error (the node unreachable, or
-// ErrAwaitBusy) means nothing was awaited, possibly for part of d.
+// hands each wake-up to the client whose pop has blocked longest, so a
+// release wakes one waiter, not a herd; but a pop ends after d and its
+// caller blocks again behind those already blocked, so the order is not
+// the order in which the callers began to wait. An error (the node
+// unreachable, or ErrAwaitBusy) means nothing was awaited, possibly for
+// part of d.
 //
 // A cancelled ctx returns at once with its error. go-redis notices a
 // context's deadline during a blocking read, not its cancellation, so the

@@ -92,11 +92,12 @@ func (l *Locker) take(ctx context.Context, keys []string, o lock.Options, turns 
 
 func (l *Locker) lease(a *attempt, k int, out outcome, o lock.Options, turn func()) *lock.Lease {
 	key, token := a.keys[k], lock.Token(a.tokens[k])
+	h := &handle{a: a, k: k, turn: turn}
 	lease, _ := lock.NewLease(lock.LeaseParams{
 		Key: key, Token: token, ID: a.ids[k], Deadline: out.deadline,
-		TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: &handle{a: a, k: k, turn: turn},
+		TTL: o.TTL, Watchdog: !o.NoWatchdog, Handle: h,
 		OnLost: func(err error) {
-			turn() // the key is free on the nodes, or someone else's
+			h.handOn(false) // the key is free on the nodes, or someone else's: a loss wakes nobody
 			l.m.Lost()
 			l.cfg.log.Warn("redlock: lease lost", "key", key, "token", token, "err", err)
 		},

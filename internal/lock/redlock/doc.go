@@ -111,8 +111,8 @@
 // split vote it sleeps a quarter of a delay instead (retry.SplitShare): no
 // release is coming to end that wait, and Redis keeps a blocked client's
 // timeout only to its event loop's next wake-up, a tenth of a second on a
-// quiet server. Redis gives the element to the client blocked longest,
-// so each release wakes one waiter across all processes, oldest first: the
+// quiet server. Redis gives the element to the client blocked longest in
+// its current pop, so each release wakes one waiter, at once: the
 // key no longer stands free for the rest of everyone's pause (on a hot key
 // it was free about a third of the time), and there is no herd to split the
 // votes, which is what publishing releases to every waiter (Redisson's way)
@@ -121,7 +121,10 @@
 // waiter (its own line's head, often) straight into the same refusal, an
 // attempt a round trip while the holder keeps the key; the holder's release
 // wakes them. Wake-ups are hints: safety never depends on them, and with the
-// wake node down, waiters fall back to their pauses. A Locker that wants a
+// wake node down, waiters fall back to their pauses. Nor are they a line
+// across processes: a pop lasts one span, and a waiter refused again blocks
+// anew behind those already blocked, so Lockers' waiters are not served in
+// the order they began to wait. A Locker that wants a
 // key again within its retry delay of releasing it awaits a wake-up before
 // its first attempt (package retry): the release woke the waiter blocked
 // longest, and trying at once would race it and split the votes; with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
@@ -14,9 +15,23 @@ import (
 // handle is a held lock: key k of the successful attempt, whose per-node
 // state the release needs, and this Locker's turn on the key.
 type handle struct {
-	a    *attempt
-	k    int
-	turn func()
+	a      *attempt
+	k      int
+	turn   func() // see handOn
+	handed sync.Once
+}
+
+// handOn hands this Locker's turn on the key on, once, telling the loop
+// whether letting go of it may have woken a waiter elsewhere: a lost lease
+// gets here from OnLost and again from a later Release, and only the
+// first may hand the turn on.
+func (h *handle) handOn(woke bool) {
+	h.handed.Do(func() {
+		if !woke {
+			h.a.l.loop.Unheeded(h.a.keys[h.k])
+		}
+		h.turn()
+	})
 }
 
 var _ lock.BatchHandle = (*handle)(nil)

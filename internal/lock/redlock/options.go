@@ -67,8 +67,8 @@ func WithNodeTimeout(d time.Duration) Option {
 // each pause is drawn uniformly from [d/2, 3d/2), so that clients that split
 // the nodes between them in one attempt do not collide again in the next.
 // A waiter blocks for a wake-up for up to retry.AwaitSpan such pauses, and a
-// release of the key ends the wait of the one blocked longest on it (see
-// the package doc); what the delay sets is how soon a key is noticed free
+// release of the key ends the wait of the one blocked longest in its
+// current pause (see the package doc: not a line across Lockers); what the delay sets is how soon a key is noticed free
 // when no release comes (a holder that died, a lease left to expire) and
 // the pace of attempts where no wake-up can be awaited.
 // Default: 10ms.

@@ -133,7 +133,7 @@ func (l *Locker) releaseHandles(hs []*handle) error {
 	}
 	err := l.release(items, false)
 	for _, h := range hs {
-		h.turn()
+		h.handOn(true)
 	}
 	switch {
 	case err == nil:

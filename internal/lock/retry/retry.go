@@ -138,12 +138,15 @@ func (lp *Loop) poll(ctx context.Context, key string, o lock.Options, turn func(
 	}
 }
 
-// noteRelease wraps a lease's turn so that letting go of key is noted.
+// noteRelease wraps a lease's turn so that letting go of key is noted,
+// once: a lost lease hands its turn on from OnLost and again from a later
+// Release, and noting that second call would have the next local Acquire
+// await a wake-up that no release of this Loop sent.
 func (lp *Loop) noteRelease(key string, turn func()) func() {
 	if lp.Await == nil {
 		return turn
 	}
-	return func() {
+	return sync.OnceFunc(func() {
 		now := time.Now()
 		lp.mu.Lock()
 		if _, ok := lp.unheeded[key]; ok {
@@ -168,7 +171,7 @@ func (lp *Loop) noteRelease(key string, turn func()) func() {
 		}
 		lp.mu.Unlock()
 		turn()
-	}
+	})
 }
 
 // Unheeded tells the Loop that the release of key whose turn is handed on

@@ -308,3 +308,37 @@ func TestNoYieldAfterAnUnheededRelease(t *testing.T) {
 		t.Errorf("%d unheeded marks left after their turns", len(lp.unheeded))
 	}
 }
+
+// TestLostLeaseTurnNotedOnce: a lost lease hands its turn on from OnLost
+// and again from its Release; only the first is noted, so a local Acquire
+// after that Release, later than RetryDelay after the loss, attempts at
+// once instead of awaiting a wake-up no release of this Loop sent.
+func TestLostLeaseTurnNotedOnce(t *testing.T) {
+	lp := newLoop(t)
+	lp.RetryDelay = 20 * time.Millisecond
+	awaits := 0
+	lp.Await = func(context.Context, string, time.Duration) error { awaits++; return nil }
+	var turn func()
+	try := func(_ context.Context, key string, _ lock.Options, tn func()) (*lock.Lease, error) {
+		turn = tn
+		l, _ := lock.NewLease(lock.LeaseParams{Key: key, Handle: releaser(tn)})
+		return l, nil
+	}
+	lease, err := lp.Acquire(context.Background(), "k", nil, try)
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn() // OnLost
+	time.Sleep(2 * lp.RetryDelay)
+	if err := lease.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	next, err := lp.Acquire(context.Background(), "k", nil, try)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if awaits != 0 {
+		t.Errorf("%d awaits before the first attempt after a lost lease's Release, want 0", awaits)
+	}
+	_ = next.Release(context.Background())
+}

@@ -12,6 +12,7 @@ func TestConformance(t *testing.T) {
 	locktest.Run(t, locktest.Config{
 		New:         func(tb testing.TB) lock.Locker { return mustLocker(tb, servers) },
 		Exclusive:   true,
+		FIFO:        true,
 		Distributed: true,
 		Lose: func(t *testing.T, l lock.Locker, _ *lock.Lease) {
 			expireLocker(t, servers, l)
