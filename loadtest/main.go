@@ -124,11 +124,17 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.Workload.Zipf, "zipf", 1.1, "hot-SKU skew exponent; 0 = uniform")
 	fs.Float64Var(&c.Workload.RetryShare, "retry-share", 0.05, "share of orders deliberately resent with the same idempotency key")
 	fs.Uint64Var(&wf.seed, "seed", 0, "workload seed; 0 picks one at random (printed, so the run can be repeated)")
-	fs.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "bound on the sending phase; unsent orders are skipped")
+	fs.DurationVar(&c.Timeout, "timeout", 2*time.Minute, "bound on the sending phase; unsent orders are skipped (open loop: default --duration + 1m, and at least --duration)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", 30*time.Second, "bound on each HTTP request")
-	fs.IntVar(&c.HoldSeconds, "hold-seconds", 900, "hold_seconds of every order (1..86400); must outlast the run, or expired holds show up as disagreements")
+	fs.IntVar(&c.HoldSeconds, "hold-seconds", 900, "hold_seconds of every order (1..86400); must outlast the run until it is verified, --timeout + 4 × --request-timeout + 90s (330 by default), or it is refused: an expired hold's units would be sold again")
 	fs.Var(&c.Progress, "progress", "progress bar on stderr: auto (terminal, or runs over 3s), on, off")
 }
+
+// openLoopGrace is how much longer than --duration an open loop's default
+// --timeout lets it send: orders due at the end may wait for a slot behind
+// --concurrency requests in flight. A fixed 2-minute default would cut any
+// longer --duration short without a word.
+const openLoopGrace = time.Minute
 
 // finish resolves defaults that depend on other flags; set says whether a
 // flag was given.
@@ -144,6 +150,9 @@ func (wf *workloadFlags) finish(set func(name string) bool) error {
 			return errors.New("--orders is for the closed loop; with --rate the count is rate × duration")
 		}
 		c.Orders = 0
+		if !set("timeout") {
+			c.Timeout = c.Duration + openLoopGrace
+		}
 	}
 	c.Concurrency = wf.concurrency
 	if !set("concurrency") {
@@ -184,7 +193,7 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 	fs.StringVar(&urls, "urls", "", "comma-separated base URLs of running instances (required), e.g. http://127.0.0.1:8081,http://127.0.0.1:8082")
 	fs.StringVar(&wf.cfg.AdminToken, "admin-token", "", "bearer token for PUT /v1/skus (the instances' --admin-token)")
 	fs.StringVar(&jsonPath, "json", "", "write the result as JSON to this file")
-	fs.BoolVar(&expectUnsafe, "expect-unsafe", false, "exit 0 even if units were oversold or lost (for none/local demonstrations)")
+	fs.BoolVar(&expectUnsafe, "expect-unsafe", false, "exit 0 even if units were oversold or lost (for none/local demonstrations); an INCONCLUSIVE run still exits 1")
 	fs.StringVar(&wf.cfg.Label, "label", "", "free text recorded in the result")
 	fs.StringVar(&wf.cfg.Backend, "backend", "", "lock backend the instances run (informational, recorded in the result)")
 	fs.StringVar(&wf.cfg.Fencing, "fencing", "", "fencing mode the instances run, on|off: recorded in the result; off skips the check of the rows' fence tokens, which unfenced writes do not stamp")
@@ -225,10 +234,18 @@ func mainRun(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return fmt.Errorf("load run: %w: %w", ErrInterrupted, err)
 	}
-	if res.Damaged() && !expectUnsafe {
+	return runVerdict(res, expectUnsafe)
+}
+
+// runVerdict is the error of a verified run: ErrUnsafe for damage, unless
+// expectUnsafe; errFailed for an inconclusive run whatever expectUnsafe
+// says, since that flag excuses oversold or lost units, not a run whose
+// orders could not all be accounted for.
+func runVerdict(res *run.Result, expectUnsafe bool) error {
+	switch {
+	case res.Damaged() && !expectUnsafe:
 		return fmt.Errorf("load run: %w: %s", ErrUnsafe, res.Verdict)
-	}
-	if !res.Safe && !expectUnsafe {
+	case !res.Safe && !res.Damaged():
 		// Inconclusive: no damage found, but not every order accounted for.
 		return fmt.Errorf("load run: %w: %s", errFailed, res.Verdict)
 	}
@@ -351,9 +368,14 @@ func unsafeIf(damaged bool) error {
 	return fmt.Errorf("%w: ", errFailed)
 }
 
+// compareDamaged reports whether a backend that should be safe showed
+// damage, in its run or in its seed table's runs.
 func compareDamaged(cr *compare.Result) bool {
 	for _, e := range cr.Backends {
-		if e.Result != nil && !e.ExpectedUnsafe && e.Result.Damaged() {
+		if e.ExpectedUnsafe {
+			continue
+		}
+		if (e.Result != nil && e.Result.Damaged()) || (e.SeedTable != nil && e.SeedTable.Damaged()) {
 			return true
 		}
 	}

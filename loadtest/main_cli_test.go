@@ -16,6 +16,7 @@ import (
 
 	"github.com/stockguard/stockguard/loadtest/chaos"
 	"github.com/stockguard/stockguard/loadtest/compare"
+	"github.com/stockguard/stockguard/loadtest/compare/seedtable"
 	"github.com/stockguard/stockguard/loadtest/fakeservice"
 	"github.com/stockguard/stockguard/loadtest/run"
 )
@@ -94,6 +95,8 @@ func TestMainUsageErrors(t *testing.T) {
 		{"run", "--urls=http://127.0.0.1:1", "--rate=10/h", "--duration=1s"},
 		{"run", "--urls=http://127.0.0.1:1", "--rate=10/s"},
 		{"run", "--urls=http://127.0.0.1:1", "--rate=10/s", "--duration=1s", "--orders=5"},
+		{"run", "--urls=http://127.0.0.1:1", "--hold-seconds=60"},
+		{"run", "--urls=http://127.0.0.1:1", "--rate=10/s", "--duration=3m", "--timeout=2m"},
 		{"run", "--urls=http://127.0.0.1:1", "extra"},
 		{"run", "--nope"},
 		{"compare", "--backends=none,mysql"},
@@ -118,6 +121,46 @@ func TestMainUsageErrors(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "--urls") || stderr.Len() != 0 {
 		t.Errorf("run -h: stdout %q, stderr %q; want the flags on stdout only", stdout.String(), stderr.String())
+	}
+}
+
+// TestOpenLoopTimeoutFollowsDuration: without --timeout an open loop may
+// send for its whole --duration (plus a grace); an explicit --timeout
+// shorter than --duration, which would cut it silently, is a usage error.
+func TestOpenLoopTimeoutFollowsDuration(t *testing.T) {
+	parse := func(args ...string) (run.Config, error) {
+		var stdout, stderr bytes.Buffer
+		fs := newFlags("run", &stdout, &stderr)
+		var wf workloadFlags
+		wf.register(fs.FlagSet)
+		if err := fs.Parse(args, func(string) string { return "" }); err != nil {
+			return run.Config{}, err
+		}
+		err := wf.finish(fs.IsSet)
+		return wf.cfg, err
+	}
+	cfg, err := parse("--rate=10/s", "--duration=5m")
+	if err != nil || cfg.Timeout != 5*time.Minute+openLoopGrace {
+		t.Errorf("open loop of 5m: timeout %v (%v), want %v", cfg.Timeout, err, 5*time.Minute+openLoopGrace)
+	}
+	if cfg, err := parse("--orders=10"); err != nil || cfg.Timeout != 2*time.Minute {
+		t.Errorf("closed loop: timeout %v (%v), want 2m", cfg.Timeout, err)
+	}
+	for args, want := range map[string][]string{
+		"--rate=10/s --duration=3m --timeout=2m": {"--timeout=2m0s is shorter than --duration=3m0s"},
+		"--hold-seconds=60":                      {"--hold-seconds=60: the holds could expire before the run is verified", "want at least 330"},
+	} {
+		var stdout, stderr bytes.Buffer
+		err := Main(context.Background(), append([]string{"run", "--urls=http://127.0.0.1:1"}, strings.Fields(args)...),
+			func(string) string { return "" }, &stdout, &stderr)
+		if !errors.Is(err, ErrUsage) {
+			t.Errorf("%s: err = %v, want ErrUsage", args, err)
+		}
+		for _, w := range want {
+			if !strings.Contains(stderr.String(), w) {
+				t.Errorf("%s: stderr lacks %q: %s", args, w, stderr.String())
+			}
+		}
 	}
 }
 
@@ -331,9 +374,39 @@ func TestCompareDamagedOnlyForSafeBackends(t *testing.T) {
 		{[]compare.Entry{{Backend: "none", ExpectedUnsafe: true, Result: damaged}, {Backend: "redis", Result: clean}}, false},
 		{[]compare.Entry{{Backend: "redis", Result: damaged}}, true},
 		{[]compare.Entry{{Backend: "redis", Error: "did not start"}}, false},
+		// Damage in a safe backend's seed-table runs is damage too (exit 3).
+		{[]compare.Entry{{Backend: "redis", Result: clean, SeedTable: &seedtable.Table{ManySKUs: seedtable.Throughput{Orders: 9, Damaged: true}}}}, true},
+		{[]compare.Entry{{Backend: "redis", Result: clean, SeedTable: &seedtable.Table{Fencing: seedtable.Fencing{OnDamaged: 2}}}}, true},
+		{[]compare.Entry{{Backend: "redis", Result: clean, SeedTable: &seedtable.Table{HotSKU: seedtable.Throughput{Orders: 9}}}}, false}, // inconclusive
+		{[]compare.Entry{{Backend: "local", ExpectedUnsafe: true, Result: clean, SeedTable: &seedtable.Table{HotSKU: seedtable.Throughput{Orders: 9, Damaged: true}}}}, false},
 	} {
 		if got := compareDamaged(&compare.Result{Backends: tc.entries}); got != tc.want {
 			t.Errorf("%+v: damaged %v, want %v", tc.entries, got, tc.want)
+		}
+	}
+}
+
+// TestRunVerdictExitCodes: --expect-unsafe excuses oversold or lost units,
+// never an inconclusive run (exit 1), as the exit-code table says.
+func TestRunVerdictExitCodes(t *testing.T) {
+	safe := &run.Result{Safe: true}
+	damaged := &run.Result{Verification: run.Verification{Lost: 4}}
+	inconclusive := &run.Result{Verification: run.Verification{Unresolved: 2}}
+	for _, tc := range []struct {
+		name   string
+		res    *run.Result
+		expect bool
+		want   error // nil: exit 0
+	}{
+		{"safe", safe, false, nil},
+		{"damaged", damaged, false, ErrUnsafe},
+		{"damaged, expected", damaged, true, nil},
+		{"inconclusive", inconclusive, false, errFailed},
+		{"inconclusive, --expect-unsafe", inconclusive, true, errFailed},
+	} {
+		err := runVerdict(tc.res, tc.expect)
+		if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.want)
 		}
 	}
 }

@@ -169,7 +169,7 @@ func (l *chaosLoad) place(ctx context.Context, inst int, req client.OrderRequest
 // verification would count an order that did go through as a lost update.
 // A resend shed with a 503 settles nothing: the first attempt may still be
 // running on another instance. Time is bounded; what is left is
-// unresolved.
+// unresolved, and marked so in the receipts.
 func (l *chaosLoad) reconcile(ctx context.Context) (reconciled, unresolved int) {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
@@ -185,16 +185,21 @@ func (l *chaosLoad) reconcile(ctx context.Context) (reconciled, unresolved int) 
 		}
 		if out.Kind == client.KindReserved {
 			l.receipts.Record(p.key, p.req, out.Order)
+		} else {
+			l.receipts.Refused(p.key, p.req)
 		}
 		results[j] = true
 		return nil
 	})
-	for _, ok := range results {
+	for j, ok := range results {
 		if ok {
 			reconciled++
-		} else {
-			unresolved++
+			continue
 		}
+		// It may have landed: the verification allows for its units, and
+		// a gap they explain makes the verdict inconclusive, not damage.
+		l.receipts.MarkUnresolved(todo[j].key, todo[j].req)
+		unresolved++
 	}
 	return reconciled, unresolved
 }

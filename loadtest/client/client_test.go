@@ -61,8 +61,11 @@ func TestOrderKinds(t *testing.T) {
 		{"timeout", &canned{status: 503, header: http.Header{"Retry-After": {"0"}}, body: apiErr("timeout")}, KindUnknown, "timeout", "0", false},
 		{"overloaded", &canned{status: 503, header: retry, body: apiErr("overloaded")}, KindError, "overloaded", "1", false},
 		{"key reused", &canned{status: 422, body: apiErr("idempotency_key_reused")}, KindError, "idempotency_key_reused", "", true},
-		{"internal", &canned{status: 500, body: apiErr("internal")}, KindError, "internal", "", false},
-		{"not the API's body", &canned{status: 502, body: "<html>bad gateway</html>"}, KindError, "http_502", "", false},
+		// Every other 5xx may follow a commit: unknown, to be resent with its key.
+		{"internal", &canned{status: 500, body: apiErr("internal")}, KindUnknown, "internal", "", false},
+		{"not the API's body", &canned{status: 502, body: "<html>bad gateway</html>"}, KindUnknown, "http_502", "", false},
+		{"gateway timeout", &canned{status: 504, body: "<html>gateway timeout</html>"}, KindUnknown, "http_504", "", false},
+		{"proxy's 503", &canned{status: 503, body: "<html>unavailable</html>"}, KindUnknown, "http_503", "", false},
 		{"unreadable 201", &canned{status: 201, body: "<html>"}, KindError, "bad_201_body", "", true},
 		{"201 without an id", &canned{status: 201, body: `{"status":"reserved","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`}, KindError, "bad_201_body", "", true},
 	}
@@ -148,8 +151,8 @@ func TestRequests(t *testing.T) {
 			_, _ = w.Write([]byte(`{"session_id":72057594037927937,"session_id_hex":"0x100000000000001","password_hex":"00ff"}`))
 		case "/v1/skus/a.b", "/v1/skus/a.b/audit":
 			_, _ = w.Write([]byte(`{"sku":"a.b","available":5,"received":5,"consistent":true}`))
-		case "/v1/orders/o-1/confirm", "/v1/orders/o-1/cancel":
-			_, _ = w.Write([]byte(`{"order_id":"o-1","status":"confirmed","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`))
+		case "/v1/orders/0b9f7d0e-2c1a-4a6e-9a53-5d0c1e2f3a4b/confirm", "/v1/orders/0b9f7d0e-2c1a-4a6e-9a53-5d0c1e2f3a4b/cancel":
+			_, _ = w.Write([]byte(`{"order_id":"0b9f7d0e-2c1a-4a6e-9a53-5d0c1e2f3a4b","status":"confirmed","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`))
 		case "/readyz":
 			w.Header().Set("Retry-After", "1")
 			w.WriteHeader(http.StatusServiceUnavailable)
@@ -175,10 +178,10 @@ func TestRequests(t *testing.T) {
 	if a, err := c.Audit(ctx, srv.URL, "a.b"); err != nil || !a.Consistent {
 		t.Fatalf("Audit = %+v, %v", a, err)
 	}
-	if out := c.ConfirmOrder(ctx, srv.URL, "o-1"); out.Kind != KindReserved || out.Status != 200 || out.Order.Status != "confirmed" {
+	if out := c.ConfirmOrder(ctx, srv.URL, "0b9f7d0e-2c1a-4a6e-9a53-5d0c1e2f3a4b"); out.Kind != KindReserved || out.Status != 200 || out.Order.Status != "confirmed" {
 		t.Fatalf("ConfirmOrder = %+v", out)
 	}
-	if out := c.CancelOrder(ctx, srv.URL, "o-1"); out.Kind != KindReserved {
+	if out := c.CancelOrder(ctx, srv.URL, "0b9f7d0e-2c1a-4a6e-9a53-5d0c1e2f3a4b"); out.Kind != KindReserved {
 		t.Fatalf("CancelOrder = %+v", out)
 	}
 	var zk struct {
@@ -205,8 +208,8 @@ func TestRequests(t *testing.T) {
 		{"PUT", "/v1/skus/a.b", "", "Bearer s3cret"},
 		{"GET", "/v1/skus/a.b", "", ""},
 		{"GET", "/v1/skus/a.b/audit", "", ""},
-		{"POST", "/v1/orders/o-1/confirm", "", ""},
-		{"POST", "/v1/orders/o-1/cancel", "", ""},
+		{"POST", "/v1/orders/0b9f7d0e-2c1a-4a6e-9a53-5d0c1e2f3a4b/confirm", "", ""},
+		{"POST", "/v1/orders/0b9f7d0e-2c1a-4a6e-9a53-5d0c1e2f3a4b/cancel", "", ""},
 		{"GET", "/debug/zk-session", "", "Bearer s3cret"},
 		{"GET", "/metrics", "", ""},
 		{"GET", "/healthz", "", ""},

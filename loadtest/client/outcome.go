@@ -18,12 +18,12 @@ type Kind int
 
 // The kinds of order answers the runner counts separately.
 const (
-	KindUnknown         Kind = iota // no definite answer: transport error, timeout, 503 store_unavailable or timeout, or the key still in flight
+	KindUnknown         Kind = iota // no definite answer: transport error, timeout, the key still in flight, or any 5xx but a 503 lock_unavailable or overloaded
 	KindReserved                    // 201
 	KindInsufficient                // 409 insufficient_stock
 	KindStaleFence                  // 409 stale_fence
 	KindLockUnavailable             // 503 lock_unavailable
-	KindError                       // any other answer
+	KindError                       // any other answer, among them 503 overloaded (nothing placed)
 )
 
 func (k Kind) String() string {
@@ -97,11 +97,15 @@ func outcome(o *api.Order, err error, ok int) Outcome {
 		out.Kind = KindStaleFence
 	case ae.Status == http.StatusServiceUnavailable && ae.Code == "lock_unavailable":
 		out.Kind = KindLockUnavailable
+	case ae.Status == http.StatusServiceUnavailable && ae.Code == "overloaded":
+		// Shed before it was handled: nothing was placed.
 	case ae.Status == http.StatusConflict && ae.Code == "idempotency_key_in_flight",
 		// The first attempt may still commit: the outcome is not known yet.
-		ae.Status == http.StatusServiceUnavailable && (ae.Code == "store_unavailable" || ae.Code == "timeout"):
-		// The database or the deadline failed, possibly after the write was
-		// sent (a lost commit acknowledgement): it may have landed.
+		ae.Status >= 500:
+		// Every other 5xx — store_unavailable, timeout, a 500 from a bug, a
+		// proxy's 502 or 504 — may come after the write was sent (a lost
+		// commit acknowledgement, a connection cut behind a proxy): the
+		// order may have landed, and only a resend with its key can tell.
 		out.Kind = KindUnknown
 	}
 	return out

@@ -378,8 +378,13 @@ func PrintTable(w io.Writer, cr *Result) {
 		if r.TimedOut {
 			v += fmt.Sprintf(" [timed out: %d orders unsent]", r.Orders.Unsent)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%d\t%d\t%d\t%.1f\t %s\n", e.Backend, e.Fencing,
-			r.ThroughputPerS, r.LatencyMs.P50, r.LatencyMs.P99, r.Units.Reserved, r.Units.Oversold, r.Units.Lost,
+		oversold, lost := fmt.Sprint(r.Units.Oversold), fmt.Sprint(r.Units.Lost)
+		if r.Units.Unverified {
+			// Interrupted before its verification: nothing was read back.
+			oversold, lost = "not verified", "not verified"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%s\t%s\t%d\t%d\t%d\t%.1f\t %s\n", e.Backend, e.Fencing,
+			r.ThroughputPerS, r.LatencyMs.P50, r.LatencyMs.P99, r.Units.Reserved, oversold, lost,
 			r.Orders.StaleFence, r.Orders.LockUnavailable, r.Orders.Errors, e.PeakRSSMB, v)
 	}
 	_ = tw.Flush()

@@ -67,3 +67,16 @@ func TestReportCountsOnlyVerifiedBackendsSafe(t *testing.T) {
 		t.Errorf("failures %q, want %q", fs, want)
 	}
 }
+
+// TestPrintTableInterruptedUnitsNotVerified: a backend cut short before its
+// verification shows its oversold and lost units as not verified, not 0.
+func TestPrintTableInterruptedUnitsNotVerified(t *testing.T) {
+	r := &run.Result{Verdict: "INTERRUPTED after 3 of 10 orders, while sending: not verified"}
+	r.Units.Reserved, r.Units.Unverified = 7, true
+	var buf bytes.Buffer
+	PrintTable(&buf, &Result{Backends: []Entry{{Backend: "redis", Fencing: "on", Result: r, err: run.ErrInterrupted}}})
+	line := strings.Split(buf.String(), "\n")[1]
+	if strings.Count(line, "not verified") != 3 || !strings.Contains(line, " 7 ") {
+		t.Errorf("row %q: want reserved 7, oversold and lost not verified", line)
+	}
+}

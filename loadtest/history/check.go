@@ -86,7 +86,8 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 func WithVisualization(dir string) Option { return func(c *config) { c.visualDir = dir } }
 
 // Check verifies ops against the final read, given each SKU's stock at the
-// start (its available units; held and sold start at 0).
+// start (its available units; held and sold start at 0). A SKU of stock
+// that the final read has no row for is a violation: its state is unknown.
 func Check(ops []Op, final Final, stock map[string]int64, opts ...Option) (Report, error) {
 	cfg := config{timeout: DefaultTimeout}
 	for _, o := range opts {

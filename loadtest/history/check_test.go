@@ -264,6 +264,24 @@ func TestInvalidHistory(t *testing.T) {
 	}
 }
 
+// TestMissingFinalRowIsViolation: a SKU with stock but no row in the final
+// read has no final state to explain its operations; passing it would pass
+// anything they did.
+func TestMissingFinalRowIsViolation(t *testing.T) {
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 20, ok("o1")),
+		place(1, "k2", lines("b", 1), 0, 20, ok("o2")),
+	}
+	final := history.Final{At: at(1000),
+		Orders: []history.FinalOrder{order("o1", "k1", history.StatusReserved, lines("a", 1)), order("o2", "k2", history.StatusReserved, lines("b", 1))},
+		SKUs:   []history.FinalSKU{{SKU: "a", Held: 1}}}
+	r := check(t, ops, final, map[string]int64{"a": 1, "b": 1})
+	mustFind(t, r, "b", history.RuleLinearizable, "no row")
+	if len(r.Violations) != 1 {
+		t.Errorf("want only b's violation:\n%s", r)
+	}
+}
+
 func TestVisualizationWritten(t *testing.T) {
 	dir := t.TempDir()
 	ops := []history.Op{

@@ -19,6 +19,13 @@ const (
 func (x *index) checkLinearizable(r *Report, cfg config) {
 	deadline := time.Now().Add(cfg.timeout)
 	for _, sku := range x.skus {
+		if _, ok := x.finalSKU(sku); !ok {
+			// Without the row there is no final state to explain, and a
+			// check of the operations alone would pass whatever they did.
+			r.Violations = append(r.Violations, Violation{SKU: sku, Rule: RuleLinearizable,
+				Message: fmt.Sprintf("the final read has no row for this SKU (stock %d): no state explains the operations", x.stock[sku])})
+			continue
+		}
 		ops, init := x.skuOperations(sku)
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -118,10 +125,9 @@ func (x *index) skuOperations(sku string) ([]porcupine.Operation, state) {
 				output{result: OK}, call, readAt-1)
 		}
 	}
-	if f, ok := x.finalSKU(sku); ok {
-		read.avail, read.held, read.sold = f.Available, f.Held, f.Sold
-		add(input{kind: kindRead, client: -1}, output{result: OK, read: read}, readAt, readAt)
-	}
+	f, _ := x.finalSKU(sku) // checkLinearizable made sure it is there
+	read.avail, read.held, read.sold = f.Available, f.Held, f.Sold
+	add(input{kind: kindRead, client: -1}, output{result: OK, read: read}, readAt, readAt)
 	// Reader and reaper are not clients; porcupine wants ids ≥ 0.
 	maxClient := 0
 	for _, op := range ops {

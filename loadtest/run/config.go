@@ -26,11 +26,16 @@ type Config struct {
 	Rate     float64
 	Duration time.Duration
 	// Timeout bounds the sending phase; orders not yet sent are skipped and
-	// requests in flight finish (each within RequestTimeout).
+	// requests in flight finish (each within RequestTimeout). In open loop
+	// it must be at least Duration, or the last orders due are never sent.
 	Timeout        time.Duration
 	RequestTimeout time.Duration
-	HoldSeconds    int
-	AdminToken     string
+	// HoldSeconds is every order's hold. It must outlast the run until it
+	// is verified (verifiedWithin): an expired hold returns its units to
+	// stock, where they are sold again, and a safe service then looks as
+	// if it had oversold.
+	HoldSeconds int
+	AdminToken  string
 	// Label and Backend are informational and go to the result.
 	Label, Backend string
 	// Fencing is the instances' --fencing, "on" (or empty: the service's
@@ -66,10 +71,17 @@ func (c Config) Validate() error {
 		return errors.New("--duration needs --rate")
 	case c.Timeout <= 0:
 		return fmt.Errorf("timeout %v: want > 0", c.Timeout)
+	case c.openLoop() && c.Timeout < c.Duration:
+		return fmt.Errorf("--timeout=%v is shorter than --duration=%v: the open loop would stop sending before its last orders are due", c.Timeout, c.Duration)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("request-timeout %v: want > 0", c.RequestTimeout)
 	case c.HoldSeconds < 1 || c.HoldSeconds > 86400:
 		return fmt.Errorf("hold-seconds %d: want 1..86400", c.HoldSeconds)
+	case time.Duration(c.HoldSeconds)*time.Second < c.verifiedWithin():
+		need := c.verifiedWithin()
+		return fmt.Errorf("--hold-seconds=%d: the holds could expire before the run is verified, and their units be sold again: "+
+			"want at least %d (--timeout=%v, + %v for the last requests, reconciling unknown outcomes and verifying), or a shorter --timeout",
+			c.HoldSeconds, int64((need+time.Second-1)/time.Second), c.Timeout, need-c.Timeout)
 	case c.Fencing != "" && c.Fencing != "on" && c.Fencing != "off":
 		return fmt.Errorf("fencing %q: want on or off", c.Fencing)
 	}
@@ -84,6 +96,23 @@ func (c Config) Validate() error {
 }
 
 func (c Config) openLoop() bool { return c.Rate > 0 }
+
+// verifyMargin is verifiedWithin's allowance for reading every SKU's audit
+// and counters after the reconciliation, and for a clock that is not the
+// service's.
+const verifyMargin = time.Minute
+
+// reconcileBudget bounds the resending of orders of unknown outcome after
+// the sending phase.
+func (c Config) reconcileBudget() time.Duration { return reconcileWait + 3*c.RequestTimeout }
+
+// verifiedWithin bounds how long after its first order a run may still be
+// verifying: the sending phase (Timeout), the requests in flight when it
+// ends, the reconciliation and the verification's reads. Every hold must
+// last longer.
+func (c Config) verifiedWithin() time.Duration {
+	return c.Timeout + c.RequestTimeout + c.reconcileBudget() + verifyMargin
+}
 
 func (c Config) orderCount() int {
 	if c.openLoop() {

@@ -10,7 +10,9 @@ import (
 // Receipts is the client's own record of what the service promised: every
 // 201 it received, by order id. (Its figures are called "ledger" in the
 // output and the JSON, which predate the name.) It is the first of the three sources the
-// verification compares, and the only one the service cannot rewrite.
+// verification compares, and the only one the service cannot rewrite. It
+// also holds the orders whose outcome the client never learnt
+// (MarkUnresolved), whose units the service may or may not hold.
 //
 // Units are counted once per promise, a distinct pair of idempotency key
 // and order id: a replayed answer (same key, same order id) does not count
@@ -25,6 +27,9 @@ type Receipts struct {
 	units    map[string]int64  // SKU → units reserved
 	maxToken map[string]uint64 // SKU → highest fence token in a 201
 	problems []Disagreement
+
+	unresolved      map[string]bool  // idempotency keys of orders of unknown outcome
+	unresolvedUnits map[string]int64 // SKU → their units
 }
 
 // NewReceipts returns an empty record.
@@ -35,6 +40,9 @@ func NewReceipts() *Receipts {
 		byKey:    map[string]string{},
 		units:    map[string]int64{},
 		maxToken: map[string]uint64{},
+
+		unresolved:      map[string]bool{},
+		unresolvedUnits: map[string]int64{},
 	}
 }
 
@@ -62,6 +70,7 @@ func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.Orde
 	} else if !ok {
 		l.byOrder[resp.OrderID] = key
 	}
+	l.resolveLocked(key, req)
 	p := promise{key, resp.OrderID}
 	if l.booked[p] {
 		return
@@ -80,6 +89,57 @@ func (l *Receipts) Record(key string, req client.OrderRequest, resp *client.Orde
 	for _, ln := range resp.Lines {
 		l.maxToken[ln.SKU] = max(l.maxToken[ln.SKU], ln.FenceToken)
 	}
+}
+
+// MarkUnresolved books the order sent with key, whose outcome stayed
+// unknown, as possibly reserved: Verify accepts each SKU holding anything
+// from its receipts' units to those plus the units of such orders. A key
+// marked twice, or already answered with a 201, adds nothing.
+func (l *Receipts) MarkUnresolved(key string, req client.OrderRequest) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, answered := l.byKey[key]; answered || l.unresolved[key] {
+		return
+	}
+	l.unresolved[key] = true
+	for _, ln := range req.Lines {
+		l.unresolvedUnits[ln.SKU] += int64(ln.Quantity)
+	}
+}
+
+// Refused notes that the order sent with key, once marked unresolved,
+// was refused after all (a definite answer other than a 201 to a later
+// resend): none of its units are held.
+func (l *Receipts) Refused(key string, req client.OrderRequest) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.resolveLocked(key, req)
+}
+
+// resolveLocked unmarks key's order, if it was marked unresolved.
+func (l *Receipts) resolveLocked(key string, req client.OrderRequest) {
+	if !l.unresolved[key] {
+		return
+	}
+	delete(l.unresolved, key)
+	for _, ln := range req.Lines {
+		l.unresolvedUnits[ln.SKU] -= int64(ln.Quantity)
+	}
+}
+
+// Unresolved returns the number of orders marked unresolved.
+func (l *Receipts) Unresolved() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.unresolved)
+}
+
+// UnresolvedUnits returns the units for sku of the orders marked
+// unresolved.
+func (l *Receipts) UnresolvedUnits(sku string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unresolvedUnits[sku]
 }
 
 // Units returns the units the receipts hold as reserved for sku.
@@ -119,9 +179,12 @@ func sameLines(req client.OrderRequest, resp *client.OrderResponse) bool {
 		want[l.SKU] = l.Quantity
 	}
 	for _, l := range resp.Lines {
+		// Deleting what matched makes a SKU answered twice (A×1, A×1 for
+		// A×1, B×1) a mismatch: lines are one per SKU.
 		if q, ok := want[l.SKU]; !ok || q != l.Quantity {
 			return false
 		}
+		delete(want, l.SKU)
 	}
 	return true
 }

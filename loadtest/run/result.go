@@ -79,7 +79,8 @@ func VerdictText(v Verification) string {
 		s = fmt.Sprintf("UNSAFE: %d units oversold, %d lost", v.Oversold, v.Lost)
 	}
 	if v.Unresolved > 0 {
-		// Units of those orders may be what the receipts lack.
+		// The damage lies beyond what those orders could explain; they
+		// are named so that no one reads the figures as complete.
 		s += fmt.Sprintf(" (%d orders' outcome stayed unknown)", v.Unresolved)
 	}
 	return s
@@ -102,10 +103,17 @@ func (r *Result) PrintTable(w io.Writer) {
 	row("run", "%s  seed %d  %s loop", r.RunID, r.Seed, r.Workload.Mode)
 	row("duration", "%.2fs%s", r.DurationS, map[bool]string{true: "  (timed out: " + fmt.Sprint(r.Orders.Unsent) + " orders unsent)"}[r.TimedOut])
 	o := r.Orders
-	row("orders", "sent %d  reserved %d  insufficient %d  stale_fence %d  lock_unavailable %d  errors %d",
+	row("orders", "sent %d  reserved %d  insufficient %d  stale_fence %d  lock_unavailable %d  errors %d  (final outcomes)",
 		o.Sent, o.Reserved, o.Insufficient, o.StaleFence, o.LockUnavailable, o.Errors)
 	if len(o.ErrorCodes) > 0 {
 		row("error codes", "%s", formatCodes(o.ErrorCodes))
+	}
+	if f := o.FirstAnswers; f != nil {
+		row("first answers", "reserved %d  insufficient %d  stale_fence %d  lock_unavailable %d  errors %d",
+			f.Reserved, f.Insufficient, f.StaleFence, f.LockUnavailable, f.Errors)
+		if len(f.ErrorCodes) > 0 {
+			row("  error codes", "%s", formatCodes(f.ErrorCodes))
+		}
 	}
 	if o.Retries > 0 || o.Reconciled > 0 || o.Unresolved > 0 {
 		row("retries", "%d same-key resends: %d replayed, %d mismatched, %d unsettled; %d reconciled, %d unresolved",
@@ -115,13 +123,26 @@ func (r *Result) PrintTable(w io.Writer) {
 	l := r.LatencyMs
 	row("latency ms", "p50 %.2f  p95 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (from %s)", l.P50, l.P95, l.P99, l.P999, l.Max, r.LatencyFrom)
 	s := r.Verification.Sources
-	row("units", "stock %d  reserved %d  oversold %d  lost %d", r.Units.Stock, r.Units.Reserved, r.Units.Oversold, r.Units.Lost)
-	row("  ledger", "%d orders, %d units, oversold %d", s.Ledger.Orders, s.Ledger.Units, s.Ledger.Oversold)
-	row("  audit", "received %d  held %d  sold %d  available %d  oversold %d  lost %d  inconsistent SKUs %d",
-		s.Audit.Received, s.Audit.Held, s.Audit.Sold, s.Audit.Available, s.Audit.Oversold, s.Audit.LostUnits, s.Audit.InconsistentSKUs)
-	row("  counters", "received %d  reserved %d  sold %d  available %d  |reserved+sold − ledger| %d",
-		s.Counters.Received, s.Counters.Reserved, s.Counters.Sold, s.Counters.Available, s.Counters.LostVsLedger)
-	row("disagreements", "%d%s", r.Verification.DisagreementCount, summarizeKinds(r.Verification.Disagreements))
+	ledger := fmt.Sprintf("%d orders, %d units, oversold %d", s.Ledger.Orders, s.Ledger.Units, s.Ledger.Oversold)
+	if s.Ledger.UnresolvedUnits > 0 {
+		ledger += fmt.Sprintf("  (+ up to %d units of orders whose outcome stayed unknown)", s.Ledger.UnresolvedUnits)
+	}
+	if r.Verification.Unverified {
+		// Nothing was read back: a 0 here would read as "nothing lost".
+		row("units", "stock %d  reserved %d (receipts)  oversold not verified  lost not verified", r.Units.Stock, r.Units.Reserved)
+		row("  ledger", "%s", ledger)
+		row("  audit", "not read")
+		row("  counters", "not read")
+		row("disagreements", "not verified")
+	} else {
+		row("units", "stock %d  reserved %d  oversold %d  lost %d", r.Units.Stock, r.Units.Reserved, r.Units.Oversold, r.Units.Lost)
+		row("  ledger", "%s", ledger)
+		row("  audit", "received %d  held %d  sold %d  available %d  oversold %d  lost %d  inconsistent SKUs %d",
+			s.Audit.Received, s.Audit.Held, s.Audit.Sold, s.Audit.Available, s.Audit.Oversold, s.Audit.LostUnits, s.Audit.InconsistentSKUs)
+		row("  counters", "received %d  reserved %d  sold %d  available %d  reserved+sold outside the ledger's range by %d",
+			s.Counters.Received, s.Counters.Reserved, s.Counters.Sold, s.Counters.Available, s.Counters.LostVsLedger)
+		row("disagreements", "%d%s", r.Verification.DisagreementCount, summarizeKinds(r.Verification.Disagreements))
+	}
 	row("verdict", "%s", r.Verdict)
 	_ = tw.Flush()
 	for i, d := range r.Verification.Disagreements {

@@ -30,7 +30,9 @@ type attempt struct {
 	sent  bool
 	first client.Outcome
 	retry *client.Outcome
-	final client.Kind
+	// final is the answer that settled the order: the first, unless the
+	// retry or reconcile settled it otherwise; of Kind unknown if nothing did.
+	final client.Outcome
 }
 
 // runner holds the state of one Execute.
@@ -73,7 +75,7 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 	// interrupted is what was measured so far, for the caller to print;
 	// not verified, since the servers' answers can no longer be waited for.
 	interrupted := func(during string) (*Result, error) {
-		res := r.result(started, elapsed, false, Verification{})
+		res := r.result(started, elapsed, false, ledgerOnly(r.skus, int64(cfg.Workload.Stock), r.rc))
 		res.Safe = false
 		res.Verdict = fmt.Sprintf("INTERRUPTED after %d of %d orders, %s: not verified", res.Orders.Sent, r.cfg.orderCount(), during)
 		return res, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
@@ -108,7 +110,6 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 		}
 		return nil, err
 	}
-	ver.Unresolved = unresolved
 	res := r.result(started, elapsed, timedOut, ver)
 	res.Orders.Reconciled, res.Orders.Unresolved = reconciled, unresolved
 	return res, nil
@@ -242,7 +243,7 @@ func (r *runner) one(ctx context.Context, i int, from time.Time) {
 	urls := r.cfg.URLs
 	first := r.client.PlaceOrder(ctx, urls[i%len(urls)], key, body)
 	r.lat.Record(time.Since(from))
-	a := attempt{sent: true, first: first, final: first.Kind}
+	a := attempt{sent: true, first: first, final: first}
 	if first.Kind == client.KindReserved {
 		r.rc.Record(key, r.request(r.orders[i]), first.Order)
 	}
@@ -255,8 +256,8 @@ func (r *runner) one(ctx context.Context, i int, from time.Time) {
 		}
 		// A shed retry (503) says nothing of the first attempt: an order
 		// whose first answer was unknown stays unknown, for reconcile.
-		if a.final != client.KindReserved && again.Settled() {
-			a.final = again.Kind
+		if a.final.Kind != client.KindReserved && again.Settled() {
+			a.final = again
 		}
 	}
 	r.res[i] = a
@@ -297,15 +298,17 @@ func Settle(ctx context.Context, c *client.Client, urls []string, start int, key
 }
 
 // reconcile resends, with the same key and body, every order whose outcome
-// is unknown (no answer, the key still in flight, or a retry shed with a
-// 503), as a client must before it can account for its orders, until an
-// answer settles it or the budget ends. Parallelism and time are bounded.
+// is unknown (no answer, the key still in flight, a 5xx that may follow a
+// commit, or a retry shed with a 503), as a client must before it can
+// account for its orders, until an answer settles it or the budget ends.
+// Parallelism and time are bounded; the orders left unknown are marked in
+// the receipts, for the verification to allow for their units.
 func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
-	ctx, cancel := context.WithTimeout(ctx, reconcileWait+3*r.cfg.RequestTimeout)
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.reconcileBudget())
 	defer cancel()
 	var todo []int
 	for i, a := range r.res {
-		if a.sent && a.final == client.KindUnknown {
+		if a.sent && a.final.Kind == client.KindUnknown {
 			todo = append(todo, i)
 		}
 	}
@@ -318,11 +321,12 @@ func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
 		if out.Kind == client.KindReserved {
 			r.rc.Record(r.key(i), r.request(r.orders[i]), out.Order)
 		}
-		r.res[i].final = out.Kind
+		r.res[i].final = out
 		return nil
 	})
 	for _, i := range todo {
-		if r.res[i].final == client.KindUnknown {
+		if r.res[i].final.Kind == client.KindUnknown {
+			r.rc.MarkUnresolved(r.key(i), r.request(r.orders[i]))
 			unresolved++
 		} else {
 			reconciled++
@@ -349,7 +353,7 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 			SKUs: cfg.Workload.SKUs, Stock: cfg.Workload.Stock, Lines: cfg.Workload.Lines, Qty: cfg.Workload.Qty,
 			Zipf: cfg.Workload.Zipf, RetryShare: cfg.Workload.RetryShare, HoldSeconds: cfg.HoldSeconds,
 		},
-		Orders:          tally.OrderCounts{ErrorCodes: map[string]int{}},
+		Orders:          tally.OrderCounts{ErrorCodes: map[string]int{}, FirstAnswers: &tally.AnswerCounts{ErrorCodes: map[string]int{}}},
 		LatencyMs:       r.lat.Summary(),
 		LatencyCurve:    r.lat.Curve(),
 		LatencyFrom:     "send",
@@ -368,7 +372,8 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 			o.Unsent++
 			continue
 		}
-		o.Add(a.first.Kind, a.first.Code)
+		o.Add(a.final.Kind, a.final.Code)
+		o.FirstAnswers.Add(a.first.Kind, a.first.Code)
 		if a.retry != nil {
 			o.Retries++
 			switch {
@@ -395,6 +400,9 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 		Reserved: v.Sources.Ledger.Units,
 		Oversold: v.Oversold,
 		Lost:     v.Lost,
+		// Interrupted before the verification: nothing was read back to
+		// count oversold or lost units by.
+		Unverified: v.Unverified,
 	}
 	if s := elapsed.Seconds(); s > 0 {
 		res.ThroughputPerS = tally.Round(float64(o.Sent)/s, 3)

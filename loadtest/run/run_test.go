@@ -180,6 +180,14 @@ func TestConfigValidate(t *testing.T) {
 		{"zero concurrency", func(c *Config) { c.Concurrency = 0 }},
 		{"too many orders", func(c *Config) { c.Orders, c.Rate, c.Duration = 0, 1e6, time.Hour }},
 		{"hold seconds", func(c *Config) { c.HoldSeconds = 0 }},
+		// Sending 30 s, reconciling 30 s + 3 × 10 s: a 2-minute hold expires first.
+		{"hold shorter than the run", func(c *Config) { c.HoldSeconds = 120 }},
+		{"open-loop hold shorter than the run", func(c *Config) {
+			c.Orders, c.Rate, c.Duration, c.Timeout, c.HoldSeconds = 0, 1, 10*time.Minute, 11*time.Minute, 600
+		}},
+		{"open-loop timeout shorter than the duration", func(c *Config) {
+			c.Orders, c.Rate, c.Duration, c.Timeout = 0, 10, 3*time.Minute, 2*time.Minute
+		}},
 	}
 	for _, tt := range tests {
 		c := testConfig("http://127.0.0.1:8080")
@@ -187,5 +195,10 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%s: Validate() = nil", tt.name)
 		}
+	}
+	ok := testConfig("http://127.0.0.1:8080")
+	ok.Orders, ok.Rate, ok.Duration, ok.Timeout = 0, 1, 5*time.Minute, 6*time.Minute
+	if err := ok.Validate(); err != nil {
+		t.Errorf("a 900 s hold outlasts a 6-minute open loop: %v", err)
 	}
 }

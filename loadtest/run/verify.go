@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -25,11 +26,15 @@ type Disagreement struct {
 
 // SKUCheck compares the three sources for one SKU.
 type SKUCheck struct {
-	SKU         string          `json:"sku"`
-	Stock       int64           `json:"stock"`
-	LedgerUnits int64           `json:"ledger_units"`
-	Audit       client.Audit    `json:"audit"`
-	Counters    client.SKUState `json:"counters"`
+	SKU         string `json:"sku"`
+	Stock       int64  `json:"stock"`
+	LedgerUnits int64  `json:"ledger_units"`
+	// UnresolvedUnits are the units on this SKU of orders whose outcome
+	// stayed unknown: the service may hold any part of them, all or none
+	// of each order.
+	UnresolvedUnits int64           `json:"unresolved_units,omitempty"`
+	Audit           client.Audit    `json:"audit"`
+	Counters        client.SKUState `json:"counters"`
 
 	// AuditOversold is max(0, held+sold−received) computed from the audit.
 	AuditOversold int64 `json:"audit_oversold"`
@@ -38,8 +43,10 @@ type SKUCheck struct {
 	LedgerOversold int64 `json:"ledger_oversold"`
 	// AuditLost is |received − held − sold − available| from the audit.
 	AuditLost int64 `json:"audit_lost"`
-	// CountersLost is |counters.reserved + sold − ledger units|: reservations
-	// the counters forgot (lost updates) or invented (phantoms).
+	// CountersLost is how far counters.reserved + sold lie outside the
+	// range the ledger allows, its units up to its units plus
+	// UnresolvedUnits: reservations the counters forgot (lost updates) or
+	// invented (phantoms).
 	CountersLost int64 `json:"counters_lost"`
 
 	// Oversold and Lost take the larger figure of the sources, so damage
@@ -52,16 +59,28 @@ type SKUCheck struct {
 
 // checkSKU compares the ledger's units (and highest fence token seen in a
 // 201) with the audit and the counters of one SKU created with stock units.
-func checkSKU(sku string, stock, ledgerUnits int64, maxToken uint64, a client.Audit, c client.SKUState) SKUCheck {
-	ch := SKUCheck{SKU: sku, Stock: stock, LedgerUnits: ledgerUnits, Audit: a, Counters: c}
+// unresolved are the units on the SKU of orders whose outcome stayed
+// unknown: each may or may not have been reserved, so the service may hold
+// anything from ledgerUnits to ledgerUnits + unresolved. A figure inside
+// that range proves nothing either way (the run is inconclusive, not
+// damaged); only one outside it is a finding.
+func checkSKU(sku string, stock, ledgerUnits, unresolved int64, maxToken uint64, a client.Audit, c client.SKUState) SKUCheck {
+	ch := SKUCheck{SKU: sku, Stock: stock, LedgerUnits: ledgerUnits, UnresolvedUnits: unresolved, Audit: a, Counters: c}
 	add := func(kind, format string, args ...any) {
 		ch.Disagreements = append(ch.Disagreements, Disagreement{SKU: sku, Kind: kind, Detail: fmt.Sprintf(format, args...)})
+	}
+	outside := func(held int64) int64 {
+		return max(0, ledgerUnits-held, held-ledgerUnits-unresolved)
+	}
+	promised := fmt.Sprint(ledgerUnits)
+	if unresolved > 0 {
+		promised += fmt.Sprintf(" (up to %d with the orders whose outcome stayed unknown)", ledgerUnits+unresolved)
 	}
 
 	ch.AuditOversold = max(0, a.Held+a.Sold-a.Received)
 	ch.LedgerOversold = max(0, ledgerUnits-stock)
 	ch.AuditLost = abs(a.Received - a.Held - a.Sold - a.Available)
-	ch.CountersLost = abs(c.Reserved + c.Sold - ledgerUnits)
+	ch.CountersLost = outside(c.Reserved + c.Sold)
 	ch.Oversold = max(ch.AuditOversold, ch.LedgerOversold)
 	ch.Lost = max(ch.AuditLost, ch.CountersLost)
 
@@ -77,11 +96,11 @@ func checkSKU(sku string, stock, ledgerUnits int64, maxToken uint64, a client.Au
 	}
 
 	// Ledger against the service.
-	if a.Held+a.Sold != ledgerUnits {
-		add("audit_vs_ledger", "order lines hold %d units (held %d + sold %d), the client was promised %d", a.Held+a.Sold, a.Held, a.Sold, ledgerUnits)
+	if outside(a.Held+a.Sold) != 0 {
+		add("audit_vs_ledger", "order lines hold %d units (held %d + sold %d), the client was promised %s", a.Held+a.Sold, a.Held, a.Sold, promised)
 	}
-	if c.Reserved+c.Sold != ledgerUnits {
-		add("counters_vs_ledger", "counters reserve %d units (reserved %d + sold %d), the client was promised %d", c.Reserved+c.Sold, c.Reserved, c.Sold, ledgerUnits)
+	if ch.CountersLost != 0 {
+		add("counters_vs_ledger", "counters reserve %d units (reserved %d + sold %d), the client was promised %s", c.Reserved+c.Sold, c.Reserved, c.Sold, promised)
 	}
 	if ch.LedgerOversold > 0 {
 		add("ledger_oversold", "the client was promised %d units of %d in stock", ledgerUnits, stock)
@@ -123,6 +142,9 @@ type SourceTotals struct {
 		Orders   int   `json:"orders"`
 		Units    int64 `json:"units"`
 		Oversold int64 `json:"oversold"`
+		// UnresolvedUnits are the units of orders whose outcome stayed
+		// unknown, which the service may hold on top of Units.
+		UnresolvedUnits int64 `json:"unresolved_units"`
 	} `json:"ledger"`
 	Audit struct {
 		Received         int64 `json:"received"`
@@ -156,6 +178,39 @@ type Verification struct {
 	// reconciliation: the receipts may lack their units, so the sources'
 	// agreement proves nothing about them.
 	Unresolved int `json:"unresolved"`
+	// Unverified marks a run stopped before its verification: only the
+	// ledger's figures, from the receipts, are filled, and Oversold and
+	// Lost, which nothing checked, are written as null, never as 0.
+	Unverified bool `json:"unverified,omitempty"`
+}
+
+// MarshalJSON writes oversold and lost as null when they were not verified.
+func (v Verification) MarshalJSON() ([]byte, error) {
+	type plain Verification
+	if !v.Unverified {
+		return json.Marshal(plain(v))
+	}
+	// The outer fields hide plain's of the same name, one level deeper.
+	return json.Marshal(struct {
+		plain
+		Oversold *int64 `json:"oversold"`
+		Lost     *int64 `json:"lost"`
+	}{plain: plain(v)})
+}
+
+// ledgerOnly is the verification of a run stopped before it could be
+// verified: what the receipts say of skus, each created with stock units,
+// and nothing else.
+func ledgerOnly(skus []string, stock int64, rc *Receipts) Verification {
+	v := Verification{Unverified: true, Disagreements: []Disagreement{}, Unresolved: rc.Unresolved()}
+	v.Sources.Ledger.Orders = rc.Orders()
+	for _, sku := range skus {
+		u := rc.Units(sku)
+		v.Sources.Ledger.Units += u
+		v.Sources.Ledger.Oversold += max(0, u-stock)
+		v.Sources.Ledger.UnresolvedUnits += rc.UnresolvedUnits(sku)
+	}
+	return v
 }
 
 // summarize totals the per-SKU checks and the ledger's own problems.
@@ -184,6 +239,7 @@ func summarize(checks []SKUCheck, ledgerOrders int, ledgerProblems []Disagreemen
 		v.Oversold += c.Oversold
 		v.Lost += c.Lost
 		v.Sources.Ledger.Units += c.LedgerUnits
+		v.Sources.Ledger.UnresolvedUnits += c.UnresolvedUnits
 		v.Sources.Ledger.Oversold += c.LedgerOversold
 		v.Sources.Audit.Received += c.Audit.Received
 		v.Sources.Audit.Held += c.Audit.Held
@@ -227,7 +283,9 @@ func abs(x int64) int64 {
 const verifyParallel = 16
 
 // Verify reads every SKU's audit and counters from base and checks them
-// against the receipts, for SKUs each created with stock units. Unfenced
+// against the receipts, for SKUs each created with stock units, allowing
+// on each SKU for the units of the orders the receipts hold as unresolved
+// (Receipts.MarkUnresolved). Unfenced
 // (fenced false), the store never stamps a token on the row, so the row's
 // token lagging the answers' is no finding.
 func Verify(ctx context.Context, c *client.Client, base string, skus []string, stock int64, rc *Receipts, fenced bool) (Verification, error) {
@@ -242,7 +300,7 @@ func Verify(ctx context.Context, c *client.Client, base string, skus []string, s
 		if err != nil {
 			return fmt.Errorf("verify: %w", err)
 		}
-		ch := checkSKU(sku, stock, rc.Units(sku), rc.MaxToken(sku), a, st)
+		ch := checkSKU(sku, stock, rc.Units(sku), rc.UnresolvedUnits(sku), rc.MaxToken(sku), a, st)
 		if !fenced {
 			ch.Disagreements = slices.DeleteFunc(ch.Disagreements, func(d Disagreement) bool { return d.Kind == "fence_token_regressed" })
 		}
@@ -252,5 +310,7 @@ func Verify(ctx context.Context, c *client.Client, base string, skus []string, s
 	if err != nil {
 		return Verification{}, err
 	}
-	return summarize(checks, rc.Orders(), rc.Problems()), nil
+	v := summarize(checks, rc.Orders(), rc.Problems())
+	v.Unresolved = rc.Unresolved()
+	return v, nil
 }

@@ -1,6 +1,8 @@
 package run
 
 import (
+	"encoding/json"
+
 	"github.com/stockguard/stockguard/loadtest/client"
 	"slices"
 	"sort"
@@ -28,6 +30,7 @@ func TestCheckSKU(t *testing.T) {
 		name         string
 		stock        int64
 		ledger       int64
+		unresolved   int64
 		maxToken     uint64
 		audit        client.Audit
 		counters     client.SKUState
@@ -91,6 +94,28 @@ func TestCheckSKU(t *testing.T) {
 			wantKinds: []string{"audit_vs_counters_available", "counters_invariant"},
 		},
 		{
+			// Unknown outcomes of 5 units: the service may hold 20..25, and
+			// holds 23 (orders of 3 units committed, unanswered).
+			name: "inside the unresolved range", stock: 50, ledger: 20, unresolved: 5,
+			audit:    auditOf(50, 23, 0, 27),
+			counters: client.SKUState{Available: 27, Reserved: 23, Received: 50},
+		},
+		{
+			name: "above the unresolved range", stock: 50, ledger: 20, unresolved: 5,
+			audit:     auditOf(50, 27, 0, 23),
+			counters:  client.SKUState{Available: 23, Reserved: 27, Received: 50},
+			wantLost:  2,
+			wantKinds: []string{"audit_vs_ledger", "counters_vs_ledger"},
+		},
+		{
+			// Unknown outcomes never excuse holding less than the 201s promised.
+			name: "below the ledger with unresolved orders", stock: 50, ledger: 20, unresolved: 5,
+			audit:     auditOf(50, 20, 0, 30),
+			counters:  client.SKUState{Available: 31, Reserved: 19, Received: 50},
+			wantLost:  1,
+			wantKinds: []string{"audit_vs_counters_available", "audit_vs_counters_held", "counters_vs_ledger"},
+		},
+		{
 			name: "negative counter", stock: 0, ledger: 0,
 			audit:     auditOf(0, 0, 0, 0),
 			counters:  client.SKUState{Available: -1, Reserved: 1, Received: 0},
@@ -100,7 +125,7 @@ func TestCheckSKU(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := checkSKU("s", tt.stock, tt.ledger, tt.maxToken, tt.audit, tt.counters)
+			got := checkSKU("s", tt.stock, tt.ledger, tt.unresolved, tt.maxToken, tt.audit, tt.counters)
 			if got.Oversold != tt.wantOversold || got.Lost != tt.wantLost {
 				t.Errorf("oversold %d lost %d, want %d %d", got.Oversold, got.Lost, tt.wantOversold, tt.wantLost)
 			}
@@ -113,9 +138,9 @@ func TestCheckSKU(t *testing.T) {
 
 func TestSummarize(t *testing.T) {
 	checks := []SKUCheck{
-		checkSKU("a", 10, 12, 0, auditOf(10, 12, 0, 0), client.SKUState{Reserved: 10, Received: 10}),
-		checkSKU("b", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}),
-		checkSKU("c", 10, 3, 0, auditOf(10, 3, 0, 7), client.SKUState{Available: 7, Reserved: 3, Received: 10}),
+		checkSKU("a", 10, 12, 0, 0, auditOf(10, 12, 0, 0), client.SKUState{Reserved: 10, Received: 10}),
+		checkSKU("b", 10, 2, 0, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}),
+		checkSKU("c", 10, 3, 0, 0, auditOf(10, 3, 0, 7), client.SKUState{Available: 7, Reserved: 3, Received: 10}),
 	}
 	v := summarize(checks, 9, []Disagreement{{SKU: "a", Kind: "idempotency_violated"}})
 	if v.Oversold != 2 || v.Lost != 3 {
@@ -152,7 +177,7 @@ func TestSummarize(t *testing.T) {
 func TestSummarizeCapsListedDisagreements(t *testing.T) {
 	var checks []SKUCheck
 	for range 150 {
-		checks = append(checks, checkSKU("x", 10, 2, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}))
+		checks = append(checks, checkSKU("x", 10, 2, 0, 0, auditOf(10, 2, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10}))
 	}
 	v := summarize(checks, 0, nil)
 	if v.DisagreementCount != 300 || len(v.Disagreements) != maxListedDisagreements {
@@ -160,7 +185,7 @@ func TestSummarizeCapsListedDisagreements(t *testing.T) {
 	}
 	var many []SKUCheck
 	for i := range maxListedSKUs + 10 {
-		c := checkSKU("x", 10, 1, 0, auditOf(10, 1, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10})
+		c := checkSKU("x", 10, 1, 0, 0, auditOf(10, 1, 0, 9), client.SKUState{Available: 9, Reserved: 1, Received: 10})
 		if i%100 == 0 {
 			c = checks[0]
 		}
@@ -212,5 +237,28 @@ func TestReceipts(t *testing.T) {
 	l.Record("k4", req, resp("o1", 5))
 	if p := l.Problems(); len(p) != 3 || p[2].Kind != "order_id_shared" || l.Units("a") != 8 || l.Orders() != 3 {
 		t.Fatalf("after a shared order id: a=%d orders=%d problems %v", l.Units("a"), l.Orders(), p)
+	}
+}
+
+// TestReceiptsUnresolvedMarks: an order marked unresolved counts its units
+// as possibly held until a later answer settles it, a 201 (booked) or a
+// refusal (none held); marking twice counts once.
+func TestReceiptsUnresolvedMarks(t *testing.T) {
+	req := client.OrderRequest{Lines: []client.OrderLine{{SKU: "a", Quantity: 2}, {SKU: "b", Quantity: 1}}}
+	rc := NewReceipts()
+	rc.MarkUnresolved("k1", req)
+	rc.MarkUnresolved("k1", req)
+	rc.MarkUnresolved("k2", req)
+	if n, a, b := rc.Unresolved(), rc.UnresolvedUnits("a"), rc.UnresolvedUnits("b"); n != 2 || a != 4 || b != 2 {
+		t.Fatalf("two keys marked (one twice): %d orders, a %d, b %d; want 2, 4, 2", n, a, b)
+	}
+	rc.Refused("k1", req)
+	resp := &client.OrderResponse{OrderID: "o2"}
+	if err := json.Unmarshal([]byte(`{"lines":[{"sku":"a","quantity":2,"fence_token":5},{"sku":"b","quantity":1,"fence_token":6}]}`), resp); err != nil {
+		t.Fatal(err)
+	}
+	rc.Record("k2", req, resp)
+	if n, a, units := rc.Unresolved(), rc.UnresolvedUnits("a"), rc.Units("a"); n != 0 || a != 0 || units != 2 {
+		t.Fatalf("one refused, one answered 201: %d unresolved, a %d unresolved units, %d booked; want 0, 0, 2", n, a, units)
 	}
 }

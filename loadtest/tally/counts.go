@@ -1,8 +1,18 @@
 package tally
 
-import "github.com/stockguard/stockguard/loadtest/client"
+import (
+	"encoding/json"
 
-// OrderCounts counts the first answer to every order sent, by kind.
+	"github.com/stockguard/stockguard/loadtest/client"
+)
+
+// OrderCounts counts every order sent by its outcome. run counts the final
+// outcome — the first answer, unless the deliberate same-key retry or the
+// reconciliation after the run settled the order otherwise — so that
+// Reserved is the orders the service did reserve, and keeps the first
+// answers in FirstAnswers; chaos counts the one answer each order got. An
+// order whose outcome stayed unknown counts among Errors, under the code
+// of its last answer.
 type OrderCounts struct {
 	Sent            int            `json:"sent"`
 	Reserved        int            `json:"reserved"`
@@ -11,6 +21,11 @@ type OrderCounts struct {
 	LockUnavailable int            `json:"lock_unavailable"`
 	Errors          int            `json:"errors"`
 	ErrorCodes      map[string]int `json:"error_codes"`
+	// FirstAnswers counts the first answer to every order sent, which
+	// differs from the final outcome where an order had to be asked again
+	// (a lost answer, a 5xx, a retry that settled it); nil when the
+	// counter did not keep them apart.
+	FirstAnswers *AnswerCounts `json:"first_answers,omitempty"`
 	// Unsent orders were generated but not sent before the run's timeout.
 	Unsent int `json:"unsent"`
 	// Retries counts deliberate same-key resends; RetryReplayed those that
@@ -30,7 +45,7 @@ type OrderCounts struct {
 	Unresolved int `json:"unresolved"`
 }
 
-// Add counts one order sent and its first answer. ErrorCodes must not be nil.
+// Add counts one order sent and its outcome. ErrorCodes must not be nil.
 func (o *OrderCounts) Add(kind client.Kind, code string) {
 	o.Sent++
 	switch kind {
@@ -48,10 +63,55 @@ func (o *OrderCounts) Add(kind client.Kind, code string) {
 	}
 }
 
+// AnswerCounts counts orders by the kind of one answer to each.
+type AnswerCounts struct {
+	Reserved        int            `json:"reserved"`
+	Insufficient    int            `json:"insufficient"`
+	StaleFence      int            `json:"stale_fence"`
+	LockUnavailable int            `json:"lock_unavailable"`
+	Errors          int            `json:"errors"`
+	ErrorCodes      map[string]int `json:"error_codes"`
+}
+
+// Add counts one answer. ErrorCodes must not be nil.
+func (a *AnswerCounts) Add(kind client.Kind, code string) {
+	switch kind {
+	case client.KindReserved:
+		a.Reserved++
+	case client.KindInsufficient:
+		a.Insufficient++
+	case client.KindStaleFence:
+		a.StaleFence++
+	case client.KindLockUnavailable:
+		a.LockUnavailable++
+	default:
+		a.Errors++
+		a.ErrorCodes[code]++
+	}
+}
+
 // UnitCounts is the unit arithmetic of a run.
 type UnitCounts struct {
 	Stock    int64 `json:"stock"`
 	Reserved int64 `json:"reserved"`
 	Oversold int64 `json:"oversold"`
 	Lost     int64 `json:"lost"`
+	// Unverified marks a run stopped before its verification: Reserved is
+	// what the client's receipts hold, and Oversold and Lost, which nothing
+	// checked, are written as null rather than as a reassuring 0.
+	Unverified bool `json:"unverified,omitempty"`
+}
+
+// MarshalJSON writes oversold and lost as null when they were not verified.
+func (u UnitCounts) MarshalJSON() ([]byte, error) {
+	type plain UnitCounts
+	if !u.Unverified {
+		return json.Marshal(plain(u))
+	}
+	// The outer fields hide plain's of the same name, one level deeper.
+	return json.Marshal(struct {
+		plain
+		Oversold *int64 `json:"oversold"`
+		Lost     *int64 `json:"lost"`
+	}{plain: plain(u)})
 }

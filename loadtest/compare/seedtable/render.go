@@ -153,8 +153,11 @@ func (tp Throughput) cell() string {
 		return "not measured"
 	}
 	s := fmt.Sprintf("%.0f/s, p99 %.0f ms", tp.OrdersPerS, tp.P99Ms)
-	if !tp.Safe {
+	switch {
+	case tp.Damaged:
 		s += " (damaged)"
+	case !tp.Safe:
+		s += " (inconclusive)"
 	}
 	return s
 }

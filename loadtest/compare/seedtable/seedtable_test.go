@@ -38,7 +38,7 @@ func TestFIFOStats(t *testing.T) {
 // n/a with a reason, and measured cells carry their figures.
 func TestCellsSayWhyNotApplicable(t *testing.T) {
 	ms := 1040.0
-	none := Table{Backend: "none", HotSKU: Throughput{SKUs: 1, Orders: 10, OrdersPerS: 1500, P99Ms: 20},
+	none := Table{Backend: "none", HotSKU: Throughput{SKUs: 1, Orders: 10, OrdersPerS: 1500, P99Ms: 20, Damaged: true},
 		ManySKUs: Throughput{SKUs: 1000, Orders: 10, OrdersPerS: 400, P99Ms: 90}}
 	none.Release.NA, none.Fairness.NA, none.Availability.NA, none.Fencing.NA = "no lock", "no lock", "no lock servers", "no fencing token"
 	none.CAP, none.LockTypes = FactsFor("none")
@@ -86,8 +86,18 @@ func TestCellsSayWhyNotApplicable(t *testing.T) {
 	if f := redis.Failures(); len(f) != 1 {
 		t.Errorf("fencing on that did not pass: failures %v", f)
 	}
-	// A throughput run that failed proved nothing safe.
+	// Inconclusive is neither safe nor damaged: a failure, not damage.
 	redis.Fencing = Fencing{}
+	redis.ManySKUs.Safe = false
+	if f := redis.Failures(); len(f) != 1 || !strings.Contains(f[0], "inconclusive") || redis.Damaged() || !strings.Contains(redis.ManySKUs.cell(), "(inconclusive)") {
+		t.Errorf("inconclusive 1,000-SKU run: failures %v, damaged %v, cell %q", f, redis.Damaged(), redis.ManySKUs.cell())
+	}
+	redis.ManySKUs.Damaged = true
+	if f := redis.Failures(); len(f) != 1 || !strings.Contains(f[0], "oversold or lost") || !redis.Damaged() {
+		t.Errorf("damaged 1,000-SKU run: failures %v, damaged %v", f, redis.Damaged())
+	}
+	redis.ManySKUs.Safe, redis.ManySKUs.Damaged = true, false
+	// A throughput run that failed proved nothing safe.
 	redis.HotSKU.Error = "verify: audit: connection refused"
 	if f := redis.Failures(); len(f) != 1 {
 		t.Errorf("a failed hot-SKU run: failures %v", f)

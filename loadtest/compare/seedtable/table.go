@@ -32,9 +32,12 @@ type Throughput struct {
 	Orders     int     `json:"orders"`
 	OrdersPerS float64 `json:"orders_per_s"`
 	P99Ms      float64 `json:"p99_ms"`
-	// Safe is the run's verification: nothing oversold or lost.
-	Safe  bool   `json:"safe"`
-	Error string `json:"error,omitempty"`
+	// Safe is the run's verification: nothing oversold or lost, and every
+	// order accounted for; Damaged, units oversold or lost or sources that
+	// disagree. A run neither Safe nor Damaged is inconclusive.
+	Safe    bool   `json:"safe"`
+	Damaged bool   `json:"damaged,omitempty"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Release is the time from SIGKILL of the instance holding a SKU's lease
@@ -101,6 +104,13 @@ type Fencing struct {
 	Error      string   `json:"error,omitempty"`
 }
 
+// Damaged reports whether the column shows damage: units oversold or lost
+// in a throughput run, or with fencing on under a paused holder. For a
+// backend that should be safe, that is damage like its run's (exit 3).
+func (t Table) Damaged() bool {
+	return t.HotSKU.Damaged || t.ManySKUs.Damaged || (t.Fencing.NA == "" && t.Fencing.OnDamaged > 0)
+}
+
 // Fact is a property of a system, not a measurement, with its source.
 type Fact struct {
 	Text   string `json:"text"`
@@ -120,8 +130,10 @@ func (t Table) Failures() []string {
 		switch {
 		case tp.v.Error != "":
 			out = append(out, t.Backend+": seed table "+tp.name+" run failed: "+tp.v.Error)
-		case tp.v.Orders > 0 && !tp.v.Safe:
+		case tp.v.Damaged:
 			out = append(out, t.Backend+": seed table "+tp.name+" run oversold or lost units")
+		case tp.v.Orders > 0 && !tp.v.Safe:
+			out = append(out, t.Backend+": seed table "+tp.name+" run inconclusive: orders whose outcome stayed unknown")
 		}
 	}
 	if t.Fencing.NA == "" {

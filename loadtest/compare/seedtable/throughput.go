@@ -43,6 +43,6 @@ func throughputRun(ctx context.Context, base run.Config, tc ThroughputConfig, sk
 		return out
 	}
 	out.Orders = res.Orders.Sent
-	out.OrdersPerS, out.P99Ms, out.Safe = res.ThroughputPerS, res.LatencyMs.P99, res.Safe
+	out.OrdersPerS, out.P99Ms, out.Safe, out.Damaged = res.ThroughputPerS, res.LatencyMs.P99, res.Safe, res.Damaged()
 	return out
 }
