@@ -78,12 +78,13 @@ type lineBody struct {
 // PlaceOrder reserves every line of req or none (POST /v1/orders). Every
 // attempt carries req's idempotency key, or one made for this call, so a
 // retry after a lost answer replays the order instead of placing it twice;
-// the key is in the returned Order. A call that fails without an answer
-// that settles it (no answer, store_unavailable, timeout, or
-// idempotency_key_in_flight after the client's waits) leaves the outcome
-// unknown: call again with the same key, which answers with the order if it
-// was placed. Set req.IdempotencyKey (NewIdempotencyKey) to have the key
-// for that.
+// the key is in the returned Order, and in the error (IdempotencyKeyOf). A
+// call that fails without an answer that settles it (no answer,
+// store_unavailable, timeout, or idempotency_key_in_flight after the
+// client's waits) leaves the outcome unknown: call again with the same
+// key, which answers with the order if it was placed and places it if not.
+// Order.Replayed and Order.ReplayedAfterLostAnswer tell a replay of an
+// earlier call from one that may be of this call's own lost attempt.
 func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, error) {
 	if err := checkOrder(req); err != nil {
 		return nil, notSent("placeOrder", err)
@@ -107,42 +108,56 @@ func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, erro
 // as it is: a body the API refuses is an *APIError matching
 // ErrInvalidRequest.
 func (c *Client) PlaceOrderJSON(ctx context.Context, key string, body []byte) (*Order, error) {
-	if key == "" {
+	// A key made here was never sent before this call: any replay is of
+	// one of its own attempts.
+	made := key == ""
+	if made {
 		key = NewIdempotencyKey()
 	} else if err := inventory.ValidateIdempotencyKey(key); err != nil {
 		return nil, notSent("placeOrder", err)
 	}
 	var out Order
-	h, err := c.do(ctx, call{op: "placeOrder", method: http.MethodPost, path: "/v1/orders", body: body,
+	a, err := c.do(ctx, call{op: "placeOrder", method: http.MethodPost, path: "/v1/orders", body: body,
 		key: key, want: http.StatusCreated, out: &out})
 	if err != nil {
 		return nil, err
 	}
 	out.IdempotencyKey = key
-	out.Replayed = h.Get("Idempotent-Replayed") == "true"
+	if a.header.Get("Idempotent-Replayed") == "true" && !made {
+		out.Replayed = !a.lostBefore
+		out.ReplayedAfterLostAnswer = a.lostBefore
+	}
 	return &out, nil
 }
 
 // Order reads an order in any status (GET /v1/orders/{id}).
 func (c *Client) Order(ctx context.Context, id string) (*Order, error) {
-	return c.order(ctx, "getOrder", http.MethodGet, "/v1/orders/"+url.PathEscape(id))
+	return c.order(ctx, "getOrder", http.MethodGet, id, "")
 }
 
 // Confirm turns a reserved order's held units into sold ones (POST
 // /v1/orders/{id}/confirm); confirming a confirmed order changes nothing.
 func (c *Client) Confirm(ctx context.Context, id string) (*Order, error) {
-	return c.order(ctx, "confirmOrder", http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/confirm")
+	return c.order(ctx, "confirmOrder", http.MethodPost, id, "/confirm")
 }
 
 // Cancel returns a reserved order's held units to stock (POST
 // /v1/orders/{id}/cancel); cancelling a cancelled order changes nothing.
 func (c *Client) Cancel(ctx context.Context, id string) (*Order, error) {
-	return c.order(ctx, "cancelOrder", http.MethodPost, "/v1/orders/"+url.PathEscape(id)+"/cancel")
+	return c.order(ctx, "cancelOrder", http.MethodPost, id, "/cancel")
 }
 
-func (c *Client) order(ctx context.Context, op, method, path string) (*Order, error) {
+// order runs op on order id. An id that is no uuid, such as the "" of an
+// Order never filled in, is not sent: the service would answer 404
+// unknown_order, or 404 not_found for "", and either reads as an order
+// that vanished rather than the caller's bug it is.
+func (c *Client) order(ctx context.Context, op, method, id, action string) (*Order, error) {
+	if inventory.ValidateOrderID(id) != nil {
+		return nil, notSent(op, fmt.Errorf("order id %q is not a uuid", inventory.Clip(id)))
+	}
 	var out Order
-	if _, err := c.do(ctx, call{op: op, method: method, path: path, want: http.StatusOK, out: &out}); err != nil {
+	if _, err := c.do(ctx, call{op: op, method: method, path: "/v1/orders/" + url.PathEscape(id) + action,
+		want: http.StatusOK, out: &out}); err != nil {
 		return nil, err
 	}
 	return &out, nil

@@ -12,7 +12,9 @@ import (
 )
 
 // maxAnswer bounds how much of an answer is read; the API's largest (an
-// order of 100 lines) is a few KiB.
+// order of 100 lines, or /metrics, whose labels are all bounded: about
+// 13 KiB after a few hundred orders) is far below it. A success answer
+// beyond it is an error, never a silent cut: /metrics is returned as read.
 const maxAnswer = 1 << 20
 
 // Attempt is one HTTP exchange of a call, as reported to an Observer.
@@ -74,8 +76,12 @@ type call struct {
 // messages.
 type callError struct {
 	op       string
-	attempts int
+	attempts int // 0: err tells them itself
 	err      error
+	// key is the Idempotency-Key every attempt carried, "" for none: after
+	// an unknown outcome it is the only way to learn the order's fate, and
+	// PlaceOrder may have made it (IdempotencyKeyOf).
+	key string
 }
 
 func (e *callError) Error() string {
@@ -87,33 +93,65 @@ func (e *callError) Error() string {
 
 func (e *callError) Unwrap() error { return e.err }
 
+// answered is what do learnt of a call besides its error.
+type answered struct {
+	// header is the last answer's header.
+	header http.Header
+	// lostBefore is true when an attempt before the last may have been
+	// applied without the client learning it: it got no answer, or none it
+	// could read, or a 503 that does not say nothing was written
+	// (store_unavailable, timeout: a commit whose acknowledgement was lost).
+	lostBefore bool
+}
+
+// mayHaveApplied tells whether an attempt that failed with err may
+// nonetheless have been applied by the service. Only answers that say
+// nothing was written rule it out: a 503 lock_unavailable or overloaded,
+// a 409 idempotency_key_in_flight (another request with the key runs), any
+// other 4xx (refused on its input or state).
+func mayHaveApplied(err error) bool {
+	ae, _ := err.(*APIError)
+	switch {
+	case ae == nil: // no answer, or a success status with a body unread
+		return !errors.Is(err, errUnsendable)
+	case ae.Status == http.StatusServiceUnavailable:
+		return !ae.unwritten()
+	default:
+		return ae.Status >= 500
+	}
+}
+
 // do runs c's attempts until one succeeds, one fails for good, the retries
-// are spent or ctx is done; it returns the last answer's header.
-func (c *Client) do(ctx context.Context, cl call) (http.Header, error) {
+// are spent or ctx is done.
+func (c *Client) do(ctx context.Context, cl call) (answered, error) {
 	r := retries{left: c.retries}
+	var a answered
 	for n := 1; ; n++ {
 		start := time.Now()
 		status, header, err := c.attempt(ctx, cl)
+		a.header = header
 		wait, retry := c.retryWait(cl, err, &r)
 		retry = retry && ctx.Err() == nil
 		if c.observer != nil {
-			a := Attempt{Op: cl.op, N: n, Status: status, Err: err, Duration: time.Since(start), Retry: retry}
+			at := Attempt{Op: cl.op, N: n, Status: status, Err: err, Duration: time.Since(start), Retry: retry}
 			if ae, ok := err.(*APIError); ok {
-				a.Code = ae.Code
+				at.Code = ae.Code
 			}
-			c.observer(a)
+			c.observer(at)
 		}
 		if err == nil {
-			return header, nil
+			return a, nil
 		}
 		if !retry {
-			return header, &callError{op: cl.op, attempts: n, err: err}
+			return a, &callError{op: cl.op, attempts: n, err: err, key: cl.key}
 		}
+		a.lostBefore = a.lostBefore || mayHaveApplied(err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return header, fmt.Errorf("client: %s: %w (after %d attempts, the last: %w)", cl.op, ctx.Err(), n, err)
+			return a, &callError{op: cl.op, key: cl.key,
+				err: fmt.Errorf("%w (after %d attempts, the last: %w)", ctx.Err(), n, err)}
 		case <-t.C:
 		}
 	}
@@ -213,11 +251,14 @@ func (c *Client) attempt(ctx context.Context, cl call) (int, http.Header, error)
 		return 0, nil, err
 	}
 	defer res.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer))
+	raw, err := io.ReadAll(io.LimitReader(res.Body, maxAnswer+1))
 	if err != nil {
 		return res.StatusCode, res.Header, fmt.Errorf("read answer: %w", err)
 	}
 	if res.StatusCode == cl.want {
+		if len(raw) > maxAnswer {
+			return res.StatusCode, res.Header, fmt.Errorf("%w: %d answer longer than %d bytes", ErrBadAnswer, res.StatusCode, maxAnswer)
+		}
 		switch {
 		case cl.raw:
 			*cl.out.(*[]byte) = raw

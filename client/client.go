@@ -18,9 +18,11 @@
 // Errors the service answered are *APIError values that match the sentinel
 // of their code with errors.Is. A request the client can tell the service
 // would refuse (a SKU name off the pattern, an Idempotency-Key that is not
-// 1..255 bytes of printable ASCII, a quantity, stock level, hold or line
-// count out of range) is not sent: its error matches ErrInvalidRequest too,
-// and is no *APIError.
+// 1..255 bytes of printable ASCII or that starts or ends with a space, a
+// quantity, stock level, hold or line count out of range) is not sent: its
+// error matches ErrInvalidRequest too, and is no *APIError. So is an order
+// id that is no uuid, such as "": the service would answer 404, which reads
+// as an order that vanished rather than the caller's bug.
 package client
 
 import (
@@ -50,6 +52,9 @@ const (
 	// answers, and so by and large the longest it runs.
 	DefaultInFlightWait = 5 * time.Second
 )
+
+// minInFlightBackoff is the shortest first wait WithInFlightBackoff takes.
+const minInFlightBackoff = time.Millisecond
 
 // maxInFlightBackoff bounds one wait for a key in flight: the first request
 // ends at a moment nobody announces, and the repeat should come soon after.
@@ -105,9 +110,20 @@ func WithMaxRetryWait(d time.Duration) Option { return func(c *Client) { c.maxRe
 
 // WithInFlightBackoff sets the first wait of the client's own backoff, used
 // where the service gives no Retry-After: after a 409
-// idempotency_key_in_flight and after an attempt that got no answer. Default
+// idempotency_key_in_flight and after an attempt that got no answer. A
+// value of 0 or less means the default, and one below a millisecond is
+// raised to it: a backoff that doubles from nothing stays nothing, and the
+// waits for a key in flight, bounded by time rather than by count, would
+// repeat the request thousands of times a second. Default
 // DefaultInFlightBackoff.
-func WithInFlightBackoff(d time.Duration) Option { return func(c *Client) { c.inFlightBackoff = d } }
+func WithInFlightBackoff(d time.Duration) Option {
+	return func(c *Client) {
+		if d <= 0 {
+			d = DefaultInFlightBackoff
+		}
+		c.inFlightBackoff = max(d, minInFlightBackoff)
+	}
+}
 
 // WithInFlightWait bounds how long a call waits out 409
 // idempotency_key_in_flight, counted from the first; past it, or once the

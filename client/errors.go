@@ -36,10 +36,23 @@ var (
 	ErrInternal               = errors.New("internal")
 )
 
+// IdempotencyKeyOf returns the Idempotency-Key that the failed call behind
+// err sent on every attempt, the one PlaceOrder made included, and "" for
+// a call that sent none or was not sent at all. After an order's unknown
+// outcome, place it again under this key: the answer is the order if the
+// failed call placed it, and a new order if not, never both.
+func IdempotencyKeyOf(err error) string {
+	var ce *callError
+	if errors.As(err, &ce) {
+		return ce.key
+	}
+	return ""
+}
+
 // ErrBadAnswer matches the error of an answer that has the call's success
-// status but a body that does not decode: the service answered, and said
-// something this client cannot read. It is retried as an attempt that got no
-// answer.
+// status but a body that does not decode, or is longer than the client
+// reads (1 MiB): the service answered, and said something this client
+// cannot read. It is retried as an attempt that got no answer.
 var ErrBadAnswer = errors.New("client: undecodable answer")
 
 // codes maps each code the API answers with to its sentinel.

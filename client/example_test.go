@@ -15,16 +15,21 @@ func placeReplayConfirm(ctx context.Context, baseURL string) error {
 	if err != nil {
 		return err
 	}
-	order := client.OrderRequest{Lines: []client.Line{{SKU: "widget-1", Quantity: 2}}}
-	placed, err := c.PlaceOrder(ctx, order) // retried with one idempotency key
+	// One key per checkout, kept with it: the order sent again under it
+	// is answered with the same order, never a second one.
+	order := client.OrderRequest{Lines: []client.Line{{SKU: "widget-1", Quantity: 2}},
+		IdempotencyKey: client.NewIdempotencyKey()}
+	placed, err := c.PlaceOrder(ctx, order) // its retries carry the key
+	if err != nil {
+		return err // outcome unknown (no answer, a 503)? send order again later
+	}
+	again, err := c.PlaceOrder(ctx, order) // a double submit
 	if err != nil {
 		return err
 	}
-	order.IdempotencyKey = placed.IdempotencyKey
-	again, err := c.PlaceOrder(ctx, order) // the first answer again, not a second order
-	if err != nil {
-		return err
-	}
+	// Replayed: an earlier call placed it and follows it up (payment,
+	// mail). ReplayedAfterLostAnswer: perhaps this call did; follow up,
+	// keyed by the order ID so nothing runs twice.
 	fmt.Println("replayed:", again.Replayed, again.ID == placed.ID)
 	_, err = c.Confirm(ctx, placed.ID)
 	return err

@@ -9,7 +9,9 @@ import (
 
 // Metrics returns GET /metrics as served, in the Prometheus text format.
 // Scrapers should use Prometheus itself; this is for tests and load tools
-// that read a few counters before and after a run.
+// that read a few counters before and after a run. An answer longer than
+// the client reads (1 MiB, some 80 times what the service serves) is
+// ErrBadAnswer, not a text cut short that would lack the counters read.
 func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 	var raw []byte
 	if _, err := c.do(ctx, call{op: "metrics", method: http.MethodGet, path: "/metrics",

@@ -65,6 +65,28 @@ func TestMetrics(t *testing.T) {
 	}
 }
 
+// TestMetricsNeverCut: an answer past what the client reads is an error,
+// not a text cut short that lacks the counters a caller looks for; one of
+// exactly that size comes whole.
+func TestMetricsNeverCut(t *testing.T) {
+	const limit = 1 << 20
+	for size, ok := range map[int]bool{limit: true, limit + 1: false, 3 * limit: false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+			_, _ = w.Write([]byte("# TYPE stockguard_x counter\n" + strings.Repeat("#", size-29) + "\n"))
+		}))
+		c, err := client.New(srv.URL, client.WithRetries(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, err := c.Metrics(context.Background())
+		srv.Close()
+		if ok && (err != nil || len(raw) != size) || !ok && (!errors.Is(err, client.ErrBadAnswer) || raw != nil) {
+			t.Fatalf("/metrics of %d bytes = %d bytes, %v; want it whole or ErrBadAnswer", size, len(raw), err)
+		}
+	}
+}
+
 func TestGetJSON(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -206,7 +207,7 @@ func TestClientRefusesWhatTheServiceRefuses(t *testing.T) {
 			func() error { _, err := c.SetStock(ctx, "a", v); return err })
 	}
 	for _, k := range []string{"k", "~", " ", strings.Repeat("k", inventory.MaxIdempotency), strings.Repeat("k", inventory.MaxIdempotency+1),
-		"k\r\n", "k\x00", "k\x7f", "k\xff", "ключ", "k\t"} {
+		"k\r\n", "k\x00", "k\x7f", "k\xff", "ключ", "k\t", " k", "k ", "k k"} {
 		check(fmt.Sprintf("key %q", k), inventory.ValidateIdempotencyKey(k) == nil,
 			func() error { _, err := c.PlaceOrderJSON(ctx, k, oneLine); return err })
 	}
@@ -233,14 +234,136 @@ func TestClientRefusesWhatTheServiceRefuses(t *testing.T) {
 		"hold 1":             {Lines: lines(1), HoldSeconds: 1},
 		"hold max":           {Lines: lines(1), HoldSeconds: int(inventory.MaxHold / time.Second)},
 		"hold max+1":         {Lines: lines(1), HoldSeconds: int(inventory.MaxHold/time.Second) + 1},
+		"hold wraps to 60s":  {Lines: lines(1), HoldSeconds: int(wrapsTo60s)},
+		"hold max int":       {Lines: lines(1), HoldSeconds: math.MaxInt},
+		"hold min int":       {Lines: lines(1), HoldSeconds: math.MinInt},
 		"key with a newline": {Lines: lines(1), IdempotencyKey: "k\n"},
 	}
 	for name, o := range orders {
+		// The service checks hold_seconds as a number before it makes it a
+		// duration, which would wrap.
+		holdOK := o.HoldSeconds >= 0 && int64(o.HoldSeconds) <= int64(inventory.MaxHold/time.Second)
 		req := inventory.PlaceRequest{Hold: time.Duration(o.HoldSeconds) * time.Second, IdempotencyKey: o.IdempotencyKey}
 		for _, l := range o.Lines {
 			req.Lines = append(req.Lines, inventory.LineRequest{SKU: l.SKU, Quantity: l.Quantity})
 		}
-		check("order, "+name, req.Validate() == nil, func() error { _, err := c.PlaceOrder(ctx, o); return err })
+		check("order, "+name, holdOK && req.Validate() == nil, func() error { _, err := c.PlaceOrder(ctx, o); return err })
+	}
+}
+
+// wrapsTo60s is a hold whose product in nanoseconds wraps to exactly 60 s
+// (2^55 × 10^9 is a multiple of 2^64).
+const wrapsTo60s int64 = 60 + 1<<55
+
+// TestHoldSecondsOverflowNotSent: a hold past the range is refused however
+// large, not sent as the hold its nanoseconds wrap to.
+func TestHoldSecondsOverflowNotSent(t *testing.T) {
+	url, n := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `{"order_id":"0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10","status":"reserved","lines":[]}`)
+	})
+	c := mustNew(t, url, client.WithRetries(0))
+	for _, h := range []int{int(wrapsTo60s), math.MaxInt, math.MinInt, -1, int(inventory.MaxHold/time.Second) + 1} {
+		_, err := c.PlaceOrder(context.Background(), client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 1}}, HoldSeconds: h})
+		var ae *client.APIError
+		if !errors.Is(err, client.ErrInvalidRequest) || errors.As(err, &ae) || n.Load() != 0 {
+			t.Fatalf("hold_seconds %d = %v, %d request(s) sent; want invalid_request, not sent", h, err, n.Load())
+		}
+	}
+}
+
+// TestOrderIDNotSent: an id that is no uuid, the "" of an Order never
+// filled in above all, is refused as the caller's invalid input, as the
+// other checks refuse theirs, not sent to come back as a 404 of the path.
+func TestOrderIDNotSent(t *testing.T) {
+	url, n := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		answerError(w, http.StatusNotFound, "not_found", "")
+	})
+	c := mustNew(t, url, client.WithRetries(0))
+	ctx := context.Background()
+	calls := map[string]func(context.Context, string) (*client.Order, error){
+		"getOrder": c.Order, "confirmOrder": c.Confirm, "cancelOrder": c.Cancel}
+	for op, call := range calls {
+		for _, id := range []string{"", "nope", "0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e1", "../skus/a", "0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10/x"} {
+			_, err := call(ctx, id)
+			var ae *client.APIError
+			if !errors.Is(err, client.ErrInvalidRequest) || errors.As(err, &ae) || !strings.Contains(err.Error(), op) || n.Load() != 0 {
+				t.Fatalf("%s(%q) = %v, %d request(s) sent; want invalid_request, not sent", op, id, err, n.Load())
+			}
+		}
+		before := n.Load()
+		if _, err := call(ctx, "0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10"); !errors.Is(err, client.ErrNotFound) || n.Load() != before+1 {
+			t.Fatalf("%s of a uuid = %v; want it sent", op, err)
+		}
+		n.Store(0)
+	}
+}
+
+// TestKeySpacesAtTheEnds: HTTP drops the spaces at either end of a header
+// value, so " cart-7 " would reach the service as another order's
+// "cart-7" (422 idempotency_key_reused, or that order replayed), and a key
+// of spaces as an empty one. The client refuses them unsent; a space
+// inside a key is kept, and is a key of its own.
+func TestKeySpacesAtTheEnds(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c := f.newClient(client.WithRetries(0))
+	mustStock(t, c, "a", 10)
+	if _, err := c.PlaceOrder(ctx, client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 1}}, IdempotencyKey: "cart-7"}); err != nil {
+		t.Fatal(err)
+	}
+	sent := len(f.tr.exchanges())
+	for _, k := range []string{" cart-7 ", " cart-7", "cart-7 ", " ", "   "} {
+		_, err := c.PlaceOrder(ctx, client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 2}}, IdempotencyKey: k})
+		var ae *client.APIError
+		if !errors.Is(err, client.ErrInvalidRequest) || errors.As(err, &ae) || len(f.tr.exchanges()) != sent {
+			t.Errorf("key %q = %v; want invalid_request, not sent", k, err)
+		}
+	}
+	o, err := c.PlaceOrder(ctx, client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 2}}, IdempotencyKey: "cart 7"})
+	if err != nil || o.Replayed {
+		t.Fatalf("key \"cart 7\" = %+v, %v; want an order of its own", o, err)
+	}
+}
+
+// TestSpecKeyRuleIsTheService: api/openapi.yaml's pattern for the key takes
+// exactly the keys the service takes.
+func TestSpecKeyRuleIsTheService(t *testing.T) {
+	v := specValidator(t)
+	for _, k := range []string{"k", "~", "cart 7", "! ~", strings.Repeat("k", inventory.MaxIdempotency),
+		"!" + strings.Repeat(" ", inventory.MaxIdempotency-2) + "~", strings.Repeat("k", inventory.MaxIdempotency+1),
+		" ", "   ", " k", "k ", " k ", "k\x7f", "ключ"} {
+		req, err := http.NewRequest(http.MethodPost, "http://127.0.0.1:8080/v1/orders", strings.NewReader(string(oneLine)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header["Idempotency-Key"] = []string{k}
+		specOK, _ := v.ValidateHttpRequest(req)
+		if serviceOK := inventory.ValidateIdempotencyKey(k) == nil; specOK != serviceOK {
+			t.Errorf("key %q: the spec takes it %v, the service %v", k, specOK, serviceOK)
+		}
+	}
+}
+
+// TestInFlightBackoffFloor: a first backoff of nothing (or less) is the
+// default, and one under a millisecond is raised to it: doubled from 0 it
+// stays 0, and a key in flight, waited out by time, would be asked after
+// thousands of times a second.
+func TestInFlightBackoffFloor(t *testing.T) {
+	for _, d := range []time.Duration{0, -time.Second, time.Nanosecond} {
+		url, n := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+			answerError(w, http.StatusConflict, "idempotency_key_in_flight", "")
+		})
+		c := mustNew(t, url, client.WithInFlightBackoff(d), client.WithInFlightWait(300*time.Millisecond))
+		if _, err := c.PlaceOrderJSON(context.Background(), "k", oneLine); !errors.Is(err, client.ErrIdempotencyKeyInFlight) {
+			t.Fatalf("WithInFlightBackoff(%v): %v, want idempotency_key_in_flight", d, err)
+		}
+		// From 1 ms doubling: 1+2+…+256 ms spans the 300 ms in 10 attempts.
+		if got := n.Load(); got > 12 {
+			t.Fatalf("WithInFlightBackoff(%v): %d requests in 300ms, want at most 12", d, got)
+		}
 	}
 }
 

@@ -67,7 +67,22 @@ type Order struct {
 	// IdempotencyKey is the key the order was placed with (PlaceOrder only);
 	// send it again to replay the order.
 	IdempotencyKey string `json:"-"`
-	// Replayed is true when PlaceOrder's answer replays an earlier request
-	// with the same key (Idempotent-Replayed: true).
+	// Replayed is true when the order existed before this PlaceOrder call:
+	// the service answered with a replay (Idempotent-Replayed: true), and
+	// no attempt of this call can have placed it, as each one before the
+	// answer was turned away with nothing written. An earlier call with
+	// the same key placed it, and what follows a new order (a charge, a
+	// mail) is that call's to do; if that call was the caller's own and
+	// ended in an unknown outcome, it is still to do. Never true when
+	// PlaceOrder made the key: nobody else had it.
 	Replayed bool `json:"-"`
+	// ReplayedAfterLostAnswer is true when the service answered with a
+	// replay after an attempt of this call got no answer, or one that may
+	// follow a write (503 store_unavailable or timeout): that attempt may
+	// have placed the order, or an earlier call with the same key may
+	// have, and nothing the client sees tells which. Replayed is false
+	// then. Treat the order as possibly new: run what follows a new order,
+	// made idempotent by the order ID. Never true when PlaceOrder made the
+	// key: the replay is of this call's own attempt, so the order is new.
+	ReplayedAfterLostAnswer bool `json:"-"`
 }

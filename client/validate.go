@@ -19,9 +19,17 @@ func notSent(op string, err error) error {
 	return &callError{op: op, err: fmt.Errorf("not sent: %w: %v", ErrInvalidRequest, err)}
 }
 
+// maxHoldSeconds is the longest hold the service takes, in seconds.
+const maxHoldSeconds = int64(inventory.MaxHold / time.Second)
+
 // checkOrder checks what the service checks of an order's lines and hold
 // before it is placed (its key is PlaceOrderJSON's to check).
 func checkOrder(req OrderRequest) error {
+	// Checked as a number of seconds, as the service checks it: a product
+	// in nanoseconds wraps, and 60+1<<55 seconds would read as 60.
+	if h := int64(req.HoldSeconds); h < 0 || h > maxHoldSeconds {
+		return fmt.Errorf("hold_seconds must be in 1..%d (or 0 for the default), got %d", maxHoldSeconds, h)
+	}
 	r := inventory.PlaceRequest{Hold: time.Duration(req.HoldSeconds) * time.Second}
 	for _, l := range req.Lines {
 		r.Lines = append(r.Lines, inventory.LineRequest{SKU: l.SKU, Quantity: l.Quantity})

@@ -230,8 +230,9 @@ func TestChartRefusesNoDatabase(t *testing.T) {
 
 // TestChartLockSettings: the chart refuses to render a Deployment that
 // could not take a lock (no servers for its backend, too few Redlock
-// masters) or whose drain would cut off requests still waiting for their
-// locks; what serve accepts renders.
+// masters, a lock TTL serve refuses), whose replicas would oversell (none
+// or local on several, unless acknowledged) or whose drain would cut off
+// requests still waiting for their locks; what serve accepts renders.
 func TestChartLockSettings(t *testing.T) {
 	for _, c := range []struct {
 		name, set, want string // want "": renders
@@ -249,6 +250,15 @@ func TestChartLockSettings(t *testing.T) {
 		{"lock wait just under the drain", redlockAddrs + ",lock.wait=19s900ms", ""},
 		{"a longer drain for a longer wait", redlockAddrs + ",lock.wait=1m30s,shutdown.drainSeconds=100", ""},
 		{"lock wait not a duration", redlockAddrs + ",lock.wait=soon", "lock.wait"},
+		// serve would exit 2 on each of these, and every replica crash-loop.
+		{"lock TTL a bare number", redlockAddrs + ",lock.ttl=10", "lock.ttl"},
+		{"lock TTL under 100ms", redlockAddrs + ",lock.ttl=50ms", "at least 100ms"},
+		{"lock TTL of 1500ms", redlockAddrs + ",lock.ttl=1500ms", ""},
+		// none and local lock nothing across replicas.
+		{"local on three replicas", "lock.backend=local", "lock.acknowledgeOversell"},
+		{"none on two replicas", "lock.backend=none,replicaCount=2", "oversells"},
+		{"local on one replica", "lock.backend=local,replicaCount=1", ""},
+		{"local on three replicas, acknowledged", "lock.backend=local,lock.acknowledgeOversell=true", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			set := "database.url=postgres://u:p@db:5432/stockguard"

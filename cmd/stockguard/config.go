@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +46,7 @@ type config struct {
 	adminToken    string
 	chaos         bool
 	logLevel      string
+	level         slog.Level // logLevel, parsed by validate
 	reapInterval  time.Duration
 	dbMaxConns    int
 	coalesce      string
@@ -60,7 +63,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.lock, "lock", "redlock", "lock backend: "+strings.Join(backends.Names(), ", "))
 	fs.StringVar(&c.fencing, "fencing", "on", "fence writes with the lease token: on or off (none and local always run off)")
 	fs.DurationVar(&c.lockTTL, "lock-ttl", 10*time.Second,
-		"lease TTL for expiring backends (redis, redlock, postgres idle timeout, etcd session lease in whole seconds)")
+		"lease TTL for expiring backends (redis, redlock, postgres idle timeout, etcd session lease in whole seconds), at least 100ms")
 	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "how long a request waits for its locks before 503 lock_unavailable")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395",
 		"comma-separated Redis masters (redis uses the first)")
@@ -70,7 +73,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL")
 	fs.StringVar(&c.adminToken, "admin-token", "", "bearer token required for PUT /v1/skus (empty: no check)")
 	fs.BoolVar(&c.chaos, "chaos", false, "honour the X-Chaos-Pause and X-Chaos-Stall test headers")
-	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logLevel, "log-level", "info",
+		"debug, info, warn or error (JSON lines on stderr; go-redis's and OpenTelemetry's messages at warn, each kind at most once every 30s)")
 	fs.DurationVar(&c.reapInterval, "reap-interval", time.Second, "how often expired holds are returned to stock")
 	fs.IntVar(&c.dbMaxConns, "db-max-conns", postgres.DefaultMaxConns, "database connection pool size per instance")
 	fs.StringVar(&c.coalesce, "coalesce", "on", "batch concurrent orders, of any SKUs or of one hot SKU, under one acquisition and one transaction: on or off")
@@ -84,29 +88,43 @@ func (c *config) register(fs *flag.FlagSet) {
 		"shortest time between the starts of two gathered batches while orders wait behind them: a duration up to 100ms (0: none), or auto: 12ms with --lock=redlock, redis or postgres, none with the others")
 	c.limits.register(fs)
 	fs.BoolVar(&c.migrate, "migrate", true, "apply pending migrations at start (false: a migration job owns the schema)")
-	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (empty: off)")
+	fs.StringVar(&c.debugAddr, "debug-addr", "", "serve net/http/pprof on this loopback address, e.g. 127.0.0.1:6060 (empty: off); /debug/pprof/cmdline is not served, as the command line may hold secrets")
 }
 
 func (c *config) validate() error {
 	var err error
 	if _, err = backends.Lookup(c.lock); err != nil {
-		return fmt.Errorf("%w: --lock: %w", errUsage, err)
+		return badValue("lock", c.lock, err)
+	}
+	if err := c.level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return badValue("log-level", c.logLevel, errors.New("want debug, info, warn or error"))
 	}
 	if c.fencing != "on" && c.fencing != "off" {
-		return fmt.Errorf("%w: --fencing=%q: want on or off", errUsage, c.fencing)
+		return badValue("fencing", c.fencing, errors.New("want on or off"))
 	}
 	if c.coalesce != "on" && c.coalesce != "off" {
-		return fmt.Errorf("%w: --coalesce=%q: want on or off", errUsage, c.coalesce)
+		return badValue("coalesce", c.coalesce, errors.New("want on or off"))
 	}
 	c.coalesceCfg.Disabled = c.coalesce == "off"
-	if c.coalesceCfg.MaxBatch < 1 || c.coalesceCfg.MaxBatches < 1 || c.coalesceCfg.MaxHold <= 0 || c.coalesceCfg.Gatherers < 1 {
-		return fmt.Errorf("%w: --coalesce-max-batch, --coalesce-max-batches and --coalesce-gatherers must be >= 1, --coalesce-max-hold > 0", errUsage)
+	for _, n := range []struct {
+		flag string
+		v    int
+	}{{"coalesce-max-batch", c.coalesceCfg.MaxBatch}, {"coalesce-max-batches", c.coalesceCfg.MaxBatches}, {"coalesce-gatherers", c.coalesceCfg.Gatherers}} {
+		if n.v < 1 {
+			return badValue(n.flag, strconv.Itoa(n.v), errors.New("want at least 1"))
+		}
+	}
+	if c.coalesceCfg.MaxHold <= 0 {
+		return badValue("coalesce-max-hold", c.coalesceCfg.MaxHold.String(), errors.New("want a duration above 0"))
 	}
 	if c.coalesceCfg.Window, err = parseWindow(c.window, c.lock); err != nil {
-		return fmt.Errorf("%w: --coalesce-window=%s: %w", errUsage, c.window, err)
+		return badValue("coalesce-window", c.window, err)
 	}
-	if c.lockTTL < 100*time.Millisecond || c.lockWait <= 0 || c.reapInterval <= 0 {
-		return fmt.Errorf("%w: --lock-ttl must be >= 100ms, --lock-wait and --reap-interval > 0", errUsage)
+	if c.lockTTL < 100*time.Millisecond {
+		return badValue("lock-ttl", c.lockTTL.String(), errors.New("want at least 100ms"))
+	}
+	if err := positive(map[string]time.Duration{"lock-wait": c.lockWait, "reap-interval": c.reapInterval}); err != nil {
+		return err
 	}
 	// database/sql reads 0 or less as no limit at all.
 	if c.dbMaxConns < 1 {
@@ -127,12 +145,20 @@ func (c *config) validate() error {
 	return c.checkAddrs()
 }
 
-func (c *config) logger(w io.Writer) (*slog.Logger, error) {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return nil, fmt.Errorf("%w: --log-level: %w", errUsage, err)
+// logger is the service's JSON logger at --log-level (checked by validate).
+func (c *config) logger(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: c.level}))
+}
+
+// positive checks that each flag's duration is above 0, in the order of
+// the flags' names so that the error does not depend on the map's.
+func positive(flags map[string]time.Duration) error {
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		if d := flags[name]; d <= 0 {
+			return badValue(name, d.String(), errors.New("want a duration above 0"))
+		}
 	}
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+	return nil
 }
 
 // autoWindow is --coalesce-window=auto's window on redlock, redis and

@@ -64,10 +64,29 @@ func TestServeRefusesBadSettings(t *testing.T) {
 			[]string{"--etcd-endpoints=", "STOCKGUARD_ETCD_ENDPOINTS"}},
 		{"etcd endpoint of another scheme", nil, []string{"--lock=etcd", "--etcd-endpoints=ftp://127.0.0.1:1", nowhere}, []string{`scheme "ftp"`}},
 		{"etcd endpoint with a path", nil, []string{"--lock=etcd", "--etcd-endpoints=http://127.0.0.1:1/v3", nowhere}, []string{"no path"}},
-		{"negative coalescing window", nil, []string{"--lock=local", "--coalesce-window=-1ms", nowhere}, []string{"--coalesce-window=-1ms", "auto or 0 to 100ms"}},
+		{"negative coalescing window", nil, []string{"--lock=local", "--coalesce-window=-1ms", nowhere},
+			[]string{`--coalesce-window="-1ms" (STOCKGUARD_COALESCE_WINDOW)`, "auto or 0 to 100ms"}},
 		{"coalescing window too long", map[string]string{"STOCKGUARD_COALESCE_WINDOW": "1s"}, []string{"--lock=local", nowhere},
-			[]string{"--coalesce-window=1s", "auto or 0 to 100ms"}},
-		{"coalescing window not a duration", nil, []string{"--lock=local", "--coalesce-window=soon", nowhere}, []string{"--coalesce-window=soon", "auto or a duration"}},
+			[]string{`--coalesce-window="1s" (STOCKGUARD_COALESCE_WINDOW)`, "auto or 0 to 100ms"}},
+		{"coalescing window not a duration", nil, []string{"--lock=local", "--coalesce-window=soon", nowhere}, []string{`--coalesce-window="soon"`, "auto or a duration"}},
+		{"unknown backend", map[string]string{"STOCKGUARD_LOCK": "zk"}, []string{nowhere}, []string{`--lock="zk" (STOCKGUARD_LOCK)`}},
+		{"fencing neither on nor off", map[string]string{"STOCKGUARD_FENCING": "maybe"}, []string{"--lock=local", nowhere},
+			[]string{`--fencing="maybe" (STOCKGUARD_FENCING): want on or off`}},
+		{"coalescing neither on nor off", nil, []string{"--lock=local", "--coalesce=yes", nowhere}, []string{`--coalesce="yes" (STOCKGUARD_COALESCE)`}},
+		{"no batch", nil, []string{"--lock=local", "--coalesce-max-batch=0", nowhere}, []string{`--coalesce-max-batch="0" (STOCKGUARD_COALESCE_MAX_BATCH)`}},
+		{"no hold", map[string]string{"STOCKGUARD_COALESCE_MAX_HOLD": "0s"}, []string{"--lock=local", nowhere}, []string{"(STOCKGUARD_COALESCE_MAX_HOLD)"}},
+		{"lease TTL too short", map[string]string{"STOCKGUARD_LOCK_TTL": "50ms"}, []string{"--lock=local", nowhere},
+			[]string{`--lock-ttl="50ms" (STOCKGUARD_LOCK_TTL): want at least 100ms`}},
+		{"no lock wait", nil, []string{"--lock=local", "--lock-wait=0s", nowhere}, []string{`--lock-wait="0s" (STOCKGUARD_LOCK_WAIT)`}},
+		{"no reaping", nil, []string{"--lock=local", "--reap-interval=-1s", nowhere}, []string{"(STOCKGUARD_REAP_INTERVAL)"}},
+		{"no read timeout", map[string]string{"STOCKGUARD_READ_TIMEOUT": "0s"}, []string{"--lock=local", nowhere}, []string{`--read-timeout="0s" (STOCKGUARD_READ_TIMEOUT)`}},
+		{"no shutdown timeout", nil, []string{"--lock=local", "--shutdown-timeout=0s", nowhere}, []string{"(STOCKGUARD_SHUTDOWN_TIMEOUT)"}},
+		{"tiny header limit", nil, []string{"--lock=local", "--max-header-bytes=10", nowhere}, []string{`--max-header-bytes="10" (STOCKGUARD_MAX_HEADER_BYTES)`}},
+		{"nothing in flight", nil, []string{"--lock=local", "--max-in-flight=0", nowhere}, []string{"(STOCKGUARD_MAX_IN_FLIGHT)"}},
+		{"log level", map[string]string{"STOCKGUARD_LOG_LEVEL": "loud"}, []string{"--lock=local", nowhere},
+			[]string{`--log-level="loud" (STOCKGUARD_LOG_LEVEL)`}},
+		{"pprof off loopback", nil, []string{"--lock=local", "--debug-addr=0.0.0.0:6060", nowhere}, []string{`--debug-addr="0.0.0.0:6060" (STOCKGUARD_DEBUG_ADDR)`, "loopback"}},
+		{"bad variable", map[string]string{"STOCKGUARD_LOCK_TTL": "bogus"}, []string{"--lock=local", nowhere}, []string{`--lock-ttl (STOCKGUARD_LOCK_TTL="bogus")`}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -78,7 +97,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 			if exitCode(err) != exitUsage {
 				t.Fatalf("exit %d (%v), want %d\nstderr:\n%s", exitCode(err), err, exitUsage, stderr.String())
 			}
-			for _, w := range c.want {
+			for _, w := range append(c.want, `Run "stockguard serve --help" for its flags.`) {
 				if !strings.Contains(stderr.String(), w) {
 					t.Errorf("stderr lacks %q:\n%s", w, stderr.String())
 				}
@@ -87,6 +106,19 @@ func TestServeRefusesBadSettings(t *testing.T) {
 				t.Errorf("stderr shows the database password:\n%s", stderr.String())
 			}
 		})
+	}
+}
+
+// TestCommandLineWinsOverTheEnvironment: a variable under a flag given on
+// the command line is not read, so a bad one does not stop serve (which
+// then gets as far as its database, here nowhere: exit 1, not 2).
+func TestCommandLineWinsOverTheEnvironment(t *testing.T) {
+	env := map[string]string{"STOCKGUARD_LOCK_TTL": "bogus", "STOCKGUARD_FENCING": "maybe", "STOCKGUARD_LOG_LEVEL": "loud"}
+	var stdout, stderr strings.Builder
+	err := run(context.Background(), []string{"serve", "--lock=local", "--lock-ttl=5s", "--fencing=on", "--log-level=error",
+		"--database-url=postgres://u@127.0.0.1:1/db?sslmode=disable&connect_timeout=1"}, func(k string) string { return env[k] }, &stdout, &stderr)
+	if err == nil || exitCode(err) == exitUsage || strings.Contains(stderr.String(), "STOCKGUARD_") {
+		t.Fatalf("exit %d (%v), want the database's failure, not a usage error\nstderr:\n%s", exitCode(err), err, stderr.String())
 	}
 }
 

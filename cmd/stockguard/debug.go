@@ -19,13 +19,13 @@ func checkDebugAddr(addr string) error {
 	}
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("%w: --debug-addr=%q: %w", errUsage, addr, err)
+		return badValue("debug-addr", addr, err)
 	}
 	if !isLoopback(host) {
-		return fmt.Errorf("%w: --debug-addr=%q: pprof is served on loopback only (127.0.0.1, ::1 or localhost)", errUsage, addr)
+		return badValue("debug-addr", addr, errors.New("pprof is served on loopback only (127.0.0.1, ::1 or localhost)"))
 	}
 	if err := checkHostPort(addr, true); err != nil {
-		return fmt.Errorf("%w: --debug-addr=%q: %w", errUsage, addr, err)
+		return badValue("debug-addr", addr, err)
 	}
 	return nil
 }
@@ -41,8 +41,10 @@ func startDebug(addr string, log *slog.Logger) (stop func(), err error) {
 		return nil, fmt.Errorf("debug listen: %w", err)
 	}
 	mux := http.NewServeMux()
+	// No /debug/pprof/cmdline: the command line may carry --admin-token
+	// and a --database-url with its password, and anything on the host can
+	// reach a loopback port. pprof.Index answers it 404 (no such profile).
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

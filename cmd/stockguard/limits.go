@@ -1,10 +1,11 @@
 package main
 
 import (
+	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/httpapi"
@@ -34,8 +35,9 @@ const (
 	// defaultMaxHeaderBytes is ample for the few headers the API reads
 	// (Go's server allows 4 KiB more than this before it answers 431).
 	defaultMaxHeaderBytes = 16 << 10
-	// defaultMaxInFlight keeps the buffered bodies under 64 MiB (1,024 ×
-	// 64 KiB) and is far above what two cores serve at once.
+	// defaultMaxInFlight is far above what two cores serve at once. It
+	// bounds the buffered bodies too: httpapi reads or holds at most twice
+	// as many as run, so 2 × 1,024 × 64 KiB = 128 MiB at most.
 	defaultMaxInFlight = 1024
 
 	// requestMargin is what a request may take beyond its lock wait (and,
@@ -56,16 +58,20 @@ func (l *serverLimits) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout,
 		"how long SIGTERM waits for in-flight requests before it closes the connections left")
 	fs.IntVar(&l.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "most bytes of request line and headers (beyond: 431)")
-	fs.IntVar(&l.maxInFlight, "max-in-flight", defaultMaxInFlight, "most /v1 requests served at once (beyond: 503 overloaded)")
+	fs.IntVar(&l.maxInFlight, "max-in-flight", defaultMaxInFlight, "most /v1 requests served at once; twice as many request bodies may be read or held (beyond either: 503 overloaded)")
 	fs.StringVar(&l.metricsAddr, "metrics-addr", "", "serve /metrics on this address only (empty: on --addr with the API)")
 }
 
 func (l *serverLimits) validate() error {
-	if l.readHeaderTimeout <= 0 || l.readTimeout <= 0 || l.idleTimeout <= 0 || l.shutdownTimeout <= 0 {
-		return fmt.Errorf("%w: --read-header-timeout, --read-timeout, --idle-timeout and --shutdown-timeout must be > 0", errUsage)
+	if err := positive(map[string]time.Duration{"read-header-timeout": l.readHeaderTimeout, "read-timeout": l.readTimeout,
+		"idle-timeout": l.idleTimeout, "shutdown-timeout": l.shutdownTimeout}); err != nil {
+		return err
 	}
-	if l.maxHeaderBytes < 1024 || l.maxInFlight < 1 {
-		return fmt.Errorf("%w: --max-header-bytes must be >= 1024, --max-in-flight >= 1", errUsage)
+	if l.maxHeaderBytes < 1024 {
+		return badValue("max-header-bytes", strconv.Itoa(l.maxHeaderBytes), errors.New("want at least 1024"))
+	}
+	if l.maxInFlight < 1 {
+		return badValue("max-in-flight", strconv.Itoa(l.maxInFlight), errors.New("want at least 1"))
 	}
 	return nil
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -34,11 +36,8 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	if err := c.validate(); err != nil {
 		return fs.Reject(err)
 	}
-	log, err := c.logger(stderr)
-	if err != nil {
-		return err
-	}
-	log = log.With("backend", c.lock)
+	log := c.logger(stderr).With("backend", c.lock)
+	routeLibraryLogs(log)
 	defer gctune.Apply(getenv)()
 	tracer, flushTraces, err := startTracing(ctx, getenv, log)
 	if err != nil {
@@ -53,7 +52,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	locker, err := newLocker(ctx, &c, reg, log)
 	if err != nil {
-		return err
+		return stoppedStarting(ctx, log, "lock backend", err)
 	}
 	defer locker.Close()
 	zkSession := httpapi.ZKSessionOf(locker) // of the backend: the decorator does not forward it
@@ -73,13 +72,17 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	store, err := postgres.Open(ctx, c.databaseURL, postgres.WithFencing(fenced),
 		postgres.WithMaxConns(c.dbMaxConns), postgres.WithLogger(log), postgres.WithTracer(tp))
 	if err != nil {
-		return err
+		return stoppedStarting(ctx, log, "database", err)
 	}
 	defer store.Close()
 	if !c.migrate {
 		log.Info("not applying migrations (--migrate=false)")
-	} else if applied, err := postgres.Migrate(ctx, store.DB()); err != nil {
-		return err
+	} else if applied, err := postgres.Migrate(ctx, store.DB(), postgres.WithLockWaitReport(migrationWaitReport,
+		func(holder int, waited time.Duration) {
+			log.Info("waiting for the migration lock, held by another process (another instance migrating, or a stuck session)",
+				"holder_pid", holder, "waited", waited.Round(time.Second).String())
+		})); err != nil {
+		return stoppedStarting(ctx, log, "migrations", err)
 	} else if len(applied) > 0 {
 		log.Info("migrations applied", "files", applied)
 	}
@@ -93,8 +96,14 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	metrics.RegisterBuildInfo(reg, metrics.BuildInfo{Version: readVersion().Version, Backend: c.lock,
 		Fencing: fenced, Coalesce: !c.coalesceCfg.Disabled})
 	metrics.RegisterPool(reg, store.DB())
+	// Every instance times holds by the database's clock, not its own.
+	clock, err := store.StartClock(ctx, postgres.WithClockLogger(log), postgres.WithClockObserver(m.ClockOffset))
+	if err != nil {
+		return stoppedStarting(ctx, log, "database clock", err)
+	}
+	defer clock.Close()
 	svc := reservation.New(reservation.Config{Store: store, Locker: locker, Observer: m, Logger: log,
-		LockWait: c.lockWait, TTL: c.lockTTL, Coalescing: c.coalesceCfg, Tracer: tracing.NewTracer(tp)})
+		LockWait: c.lockWait, TTL: c.lockTTL, Now: clock.Now, Coalescing: c.coalesceCfg, Tracer: tracing.NewTracer(tp)})
 	probe := metrics.NewLockProbe(reg, c.lock, locker.Ping, lockProbeTimeout)
 	reqTimeout := requestTimeout(c.lockWait, c.chaos)
 	var gatherer prometheus.Gatherer = reg
@@ -129,13 +138,13 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	probed := make(chan struct{})
 	go func() {
 		defer close(probed)
-		probe.Run(reapCtx, lockProbeInterval)
+		watchLock(reapCtx, probe.Check, lockProbeInterval, log)
 	}()
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	gogc, memLimit := gctune.Settings()
-	log.Info("serving", "addr", ln.Addr().String(), "fencing", fenced, "lock_ttl", c.lockTTL, "chaos", c.chaos,
+	log.Info("serving", "addr", ln.Addr().String(), "fencing", fenced, "lock_ttl", c.lockTTL.String(), "lock_wait", c.lockWait.String(), "chaos", c.chaos,
 		"coalesce", c.coalesce, "gogc", gogc, "gomemlimit", memLimit)
 	warnOpenAdmin(log, c.addr, c.adminToken)
 	fmt.Fprintf(stdout, "listening on http://%s\n", ln.Addr())
@@ -152,7 +161,7 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	// out; new connections are refused. What is still open when the
 	// shutdown timeout ends (a client trickling its body, a request stuck
 	// in a backend) is closed: a stop is a stop, and exits 0.
-	log.Info("shutting down: draining in-flight requests", "shutdown_timeout", c.limits.shutdownTimeout)
+	log.Info("shutting down: draining in-flight requests", "shutdown_timeout", c.limits.shutdownTimeout.String())
 	stopReaper()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.limits.shutdownTimeout)
 	defer cancel()
@@ -176,6 +185,21 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// migrationWaitReport is how often serve repeats that it waits for the
+// migration lock.
+const migrationWaitReport = 10 * time.Second
+
+// stoppedStarting is what a start step's failure err means: nothing, when
+// ctx ended (SIGTERM, Ctrl-C) while serve was still starting, since a stop
+// asked for before serving is as clean as one while serving; err otherwise.
+func stoppedStarting(ctx context.Context, log *slog.Logger, step string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	log.Info("stopped while starting: signal received", "step", step, "err", err)
 	return nil
 }
 

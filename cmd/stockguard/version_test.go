@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
@@ -60,6 +61,16 @@ func TestDebugServesPprof(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || !strings.Contains(string(body), "goroutine profile") {
 		t.Fatalf("pprof answered %d %.200s", res.StatusCode, body)
+	}
+	// The command line may hold secrets (--admin-token, --database-url).
+	res, err = c.Get("http://" + addr + "/debug/pprof/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusNotFound || strings.Contains(string(body), os.Args[0]) {
+		t.Errorf("/debug/pprof/cmdline answered %d %.200s, want 404 without the command line", res.StatusCode, body)
 	}
 	stop()
 	if _, err := c.Get("http://" + addr + "/debug/pprof/"); err == nil {

@@ -81,24 +81,14 @@ func (s *Set) EnvVar(name string) string {
 	return EnvName(s.prefix, name)
 }
 
-// Parse applies the environment (through getenv; an empty value counts as
-// unset), then args, which win. -h or --help prints the usage to stdout and
-// returns ErrHelp. A bad flag, value, variable or a stray argument prints
-// the reason to stderr and returns an error wrapping ErrUsage and
-// ErrReported.
+// Parse applies args, then the environment (through getenv; an empty value
+// counts as unset) to the flags args did not set: the command line wins, so
+// a bad variable under a flag given on the command line is never read. -h
+// or --help prints the usage to stdout and returns ErrHelp. A bad flag,
+// value, variable or a stray argument prints the reason to stderr and
+// returns an error wrapping ErrUsage and ErrReported; a bad variable is
+// named with its flag.
 func (s *Set) Parse(args []string, getenv func(string) string) error {
-	var envErr error
-	s.VisitAll(func(f *flag.Flag) {
-		name := s.EnvVar(f.Name)
-		if v := getenv(name); v != "" {
-			if err := s.Set(f.Name, v); err != nil {
-				envErr = errors.Join(envErr, fmt.Errorf("%s=%q: %w", name, v, err))
-			}
-		}
-	})
-	if envErr != nil {
-		return s.Fail("%v", envErr)
-	}
 	if err := s.FlagSet.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			s.PrintUsage(s.stdout)
@@ -108,6 +98,20 @@ func (s *Set) Parse(args []string, getenv func(string) string) error {
 	}
 	if s.NArg() > 0 {
 		return s.Fail("unexpected arguments %q", s.Args())
+	}
+	given := map[string]bool{}
+	s.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var envErr error
+	s.VisitAll(func(f *flag.Flag) {
+		name := s.EnvVar(f.Name)
+		if v := getenv(name); v != "" && !given[f.Name] {
+			if err := s.Set(f.Name, v); err != nil {
+				envErr = errors.Join(envErr, fmt.Errorf("--%s (%s=%q): %w", f.Name, name, v, err))
+			}
+		}
+	})
+	if envErr != nil {
+		return s.Fail("%v", envErr)
 	}
 	return nil
 }

@@ -135,3 +135,24 @@ func TestSplitList(t *testing.T) {
 		t.Errorf("SplitList = %q", got)
 	}
 }
+
+// TestCommandLineWinsOverABadVariable: a variable is read only for a flag
+// the command line does not give, so a bad one under a good flag is not an
+// error; alone, it is, naming the flag and the variable.
+func TestCommandLineWinsOverABadVariable(t *testing.T) {
+	var out, errOut strings.Builder
+	s, f := newTestSet(&out, &errOut)
+	getenv := env(map[string]string{"STOCKGUARD_LOAD_LOCK_WAIT": "bogus", "STOCKGUARD_LOAD_ORDERS": "x"})
+	if err := s.Parse([]string{"--lock-wait=5s", "--orders", "3"}, getenv); err != nil {
+		t.Fatalf("Parse: %v\n%s", err, errOut.String())
+	}
+	if f.wait != 5*time.Second || f.n != 3 || errOut.Len() != 0 {
+		t.Errorf("flags %+v, stderr %q", *f, errOut.String())
+	}
+	errOut.Reset()
+	s, _ = newTestSet(&out, &errOut)
+	err := s.Parse(nil, getenv)
+	if !errors.Is(err, ErrUsage) || !strings.Contains(errOut.String(), `--lock-wait (STOCKGUARD_LOAD_LOCK_WAIT="bogus")`) {
+		t.Errorf("err %v, stderr %q", err, errOut.String())
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"reflect"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -19,26 +20,14 @@ import (
 
 const maxBody = 64 << 10
 
-// decodeStrict reads a JSON body into dst and refuses anything a lenient
-// decoder would let through: unknown, duplicate or case-folded keys (Go's
-// decoder matches "Quantity" to quantity and keeps the last of two
+// decodeStrict decodes a body readBody read into dst and refuses anything a
+// lenient decoder would let through: unknown, duplicate or case-folded keys
+// (Go's decoder matches "Quantity" to quantity and keeps the last of two
 // duplicates), trailing data, invalid UTF-8. Wrong types, floats and
 // strings for integers fail in the decoder itself, since dst uses *int64.
-func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[string]bool) error {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || mt != "application/json" {
-		return errMediaType
-	}
-	var body []byte
-	if rb, ok := r.Body.(*readAlready); ok {
-		// Read by readBody (every /v1 route): no second copy, and its
-		// error is already the client's.
-		if rb.err != nil {
-			return rb.err
-		}
-		body = rb.body
-	} else if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody)); err != nil {
-		return bodyError(err)
+func decodeStrict(body []byte, dst any, fields map[string]bool) error {
+	if onlySpace(body) {
+		return fmt.Errorf("%w: request body is empty, want a JSON object", inventory.ErrInvalid)
 	}
 	if !utf8.Valid(body) {
 		return fmt.Errorf("%w: body is not valid UTF-8", inventory.ErrInvalid)
@@ -51,11 +40,7 @@ func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[st
 	if err := dec.Decode(dst); err != nil {
 		var typ *json.UnmarshalTypeError
 		if errors.As(err, &typ) {
-			// The decoder's own text quotes the value whole (a number of
-			// 60,000 digits comes back in the answer and the log) and names
-			// our Go types: say the field and the kind wanted instead.
-			return fmt.Errorf("%w: %s: got %s, want %s", inventory.ErrInvalid, inventory.Clip(typ.Field),
-				inventory.Clip(typ.Value), jsonKind(typ.Type))
+			return typeError(typ)
 		}
 		return fmt.Errorf("%w: %s", inventory.ErrInvalid, inventory.Clip(err.Error()))
 	}
@@ -63,6 +48,35 @@ func decodeStrict(r *http.Request, w http.ResponseWriter, dst any, fields map[st
 		return fmt.Errorf("%w: trailing data after the JSON value", inventory.ErrInvalid)
 	}
 	return nil
+}
+
+// typeError says which field got what. The decoder's own text quotes the
+// value whole (a number of 60,000 digits comes back in the answer and the
+// log) and names our Go types; and an integer too large for its field is
+// the right kind, only out of range.
+func typeError(typ *json.UnmarshalTypeError) error {
+	field := typ.Field
+	if field == "" {
+		field = "request body"
+	}
+	if digits, ok := strings.CutPrefix(typ.Value, "number "); ok && isInteger(digits) && jsonKind(typ.Type) == "an integer" {
+		return fmt.Errorf("%w: %s: %s is out of range", inventory.ErrInvalid, field, inventory.Clip(digits))
+	}
+	return fmt.Errorf("%w: %s: got %s, want %s", inventory.ErrInvalid, field, inventory.Clip(typ.Value), jsonKind(typ.Type))
+}
+
+// isInteger reports whether s is a JSON number without fraction or exponent.
+func isInteger(s string) bool {
+	s = strings.TrimPrefix(s, "-")
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // bodyError is what a client is told of a body it did not send whole.
@@ -78,43 +92,130 @@ func bodyError(err error) error {
 	return errBodyUnreadable
 }
 
+// bodyKey is the gin key of the body readBody read.
+type bodyKey struct{}
+
 // readBody reads a request's body before the request takes an in-flight
 // slot (limit): a client that trickles its body, or never ends it, holds
 // its connection for the server's read timeout at most, but none of the
-// slots every order needs. Read whole, the request goes on; its handler
-// decodes what was read, or gets the error that ended the read (413 for a
-// body past 64 KiB, 400 for one cut off), after its own checks.
-func readBody(c *gin.Context) {
-	r := c.Request
-	if r.Body != nil && r.Body != http.NoBody {
-		body, err := io.ReadAll(http.MaxBytesReader(c.Writer, r.Body, maxBody))
-		if err != nil {
-			err = bodyError(err)
+// slots every order needs. A body that cannot be read whole is answered at
+// once, on every route, and the connection is not reused: what follows a
+// broken body on the wire (a malformed chunk or trailer) must never be
+// parsed as the next request.
+//
+// The bodies buffered at once are bounded too, by 2 × maxInFlight slots of
+// at most 64 KiB each (maxInFlight <= 0: no bound), each held from the
+// first byte read to the answer: twice the in-flight bound, so that as many
+// clients trickling their bodies as there are in-flight slots still leave
+// room for the orders that arrive whole. A body that finds every slot
+// taken is refused 503 overloaded before a byte of it is read.
+//
+// The server's request body is never replaced: net/http decides from its
+// own body type whether the connection can serve another request
+// (golang.org/issue/12027), so the bytes read are kept under bodyKey.
+func readBody(maxInFlight int) gin.HandlerFunc {
+	var slots chan struct{}
+	if maxInFlight > 0 {
+		slots = make(chan struct{}, 2*maxInFlight)
+	}
+	return func(c *gin.Context) {
+		r := c.Request
+		if r.Body == nil || r.Body == http.NoBody {
+			c.Next()
+			return
 		}
-		rb := &readAlready{body: body, err: err}
-		rb.Reset(body)
-		r.Body = rb
+		// Refused on its declared length: reading, or asking a client that
+		// sent Expect: 100-continue for, a body that will be refused anyway
+		// only wastes its time and ours.
+		if r.ContentLength > maxBody {
+			refuseBody(c, errBodyTooLarge)
+			return
+		}
+		if slots != nil {
+			select {
+			case slots <- struct{}{}:
+				defer func() { <-slots }()
+			default:
+				refuseBody(c, errBodyOverloaded)
+				return
+			}
+		}
+		body, err := readAll(c.Writer, r)
+		if err != nil {
+			refuseBody(c, bodyError(err))
+			return
+		}
+		c.Set(bodyKey{}, &body)
+		c.Next()
+	}
+}
+
+// readAll reads r's body whole, at most maxBody bytes. A declared length is
+// read into one buffer of that size; a chunked body grows as it comes.
+func readAll(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength >= 0 {
+		// net/http's body ends at the declared length: no more can come.
+		body := make([]byte, r.ContentLength)
+		_, err := io.ReadFull(r.Body, body)
+		return body, err
+	}
+	// The server's own writer, not gin's: only through it does a body past
+	// the limit make net/http linger on close instead of resetting the
+	// connection, which could lose the 413 on the way.
+	return io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, maxBody))
+}
+
+// serverWriter is the http.ResponseWriter under w's wrappers (gin's), at
+// most a few deep.
+func serverWriter(w http.ResponseWriter) http.ResponseWriter {
+	for range 8 {
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			break
+		}
+		w = u.Unwrap()
+	}
+	return w
+}
+
+// refuseBody answers err to a request whose body is unread or was cut off,
+// and closes the connection after the answer: what is left of the body on
+// the wire must not be read as the next request, nor waited for before the
+// answer goes out (net/http reads up to 256 KiB of an unread body first
+// on a connection it keeps).
+func refuseBody(c *gin.Context, err error) {
+	if b := c.Request.Body; b != nil && b != http.NoBody {
+		c.Header("Connection", "close")
+	}
+	_ = c.Error(err)
+	c.Abort()
+}
+
+// requestBody is the body readBody read, nil when the request had none.
+func requestBody(c *gin.Context) []byte {
+	if v, ok := c.Get(bodyKey{}); ok {
+		return *v.(*[]byte)
+	}
+	return nil
+}
+
+// jsonBody refuses, before the body is read (and before a client that sent
+// Expect: 100-continue is asked for it), a body the decoder would refuse
+// for its media type or could not read for its coding.
+func jsonBody(c *gin.Context) {
+	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	if err != nil || mt != "application/json" {
+		refuseBody(c, errMediaType)
+		return
+	}
+	for _, ce := range c.Request.Header.Values("Content-Encoding") {
+		if !strings.EqualFold(strings.TrimSpace(ce), "identity") {
+			refuseBody(c, errContentEncoding)
+			return
+		}
 	}
 	c.Next()
 }
-
-// readAlready is a body readBody read: its bytes, then the error that ended
-// the read, if any.
-type readAlready struct {
-	bytes.Reader
-	body []byte
-	err  error
-}
-
-func (b *readAlready) Read(p []byte) (int, error) {
-	n, err := b.Reader.Read(p)
-	if err == io.EOF && b.err != nil {
-		return n, b.err
-	}
-	return n, err
-}
-
-func (*readAlready) Close() error { return nil }
 
 // checkKeys fails on a key that appears twice in one object or is not
 // exactly one of fields, at any depth. It is one pass over the bytes, not

@@ -18,13 +18,17 @@ var (
 	errMethod       = errors.New("method not allowed on this route")
 	errBodyTooLarge = errors.New("request body is larger than 64 KiB")
 	errMediaType    = errors.New("request body must be application/json")
-	errClientGone   = errors.New("request cancelled by the client")
+	// Content-Encoding is not decoded: a gzip body would reach the decoder
+	// as binary, or worse, as JSON that means something else.
+	errContentEncoding = errors.New("request body must not be content-coded: Content-Encoding other than identity")
+	errClientGone      = errors.New("request cancelled by the client")
 	// The body errors say nothing of the socket: its text names the
 	// instance's and the peer's addresses, which are for the log.
 	errBodyTimeout      = fmt.Errorf("%w: request body not received within the server's read timeout", inventory.ErrInvalid)
 	errBodyUnreadable   = fmt.Errorf("%w: request body could not be read", inventory.ErrInvalid)
 	errServiceUnhealthy = errors.New("not ready: database")
 	errOverloaded       = fmt.Errorf("too many requests in flight on this instance: %w", inventory.ErrOverloaded)
+	errBodyOverloaded   = fmt.Errorf("too many request bodies being read on this instance: %w", inventory.ErrOverloaded)
 )
 
 // errorTable is the one place that knows HTTP statuses; first match wins,
@@ -53,6 +57,7 @@ var errorTable = []struct {
 	{inventory.ErrIdempotencyInFlight, http.StatusConflict, "idempotency_key_in_flight"},
 	{errBodyTooLarge, http.StatusRequestEntityTooLarge, "body_too_large"},
 	{errMediaType, http.StatusUnsupportedMediaType, "unsupported_media_type"},
+	{errContentEncoding, http.StatusUnsupportedMediaType, "unsupported_media_type"},
 	{inventory.ErrIdempotencyReused, http.StatusUnprocessableEntity, "idempotency_key_reused"},
 	{lock.ErrUnavailable, http.StatusServiceUnavailable, "lock_unavailable"},
 	{lock.ErrNotAcquired, http.StatusServiceUnavailable, "lock_unavailable"},
@@ -67,10 +72,12 @@ var errorTable = []struct {
 }
 
 // opaque errors answer with the sentinel's own message: their causes name
-// servers, users and databases, which are for the log only (and /readyz
-// answers anyone). errServiceUnhealthy names the one part readiness checks:
-// the lock backend never makes an instance unready (see readyz).
-var opaque = []error{inventory.ErrStoreUnavailable, errServiceUnhealthy}
+// servers (a lock node's address, a database's host), users and relations,
+// which are for the log only (and /readyz answers anyone).
+// errServiceUnhealthy names the one part readiness checks: the lock backend
+// never makes an instance unready (see readyz).
+var opaque = []error{inventory.ErrStoreUnavailable, errServiceUnhealthy,
+	lock.ErrLeaseLost, lock.ErrUnavailable, lock.ErrNotAcquired, inventory.ErrConflict}
 
 // apiError is the body of every error answer.
 type apiError struct {

@@ -53,7 +53,7 @@ func (s *server) putSKU(c *gin.Context) {
 		return
 	}
 	var req stockRequest
-	if err := decodeStrict(c.Request, c.Writer, &req, stockFields); err != nil {
+	if err := decodeStrict(requestBody(c), &req, stockFields); err != nil {
 		fail(c, err)
 		return
 	}
@@ -142,7 +142,7 @@ func (s *server) place(c *gin.Context) (*inventory.Order, bool, error) {
 		return nil, false, err
 	}
 	var body orderRequest
-	if err := decodeStrict(c.Request, c.Writer, &body, orderFields); err != nil {
+	if err := decodeStrict(requestBody(c), &body, orderFields); err != nil {
 		return nil, false, err
 	}
 	req := inventory.PlaceRequest{IdempotencyKey: key, Lines: make([]inventory.LineRequest, len(body.Lines))}

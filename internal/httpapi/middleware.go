@@ -149,6 +149,8 @@ func (s *server) writeError(c *gin.Context) {
 		s.Logger.Error("request failed", "request_id", body.RequestID, "err", err)
 	case body.Code == "store_unavailable":
 		s.Logger.Warn("database unavailable", "request_id", body.RequestID, "err", err)
+	case body.Code == "lock_unavailable":
+		s.Logger.Warn("lock unavailable", "request_id", body.RequestID, "err", err)
 	case body.Code == "not_ready":
 		s.Logger.Warn("not ready", "request_id", body.RequestID, "err", err)
 	}
@@ -164,11 +166,13 @@ func (s *server) admin(c *gin.Context) {
 		c.Next()
 		return
 	}
-	token, ok := strings.CutPrefix(c.GetHeader("Authorization"), "Bearer ")
-	if !ok || subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) != 1 {
+	// The scheme is case-insensitive, and one or more spaces end it (RFC
+	// 9110 §11.1, §11.4).
+	scheme, token, _ := strings.Cut(c.GetHeader("Authorization"), " ")
+	token = strings.TrimLeft(token, " ")
+	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) != 1 {
 		c.Header("WWW-Authenticate", `Bearer realm="stockguard"`)
-		_ = c.Error(errUnauthorized)
-		c.Abort()
+		refuseBody(c, errUnauthorized) // before the body is read or asked for
 		return
 	}
 	c.Next()
@@ -176,10 +180,10 @@ func (s *server) admin(c *gin.Context) {
 
 // fail records err for renderErrors; a client that went away is not our
 // error (a request that ran out of its own deadline is: that is a timeout).
+// Body errors never come here: readBody answers them itself, since a body
+// cut off cancels the request too, and the client may still be there.
 func fail(c *gin.Context, err error) {
-	// A body cut off by the read timeout cancels the request too: the
-	// client was too slow, not gone, and may still read the answer.
-	if errors.Is(c.Request.Context().Err(), context.Canceled) && !errors.Is(err, errClientGone) && !errors.Is(err, errBodyTimeout) {
+	if errors.Is(c.Request.Context().Err(), context.Canceled) && !errors.Is(err, errClientGone) {
 		err = fmt.Errorf("%w: %w", errClientGone, err)
 	}
 	_ = c.Error(err)

@@ -22,14 +22,17 @@ func (s *server) routes(r *gin.Engine) {
 	s.debugRoutes(r) // only with --chaos: see chaos.go
 
 	// Probes and /metrics stay outside the bound: an overloaded instance is
-	// alive, and its metrics are how an operator sees the overload. The body
-	// is in before a request takes a slot (readBody).
-	v1 := r.Group("/v1", readBody, limit(s.MaxInFlight), deadline(s.RequestTimeout))
-	v1.PUT("/skus/:sku", s.admin, s.putSKU)
-	v1.GET("/skus/:sku", s.getSKU)
-	v1.GET("/skus/:sku/audit", s.auditSKU)
-	v1.POST("/orders", s.placeOrder)
-	v1.GET("/orders/:id", s.getOrder)
-	v1.POST("/orders/:id/confirm", s.confirmOrder)
-	v1.POST("/orders/:id/cancel", s.cancelOrder)
+	// alive, and its metrics are how an operator sees the overload. What
+	// can refuse a request without its body (the admin token, the media
+	// type, the declared length) runs before the body is read, or asked
+	// for with 100 Continue; the body is in before a request takes a slot.
+	body, inFlight, until := readBody(s.MaxInFlight), limit(s.MaxInFlight), deadline(s.RequestTimeout)
+	v1 := r.Group("/v1")
+	v1.PUT("/skus/:sku", s.admin, jsonBody, body, inFlight, until, s.putSKU)
+	v1.GET("/skus/:sku", body, inFlight, until, s.getSKU)
+	v1.GET("/skus/:sku/audit", body, inFlight, until, s.auditSKU)
+	v1.POST("/orders", jsonBody, body, inFlight, until, s.placeOrder)
+	v1.GET("/orders/:id", body, inFlight, until, s.getOrder)
+	v1.POST("/orders/:id/confirm", body, inFlight, until, s.confirmOrder)
+	v1.POST("/orders/:id/cancel", body, inFlight, until, s.cancelOrder)
 }

@@ -46,7 +46,7 @@ func TestValidate(t *testing.T) {
 		{"65 chars", PlaceRequest{Lines: []LineRequest{line(strings.Repeat("a", 65), 1)}}, false},
 		{"hold too long", PlaceRequest{Lines: []LineRequest{line("a", 1)}, Hold: MaxHold + time.Second}, false},
 		{"long key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: strings.Repeat("k", 256)}, false},
-		{"printable key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: " !~k-1"}, true},
+		{"printable key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: "!~ k-1"}, true},
 		{"non-UTF-8 key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: "k\xff"}, false},
 		{"control byte in key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: "k\x00"}, false},
 		{"non-ASCII key", PlaceRequest{Lines: []LineRequest{line("a", 1)}, IdempotencyKey: "clé"}, false},
@@ -60,6 +60,29 @@ func TestValidate(t *testing.T) {
 	r := PlaceRequest{Lines: []LineRequest{line("a", 1)}}
 	if err := r.Validate(); err != nil || r.Hold != DefaultHold {
 		t.Errorf("default hold = %v, %v", r.Hold, err)
+	}
+}
+
+// TestValidateIdempotencyKey: a key HTTP would carry changed is refused.
+// Spaces at either end are dropped from a header value on the way, so
+// " cart-7 " would be stored as another order's "cart-7".
+func TestValidateIdempotencyKey(t *testing.T) {
+	for key, ok := range map[string]bool{
+		"k": true, "~": true, "!": true, "cart 7": true, "a b": true, "! ~": true,
+		strings.Repeat("k", MaxIdempotency): true, "!" + strings.Repeat(" ", MaxIdempotency-2) + "~": true,
+		"": false, strings.Repeat("k", MaxIdempotency+1): false, "k\x00": false, "k\x7f": false, "k\xff": false, "k\t": false,
+		" ": false, "   ": false, " cart-7": false, "cart-7 ": false, " cart-7 ": false,
+		" " + strings.Repeat("k", MaxIdempotency-1): false,
+	} {
+		err := ValidateIdempotencyKey(key)
+		if (err == nil) != ok || err != nil && !errors.Is(err, ErrInvalid) {
+			t.Errorf("ValidateIdempotencyKey(%q) = %v, want ok=%v", key, err, ok)
+		}
+	}
+	for key, says := range map[string]string{"": "empty", " k": "space", "k ": "space", "   ": "space"} {
+		if err := ValidateIdempotencyKey(key); err == nil || !strings.Contains(err.Error(), says) {
+			t.Errorf("ValidateIdempotencyKey(%q) = %v, want a message saying %q", key, err, says)
+		}
 	}
 }
 
@@ -124,4 +147,17 @@ func FuzzValidSKU(f *testing.F) {
 			t.Fatalf("ValidateSKU(%q) accepts = %v, the pattern = %v", s, got, want)
 		}
 	})
+}
+
+// TestLineErrorSaysItOnce: a bad SKU in a line is named with its line,
+// and the answer says "invalid request" once, not once per layer.
+func TestLineErrorSaysItOnce(t *testing.T) {
+	r := PlaceRequest{Lines: []LineRequest{{SKU: "ok", Quantity: 1}, {SKU: "-bad", Quantity: 1}}}
+	err := r.Validate()
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("Validate = %v, want ErrInvalid", err)
+	}
+	if msg := err.Error(); strings.Count(msg, ErrInvalid.Error()) != 1 || !strings.Contains(msg, `lines[1]: sku "-bad" must match`) {
+		t.Fatalf("message %q: want the line and the rule, %q once", msg, ErrInvalid.Error())
+	}
 }

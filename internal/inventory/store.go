@@ -66,7 +66,18 @@ type Store interface {
 	KnownSKUs(ctx context.Context, names []string) (map[string]bool, error)
 
 	// ExpiredOrders lists, with their lines, up to limit reserved orders
-	// whose hold ended before now, oldest first, leaving out those in skip.
-	ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]*Order, error)
+	// whose hold ended by now and that come after after in (expires_at, id)
+	// order, in that order, leaving out those in skip.
+	ExpiredOrders(ctx context.Context, now time.Time, after DueCursor, limit int, skip []uuid.UUID) ([]*Order, error)
 	Ping(ctx context.Context) error
 }
+
+// DueCursor is where a listing of due orders goes on from: after the order
+// with this hold end and id. The zero value starts at the first.
+type DueCursor struct {
+	ExpiresAt time.Time
+	ID        uuid.UUID
+}
+
+// Due is o's place in the listing of due orders.
+func Due(o *Order) DueCursor { return DueCursor{ExpiresAt: o.ExpiresAt, ID: o.ID} }

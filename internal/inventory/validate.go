@@ -69,8 +69,10 @@ func (r *PlaceRequest) Validate() error {
 	}
 	seen := make(map[string]bool, len(r.Lines))
 	for i, l := range r.Lines {
-		if err := ValidateSKU(l.SKU); err != nil {
-			return invalid("lines[%d]: %v", i, err)
+		if !validSKU(l.SKU) {
+			// Said here, not through ValidateSKU's error, whose text would
+			// repeat "invalid request" inside this one's.
+			return invalid("lines[%d]: sku %q must match %s", i, Clip(l.SKU), SKUPattern)
 		}
 		if seen[l.SKU] {
 			return invalid("lines[%d]: sku %q appears twice", i, l.SKU)
@@ -93,18 +95,27 @@ func (r *PlaceRequest) Validate() error {
 }
 
 // ValidateIdempotencyKey checks a key a client sent: 1..MaxIdempotency bytes
-// of printable ASCII (space to tilde). The key is stored as text and
-// compared byte for byte with other instances' keys: a byte that is not
-// UTF-8 would fail in the database, for every order of the batch it joined,
-// and a control byte would end up in logs.
+// of printable ASCII (space to tilde), neither first nor last a space. The
+// key is stored as text and compared byte for byte with other instances'
+// keys: a byte that is not UTF-8 would fail in the database, for every order
+// of the batch it joined, and a control byte would end up in logs. HTTP
+// drops the spaces at either end of a header value (Go's client and server
+// both do), so " k " would be stored as "k", the same key as another
+// order's "k", and a key of spaces only would arrive empty.
 func ValidateIdempotencyKey(key string) error {
-	if key == "" || len(key) > MaxIdempotency {
+	if key == "" {
+		return invalid("Idempotency-Key is empty (HTTP drops the spaces at either end of a header value), want 1..%d bytes", MaxIdempotency)
+	}
+	if len(key) > MaxIdempotency {
 		return invalid("Idempotency-Key must be 1..%d bytes, got %d", MaxIdempotency, len(key))
 	}
 	for i := 0; i < len(key); i++ {
 		if key[i] < 0x20 || key[i] > 0x7e {
 			return invalid("Idempotency-Key must be printable ASCII: byte %d is 0x%02x", i, key[i])
 		}
+	}
+	if key[0] == ' ' || key[len(key)-1] == ' ' {
+		return invalid("Idempotency-Key must not start or end with a space: HTTP drops those, so the key kept would not be the key sent")
 	}
 	return nil
 }
@@ -118,7 +129,9 @@ func ValidateOrderID(id string) error {
 	return nil
 }
 
-// ValidateStock checks a stock level set by PUT.
+// ValidateStock checks a stock level set by PUT. MaxStock bounds what a PUT
+// sets, not the counter: cancels and expiries return units on top of it, and
+// refusing those would strand held stock, so available may read higher.
 func ValidateStock(available int64) error {
 	if available < 0 || available > MaxStock {
 		return invalid("available must be an integer in 0..%d", int64(MaxStock))

@@ -46,6 +46,7 @@ type Metrics struct {
 	reaped      *prometheus.CounterVec
 	lockHold    *prometheus.HistogramVec
 	storeCall   *prometheus.HistogramVec
+	clockOffset prometheus.Gauge
 }
 
 // New registers the collectors on reg for a service using the named backend.
@@ -93,9 +94,12 @@ func New(reg prometheus.Registerer, backend string) *Metrics {
 			Name: "stockguard_store_call_seconds", Help: "Latency of the store calls made under the locks, by call (claim, write).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
 		}, []string{"call"}),
+		clockOffset: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "stockguard_clock_offset_seconds", Help: "The database's clock minus this instance's, as last measured; holds are timed by the database's.",
+		}),
 	}
 	reg.MustRegister(m.requests, m.latency, m.orders, m.lockWait, m.staleFences, m.leasesLost,
-		m.inFlight, m.batchSize, m.reaped, m.lockHold, m.storeCall)
+		m.inFlight, m.batchSize, m.reaped, m.lockHold, m.storeCall, m.clockOffset)
 	// Every labelled series exists from the start at 0: rate() and
 	// increase() need a sample before the first event to count it.
 	for _, c := range orderCodes {
@@ -138,6 +142,10 @@ func (m *Metrics) StoreCall(call string, d time.Duration) {
 // Reaped implements reservation.ReapObserver: it records the outcome of one expired hold the reaper handled:
 // ReapExpired, ReapSkipped or ReapFailed.
 func (m *Metrics) Reaped(outcome string) { m.reaped.WithLabelValues(outcome).Inc() }
+
+// ClockOffset records the offset of the database's clock from this
+// instance's, measured by postgres.Clock.
+func (m *Metrics) ClockOffset(d time.Duration) { m.clockOffset.Set(d.Seconds()) }
 
 // HTTP records one served request.
 func (m *Metrics) HTTP(method, route string, status int, d time.Duration) {

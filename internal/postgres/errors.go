@@ -63,8 +63,12 @@ var counterChecks = []string{"skus_available_check", "skus_reserved_check", "sku
 // statement took effect.
 var errCompletionUnknown = fmt.Errorf("%w: %w", inventory.ErrStoreUnavailable, inventory.ErrOutcomeUnknown)
 
+// errSchemaBehind is a table or column this binary needs missing from the
+// database.
+var errSchemaBehind = fmt.Errorf("%w: the database schema is not migrated to this version (run stockguard migrate)", inventory.ErrStoreUnavailable)
+
 // byCode maps the server's error to the domain's sentinel; nil for the
-// codes that mean a fault of ours (a syntax error, a missing column).
+// codes that mean a fault of ours (a syntax error, a type mismatch).
 func byCode(pg *pgconn.PgError) error {
 	switch pg.Code {
 	case "23514": // check_violation
@@ -90,6 +94,13 @@ func byCode(pg *pgconn.PgError) error {
 		return inventory.ErrStoreUnavailable
 	case "40003": // statement_completion_unknown
 		return errCompletionUnknown
+	case "42P01", // undefined_table
+		"42703": // undefined_column
+		// The schema is behind this binary: serve --migrate=false started
+		// before its migration job ran, or a rollout ran ahead of it. The
+		// database is not ready for this instance (so /readyz says), which
+		// is a 503 to retry, not a fault in the request.
+		return errSchemaBehind
 	}
 	switch pg.Code[:2] {
 	case "08", // connection_exception

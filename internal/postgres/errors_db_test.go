@@ -115,3 +115,24 @@ func mustURL(t *testing.T, dsn string) *url.URL {
 	}
 	return u
 }
+
+// TestUnmigratedSchemaIsUnavailable: an instance started with
+// --migrate=false before its migration job ran finds no tables. That is
+// the database not ready for this binary, a 503 to retry (as /readyz
+// says), not a 500.
+func TestUnmigratedSchemaIsUnavailable(t *testing.T) {
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, stacktest.NewDatabase(t, ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.SKU(callCtx, "any"); !errors.Is(err, inventory.ErrStoreUnavailable) {
+		t.Fatalf("read before the migrations = %v, want ErrStoreUnavailable", err)
+	}
+	if _, err := s.Claim(callCtx, []inventory.Fence{fence("any", 2)}, false); !errors.Is(err, inventory.ErrStoreUnavailable) {
+		t.Fatalf("claim before the migrations = %v, want ErrStoreUnavailable", err)
+	}
+}

@@ -58,7 +58,8 @@ func TestTranslate(t *testing.T) {
 		{"conn closed", fmt.Errorf("x: %w", pgconn.ErrConnClosed), inventory.ErrStoreUnavailable},
 		{"foreign key (the schema has none)", pg("23503"), nil},
 		{"syntax error", pg("42601"), nil},
-		{"undefined column", pg("42703"), nil},
+		{"undefined table (schema not migrated)", pg("42P01"), inventory.ErrStoreUnavailable},
+		{"undefined column (schema behind the binary)", pg("42703"), inventory.ErrStoreUnavailable},
 		{"plain", errors.New("boom"), nil},
 	}
 	sentinels := []error{inventory.ErrUnknownSKU, inventory.ErrInsufficientStock, inventory.ErrConflict, inventory.ErrInvalid,

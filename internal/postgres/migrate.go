@@ -20,10 +20,18 @@ import (
 // safe for several instances starting at once. The migrations run on
 // connections of their own (untimed), without the statement timeout of the
 // store's: a migration may rewrite, check or index a whole table.
-func Migrate(ctx context.Context, db *sql.DB) ([]string, error) {
+func Migrate(ctx context.Context, db *sql.DB, opts ...MigrateOption) ([]string, error) {
+	var cfg migrateConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var locker lock.SessionLocker
 	locker, err := lock.NewPostgresSessionLocker()
 	if err != nil {
 		return nil, fmt.Errorf("postgres: migrate: %w", err)
+	}
+	if cfg.waiting != nil {
+		locker = reportingLocker{SessionLocker: locker, db: db, cfg: cfg}
 	}
 	mdb, err := untimed(ctx, db)
 	if err != nil {
@@ -43,6 +51,75 @@ func Migrate(ctx context.Context, db *sql.DB) ([]string, error) {
 		applied = append(applied, r.Source.Path)
 	}
 	return applied, nil
+}
+
+// MigrateOption configures Migrate.
+type MigrateOption func(*migrateConfig)
+
+type migrateConfig struct {
+	every   time.Duration
+	waiting func(holderPID int, waited time.Duration)
+}
+
+// WithLockWaitReport has Migrate call waiting when it finds the migration
+// lock held by another session, then every interval while it still waits:
+// without it a start queued behind another instance's migrations says
+// nothing for up to goose's five minutes. holderPID is the holding
+// session's backend pid, 0 when it could not be read.
+func WithLockWaitReport(every time.Duration, waiting func(holderPID int, waited time.Duration)) MigrateOption {
+	return func(c *migrateConfig) { c.every, c.waiting = every, waiting }
+}
+
+// reportingLocker tries the migration lock once itself, so that it knows
+// whether it waits, and reports while goose's locker retries.
+type reportingLocker struct {
+	lock.SessionLocker
+	db  *sql.DB // for the holder's pid: conn is busy with the retries
+	cfg migrateConfig
+}
+
+func (l reportingLocker) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	var got bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", lock.DefaultLockID).Scan(&got); err != nil {
+		return fmt.Errorf("migration lock: %w", err)
+	}
+	if got {
+		return nil
+	}
+	start := time.Now()
+	stop := make(chan struct{})
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		t := time.NewTicker(l.cfg.every)
+		defer t.Stop()
+		for {
+			l.cfg.waiting(l.holder(ctx), time.Since(start))
+			select {
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	err := l.SessionLocker.SessionLock(ctx, conn)
+	close(stop)
+	<-reported
+	return err
+}
+
+// holder is the pid of the session holding the migration lock, 0 if none
+// or unknown.
+func (l reportingLocker) holder(ctx context.Context) int {
+	qctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var pid int
+	_ = l.db.QueryRowContext(qctx, `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+		AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND ((classid::bigint << 32) | objid::bigint) = $1 LIMIT 1`, lock.DefaultLockID).Scan(&pid)
+	return pid
 }
 
 // migrationLockTimeout bounds how long a migration waits for a table lock.

@@ -104,20 +104,25 @@ func (s *Store) OrdersByKey(ctx context.Context, keys []string) (map[string]*inv
 
 // expiredSQL lists the due orders and their lines in one statement: the
 // reaper expires a page of them at once, and a read of each would be two
-// round trips an order.
+// round trips an order. The pages follow (expires_at, id), so the reaper
+// can go on past orders it could not expire (their keys held elsewhere)
+// to the ones due after them; `expires_at >= $4` lets the partial index
+// on expires_at bound the scan, which the row comparison alone does not.
 const expiredSQL = `SELECT o.id, o.idempotency_key, o.request_hash, o.status, o.expires_at, o.created_at,
 	l.sku, l.quantity, l.fence_token
 FROM (SELECT * FROM orders WHERE status = 'reserved' AND expires_at <= $1 AND id <> ALL($2::uuid[])
-	ORDER BY expires_at LIMIT $3) o
+	AND expires_at >= $4 AND (expires_at, id) > ($4, $5::uuid)
+	ORDER BY expires_at, id LIMIT $3) o
 JOIN order_lines l ON l.order_id = o.id
 ORDER BY o.expires_at, o.id, l.position`
 
 // ExpiredOrders implements inventory.Store.
-func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, limit int, skip []uuid.UUID) ([]*inventory.Order, error) {
+func (s *Store) ExpiredOrders(ctx context.Context, now time.Time, after inventory.DueCursor, limit int,
+	skip []uuid.UUID) ([]*inventory.Order, error) {
 	var out []*inventory.Order
 	err := s.withPgx(ctx, func(c *pgx.Conn) error {
 		var err error
-		out, err = queryOrders(ctx, c, expiredSQL, now, uuidBytes(skip), limit)
+		out, err = queryOrders(ctx, c, expiredSQL, now, uuidBytes(skip), limit, after.ExpiresAt, [16]byte(after.ID))
 		return err
 	})
 	if err != nil {

@@ -195,12 +195,12 @@ func TestTransitionIsConditional(t *testing.T) {
 	if err := reserve(ctx, s, f, 2); err != nil {
 		t.Fatal(err)
 	}
-	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
+	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), inventory.DueCursor{}, 10, nil)
 	if err != nil || len(due) != 1 || len(due[0].Lines) != 1 || due[0].Lines[0] != (inventory.Line{SKU: "sku-t", Quantity: 2, FenceToken: 2}) {
 		t.Fatalf("ExpiredOrders = %+v, %v; want one, with its line", due, err)
 	}
 	ids := []uuid.UUID{due[0].ID}
-	if skipped, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, ids); err != nil || len(skipped) != 0 {
+	if skipped, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), inventory.DueCursor{}, 10, ids); err != nil || len(skipped) != 0 {
 		t.Fatalf("ExpiredOrders skipping the only one = %v, %v; want none", skipped, err)
 	}
 	var wg sync.WaitGroup
@@ -297,7 +297,7 @@ func TestTransitionOfMovedOrder(t *testing.T) {
 	if err := reserve(ctx, s, f, 2); err != nil {
 		t.Fatal(err)
 	}
-	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
+	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), inventory.DueCursor{}, 10, nil)
 	if err != nil || len(due) != 1 {
 		t.Fatalf("ExpiredOrders = %v, %v", due, err)
 	}
@@ -338,7 +338,7 @@ func TestWriteMovesSeveralOrders(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), 10, nil)
+	due, err := s.ExpiredOrders(ctx, time.Now().Add(2*time.Hour), inventory.DueCursor{}, 10, nil)
 	if err != nil || len(due) != 3 {
 		t.Fatalf("ExpiredOrders = %v, %v; want three", due, err)
 	}

@@ -133,7 +133,9 @@ type filler struct {
 }
 
 // queue is the orders waiting for one SKU, in arrival order; guarded by
-// coalescer.mu. It is the source a leader serves.
+// coalescer.mu. It is the source a leader serves. Its orders are those
+// whose lowest SKU it is, and those that stay behind one of them in arrival
+// order on a key they share (enqueueAt).
 type queue struct {
 	c     *coalescer
 	key   string
@@ -164,7 +166,14 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 		case <-wait.C:
 			if p.move(stateQueued, stateDropped) {
 				p.leave()
-				return notAcquired(c.s.lockWait, context.DeadlineExceeded)
+				if p.lookup.Load() {
+					return slowLookup(c.s.lockWait)
+				}
+				err := notAcquired(c.s.lockWait, context.DeadlineExceeded)
+				if w := p.wait.Load(); w != nil {
+					err = inLine(p, w.want, err)
+				}
+				return err
 			}
 			// Its batch holds the leases: the answer is near.
 		}
@@ -243,7 +252,14 @@ func (c *coalescer) leave(q *queue) {
 // happened to start it, so it runs on a context that outlives that request
 // (but not a Close that gives up waiting). c.mu is held.
 func (c *coalescer) enqueueLocked(ctx context.Context, p *pending) error {
-	key := p.op.skus[0]
+	return c.enqueueAt(ctx, p.op.skus[0], p)
+}
+
+// enqueueAt is enqueueLocked to the queue of key, which need not be p's
+// lowest SKU nor one of p's: an order that must stay behind an earlier one
+// of its batch (gathered.next) joins that order's queue, whose leader locks
+// the keys of the orders it waits for, theirs and p's. c.mu is held.
+func (c *coalescer) enqueueAt(ctx context.Context, key string, p *pending) error {
 	q, running := c.queues[key]
 	if running {
 		q.prune()

@@ -42,6 +42,9 @@ func TestGatherAcrossSKUs(t *testing.T) {
 		}
 		wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, req("", line(fmt.Sprintf("s%d", i), q))) })
 	}
+	// Last: had it come before s0's order, that one would stay behind it
+	// on s0 (each key serves a batch's orders in arrival order).
+	waitFor(t, "eight orders gathered", func() bool { return reservation.Gathering(f.svc) == n })
 	onHeld.Go(func() { _, _, errs[n] = f.svc.Place(ctx, req("", line("s0", 1), line("held", 1))) })
 	waitFor(t, "nine orders gathered", func() bool { return reservation.Gathering(f.svc) == n+1 })
 	close(gathered)
@@ -410,5 +413,30 @@ func TestAnEmptiedQueueLingers(t *testing.T) {
 	}
 	if f.locker.tried.Load() == tried {
 		t.Error("an order past LineLinger was not gathered")
+	}
+}
+
+// TestSlowLookupIsTheStores: an order whose lock wait runs out while the
+// store is still asked whether its SKU exists (the database hung) is
+// answered store_unavailable, not lock_unavailable: nothing was locked,
+// and the lock servers, which the alert on lock_unavailable blames, were
+// never asked.
+func TestSlowLookupIsTheStores(t *testing.T) {
+	for _, c := range []reservation.Coalescing{{}, {Gatherers: 1}} {
+		f := newFixture(t, reservation.Coalescing{})
+		// Made by another instance: the instance below has not seen it.
+		f.stock("slow", 1)
+		svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 200 * time.Millisecond, Coalescing: c})
+		f.store.mu.Lock()
+		f.store.beforeLookup = func() { time.Sleep(600 * time.Millisecond) }
+		f.store.mu.Unlock()
+		tried := f.locker.tried.Load()
+		_, _, err := svc.Place(context.Background(), req("", line("slow", 1)))
+		if !errors.Is(err, inventory.ErrStoreUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("coalescing %+v: lock wait over during the lookup: %v, want ErrStoreUnavailable", c, err)
+		}
+		if n := f.locker.tried.Load() - tried; n != 0 {
+			t.Fatalf("coalescing %+v: the locker was asked %d times", c, n)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -98,7 +99,13 @@ func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, 
 	if slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.create }) {
 		return want, waiting
 	}
+	for _, p := range waiting {
+		p.lookup.Store(true)
+	}
 	unknown, err := s.known.unknown(ctx, ask)
+	for _, p := range waiting {
+		p.lookup.Store(false)
+	}
 	if err == nil && len(unknown) == 0 {
 		return want, waiting
 	}
@@ -120,4 +127,13 @@ func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, 
 		}
 	}
 	return want, rest
+}
+
+// slowLookup answers an order whose lock wait ran out while the store was
+// still asked whether its SKUs exist: nothing was locked, and the wait was
+// the database's. Calling it lock_unavailable would send whoever is on
+// call to the lock servers (the alert on it says they are down).
+func slowLookup(wait time.Duration) error {
+	return fmt.Errorf("reservation: the database did not say within the lock wait (%s) whether the SKUs exist: %w",
+		wait, inventory.ErrStoreUnavailable)
 }

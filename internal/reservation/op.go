@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -33,12 +34,17 @@ type op struct {
 	decide func(l *inventory.Ledger, w *inventory.Write) error
 }
 
-// placeOp reserves o's lines and inserts o.
-func placeOp(o *inventory.Order) *op {
+// placeOp reserves o's lines and inserts o, its hold starting as it is
+// decided: an order that waited for its leases longer than hold would
+// otherwise be answered reserved with its hold already over.
+func placeOp(o *inventory.Order, hold time.Duration, now func() time.Time) *op {
 	return &op{skus: sortedSKUs(o), key: o.IdempotencyKey, order: o.ID, decide: func(l *inventory.Ledger, w *inventory.Write) error {
 		if err := l.Reserve(o); err != nil {
 			return err
 		}
+		// Postgres keeps microseconds: a replay must read back what the first answer said.
+		o.CreatedAt = now().Truncate(time.Microsecond)
+		o.ExpiresAt = o.CreatedAt.Add(hold)
 		w.Orders = append(w.Orders, o)
 		return nil
 	}}
@@ -119,6 +125,10 @@ type pending struct {
 	// what holds their keys, and a line to wait in would cost a lock round
 	// and a write an order for status changes that are then refused.
 	try bool
+	// lookup is set while the section asks the store whether p's SKUs
+	// exist (known.go): a lock wait that runs out then was spent waiting
+	// on the database, and is answered as its fault, not the lock's.
+	lookup atomic.Bool
 	// rode is set once a gathered batch found one of p's keys held
 	// elsewhere and p went on to the next gathered batch (gathered.next);
 	// guarded by coalescer.mu.
@@ -133,6 +143,9 @@ type pending struct {
 type lockWait struct {
 	waiting atomic.Int32
 	cancel  context.CancelFunc
+	// want is the keys waited for: of every order waiting, so maybe more
+	// than one order's own (inLine).
+	want []string
 }
 
 // waitFor makes w the lock wait of waiting, counting out those that left
@@ -195,6 +208,12 @@ func (*single) keep(*hold) bool { return false }
 func (*single) tries() bool     { return false }
 
 func (*single) handsOver(*hold) bool { return false }
+
+// isHoldExpired reports whether err is holdExpired's refusal.
+func isHoldExpired(err error) bool {
+	te := (*inventory.TransitionError)(nil)
+	return errors.As(err, &te) && te.From == inventory.StatusExpired
+}
 
 // holdExpired is the refusal of a confirm at or after the hold's end.
 func holdExpired(o *inventory.Order, to inventory.Status, now time.Time) error {

@@ -67,23 +67,30 @@ const reapPage = 128
 // lasts, so that a tick ends and ctx is looked at between pages.
 const maxReapPages = 64
 
-// once expires what is due: page after page while each comes back full and
-// was mostly this instance's to expire, so a backlog drains at the rate the
-// batches take it rather than a page a tick. A page mostly busy elsewhere
-// (another instance's reaper holds its keys) or refused waits for the next
-// tick.
+// once expires what is due: page after page while each comes back full,
+// so a backlog drains at the rate the batches take it rather than a page a
+// tick. Each page goes on from where the last one ended (expires_at, id):
+// orders it could not expire — their keys held elsewhere, a SKU another
+// instance keeps busy — are passed over for this tick, not listed again
+// first. Restarting from the oldest, 128 orders of one busy SKU filled every
+// page of every instance's reaper, and no order due after them on any other
+// SKU was ever expired. A page refused by an instance busy with its
+// clients' orders waits for the next tick.
 func (r *reaper) once(ctx context.Context) {
+	var after inventory.DueCursor
 	for range maxReapPages {
-		listed, expired := r.page(ctx)
-		if listed < reapPage || expired < listed/2 || ctx.Err() != nil {
+		listed, last, busy := r.page(ctx, after)
+		if listed < reapPage || busy || ctx.Err() != nil {
 			return
 		}
+		after = last
 	}
 }
 
-// page lists one page of due orders and expires them, returning how many
-// were listed and how many it expired.
-func (r *reaper) page(ctx context.Context) (listed, expired int) {
+// page lists one page of due orders after the cursor and expires them,
+// returning how many were listed, the cursor past the last, and whether
+// the instance refused any as overloaded.
+func (r *reaper) page(ctx context.Context, after inventory.DueCursor) (listed int, last inventory.DueCursor, overloaded bool) {
 	now := r.s.now()
 	skip := make([]uuid.UUID, 0, len(r.failing))
 	for id, f := range r.failing {
@@ -91,12 +98,15 @@ func (r *reaper) page(ctx context.Context) (listed, expired int) {
 			skip = append(skip, id)
 		}
 	}
-	orders, err := r.s.store.ExpiredOrders(ctx, now, reapPage, skip)
+	orders, err := r.s.store.ExpiredOrders(ctx, now, after, reapPage, skip)
 	if err != nil {
 		if ctx.Err() == nil {
 			r.s.log.Error("reaper: list expired orders", "err", err)
 		}
-		return 0, 0
+		return 0, after, false
+	}
+	if len(orders) > 0 {
+		last = inventory.Due(orders[len(orders)-1])
 	}
 	// An order due again that the listing left out has left the reserved
 	// state (confirmed, cancelled, expired elsewhere) or is past this
@@ -118,9 +128,9 @@ func (r *reaper) page(ctx context.Context) (listed, expired int) {
 			continue
 		}
 		r.observe(err)
+		overloaded = overloaded || errors.Is(err, inventory.ErrOverloaded)
 		switch {
 		case err == nil:
-			expired++
 			delete(r.failing, id)
 			continue
 		case errors.Is(err, inventory.ErrInvalidTransition) || errors.Is(err, errKeyBusy) ||
@@ -143,7 +153,7 @@ func (r *reaper) page(ctx context.Context) (listed, expired int) {
 		}
 		level("reaper: expire order", "order_id", id, "retry_in", f.wait, "err", err)
 	}
-	return len(orders), expired
+	return len(orders), last, overloaded
 }
 
 // forgetSoonest drops the remembered failure due soonest.

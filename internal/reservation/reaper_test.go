@@ -26,7 +26,7 @@ type expiringStore struct {
 
 var errDown = errors.New("fake store: down")
 
-func (s *expiringStore) ExpiredOrders(_ context.Context, _ time.Time, limit int, skip []uuid.UUID) ([]*inventory.Order, error) {
+func (s *expiringStore) ExpiredOrders(_ context.Context, _ time.Time, _ inventory.DueCursor, limit int, skip []uuid.UUID) ([]*inventory.Order, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*inventory.Order

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -187,7 +189,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 		}
 		set = b.Leases
 	} else {
-		(&lockWait{cancel: cancel}).waitFor(waiting)
+		(&lockWait{cancel: cancel, want: want}).waitFor(waiting)
 		set, err = lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
 	}
 	cancel()
@@ -202,11 +204,52 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	}
 	for _, p := range waiting {
 		if p.move(stateQueued, stateDecided) {
+			if !try {
+				p.answer <- inLine(p, want, err)
+				continue
+			}
 			p.answer <- err
 		}
 	}
 	return nil
 }
+
+// inLine is err, the failed wait for want, as p's answer. An order waits in
+// its queue's line for the keys of the orders ahead of it too (each key
+// serves its orders in arrival order), so the wait may have failed on a key
+// p does not have; a client that sent only p would not understand an
+// answer naming it, nor a bare lock wait while its own key was free. So
+// unless err names only p's own keys, it says which keys of the orders
+// ahead p waited for: those err names, or, naming none, all of them (at
+// most maxInLineKeys).
+func inLine(p *pending, want []string, err error) error {
+	if len(want) == len(p.op.skus) {
+		return err // want is p's keys and maybe others', never fewer
+	}
+	msg := err.Error()
+	var named, others []string
+	for _, k := range want {
+		q := strconv.Quote(k)
+		switch {
+		case slices.Contains(p.op.skus, k):
+			if strings.Contains(msg, q) {
+				return err // it names p's own key: p's own wait
+			}
+		case strings.Contains(msg, q):
+			named = append(named, q)
+		case len(others) < maxInLineKeys:
+			others = append(others, q)
+		}
+	}
+	if len(named) == 0 {
+		named = others
+	}
+	return fmt.Errorf("reservation: waited in line behind an earlier order that also needs %s: %w",
+		strings.Join(named, ", "), err)
+}
+
+// maxInLineKeys bounds the keys inLine names: an answer, not a listing.
+const maxInLineKeys = 3
 
 // verdict is one op's answer, sent once the batch is settled.
 type verdict struct {

@@ -34,7 +34,10 @@ type Config struct {
 	// TTL is the lease TTL asked of expiring backends; zero leaves the
 	// backend's default.
 	TTL time.Duration
-	// Now is the clock; default time.Now.
+	// Now is the clock holds are stamped and judged by; default time.Now.
+	// Instances that share a database must share it too (serve passes the
+	// database's, postgres.Clock): otherwise one whose clock runs fast
+	// reaps holds early, and one running slow writes holds already over.
 	Now func() time.Time
 	// Coalescing batches concurrent orders per SKU; the zero value is on.
 	Coalescing Coalescing
@@ -154,14 +157,13 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 	if err != nil {
 		return nil, false, fmt.Errorf("reservation: order id: %w", err)
 	}
+	// CreatedAt and ExpiresAt are set when the order is decided under its
+	// leases (placeOp): a hold that began at arrival would lose the lock wait.
 	o = &inventory.Order{ID: id, Status: inventory.StatusReserved, IdempotencyKey: req.IdempotencyKey,
-		RequestHash: req.Hash(), Lines: make([]inventory.Line, len(req.Lines)),
-		// Postgres keeps microseconds: a replay must read back what the first answer said.
-		CreatedAt: s.now().Truncate(time.Microsecond)}
+		RequestHash: req.Hash(), Lines: make([]inventory.Line, len(req.Lines))}
 	for i, l := range req.Lines {
 		o.Lines[i] = inventory.Line{SKU: l.SKU, Quantity: l.Quantity}
 	}
-	o.ExpiresAt = o.CreatedAt.Add(req.Hold)
 	if o.IdempotencyKey != "" {
 		leave, err := s.keys.enter(o.IdempotencyKey, o.RequestHash)
 		if err != nil {
@@ -169,7 +171,7 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 		}
 		defer leave()
 	}
-	err = s.submit(ctx, s.pending(ctx, placeOp(o)))
+	err = s.submit(ctx, s.pending(ctx, placeOp(o, req.Hold, s.now)))
 	if errors.Is(err, inventory.ErrOutcomeUnknown) {
 		// The write was sent and its answer lost: it may have placed o. Only
 		// o's row can say, and reading it costs one lookup on a path that
@@ -318,18 +320,18 @@ func (s *Service) transition(ctx context.Context, id string, to inventory.Status
 		return nil, &inventory.TransitionError{From: o.Status, To: to}
 	}
 	if to == inventory.StatusConfirmed {
-		if err := holdExpired(o, to, s.now()); err != nil {
-			return nil, err
-		}
+		err = holdExpired(o, to, s.now())
 	}
-	err = s.submit(ctx, s.pending(ctx, transitionOp(o, to, s.now)))
-	if te := (*inventory.TransitionError)(nil); errors.As(err, &te) && te.From == inventory.StatusExpired {
-		return nil, err // the hold ran out while the confirm waited for its leases
+	if err == nil {
+		err = s.submit(ctx, s.pending(ctx, transitionOp(o, to, s.now)))
 	}
 	if unknown := errors.Is(err, inventory.ErrOutcomeUnknown); unknown || errors.Is(err, inventory.ErrInvalidTransition) {
 		// Someone else moved the order first (another instance, the reaper),
 		// or our own write may have, its answer lost: answer from where it
 		// stands now. Still reserved after a lost answer, it may yet move.
+		// A hold found run out is read again too: a confirm retried at the
+		// hold's end, after the first one landed, finds the order confirmed
+		// (200), not its hold expired.
 		rctx, cancel := detached(ctx)
 		defer cancel()
 		cur, gerr := s.store.Order(rctx, o.ID)
@@ -342,6 +344,8 @@ func (s *Service) transition(ctx context.Context, id string, to inventory.Status
 			return cur, nil
 		case cur.Status == inventory.StatusReserved && unknown:
 			return nil, err
+		case isHoldExpired(err) && (cur.Status == inventory.StatusReserved || cur.Status == inventory.StatusExpired):
+			return nil, err // expired, or soon by the reaper: the refusal says when
 		}
 		return nil, &inventory.TransitionError{From: cur.Status, To: to}
 	}

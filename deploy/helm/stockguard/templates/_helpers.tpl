@@ -79,12 +79,13 @@ majority that survives a node's loss, so three masters at least. */}}
 {{- end -}}
 {{- end -}}
 
-{{/* lock.wait in milliseconds, from a Go duration of h, m, s and ms parts
-(5s, 1500ms, 1m30s). */}}
-{{- define "stockguard.lockWaitMs" -}}
-{{- $s := toString .Values.lock.wait -}}
+{{/* A Go duration of h, m, s and ms parts (5s, 1500ms, 1m30s) in
+milliseconds; fails naming the value. Takes (list "lock.wait" value). */}}
+{{- define "stockguard.durationMs" -}}
+{{- $name := index . 0 -}}
+{{- $s := toString (index . 1) -}}
 {{- if not (regexMatch "^([0-9]+(\\.[0-9]+)?(h|ms|m|s))+$" $s) -}}
-{{- fail (printf "lock.wait=%q: want a duration such as 5s, 1500ms or 1m30s" $s) -}}
+{{- fail (printf "%s=%q: want a duration such as 5s, 1500ms or 1m30s" $name $s) -}}
 {{- end -}}
 {{- $ms := 0.0 -}}
 {{- range regexFindAll "[0-9]+(\\.[0-9]+)?(h|ms|m|s)" $s -1 -}}
@@ -92,6 +93,28 @@ majority that survives a node's loss, so three masters at least. */}}
 {{- $ms = addf $ms (mulf (float64 (trimSuffix $unit .)) (get (dict "h" 3600000 "m" 60000 "s" 1000 "ms" 1) $unit)) -}}
 {{- end -}}
 {{- $ms -}}
+{{- end -}}
+
+{{/* lock.wait in milliseconds. */}}
+{{- define "stockguard.lockWaitMs" -}}
+{{- include "stockguard.durationMs" (list "lock.wait" .Values.lock.wait) -}}
+{{- end -}}
+
+{{/* lock.ttl as serve accepts it (a duration of at least 100ms): a bare
+number such as 10 would pass helm and crash-loop every replica with exit 2. */}}
+{{- define "stockguard.checkLockTTL" -}}
+{{- if lt (float64 (include "stockguard.durationMs" (list "lock.ttl" .Values.lock.ttl))) 100.0 -}}
+{{- fail (printf "lock.ttl=%v: want at least 100ms (serve's --lock-ttl)" .Values.lock.ttl) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* none and local take no lock across processes: with several replicas
+they oversell by design. Running them so is a demonstration, never a
+deployment, so it takes lock.acknowledgeOversell=true to render. */}}
+{{- define "stockguard.checkUnsafeReplicas" -}}
+{{- if and (has .Values.lock.backend (list "none" "local")) (gt (int .Values.replicaCount) 1) (not .Values.lock.acknowledgeOversell) -}}
+{{- fail (printf "lock.backend=%s with replicaCount=%v oversells: the replicas do not lock each other out; use a distributed backend, replicaCount=1, or set lock.acknowledgeOversell=true for a demonstration" .Values.lock.backend .Values.replicaCount) -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The drain (serve's --shutdown-timeout) must outlast a request's lock

@@ -1,0 +1,171 @@
+package client_test
+
+// Tests of what PlaceOrder tells of a replay, and of the key it leaves the
+// caller after an unknown outcome: against the real service, with answers
+// lost on the way back, and against scripted servers for each kind of
+// first answer.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/client"
+)
+
+// losingTransport loses the answers to the next lose order requests after
+// the service has handled them: a connection cut on the way back, or a
+// proxy that timed out the request.
+type losingTransport struct {
+	next http.RoundTripper
+	lose atomic.Int32
+}
+
+func (lt *losingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := lt.next.RoundTrip(req)
+	if err != nil || req.URL.Path != "/v1/orders" || lt.lose.Add(-1) < 0 {
+		return res, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	return nil, errors.New("answer lost on the way back")
+}
+
+// losing is a client of f whose next n order answers are lost.
+func (f *fixture) losing(n int32, opts ...client.Option) *client.Client {
+	lt := &losingTransport{next: f.tr}
+	lt.lose.Store(n)
+	return f.newClient(append([]client.Option{client.WithHTTPClient(&http.Client{Transport: lt}),
+		client.WithInFlightBackoff(time.Millisecond)}, opts...)...)
+}
+
+// TestReplayedOnlyWhenKnown: the only call that placed an order is never
+// told the order existed before it. Its first attempt places the order and
+// the answer is lost; the retry is answered with a replay, which the call
+// cannot tell from one of an earlier call's order.
+func TestReplayedOnlyWhenKnown(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	mustStock(t, f.newClient(), "a", 10)
+	one := []client.Line{{SKU: "a", Quantity: 1}}
+
+	key := client.NewIdempotencyKey()
+	o, err := f.losing(1).PlaceOrder(ctx, client.OrderRequest{Lines: one, IdempotencyKey: key})
+	if err != nil || o.Replayed || !o.ReplayedAfterLostAnswer {
+		t.Fatalf("the call that placed it, its answer lost = %+v, %v; want Replayed false, ReplayedAfterLostAnswer true", o, err)
+	}
+	again, err := f.newClient().PlaceOrder(ctx, client.OrderRequest{Lines: one, IdempotencyKey: key})
+	if err != nil || !again.Replayed || again.ReplayedAfterLostAnswer || again.ID != o.ID {
+		t.Fatalf("a second call = %+v, %v; want order %s, Replayed", again, err, o.ID)
+	}
+
+	made, err := f.losing(1).PlaceOrder(ctx, client.OrderRequest{Lines: one})
+	if err != nil || made.Replayed || made.ReplayedAfterLostAnswer || made.ID == o.ID {
+		t.Fatalf("with a key PlaceOrder made, the answer lost = %+v, %v; want a new order, neither flag", made, err)
+	}
+	if a, err := f.newClient().Audit(ctx, "a"); err != nil || a.Held != 2 || !a.Consistent {
+		t.Fatalf("audit %+v, %v: want two orders of one unit", a, err)
+	}
+}
+
+// TestReplayedByFirstAnswer: after each first answer the client retries, a
+// replay reads as an earlier call's order only when that answer said
+// nothing was written.
+func TestReplayedByFirstAnswer(t *testing.T) {
+	answer := func(status int, code string) func(*testing.T, http.ResponseWriter) {
+		return func(_ *testing.T, w http.ResponseWriter) { answerError(w, status, code, "0") }
+	}
+	cases := []struct {
+		name         string
+		first        func(*testing.T, http.ResponseWriter)
+		replayed     bool // the order existed before the call
+		afterLostAns bool
+	}{
+		{"no answer", noAnswer, false, true},
+		{"store_unavailable", answer(http.StatusServiceUnavailable, "store_unavailable"), false, true},
+		{"timeout", answer(http.StatusServiceUnavailable, "timeout"), false, true},
+		{"a 201 unread", func(_ *testing.T, w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `<html>proxy page</html>`)
+		}, false, true},
+		{"lock_unavailable", answer(http.StatusServiceUnavailable, "lock_unavailable"), true, false},
+		{"overloaded", answer(http.StatusServiceUnavailable, "overloaded"), true, false},
+		{"idempotency_key_in_flight", answer(http.StatusConflict, "idempotency_key_in_flight"), true, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, n := scripted(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 {
+					tc.first(t, w)
+					return
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Idempotent-Replayed", "true")
+				w.WriteHeader(http.StatusCreated)
+				fmt.Fprint(w, `{"order_id":"0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10","status":"reserved","lines":[]}`)
+			})
+			c := mustNew(t, url, client.WithInFlightBackoff(time.Millisecond))
+			o, err := c.PlaceOrderJSON(context.Background(), "k", oneLine)
+			if err != nil || n.Load() != 2 || o.Replayed != tc.replayed || o.ReplayedAfterLostAnswer != tc.afterLostAns {
+				t.Fatalf("%+v, %v after %d attempts; want Replayed %v, ReplayedAfterLostAnswer %v",
+					o, err, n.Load(), tc.replayed, tc.afterLostAns)
+			}
+		})
+	}
+}
+
+// TestKeyOfUnknownOutcome: a call that made its own key and ended without
+// a settling answer leaves that key in its error, and placing the order
+// again under it answers with the order the lost attempts placed.
+func TestKeyOfUnknownOutcome(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	mustStock(t, f.newClient(), "a", 10)
+	req := client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 3}}}
+	_, err := f.losing(2, client.WithRetries(1)).PlaceOrder(ctx, req)
+	key := client.IdempotencyKeyOf(err)
+	if err == nil || key == "" {
+		t.Fatalf("every answer lost = %v, key %q; want an error that carries the key", err, key)
+	}
+	for _, x := range f.tr.exchanges() {
+		if x.path == "/v1/orders" && x.idempotencyKey != key {
+			t.Fatalf("attempt sent key %q, the error says %q", x.idempotencyKey, key)
+		}
+	}
+	req.IdempotencyKey = key
+	o, err := f.newClient().PlaceOrder(ctx, req)
+	if err != nil || !o.Replayed {
+		t.Fatalf("placed again under the key = %+v, %v; want the order the lost attempts placed", o, err)
+	}
+	if a, err := f.newClient().Audit(ctx, "a"); err != nil || a.Held != 3 {
+		t.Fatalf("audit %+v, %v: want the order placed once", a, err)
+	}
+
+	// The key is there however the call ends: out of retries, out of time,
+	// or refused; a call never sent has none.
+	url, _ := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		answerError(w, http.StatusConflict, "idempotency_key_in_flight", "")
+	})
+	c := mustNew(t, url, client.WithInFlightBackoff(time.Millisecond), client.WithInFlightWait(20*time.Millisecond))
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	_, err = mustNew(t, url, client.WithInFlightBackoff(time.Millisecond)).PlaceOrderJSON(short, "", oneLine)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrIdempotencyKeyInFlight) || client.IdempotencyKeyOf(err) == "" {
+		t.Fatalf("out of time = %v, key %q; want the deadline, the 409 and the key", err, client.IdempotencyKeyOf(err))
+	}
+	if _, err := c.PlaceOrderJSON(ctx, "mine", oneLine); client.IdempotencyKeyOf(err) != "mine" {
+		t.Fatalf("with the caller's key = %v, key %q", err, client.IdempotencyKeyOf(err))
+	}
+	if _, err := c.PlaceOrder(ctx, client.OrderRequest{}); err == nil || client.IdempotencyKeyOf(err) != "" {
+		t.Fatalf("an order never sent = %v, key %q; want no key", err, client.IdempotencyKeyOf(err))
+	}
+	if k := client.IdempotencyKeyOf(nil); k != "" {
+		t.Fatalf("IdempotencyKeyOf(nil) = %q", k)
+	}
+}
