@@ -73,8 +73,8 @@ func TestMaxOrdersOnEveryBackend(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make(chan error, 16)
 			for i := range 4 {
-				// Two on the same SKUs (they merge), two shifted (they
-				// overlap but cannot merge past maxBatchSKUs).
+				// Two on the same SKUs (they share a batch), two shifted
+				// (they overlap: each waits for its turn at the head).
 				from := (i % 2) * (i/2 + 1) * extra / 2
 				wg.Go(func() { errs <- place(on, order(from)) })
 			}

@@ -98,11 +98,6 @@ func (c Coalescing) withDefaults() Coalescing {
 	return c
 }
 
-// maxBatchSKUs caps the SKUs one acquisition locks: every one is a lock
-// round trip before the first order of the batch can be decided. An order
-// alone may have MaxLines of them.
-const maxBatchSKUs = inventory.MaxLines
-
 // coalescer holds the intake and the per-SKU queues of one Service.
 type coalescer struct {
 	s   *Service
@@ -133,9 +128,7 @@ type filler struct {
 }
 
 // queue is the orders waiting for one SKU, in arrival order; guarded by
-// coalescer.mu. It is the source a leader serves. Its orders are those
-// whose lowest SKU it is, and those that stay behind one of them in arrival
-// order on a key they share (enqueueAt).
+// coalescer.mu. It is the source a leader serves.
 type queue struct {
 	c     *coalescer
 	key   string
@@ -252,14 +245,7 @@ func (c *coalescer) leave(q *queue) {
 // happened to start it, so it runs on a context that outlives that request
 // (but not a Close that gives up waiting). c.mu is held.
 func (c *coalescer) enqueueLocked(ctx context.Context, p *pending) error {
-	return c.enqueueAt(ctx, p.op.skus[0], p)
-}
-
-// enqueueAt is enqueueLocked to the queue of key, which need not be p's
-// lowest SKU nor one of p's: an order that must stay behind an earlier one
-// of its batch (gathered.next) joins that order's queue, whose leader locks
-// the keys of the orders it waits for, theirs and p's. c.mu is held.
-func (c *coalescer) enqueueAt(ctx context.Context, key string, p *pending) error {
+	key := p.op.skus[0]
 	q, running := c.queues[key]
 	if running {
 		q.prune()
@@ -296,9 +282,15 @@ func (c *coalescer) usable(h *hold) bool {
 }
 
 // next returns the orders at the head of the queue that h covers; or, when
-// there are none, the SKUs to lock for the orders at the head (their union,
-// within the caps) and those orders; or nothing when the queue is empty,
-// which it then leaves (the next order starts a new leader).
+// there are none, the SKUs of the order at the head, to lock, with it and
+// the orders after it those SKUs cover, up to the first they do not; or
+// nothing when the queue is empty, which it then leaves (the next order
+// starts a new leader). The head waits for its own keys only: waiting for
+// the union of the orders queued kept an order whose keys were free waiting,
+// and failing, for a key only an order behind it needed. An order that needs
+// more than the head's keys waits for its own turn at the head, and the
+// orders behind it behind it: every order in the queue has the queue's key,
+// which serves them in arrival order.
 func (q *queue) next(h *hold) (batch []*pending, want []string, waiting []*pending) {
 	c := q.c
 	c.mu.Lock()
@@ -341,11 +333,12 @@ func (q *queue) next(h *hold) (batch []*pending, want []string, waiting []*pendi
 		if p.state.Load() != stateQueued {
 			continue
 		}
-		union := mergeSorted(want, p.op.skus)
-		if len(waiting) > 0 && len(union) > maxBatchSKUs {
+		if len(waiting) == 0 {
+			want = p.op.skus
+		} else if !subsetSorted(p.op.skus, want) {
 			break
 		}
-		want, waiting = union, append(waiting, p)
+		waiting = append(waiting, p)
 	}
 	if len(waiting) == 0 {
 		// Every order left between the prune and this scan (a client drops
@@ -388,6 +381,21 @@ func pruneHead(items []*pending) []*pending {
 	}
 	clear(items[:n])
 	return items[n:]
+}
+
+// subsetSorted reports whether every key of a, sorted, is in b, sorted.
+func subsetSorted(a, b []string) bool {
+	j := 0
+	for _, k := range a {
+		for j < len(b) && b[j] < k {
+			j++
+		}
+		if j == len(b) || b[j] != k {
+			return false
+		}
+		j++
+	}
+	return true
 }
 
 // mergeSorted returns the sorted union of two sorted, duplicate-free lists.

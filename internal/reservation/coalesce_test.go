@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -510,5 +511,54 @@ func TestSectionObserved(t *testing.T) {
 	}
 	if writes[0] < 20*time.Millisecond || clock.holds[0] < claims[0]+writes[0] {
 		t.Fatalf("hold %v, claim %v, write %v: the write took 20ms, and the hold spans both", clock.holds[0], claims[0], writes[0])
+	}
+}
+
+// TestQueueHeadWaitsForItsOwnKeys: an order at the head of a key's line
+// waits for its own SKUs, not for a SKU only an order behind it needs. The
+// leader is busy writing an earlier batch while {a}, {a,b} and {a} queue on
+// a, with b held elsewhere throughout; its lease then goes (one batch a
+// lease), so it waits anew for what the queue's head needs. {a} first is
+// placed; {a,b} waits for b and runs out of lock wait; {a} behind it waits
+// in line (a serves its orders in arrival order) and is told why. Waiting
+// for the union of the queue's SKUs failed all three.
+func TestQueueHeadWaitsForItsOwnKeys(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	f.stock("a", 5)
+	f.stock("b", 5)
+	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 800 * time.Millisecond,
+		Coalescing: reservation.Coalescing{MaxBatches: 1}})
+	defer f.hold("b")()
+	releaseA := f.hold("a")
+	first := f.queue(svc, "a", req("", line("a", 1)))
+	gate, writing := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.store.onWrite(func() { once.Do(func() { close(writing); <-gate }) })
+	releaseA()
+	<-writing
+	results := f.queue(svc, "a",
+		req("", line("a", 1)),
+		req("", line("a", 1), line("b", 1)),
+		req("", line("a", 1)),
+	)
+	close(gate)
+	if got := first(); got[0].err != nil {
+		t.Fatalf("the order written first: %v", got[0].err)
+	}
+	got := results()
+	if got[0].err != nil {
+		t.Fatalf("{a} at the head, a free: %v; want it placed", got[0].err)
+	}
+	if !errors.Is(got[1].err, lock.ErrNotAcquired) {
+		t.Fatalf("{a,b} with b held: %v, want ErrNotAcquired", got[1].err)
+	}
+	if !errors.Is(got[2].err, lock.ErrNotAcquired) || !strings.Contains(got[2].err.Error(), "behind an earlier order") {
+		t.Fatalf("{a} behind {a,b}: %v; want ErrNotAcquired, told it waited behind an earlier order", got[2].err)
+	}
+	if strings.Contains(got[2].err.Error(), `"b"`) {
+		t.Fatalf("{a} behind {a,b}: %v names the other order's SKU", got[2].err)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 2 {
+		t.Fatalf("audit a = %+v, want the first two {a} orders held", a)
 	}
 }

@@ -20,12 +20,10 @@ import (
 // releases everything in one round: the next batch's try, while orders wait
 // for it (lock.HandoverBatch). An order with a key held elsewhere rides
 // along once in the next gathered batch when its batch placed others
-// (missed), and the batch's later orders that share a key with it ride
-// with it, behind it, so each key serves orders in arrival order (an order
-// sharing no key with it is placed); held again, or in a batch that got
-// nothing, it moves to the queue of its lowest SKU, whose leader waits in
-// that key's line (woken by the backend, not polling) holding nothing
-// else, exactly as a hot SKU's orders do. A gatherer never waits for a key while it holds one, so
+// (missed); held again, or in a batch that got nothing, it moves to
+// the queue of its lowest SKU, whose leader waits in that key's line (woken
+// by the backend, not polling) holding nothing else, exactly as a hot SKU's
+// orders do. A gatherer never waits for a key while it holds one, so
 // gatherers of different instances cannot deadlock.
 //
 // An idle instance's first order starts a gatherer at once, and a busy
@@ -198,41 +196,17 @@ func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pe
 	for _, l := range h.set {
 		got[l.Key()] = true
 	}
-	var missed []ride
-	// ahead maps each key of an order that missed to the first order that
-	// missed it (missed[i]), once one has: later orders on that key stay
-	// behind it, in arrival order, so each key serves the batch's orders
-	// in the order they came; placing them was a later order taking the
-	// last units an earlier one, held up by another of its keys, was
-	// waiting for. Nil until an order misses: the common batch allocates
-	// nothing for it.
-	var ahead map[string]int
+	var missed []*pending
 	for _, p := range g.orders {
 		if p.state.Load() != stateQueued {
 			continue // answered by the unknown-SKU check, or gone
 		}
-		first := firstAhead(p.op.skus, ahead)
-		if first < 0 && allIn(p.op.skus, got) {
-			if p.move(stateQueued, stateBatched) {
-				batch = append(batch, p)
-			}
+		if !allIn(p.op.skus, got) {
+			missed = append(missed, p)
 			continue
 		}
-		r := ride{p: p}
-		if first >= 0 {
-			r.behind = missed[first].root()
-		}
-		missed = append(missed, r)
-		if p.try {
-			continue // answered errKeyBusy at once: nothing waits behind it
-		}
-		if ahead == nil {
-			ahead = make(map[string]int)
-		}
-		for _, k := range p.op.skus {
-			if _, ok := ahead[k]; !ok {
-				ahead[k] = len(missed) - 1
-			}
+		if p.move(stateQueued, stateBatched) {
+			batch = append(batch, p)
 		}
 	}
 	g.c.missed(missed, len(batch) > 0)
@@ -241,38 +215,6 @@ func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pe
 		return nil, nil, nil
 	}
 	return batch, nil, nil
-}
-
-// ride is an order a gathered batch did not place: one of its keys was
-// held elsewhere, or (behind set) an earlier order of the batch that needs
-// one of its keys was not placed, and it goes where that one goes.
-type ride struct {
-	p      *pending
-	behind *pending
-}
-
-// root is the order r goes with: the first order, missed for its own keys,
-// that it waits behind, or itself.
-func (r ride) root() *pending {
-	if r.behind != nil {
-		return r.behind
-	}
-	return r.p
-}
-
-// firstAhead returns the index of the earliest missed order that needs one
-// of keys, or -1.
-func firstAhead(keys []string, ahead map[string]int) int {
-	first := -1
-	if ahead == nil {
-		return first
-	}
-	for _, k := range keys {
-		if i, ok := ahead[k]; ok && (first < 0 || i < first) {
-			first = i
-		}
-	}
-	return first
 }
 
 func (*gathered) keep(*hold) bool { return false }
@@ -303,16 +245,12 @@ func (g *gathered) handsOver(*hold) bool {
 // for that key alone), or whose lowest SKU has a queue by now, goes to that
 // SKU's queue, whose leader waits in the key's line (woken, not polling).
 // An op that only tries (pending.try, the reaper's) is answered errKeyBusy.
-// An order that missed only because an earlier one of the batch needs one
-// of its keys (ride.behind) goes where that one went, behind it: back to
-// the intake after it, or into its queue (enqueueAt), so no key serves a
-// later order of the batch before an earlier one.
 // Sending every missed order to the line at once was a round and a
 // transaction of its own for each: a fifth of all lock rounds went to
 // batches of one order that had lost a single race (redlock, 1,000 SKUs,
 // 3 instances).
-func (c *coalescer) missed(rides []ride, placed bool) {
-	if len(rides) == 0 {
+func (c *coalescer) missed(ps []*pending, placed bool) {
+	if len(ps) == 0 {
 		return
 	}
 	type refusal struct {
@@ -321,45 +259,20 @@ func (c *coalescer) missed(rides []ride, placed bool) {
 	}
 	var again []*pending
 	var refused []refusal
-	// went is where each order that others wait behind went: its queue's
-	// key, or "" back to the intake. Only orders behind another look it up.
-	var went map[*pending]string
 	c.mu.Lock()
-	for _, r := range rides {
-		p := r.p
+	for _, p := range ps {
 		if p.try {
 			refused = append(refused, refusal{p, errKeyBusy})
 			continue
 		}
-		if r.behind != nil {
-			if key, ok := went[r.behind]; ok {
-				// Behind it in the same line: its queue's leader takes them
-				// in arrival order, or the next gathered batch does.
-				if key == "" {
-					p.rode = true
-					again = append(again, p)
-				} else if err := c.enqueueAt(context.Background(), key, p); err != nil {
-					refused = append(refused, refusal{p, err})
-				}
-				continue
-			}
-			// The order ahead was refused (overloaded): nothing to wait behind.
-		}
-		if went == nil {
-			went = make(map[*pending]string)
-		}
-		key := p.op.skus[0]
-		if _, running := c.queues[key]; placed && !running && !p.rode {
+		if _, running := c.queues[p.op.skus[0]]; placed && !running && !p.rode {
 			p.rode = true
 			again = append(again, p)
-			went[p] = ""
 			continue
 		}
-		if err := c.enqueueAt(context.Background(), key, p); err != nil {
+		if err := c.enqueueLocked(context.Background(), p); err != nil {
 			refused = append(refused, refusal{p, err})
-			continue
 		}
-		went[p] = key
 	}
 	if len(again) > 0 {
 		// The gatherer serving this batch takes them next (its loop calls

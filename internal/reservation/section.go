@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -214,42 +212,20 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	return nil
 }
 
-// inLine is err, the failed wait for want, as p's answer. An order waits in
-// its queue's line for the keys of the orders ahead of it too (each key
-// serves its orders in arrival order), so the wait may have failed on a key
-// p does not have; a client that sent only p would not understand an
-// answer naming it, nor a bare lock wait while its own key was free. So
-// unless err names only p's own keys, it says which keys of the orders
-// ahead p waited for: those err names, or, naming none, all of them (at
-// most maxInLineKeys).
+// inLine is err, the failed wait for want, as p's answer. An order waits
+// in its queue's line behind an earlier order (queue.next), for that
+// order's keys, which may be more than its own: told only that the lock
+// wait ran out, or given a key it never asked for, the client of p could
+// not tell why. So when want has keys p does not, the answer says it
+// waited behind an earlier order that needs more SKUs; it names none of
+// them, as they are another client's order.
 func inLine(p *pending, want []string, err error) error {
 	if len(want) == len(p.op.skus) {
 		return err // want is p's keys and maybe others', never fewer
 	}
-	msg := err.Error()
-	var named, others []string
-	for _, k := range want {
-		q := strconv.Quote(k)
-		switch {
-		case slices.Contains(p.op.skus, k):
-			if strings.Contains(msg, q) {
-				return err // it names p's own key: p's own wait
-			}
-		case strings.Contains(msg, q):
-			named = append(named, q)
-		case len(others) < maxInLineKeys:
-			others = append(others, q)
-		}
-	}
-	if len(named) == 0 {
-		named = others
-	}
-	return fmt.Errorf("reservation: waited in line behind an earlier order that also needs %s: %w",
-		strings.Join(named, ", "), err)
+	return fmt.Errorf("reservation: waited in line for %q behind an earlier order that needs more SKUs than this one: %w",
+		p.op.skus[0], err)
 }
-
-// maxInLineKeys bounds the keys inLine names: an answer, not a listing.
-const maxInLineKeys = 3
 
 // verdict is one op's answer, sent once the batch is settled.
 type verdict struct {
