@@ -162,11 +162,7 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 				if p.lookup.Load() {
 					return slowLookup(c.s.lockWait)
 				}
-				err := notAcquired(c.s.lockWait, context.DeadlineExceeded)
-				if w := p.wait.Load(); w != nil {
-					err = inLine(p, w.want, err)
-				}
-				return err
+				return notAcquired(c.s.lockWait, context.DeadlineExceeded)
 			}
 			// Its batch holds the leases: the answer is near.
 		}

@@ -142,10 +142,13 @@ type pending struct {
 // waiting in the key's line for the whole --lock-wait.
 type lockWait struct {
 	waiting atomic.Int32
-	cancel  context.CancelFunc
-	// want is the keys waited for: of every order waiting, so maybe more
-	// than one order's own (inLine).
-	want []string
+	cancel  context.CancelCauseFunc
+	// head is the order whose keys are want (queue.next: the queue's head;
+	// the others' are among them). When it leaves and others still wait,
+	// the wait is cancelled with errHeadLeft and its leader asks the queue
+	// again: the next head may need fewer keys, and an order behind it
+	// must not go on waiting for a key only the departed one needed.
+	head *pending
 }
 
 // waitFor makes w the lock wait of waiting, counting out those that left
@@ -164,10 +167,19 @@ func (w *lockWait) waitFor(waiting []*pending) {
 
 // leave counts p, dropped, out of its leader's lock wait, once.
 func (p *pending) leave() {
-	if w := p.wait.Load(); w != nil && p.left.CompareAndSwap(false, true) && w.waiting.Add(-1) == 0 {
-		w.cancel()
+	w := p.wait.Load()
+	if w == nil || !p.left.CompareAndSwap(false, true) {
+		return
+	}
+	if w.waiting.Add(-1) == 0 {
+		w.cancel(nil)
+	} else if w.head == p {
+		w.cancel(errHeadLeft)
 	}
 }
+
+// errHeadLeft ends a lock wait whose head order left while others waited.
+var errHeadLeft = errors.New("reservation: the order at the head of the line left")
 
 // pending wraps o for the request whose context is ctx.
 func (s *Service) pending(ctx context.Context, o *op) *pending {

@@ -173,7 +173,9 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 		}
 	}
 	ctx, span := s.tracer.StartBatch(ctx, reqs, len(waiting))
-	actx, cancel := context.WithDeadline(ctx, deadline)
+	wctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	actx, cancel := context.WithDeadline(wctx, deadline)
 	start := time.Now()
 	var set lock.Set
 	var err error
@@ -187,7 +189,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 		}
 		set = b.Leases
 	} else {
-		(&lockWait{cancel: cancel, want: want}).waitFor(waiting)
+		(&lockWait{cancel: stop, head: waiting[0]}).waitFor(waiting)
 		set, err = lock.AcquireAll(actx, s.locker, want, s.leaseOptions(paused)...)
 	}
 	cancel()
@@ -197,34 +199,21 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	}
 	span.RecordError(err)
 	span.End()
+	if errors.Is(context.Cause(wctx), errHeadLeft) && ctx.Err() == nil {
+		// The order whose keys were waited for left: those still waiting
+		// are still queued, and the queue's next head says what to wait
+		// for now, maybe fewer keys.
+		return nil
+	}
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
 		err = notAcquired(s.lockWait, err)
 	}
 	for _, p := range waiting {
 		if p.move(stateQueued, stateDecided) {
-			if !try {
-				p.answer <- inLine(p, want, err)
-				continue
-			}
 			p.answer <- err
 		}
 	}
 	return nil
-}
-
-// inLine is err, the failed wait for want, as p's answer. An order waits
-// in its queue's line behind an earlier order (queue.next), for that
-// order's keys, which may be more than its own: told only that the lock
-// wait ran out, or given a key it never asked for, the client of p could
-// not tell why. So when want has keys p does not, the answer says it
-// waited behind an earlier order that needs more SKUs; it names none of
-// them, as they are another client's order.
-func inLine(p *pending, want []string, err error) error {
-	if len(want) == len(p.op.skus) {
-		return err // want is p's keys and maybe others', never fewer
-	}
-	return fmt.Errorf("reservation: waited in line for %q behind an earlier order that needs more SKUs than this one: %w",
-		p.op.skus[0], err)
 }
 
 // verdict is one op's answer, sent once the batch is settled.
