@@ -18,6 +18,10 @@ LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # into the same line that uses them. They are captured first because
 # eval "$$(…)" returns 0 even when the command inside failed.
 WITH_STACK = stack_env=$$(bash $(STACK) up) && eval "$$stack_env" &&
+# The tests against the stack clear STOCKGUARD_SKIP_INTEGRATION (`make unit`
+# sets it): inherited from the caller's environment it would turn their
+# integration tests into skips and let `make test` pass without them.
+NO_SKIP = unset STOCKGUARD_SKIP_INTEGRATION &&
 
 .PHONY: all build lint model tools spec-lint rules-test deploy-test test test-norace unit demo bench stack-up stack-down stack-status clean
 
@@ -63,14 +67,14 @@ deploy-test:
 # Unit, integration (real Redis, ZooKeeper, etcd, PostgreSQL), the models,
 # the load smoke, and the deploy checks.
 test: lint tools spec-lint rules-test deploy-test
-	$(WITH_STACK) $(GO) test -race -count=1 -timeout 14m ./...
+	$(NO_SKIP) $(WITH_STACK) $(GO) test -race -count=1 -timeout 14m ./...
 	$(MAKE) test-norace
 
 # The tests that cannot run under the race detector because a library they
 # drive races inside itself (go-zookeeper's reconnection: see
 # internal/lock/zklock/disconnect_test.go); built without -race, they run here.
 test-norace:
-	$(WITH_STACK) $(GO) test -count=1 -run 'TestDisconnectLosesLease' ./internal/lock/zklock/
+	$(NO_SKIP) $(WITH_STACK) $(GO) test -count=1 -run 'TestDisconnectLosesLease' ./internal/lock/zklock/
 
 # Only the tests that need no running server (the models' need spin and gcc).
 unit: tools

@@ -219,8 +219,45 @@ cleanup_policy() {
 	if ((POLICY_CREATED)); then rm -f /usr/sbin/policy-rc.d; fi
 }
 
+# SERVER_UNITS: the services that the server packages `up` installs enable,
+# by package. The stack never uses them: it starts its own servers.
+declare -A SERVER_UNITS=([redis-server]=redis-server.service [etcd-server]=etcd.service [postgresql-common]=postgresql.service)
+# MASKED_UNITS: those of them that, started at all, would take the stack's
+# ports with their package defaults (Debian's etcd listens on
+# 127.0.0.1:2379/2380, etcd1's).
+MASKED_UNITS=(etcd.service)
+
+# pkg_installed pkg: whether dpkg has pkg installed.
+pkg_installed() { [[ $(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null) == installed ]]; }
+
+systemd_running() { [[ -d /run/systemd/system ]]; }
+
+# quiet_units pkg...: disables the services of server packages this run of
+# the script has just installed (the caller names only those). policy-rc.d
+# kept them from starting during the install, but their postinst left them
+# enabled, so the machine's next boot would start Debian's etcd on etcd1's
+# ports, redis-server and postgresql. Those in MASKED_UNITS are masked too,
+# so that nothing else starts them on the stack's ports either. Nothing is
+# stopped (no --now): the script started none of them, and a service that
+# runs is someone else's. Without systemd nothing starts them at boot.
+# Disabling and masking twice changes nothing.
+quiet_units() {
+	systemd_running || return 0
+	local pkg unit
+	for pkg in "$@"; do
+		unit=${SERVER_UNITS[$pkg]:-}
+		[[ -n $unit ]] || continue
+		log "systemctl disable $unit (installed by this script for the stack, which starts its own servers)"
+		systemctl disable --quiet "$unit" >&2 || log "warning: systemctl disable $unit failed"
+		if [[ " ${MASKED_UNITS[*]} " == *" $unit "* ]]; then
+			log "systemctl mask $unit (its package defaults take the stack's ports)"
+			systemctl mask --quiet "$unit" >&2 || log "warning: systemctl mask $unit failed"
+		fi
+	done
+}
+
 ensure_packages() {
-	local pkgs=()
+	local pkgs=() fresh=() pkg
 	command -v redis-server >/dev/null 2>&1 || pkgs+=(redis-server)
 	command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
 	# Not a server: the report test renders the HTML report in headless
@@ -253,11 +290,19 @@ ensure_packages() {
 		if apt-cache show postgresql-15 >/dev/null 2>&1; then pkgs+=(postgresql-15); else pkgs+=(postgresql); fi
 	fi
 	wait_dpkg_lock
+	for pkg in "${!SERVER_UNITS[@]}"; do
+		pkg_installed "$pkg" || fresh+=("$pkg")
+	done
 	log "apt-get install ${pkgs[*]}"
 	apt-get -o DPkg::Lock::Timeout=120 install -y --no-install-recommends "${pkgs[@]}" >&2 ||
 		die "apt-get install ${pkgs[*]} failed"
 	cleanup_policy
 	POLICY_CREATED=0
+	local installed=()
+	for pkg in "${fresh[@]}"; do
+		pkg_installed "$pkg" && installed+=("$pkg")
+	done
+	quiet_units "${installed[@]}"
 	command -v redis-server >/dev/null 2>&1 || die "redis-server still missing after install"
 	command -v java >/dev/null 2>&1 || die "java still missing after install"
 	[[ -f $JAVA_DIR/zookeeper.jar ]] || die "$JAVA_DIR/zookeeper.jar still missing after install"
@@ -282,6 +327,7 @@ start_redis() { # port
 	need_root "starting redis 127.0.0.1:$port"
 	rm -f "$d/redis.pid"
 	log "starting redis 127.0.0.1:$port"
+	STARTED+=("redis :$port")
 	redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
 		--daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" --dir "$d" \
 		</dev/null >>"$d/redis.log" 2>&1 9>&- || {
@@ -360,6 +406,7 @@ start_zk() { # id (1-based)
 	rm -f "$d/zk.pid"
 	write_zk_config "$id"
 	log "starting zookeeper 127.0.0.1:${ZK_PORT_LIST[id - 1]} (myid $id)"
+	STARTED+=("zookeeper :${ZK_PORT_LIST[id - 1]}")
 	# setsid detaches the JVM from our session so that a Ctrl-C in the shell
 	# that ran `up` does not take the ensemble down; the inner shell records
 	# its own PID and execs java, so the pidfile names the JVM itself.
@@ -438,6 +485,7 @@ start_etcd() { # id (1-based)
 	need_root "starting etcd 127.0.0.1:${ETCD_PORT_LIST[id - 1]}"
 	rm -f "$d/etcd.pid"
 	log "starting etcd 127.0.0.1:${ETCD_PORT_LIST[id - 1]} (member etcd$id)"
+	STARTED+=("etcd :${ETCD_PORT_LIST[id - 1]}")
 	# Loopback heartbeats every 50 ms and elections after 500 ms, like the
 	# ensemble's 200 ms tick: a killed leader is replaced in about a second.
 	# The --initial-* flags only matter on the first start; afterwards the
@@ -553,6 +601,7 @@ EOF
 	# stale (a recycled PID in a container looks alive to it).
 	rm -f "$PG_DATA/postmaster.pid"
 	log "starting postgres 127.0.0.1:$PG_PORT"
+	STARTED+=("postgres :$PG_PORT")
 	as_postgres "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_LOG" -W -s start >&2 9>&- || {
 		tail_log "$PG_LOG"
 		die "pg_ctl start failed"
@@ -615,10 +664,40 @@ claim_stack_dir() {
 	fi
 }
 
+# shell_word value: value as one word of a shell command line, quoted only
+# when it needs to be.
+shell_word() {
+	if [[ $1 =~ ^[[:alnum:]_./,:+=@%-]+$ ]]; then printf '%s' "$1"; else printf '%q' "$1"; fi
+}
+
+# STARTED: the servers this `up` has launched, for up_exit.
+STARTED=()
+
+# up_exit is the EXIT trap of `up`. A failed `up` leaves the servers it
+# launched running: stopping them would take their state away from the
+# logs that explain the failure. It names them and the command that stops
+# them, with the settings that locate them (`down` finds servers by the
+# pidfiles under STOCKGUARD_STACK_DIR and by their ports).
+up_exit() {
+	local rc=$? v env
+	cleanup_policy
+	((rc != 0 && ${#STARTED[@]})) || return 0
+	env=("STOCKGUARD_STACK_DIR=$(shell_word "$STACK_DIR")")
+	for v in $(compgen -v STOCKGUARD_STACK_); do
+		[[ $v == STOCKGUARD_STACK_DIR ]] || env+=("$v=$(shell_word "${!v}")")
+	done
+	printf -v v '%s, ' "${STARTED[@]}"
+	log "up failed; what it started still runs (${v%, }). Stop it with:"
+	log "    ${env[*]} bash $(shell_word "$0") down"
+}
+
 cmd_up() {
 	local port id
 	claim_stack_dir
 	ensure_packages
+	# After ensure_packages, whose own EXIT trap removes its policy-rc.d
+	# (up_exit does that too).
+	trap up_exit EXIT
 	PG_BIN=$(find_pg_bin)
 	lock_stack
 
@@ -771,6 +850,9 @@ cmd_down() {
 		log "removed $STACK_DIR"
 	fi
 }
+
+# Sourced (the tests call its functions), the script only defines them.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
 
 case ${1:-} in
 up) cmd_up ;;

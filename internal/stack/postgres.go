@@ -46,7 +46,7 @@ type Postgres struct {
 // cluster with its log in dir, returning once it accepts connections. ctx
 // bounds only the start-up; the cluster runs until Close.
 func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
-	bin, err := pgBinDir()
+	bin, err := PGBinDir()
 	if err != nil {
 		return nil, err
 	}
@@ -56,8 +56,9 @@ func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
 	}
 	// The data directory lives under the system's temporary directory, not
 	// under dir: the postgres user must be able to reach it, and dir's
-	// parents are often private to the caller.
-	data, err := os.MkdirTemp("", "stockguard-pgdata-")
+	// parents are often private to the caller. Its name carries its owner,
+	// so that one left by a killed test binary is swept by the next.
+	data, err := newScratchDir(os.TempDir(), pgDataPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("stack: postgres data directory: %w", err)
 	}
@@ -93,9 +94,15 @@ func StartPostgres(ctx context.Context, dir string) (*Postgres, error) {
 	}
 }
 
-// pgBinDir finds the newest installed server binaries.
-func pgBinDir() (string, error) {
-	dirs, _ := filepath.Glob(pgBinGlob)
+// PGBinDir returns the directory of the newest installed PostgreSQL major
+// version's server binaries (initdb, postgres), whichever versions Debian
+// has installed, as scripts/stack.sh's find_pg_bin does.
+func PGBinDir() (string, error) { return pgBinDirIn(pgBinGlob) }
+
+// pgBinDirIn is PGBinDir over the directories glob matches, their parents
+// named by major version.
+func pgBinDirIn(glob string) (string, error) {
+	dirs, _ := filepath.Glob(glob)
 	slices.SortFunc(dirs, func(a, b string) int {
 		va, _ := strconv.Atoi(filepath.Base(filepath.Dir(a)))
 		vb, _ := strconv.Atoi(filepath.Base(filepath.Dir(b)))
@@ -106,7 +113,7 @@ func pgBinDir() (string, error) {
 			return d, nil
 		}
 	}
-	return "", fmt.Errorf("stack: no PostgreSQL server binaries under %s; run scripts/stack.sh up to install them", pgBinGlob)
+	return "", fmt.Errorf("stack: no PostgreSQL server binaries under %s; run scripts/stack.sh up to install them", glob)
 }
 
 func isExecutable(path string) bool {

@@ -15,7 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -250,8 +252,7 @@ func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) 
 	}
 	prog.Stop()
 	out.Pass = len(out.Failures) == 0 && len(out.Runs) == len(plans)
-	cleanup(!out.Pass)
-	if cc.LogDir == "" && out.Pass {
+	if kept := cleanup(!out.Pass); cc.LogDir == "" && !kept {
 		for i := range out.Runs {
 			out.Runs[i].Logs = "" // removed with the temporary directory
 		}
@@ -267,23 +268,43 @@ func (p chaosPlan) name() string {
 }
 
 // chaosLogRoot returns the directory runs keep their logs in, and a clean-up
-// that removes a temporary one unless asked to keep it.
-func chaosLogRoot(dir string, stderr io.Writer) (string, func(keep bool), error) {
+// that removes a temporary one unless asked to keep it and it holds a log
+// to read (a run interrupted before it started leaves none); the clean-up
+// says whether the directory is still there.
+func chaosLogRoot(dir string, stderr io.Writer) (string, func(keep bool) bool, error) {
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return "", nil, fmt.Errorf("chaos: %w", err)
 		}
-		return dir, func(bool) {}, nil
+		return dir, func(bool) bool { return true }, nil
 	}
 	d, err := os.MkdirTemp("", "stockguard-chaos-")
 	if err != nil {
 		return "", nil, fmt.Errorf("chaos: %w", err)
 	}
-	return d, func(keep bool) {
-		if keep {
+	return d, func(keep bool) bool {
+		if keep && holdsFiles(d) {
 			fmt.Fprintf(stderr, "chaos logs kept in %s\n", d)
-			return
+			return true
 		}
 		_ = os.RemoveAll(d)
+		return false
 	}, nil
+}
+
+// holdsFiles reports whether a non-empty file lies anywhere under dir.
+func holdsFiles(dir string) bool {
+	found := errors.New("found")
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable: look on
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil && fi.Size() > 0 {
+				return found
+			}
+		}
+		return nil
+	})
+	return errors.Is(err, found)
 }

@@ -36,7 +36,9 @@ func clockJump(ctx context.Context, e *chaosEnv) error {
 	if len(nodes) > 1 {
 		nodes = nodes[:len(nodes)/2+1] // a majority: another client can now gather one
 	}
-	e.stallVictim(ctx, clockJumpStall)
+	if _, err := e.stallVictim(ctx, clockJumpStall); err != nil {
+		return err // no holder between claim and write: the jump would test nothing
+	}
 	var addrs []string
 	for _, r := range nodes {
 		addrs = append(addrs, r.Addr())

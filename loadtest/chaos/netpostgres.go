@@ -14,11 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/stockguard/stockguard/internal/stack"
 	"github.com/stockguard/stockguard/internal/stack/netns"
 )
-
-// pgBinDir is where Debian's PostgreSQL 15 keeps initdb and postgres.
-const pgBinDir = "/usr/lib/postgresql/15/bin"
 
 const pgPort = 5432
 
@@ -32,7 +30,10 @@ type postgresServer struct {
 	dir string
 	url string
 
-	rig                   *netRig
+	rig *netRig
+	// bin holds initdb and postgres, of whichever major version is
+	// installed (stack.PGBinDir).
+	bin                   string
 	member, data, logPath string
 	proc                  *netns.Process
 }
@@ -46,6 +47,10 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 	if err != nil {
 		return nil, fmt.Errorf("postgres user: %w (apt-get install -y postgresql)", err)
 	}
+	bin, err := stack.PGBinDir()
+	if err != nil {
+		return nil, err
+	}
 	uid, _ := strconv.Atoi(pgUser.Uid)
 	gid, _ := strconv.Atoi(pgUser.Gid)
 	// The topology's, so that a crashed run's is swept with its namespaces.
@@ -53,12 +58,12 @@ func startPostgres(ctx context.Context, r *netRig, member, logDir string) (*post
 	if err != nil {
 		return nil, err
 	}
-	s := &postgresServer{dir: dir}
+	s := &postgresServer{dir: dir, bin: bin}
 	if err := os.Chown(dir, uid, gid); err != nil {
 		return s, fmt.Errorf("postgres scratch dir: %w", err)
 	}
 	data := filepath.Join(dir, "data")
-	initdb := exec.CommandContext(ctx, "setpriv", asPostgres(filepath.Join(pgBinDir, "initdb"), "-D", data, "-U", "postgres",
+	initdb := exec.CommandContext(ctx, "setpriv", asPostgres(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
 		"--auth=trust", "--no-sync", "--encoding=UTF8", "--locale=C")...)
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return s, fmt.Errorf("initdb: %w: %s", err, out)
@@ -95,7 +100,7 @@ func asPostgres(path string, args ...string) []string {
 func (s *postgresServer) Start(ctx context.Context) error {
 	r := s.rig
 	addr := r.topo.Member(s.member).Addr().String()
-	p, err := r.startLogged(s.member, exec.Command("setpriv", asPostgres(filepath.Join(pgBinDir, "postgres"), "-D", s.data,
+	p, err := r.startLogged(s.member, exec.Command("setpriv", asPostgres(filepath.Join(s.bin, "postgres"), "-D", s.data,
 		"-c", "listen_addresses="+addr, "-p", strconv.Itoa(pgPort), "-c", "unix_socket_directories="+s.dir,
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=200")...), s.logPath)

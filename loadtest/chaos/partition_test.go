@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stockguard/stockguard/internal/stack"
 	"github.com/stockguard/stockguard/internal/stack/netns"
 )
 
@@ -27,7 +28,11 @@ func requirePartitionTools(t *testing.T, backend string) {
 		}
 		t.Fatalf("ip and nft: %v (apt-get install -y iproute2 nftables)", err)
 	}
-	need := []string{"setpriv", filepath.Join(pgBinDir, "initdb"), filepath.Join(pgBinDir, "postgres")}
+	pgBin, err := stack.PGBinDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	need := []string{"setpriv", filepath.Join(pgBin, "initdb"), filepath.Join(pgBin, "postgres")}
 	switch backend {
 	case "zookeeper":
 		need = append(need, "java", "/usr/share/java/zookeeper.jar")

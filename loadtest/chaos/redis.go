@@ -132,7 +132,9 @@ func redisFailover(ctx context.Context, e *chaosEnv) error {
 	// the replica knows of no lease that is still valid, which is the race.
 	ttl := e.plan.sc.lockTTL(e.cc)
 	run.Sleep(ctx, ttl+ttl/4)
-	e.stallVictim(ctx, failoverStall)
+	if _, err := e.stallVictim(ctx, failoverStall); err != nil {
+		return err // no holder between claim and write: the failover would race nothing
+	}
 	onMaster, err := fenceCounters(ctx, rig.master.Addr(), skus)
 	if err != nil {
 		return err

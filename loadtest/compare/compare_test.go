@@ -3,6 +3,8 @@ package compare
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +16,7 @@ import (
 func TestCompareReportsStartFailure(t *testing.T) {
 	// /bin/false exits at once: the backend is recorded as not run.
 	cc := Config{Backends: []string{"redis"}, Instances: 2, Bin: "/bin/false", StartupTimeout: 5 * time.Second,
-		Run: testConfig("http://127.0.0.1:1")}
+		LogDir: t.TempDir(), Run: testConfig("http://127.0.0.1:1")}
 	var stderr bytes.Buffer
 	cr, err := Execute(context.Background(), cc, &stderr)
 	if err != nil {
@@ -30,6 +32,49 @@ func TestCompareReportsStartFailure(t *testing.T) {
 	var buf bytes.Buffer
 	if err := report.Write(&buf, r); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCompareKeepsTempLogsOnlyWithLogs: without --logs, a failed
+// comparison keeps its temporary directory when an instance wrote a log
+// there, and one interrupted before any instance started, or whose
+// instances wrote nothing, leaves none.
+func TestCompareKeepsTempLogsOnlyWithLogs(t *testing.T) {
+	tmp, bin := t.TempDir(), filepath.Join(t.TempDir(), "serve")
+	// It says why it exits at once: a log worth keeping.
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'no database' >&2\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TMPDIR", tmp)
+	cc := Config{Backends: []string{"redis"}, Instances: 2, Bin: bin, StartupTimeout: 5 * time.Second,
+		Run: testConfig("http://127.0.0.1:1")}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	var stderr bytes.Buffer
+	if _, err := Execute(ctx, cc, &stderr); err == nil {
+		t.Fatal("Execute with a cancelled context did not say it was interrupted")
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("an interrupted comparison left %v in %s", left, tmp)
+	}
+
+	// /bin/false exits at once without a word: its empty logs tell nothing.
+	quiet := cc
+	quiet.Bin = "/bin/false"
+	if cr, err := Execute(context.Background(), quiet, &stderr); err != nil || cr.Pass {
+		t.Fatalf("Execute with /bin/false: %v, pass %v", err, cr != nil && cr.Pass)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Fatalf("a failed comparison with only empty logs left %v in %s", left, tmp)
+	}
+
+	cr, err := Execute(context.Background(), cc, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, _ := os.ReadDir(tmp)
+	if cr.Pass || len(left) != 1 || !strings.Contains(stderr.String(), "instance logs kept in") {
+		t.Fatalf("a failed comparison: pass %v, %v in %s, stderr:\n%s", cr.Pass, left, tmp, stderr.String())
 	}
 }
 
