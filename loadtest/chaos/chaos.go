@@ -15,13 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/stockguard/stockguard/loadtest/procs"
 	"github.com/stockguard/stockguard/loadtest/progress"
 )
 
@@ -221,9 +220,9 @@ func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) 
 	if err := cc.Validate(); err != nil {
 		return nil, err
 	}
-	root, cleanup, err := chaosLogRoot(cc.LogDir, stderr)
+	root, cleanup, err := procs.LogRoot(cc.LogDir, "stockguard-chaos-", stderr)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
 	plans := cc.plan()
 	if len(plans) == 0 {
@@ -265,46 +264,4 @@ func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) 
 
 func (p chaosPlan) name() string {
 	return fmt.Sprintf("%s/%s/fencing-%s", p.sc.Name, p.backend, p.fencing)
-}
-
-// chaosLogRoot returns the directory runs keep their logs in, and a clean-up
-// that removes a temporary one unless asked to keep it and it holds a log
-// to read (a run interrupted before it started leaves none); the clean-up
-// says whether the directory is still there.
-func chaosLogRoot(dir string, stderr io.Writer) (string, func(keep bool) bool, error) {
-	if dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", nil, fmt.Errorf("chaos: %w", err)
-		}
-		return dir, func(bool) bool { return true }, nil
-	}
-	d, err := os.MkdirTemp("", "stockguard-chaos-")
-	if err != nil {
-		return "", nil, fmt.Errorf("chaos: %w", err)
-	}
-	return d, func(keep bool) bool {
-		if keep && holdsFiles(d) {
-			fmt.Fprintf(stderr, "chaos logs kept in %s\n", d)
-			return true
-		}
-		_ = os.RemoveAll(d)
-		return false
-	}, nil
-}
-
-// holdsFiles reports whether a non-empty file lies anywhere under dir.
-func holdsFiles(dir string) bool {
-	found := errors.New("found")
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // unreadable: look on
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil && fi.Size() > 0 {
-				return found
-			}
-		}
-		return nil
-	})
-	return errors.Is(err, found)
 }

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/stockguard/stockguard/loadtest/procs"
 )
 
 // TestChaosLogRootKeptOnlyWithLogs: a temporary log root asked to be kept
@@ -17,7 +19,7 @@ func TestChaosLogRootKeptOnlyWithLogs(t *testing.T) {
 	t.Setenv("TMPDIR", tmp)
 	var stderr strings.Builder
 
-	root, cleanup, err := chaosLogRoot("", &stderr)
+	root, cleanup, err := procs.LogRoot("", "stockguard-chaos-", &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +33,7 @@ func TestChaosLogRootKeptOnlyWithLogs(t *testing.T) {
 		t.Errorf("%s still there (stat: %v)", root, err)
 	}
 
-	root, cleanup, err = chaosLogRoot("", &stderr)
+	root, cleanup, err = procs.LogRoot("", "stockguard-chaos-", &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestChaosLogRootKeptOnlyWithLogs(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(run, "instance-1.log"), []byte("listening\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if !cleanup(true) || !strings.Contains(stderr.String(), "chaos logs kept in "+root) {
+	if !cleanup(true) || !strings.Contains(stderr.String(), "logs kept in "+root) {
 		t.Errorf("a failed run's logs were not kept (stderr %q)", stderr.String())
 	}
 	if err := os.RemoveAll(root); err != nil {

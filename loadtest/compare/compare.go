@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,23 +134,8 @@ func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) 
 	if err := cc.Validate(); err != nil {
 		return nil, err
 	}
-	logDir, cleanup := cc.LogDir, func(bool) {}
-	if logDir == "" {
-		d, err := os.MkdirTemp("", "stockguard-compare-")
-		if err != nil {
-			return nil, fmt.Errorf("compare: %w", err)
-		}
-		logDir = d
-		cleanup = func(keep bool) {
-			// Kept only with a log to read: a comparison interrupted before
-			// any instance started leaves none.
-			if keep && holdsFiles(d) {
-				fmt.Fprintf(stderr, "instance logs kept in %s\n", d)
-				return
-			}
-			_ = os.RemoveAll(d)
-		}
-	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+	logDir, cleanup, err := procs.LogRoot(cc.LogDir, "stockguard-compare-", stderr)
+	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
 	token := strings.ReplaceAll(uuid.NewString(), "-", "")
@@ -496,21 +480,4 @@ func SeedSection(tables []seedtable.Table, s seedtable.Settings) report.Section 
 			"(the numbered notes say how); n/a says why a cell does not apply. The last two rows are documented facts with their sources.",
 		Table: t, Notes: notes,
 	}
-}
-
-// holdsFiles reports whether a non-empty file lies anywhere under dir.
-func holdsFiles(dir string) bool {
-	found := errors.New("found")
-	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil // unreadable: look on
-		}
-		if d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil && fi.Size() > 0 {
-				return found
-			}
-		}
-		return nil
-	})
-	return errors.Is(err, found)
 }

@@ -10,6 +10,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -264,4 +266,48 @@ func pause(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	case <-ctx.Done():
 	}
+}
+
+// LogRoot returns the directory instances keep their logs in: dir, made if
+// missing and always kept, or else a new temporary directory named
+// prefix*. The clean-up removes a temporary one unless asked to keep it and
+// a log in it holds something (a run interrupted before any instance
+// started leaves none: every failed run kept an empty one), says on stderr
+// where a kept one is, and reports whether the directory is still there.
+func LogRoot(dir, prefix string, stderr io.Writer) (string, func(keep bool) bool, error) {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", nil, err
+		}
+		return dir, func(bool) bool { return true }, nil
+	}
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	return d, func(keep bool) bool {
+		if keep && holdsFiles(d) {
+			fmt.Fprintf(stderr, "instance logs kept in %s\n", d)
+			return true
+		}
+		_ = os.RemoveAll(d)
+		return false
+	}, nil
+}
+
+// holdsFiles reports whether a non-empty file lies anywhere under dir.
+func holdsFiles(dir string) bool {
+	found := errors.New("found")
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable: look on
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil && fi.Size() > 0 {
+				return found
+			}
+		}
+		return nil
+	})
+	return errors.Is(err, found)
 }
