@@ -522,19 +522,8 @@ func TestSectionObserved(t *testing.T) {
 // in line (a serves its orders in arrival order) until {a,b} leaves, then
 // is placed. Waiting for the union of the queue's SKUs failed all three.
 func TestQueueHeadWaitsForItsOwnKeys(t *testing.T) {
-	f := newFixture(t, reservation.Coalescing{})
-	f.stock("a", 5)
-	f.stock("b", 5)
-	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 800 * time.Millisecond,
-		Coalescing: reservation.Coalescing{MaxBatches: 1}})
+	f, svc, first, gate := busyLeader(t, 800*time.Millisecond)
 	defer f.hold("b")()
-	releaseA := f.hold("a")
-	first := f.queue(svc, "a", req("", line("a", 1)))
-	gate, writing := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	f.store.onWrite(func() { once.Do(func() { close(writing); <-gate }) })
-	releaseA()
-	<-writing
 	ahead := f.queue(svc, "a", req("", line("a", 1)), req("", line("a", 1), line("b", 1)))
 	// Later by a margin, so that its own lock wait outlives {a,b}'s.
 	time.Sleep(300 * time.Millisecond)
@@ -564,19 +553,8 @@ func TestQueueHeadWaitsForItsOwnKeys(t *testing.T) {
 // waiting for b, which it does not need: the wait restarts for the new
 // head's SKUs and {a} is placed.
 func TestQueueHeadLeavesTheWaitRestarts(t *testing.T) {
-	f := newFixture(t, reservation.Coalescing{})
-	f.stock("a", 5)
-	f.stock("b", 5)
-	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 2 * time.Second,
-		Coalescing: reservation.Coalescing{MaxBatches: 1}})
+	f, svc, first, gate := busyLeader(t, 2*time.Second)
 	defer f.hold("b")()
-	releaseA := f.hold("a")
-	first := f.queue(svc, "a", req("", line("a", 1)))
-	gate, writing := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	f.store.onWrite(func() { once.Do(func() { close(writing); <-gate }) })
-	releaseA()
-	<-writing
 	headCtx, leave := context.WithCancel(context.Background())
 	defer leave()
 	results := f.queueCtx(svc, "a", []context.Context{headCtx, context.Background()},
@@ -595,4 +573,26 @@ func TestQueueHeadLeavesTheWaitRestarts(t *testing.T) {
 	if got[1].err != nil || at[1].Sub(left) > time.Second {
 		t.Fatalf("{a} behind it: %v after %s; want it placed at once", got[1].err, at[1].Sub(left))
 	}
+}
+
+// busyLeader is a fixture with SKUs a and b of 5 units and a Service whose
+// leader keeps a lease for one batch and waits lockWait: an order on a is
+// being written, its write held until gate closes, so the orders queued on
+// a meanwhile find the leader busy and its lease then gone. first answers
+// the order being written.
+func busyLeader(t *testing.T, lockWait time.Duration) (f *fixture, svc *reservation.Service, first func() []result, gate chan struct{}) {
+	t.Helper()
+	f = newFixture(t, reservation.Coalescing{})
+	f.stock("a", 5)
+	f.stock("b", 5)
+	svc = reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: lockWait,
+		Coalescing: reservation.Coalescing{MaxBatches: 1}})
+	releaseA := f.hold("a")
+	first = f.queue(svc, "a", req("", line("a", 1)))
+	gate, writing := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	f.store.onWrite(func() { once.Do(func() { close(writing); <-gate }) })
+	releaseA()
+	<-writing
+	return f, svc, first, gate
 }

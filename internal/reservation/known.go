@@ -99,12 +99,19 @@ func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, 
 	if slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.create }) {
 		return want, waiting
 	}
-	for _, p := range waiting {
-		p.lookup.Store(true)
+	// Marked only when the store is asked: an acquisition of SKUs all
+	// seen before (every one of a hot SKU's) touches no order here.
+	mark := func(on bool) {
+		for _, p := range waiting {
+			p.lookup.Store(on)
+		}
+	}
+	if len(ask) > 0 {
+		mark(true)
 	}
 	unknown, err := s.known.unknown(ctx, ask)
-	for _, p := range waiting {
-		p.lookup.Store(false)
+	if len(ask) > 0 {
+		mark(false)
 	}
 	if err == nil && len(unknown) == 0 {
 		return want, waiting

@@ -462,15 +462,7 @@ func testWatchdog(t *testing.T, c Config) {
 }
 
 func testLoss(t *testing.T, c Config) {
-	l := newLocker(t, c)
-	key := Key(t)
-	lease := MustAcquire(t, l, key)
-	c.Lose(t, l, lease)
-	select {
-	case <-lease.Done():
-	case <-time.After(15 * time.Second):
-		t.Fatal("Done not closed 15 s after the lease was lost")
-	}
+	l, key, lease := lostLease(t, c)
 	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
 		t.Fatalf("Err() after loss = %v, want ErrLeaseLost", lease.Err())
 	}
@@ -481,6 +473,22 @@ func testLoss(t *testing.T, c Config) {
 		t.Errorf("token after loss %d <= the lost lease's %d", next.Token(), lease.Token())
 	}
 	MustRelease(t, next)
+}
+
+// lostLease acquires a key in a new Locker and has the backend lose the
+// lease (Config.Lose), waiting for its Done.
+func lostLease(t *testing.T, c Config) (lock.Locker, string, *lock.Lease) {
+	t.Helper()
+	l := newLocker(t, c)
+	key := Key(t)
+	lease := MustAcquire(t, l, key)
+	c.Lose(t, l, lease)
+	select {
+	case <-lease.Done():
+	case <-time.After(15 * time.Second):
+		t.Fatal("Done not closed 15 s after the lease was lost")
+	}
+	return l, key, lease
 }
 
 // testClose: Close loses the leases still held: Done closes, promptly, Err
