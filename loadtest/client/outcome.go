@@ -60,11 +60,24 @@ type Outcome struct {
 // in flight and a 5xx leave it open: every 503 (each with Retry-After) sheds
 // or fails this attempt — overloaded, shutting down, a lock or store
 // outage — without deciding anything about an earlier one still running.
+//
+// So does a 409 stale_fence: this attempt's lease was overtaken, and the
+// newer holder may be an earlier attempt with the same key, on another
+// instance, about to commit. An insufficient_stock settles it only because
+// a load test's stock never grows while it runs (no cancels, holds that
+// outlast the run): an earlier attempt still waiting would find no more.
 func (o Outcome) Settled() bool {
-	if o.Kind == KindUnknown {
+	if o.Kind == KindUnknown || o.Kind == KindStaleFence {
 		return false
 	}
 	return o.Status >= 200 && o.Status < 500
+}
+
+// Answered reports whether the service decided this attempt: anything but
+// no answer, a key still in flight, or a 5xx. A 409 stale_fence is one,
+// though it settles nothing about another attempt (Settled).
+func (o Outcome) Answered() bool {
+	return o.Kind == KindStaleFence || o.Settled()
 }
 
 // outcome classifies the public client's answer to one order call; ok is

@@ -377,7 +377,7 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 		if a.retry != nil {
 			o.Retries++
 			switch {
-			case !a.retry.Settled():
+			case !a.retry.Answered():
 				// Shed or unanswered: no evidence either way.
 				o.RetryUnsettled++
 			case a.first.Kind == client.KindReserved && a.retry.Kind == client.KindReserved && a.retry.Order.OrderID == a.first.Order.OrderID:

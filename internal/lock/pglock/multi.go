@@ -323,9 +323,11 @@ func (w *multiWait) send(ctx context.Context, b *pgx.Batch, what string) error {
 // back); when it fails, withConn discards it, which frees whatever it took
 // or was about to be granted. A connection found dead (after a server
 // restart every idle pooled connection is) is replaced, up to maxDeadConns
-// times.
+// times. One whose socket send closed itself, its cancel unanswered, is not
+// dead: its session may still hold keys this attempt took, and a retry
+// would queue behind them and hide lock.ErrCleanupPending.
 func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Conn) error) error {
-	for dead := 0; ; {
+	for deaths := 0; ; {
 		c, err := l.pool.Acquire(ctx)
 		if err != nil {
 			return l.failure(parent, err)
@@ -337,9 +339,9 @@ func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Con
 		case errors.Is(err, lock.ErrNotAcquired):
 			return err // attempt handed the connection back
 		}
-		closed := c.Conn().IsClosed()
+		dead := c.Conn().IsClosed() && !errors.Is(err, lock.ErrCleanupPending)
 		err = l.discarding(c, err)
-		if dead++; !closed || dead >= maxDeadConns || ctx.Err() != nil {
+		if deaths++; !dead || deaths >= maxDeadConns || ctx.Err() != nil {
 			return l.failure(parent, err)
 		}
 		l.log.Debug("dropped a dead pooled connection", "err", err)

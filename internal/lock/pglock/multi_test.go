@@ -381,6 +381,48 @@ func TestCancelUnansweredSaysWhatItLeft(t *testing.T) {
 	locktest.MustRelease(t, held)
 }
 
+// TestHoldWaitCancelUnansweredSaysWhatItLeft: an AcquireAll past its
+// hold-wait bound cancels its wait for the busy key while holding the
+// smaller one; when the server does not answer that cancel, the socket is
+// closed, and the session may hold the smaller key until the server
+// notices. That is lock.ErrCleanupPending for the caller, not a dead pooled
+// connection to retry on another: a retry would queue behind the key its
+// own old session holds and hide why.
+func TestHoldWaitCancelUnansweredSaysWhatItLeft(t *testing.T) {
+	url := privateDatabase(t)
+	a, b := newLocker(t, url), newLocker(t, url)
+	probe := connect(t, url)
+	keys := manyKeys(t, 2)
+	held := locktest.MustAcquire(t, a, keys[1])
+	ctx, cancel := context.WithTimeout(t.Context(), cancelGiveUp+10*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := lock.AcquireAll(ctx, b, keys, lock.WithHoldWait(300*time.Millisecond))
+		errc <- err
+	}()
+	waitFor(t, "the waiter queued on the server", func() bool { return lockWaiters(t, probe) == 1 })
+	var pid int
+	if err := probe.QueryRow(t.Context(), `SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted`).Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	resume := pause(t, pid)
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(cancelGiveUp + 3*time.Second):
+		resume()
+		t.Fatalf("AcquireAll still running %v after its cancel went unanswered", cancelGiveUp+3*time.Second)
+	}
+	resume()
+	if !errors.Is(err, lock.ErrCleanupPending) || !errors.Is(err, lock.ErrUnavailable) {
+		t.Fatalf("AcquireAll whose hold-wait cancel went unanswered = %v; want lock.ErrUnavailable with lock.ErrCleanupPending", err)
+	}
+	// Resumed, the backend finds its socket closed and frees what it held.
+	locktest.MustRelease(t, held)
+	locktest.MustRelease(t, locktest.MustAcquire(t, a, keys[0]))
+}
+
 // privateDatabase starts a Postgres cluster of the test's own, whose
 // backends a test may pause, and returns the URL of a database in it.
 func privateDatabase(t *testing.T) string {
