@@ -331,7 +331,8 @@ func TestCompareInterruptedPrintsPartialTable(t *testing.T) {
 	dir := t.TempDir()
 	js := filepath.Join(dir, "compare.json")
 	args := []string{"compare", "--bin=" + exe, "--backends=postgres,redis", "--instances=1", "--rate=40/s", "--duration=2m",
-		"--skus=3", "--stock=1000", "--report=", "--json=" + js, "--progress=on", "--seed-table=false"}
+		"--skus=3", "--stock=1000", "--report=", "--json=" + js, "--progress=on", "--seed-table=false",
+		"--logs=" + filepath.Join(dir, "logs")} // an interrupted run keeps its logs
 	ctx, cancel := context.WithCancel(fakeservice.Context(t))
 	defer cancel()
 	// Interrupt two seconds after the progress bar shows orders being sent,
