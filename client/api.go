@@ -23,16 +23,64 @@ func NewIdempotencyKey() string { return uuid.NewString() }
 // answer, store_unavailable, timeout) it may or may not have been applied:
 // read the SKU before setting it again.
 func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SKU, error) {
+	return c.setStock(ctx, sku, available, nil)
+}
+
+// SetStockIf is SetStock on the condition that sku's counters are still
+// the ones in seen, the SKU as the caller read it (SKU), when the service
+// holds its lock: it sends seen.Available as expect_available and
+// seen.Received as expect_received. Otherwise nothing is written and the
+// error matches ErrStockChanged, its message naming the counters that
+// differ. Read the SKU, compute the new level from what it says and pass
+// what it said as seen: orders placed between the read and the write then
+// make the call fail instead of being undone. A caller that read 404
+// passes SKU{}: a SKU that does not exist counts as 0 of each, so the call
+// creates it, or sets it only while it has never received a unit.
+//
+// A repeat of a SetStockIf that landed finds received moved by the change
+// it made, whatever orders did to available since (orders, confirms,
+// cancels and expiries never move received), and answers stock_changed
+// instead of applying the change twice; one that changed nothing may pass
+// again, and changes nothing again. So SetStockIf is retried as reads are:
+// after a 503 and after an attempt that got no answer. The client cannot
+// tell whether ErrStockChanged answers another writer's change or the
+// call's own earlier attempt, which landed without its answer reaching the
+// client: when an attempt may have been lost (the error counts more than
+// one, or an Observer saw one end without an answer or with
+// store_unavailable or timeout), read the SKU to learn whether it landed.
+func (c *Client) SetStockIf(ctx context.Context, sku string, available int64, seen SKU) (*SKU, error) {
+	return c.setStock(ctx, sku, available, &seen)
+}
+
+// stockBody is PUT /v1/skus/{sku}'s body.
+type stockBody struct {
+	Available       int64  `json:"available"`
+	ExpectAvailable *int64 `json:"expect_available,omitempty"`
+	ExpectReceived  *int64 `json:"expect_received,omitempty"`
+}
+
+// setStock is SetStock, or SetStockIf with seen.
+func (c *Client) setStock(ctx context.Context, sku string, available int64, seen *SKU) (*SKU, error) {
 	if err := inventory.ValidateSKU(sku); err != nil {
 		return nil, notSent("setStock", err)
 	}
 	if err := inventory.ValidateStock(available); err != nil {
 		return nil, notSent("setStock", err)
 	}
-	body, _ := json.Marshal(map[string]int64{"available": available})
+	b := stockBody{Available: available}
+	if seen != nil {
+		b.ExpectAvailable, b.ExpectReceived = &seen.Available, &seen.Received
+		if err := inventory.ValidateExpectation(inventory.StockExpectation{Available: b.ExpectAvailable,
+			Received: b.ExpectReceived}); err != nil {
+			return nil, notSent("setStock", err)
+		}
+	}
+	body, _ := json.Marshal(b)
 	var out SKU
+	// Only the unconditional level must not be repeated once it may have
+	// landed: the conditional one refuses its own repeat.
 	_, err := c.do(ctx, call{op: "setStock", method: http.MethodPut, path: "/v1/skus/" + url.PathEscape(sku),
-		body: body, header: c.admin(), want: http.StatusOK, out: &out, unwrittenOnly: true})
+		body: body, header: c.admin(), want: http.StatusOK, out: &out, unwrittenOnly: seen == nil})
 	if err != nil {
 		return nil, err
 	}

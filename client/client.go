@@ -14,6 +14,9 @@
 // absolute value, and a repeat of one that landed would set it again over
 // the orders placed in between, so it is retried only after an answer that
 // says nothing was written (503 lock_unavailable or overloaded).
+// SetStockIf, which sets the value only over the counters the caller read,
+// received among them, refuses its own repeat (stock_changed: received
+// moved by the change it made) and is retried as reads are.
 //
 // Errors the service answered are *APIError values that match the sentinel
 // of their code with errors.Is. A request the client can tell the service

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,6 +176,101 @@ func TestTypedErrors(t *testing.T) {
 	}
 	if ae := (*client.APIError)(nil); errors.As(func() error { _, err := c.SKU(ctx, "nope"); return err }(), &ae) && ae.SKU != "nope" {
 		t.Errorf("unknown_sku names %q, want nope", ae.SKU)
+	}
+}
+
+// TestSetStockIf: the level is set over the counters read, and refused
+// with ErrStockChanged, naming the SKU and the counters that differ, over
+// any others; a missing SKU, passed as SKU{}, has 0 of each.
+func TestSetStockIf(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	c := f.newClient()
+	mustStock(t, c, "a", 10)
+	read, err := c.SKU(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PlaceOrder(ctx, client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.SetStockIf(ctx, "a", 15, *read)
+	var ae *client.APIError
+	if !errors.Is(err, client.ErrStockChanged) || !errors.As(err, &ae) {
+		t.Fatalf("SetStockIf over 10 with 7 available = %v, want stock_changed", err)
+	}
+	if ae.Status != http.StatusConflict || ae.SKU != "a" || !strings.HasSuffix(ae.Message, ": available is 7, not the expected 10") {
+		t.Fatalf("stock_changed = %+v", ae)
+	}
+	if read, err = c.SKU(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.SetStockIf(ctx, "a", 12, *read); err != nil || s.Available != 12 || s.Received != 15 {
+		t.Fatalf("SetStockIf over the 7 available = %+v, %v", s, err)
+	}
+	_, err = c.SetStockIf(ctx, "new", 4, client.SKU{Received: 5})
+	if !errors.As(err, &ae) || !errors.Is(err, client.ErrStockChanged) || !strings.HasSuffix(ae.Message, ": received is 0, not the expected 5") {
+		t.Fatalf("SetStockIf expecting received 5 of a missing SKU = %v, want stock_changed naming received", err)
+	}
+	if _, err := c.SKU(ctx, "new"); !errors.Is(err, client.ErrUnknownSKU) {
+		t.Fatalf("after a refused SetStockIf the SKU reads %v, want unknown_sku", err)
+	}
+	if s, err := c.SetStockIf(ctx, "new", 4, client.SKU{}); err != nil || s.Available != 4 {
+		t.Fatalf("SetStockIf with SKU{} of a missing SKU = %+v, %v, want it created", s, err)
+	}
+}
+
+// landedTransport loses the answer to the first PUT after the service has
+// applied it, and runs between before the client learns of the loss: what
+// happens to the SKU before the retry.
+type landedTransport struct {
+	next    http.RoundTripper
+	between func()
+	lost    atomic.Bool
+}
+
+func (lt *landedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := lt.next.RoundTrip(req)
+	if err != nil || req.Method != http.MethodPut || lt.lost.Swap(true) {
+		return res, err
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	_ = res.Body.Close()
+	lt.between()
+	return nil, errors.New("answer lost on the way back")
+}
+
+// TestSetStockIfLostAnswer: the first attempt adds 5 units to the 10 read
+// and its answer is lost; orders take 5 units before the retry, so
+// available is 10 again. The retry is refused on received, which the first
+// attempt moved, and the 5 units are there once: the caller, told of two
+// attempts, reads the SKU to learn that its write landed.
+func TestSetStockIfLostAnswer(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	admin := f.newClient()
+	mustStock(t, admin, "a", 10)
+	read, err := admin.SKU(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lt := &landedTransport{next: f.tr, between: func() {
+		if _, err := admin.PlaceOrder(ctx, client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 5}}}); err != nil {
+			t.Error(err)
+		}
+	}}
+	c := f.newClient(client.WithHTTPClient(&http.Client{Transport: lt}), client.WithInFlightBackoff(time.Millisecond))
+	_, err = c.SetStockIf(ctx, "a", read.Available+5, *read)
+	var ae *client.APIError
+	if !errors.Is(err, client.ErrStockChanged) || !errors.As(err, &ae) ||
+		!strings.HasSuffix(ae.Message, ": received is 15, not the expected 10") || !strings.Contains(err.Error(), "2 attempts") {
+		t.Fatalf("SetStockIf whose first answer was lost = %v, want stock_changed on received after 2 attempts", err)
+	}
+	if k, err := admin.SKU(ctx, "a"); err != nil || k.Available != 10 || k.Reserved != 5 || k.Received != 15 {
+		t.Fatalf("after the retry = %+v, %v; want available 10, reserved 5, received 15: the 5 units added once", k, err)
+	}
+	if a, err := admin.Audit(ctx, "a"); err != nil || !a.Consistent || a.Received != 15 {
+		t.Fatalf("audit = %+v, %v", a, err)
 	}
 }
 

@@ -14,6 +14,9 @@ import (
 // the client's waits for it are over (WithInFlightWait), means the first
 // request with the key still ran: the order's outcome is unknown. Retry with
 // the same key to learn it; a new key could place the order twice.
+// ErrStockChanged is SetStockIf's refusal: the SKU's counters were not the
+// ones the caller read, and nothing was written (see SetStockIf for when
+// it may follow the call's own write).
 var (
 	ErrInvalidRequest         = errors.New("invalid_request")
 	ErrUnauthorized           = errors.New("unauthorized")
@@ -23,6 +26,7 @@ var (
 	ErrMethodNotAllowed       = errors.New("method_not_allowed")
 	ErrInsufficientStock      = errors.New("insufficient_stock")
 	ErrStaleFence             = errors.New("stale_fence")
+	ErrStockChanged           = errors.New("stock_changed")
 	ErrInvalidTransition      = errors.New("invalid_transition")
 	ErrIdempotencyKeyInFlight = errors.New("idempotency_key_in_flight")
 	ErrBodyTooLarge           = errors.New("body_too_large")
@@ -59,9 +63,9 @@ var ErrBadAnswer = errors.New("client: undecodable answer")
 var codes = func() map[string]error {
 	m := map[string]error{}
 	for _, e := range []error{ErrInvalidRequest, ErrUnauthorized, ErrUnknownSKU, ErrUnknownOrder, ErrNotFound,
-		ErrMethodNotAllowed, ErrInsufficientStock, ErrStaleFence, ErrInvalidTransition, ErrIdempotencyKeyInFlight,
-		ErrBodyTooLarge, ErrUnsupportedMediaType, ErrIdempotencyKeyReused, ErrLockUnavailable, ErrStoreUnavailable,
-		ErrOverloaded, ErrNotReady, ErrTimeout, ErrInternal} {
+		ErrMethodNotAllowed, ErrInsufficientStock, ErrStaleFence, ErrStockChanged, ErrInvalidTransition,
+		ErrIdempotencyKeyInFlight, ErrBodyTooLarge, ErrUnsupportedMediaType, ErrIdempotencyKeyReused, ErrLockUnavailable,
+		ErrStoreUnavailable, ErrOverloaded, ErrNotReady, ErrTimeout, ErrInternal} {
 		m[e.Error()] = e
 	}
 	return m

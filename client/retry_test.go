@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
@@ -146,6 +147,89 @@ func TestSetStockRepeatsOnlyWhatWroteNothing(t *testing.T) {
 	}
 }
 
+// TestSetStockIfRepeats: SetStockIf sends the counters of the SKU it was
+// given, available and received, on every attempt, which makes a repeat of
+// one that landed answer stock_changed, so it is retried after any 503 and
+// after no answer; stock_changed itself is final, and the caller, not the
+// client, reads the SKU to learn whether an earlier attempt landed.
+func TestSetStockIfRepeats(t *testing.T) {
+	const want = `{"available":15,"expect_available":10,"expect_received":12}`
+	seen := client.SKU{SKU: "a", Available: 10, Reserved: 2, Received: 12, FenceToken: 7}
+	cases := []struct {
+		name    string
+		first   func(t *testing.T, w http.ResponseWriter)
+		changed bool // the second attempt answers stock_changed
+	}{
+		{"no answer", noAnswer, false},
+		{"store_unavailable", func(_ *testing.T, w http.ResponseWriter) {
+			answerError(w, http.StatusServiceUnavailable, "store_unavailable", "0")
+		}, false},
+		{"timeout", func(_ *testing.T, w http.ResponseWriter) {
+			answerError(w, http.StatusServiceUnavailable, "timeout", "0")
+		}, false},
+		{"lock_unavailable", func(_ *testing.T, w http.ResponseWriter) {
+			answerError(w, http.StatusServiceUnavailable, "lock_unavailable", "0")
+		}, false},
+		{"no answer, then stock_changed", noAnswer, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, n := scripted(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				if body, _ := io.ReadAll(r.Body); string(body) != want {
+					t.Errorf("attempt %d sent %s, want %s", n, body, want)
+				}
+				switch {
+				case n == 1:
+					tc.first(t, w)
+				case tc.changed:
+					answerError(w, http.StatusConflict, "stock_changed", "")
+				default:
+					w.Header().Set("Content-Type", "application/json")
+					fmt.Fprint(w, `{"sku":"a","available":15,"received":15}`)
+				}
+			})
+			c := mustNew(t, url, client.WithInFlightBackoff(time.Millisecond))
+			s, err := c.SetStockIf(context.Background(), "a", 15, seen)
+			if n.Load() != 2 {
+				t.Fatalf("%d attempts, want 2", n.Load())
+			}
+			if tc.changed {
+				var ae *client.APIError
+				if !errors.Is(err, client.ErrStockChanged) || !errors.As(err, &ae) || ae.Status != http.StatusConflict {
+					t.Fatalf("err = %v, want stock_changed", err)
+				}
+				return
+			}
+			if err != nil || s.Available != 15 {
+				t.Fatalf("SetStockIf = %+v, %v", s, err)
+			}
+		})
+	}
+
+	for _, c := range []struct {
+		name, want string
+		call       func(*client.Client) (*client.SKU, error)
+	}{
+		{"SetStock", `{"available":5}`, func(c *client.Client) (*client.SKU, error) {
+			return c.SetStock(context.Background(), "a", 5)
+		}},
+		{"SetStockIf after a 404", `{"available":5,"expect_available":0,"expect_received":0}`, func(c *client.Client) (*client.SKU, error) {
+			return c.SetStockIf(context.Background(), "a", 5, client.SKU{})
+		}},
+	} {
+		url, _ := scripted(t, func(_ int, w http.ResponseWriter, r *http.Request) {
+			if body, _ := io.ReadAll(r.Body); string(body) != c.want {
+				t.Errorf("%s sent %s, want %s", c.name, body, c.want)
+			}
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"sku":"a","available":5,"received":5}`)
+		})
+		if _, err := c.call(mustNew(t, url)); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+	}
+}
+
 // TestUnsendableIsFinal: what no attempt could send is refused at once,
 // not retried as if it got no answer.
 func TestUnsendableIsFinal(t *testing.T) {
@@ -202,9 +286,19 @@ func TestClientRefusesWhatTheServiceRefuses(t *testing.T) {
 		check(fmt.Sprintf("Audit(%q)", sku), takes, func() error { _, err := c.Audit(ctx, sku); return err })
 		check(fmt.Sprintf("SetStock(%q)", sku), takes, func() error { _, err := c.SetStock(ctx, sku, 1); return err })
 	}
-	for _, v := range []int64{-1, 0, 1, inventory.MaxStock, inventory.MaxStock + 1} {
-		check(fmt.Sprintf("SetStock(%d)", v), inventory.ValidateStock(v) == nil,
+	for _, v := range []int64{-1, 0, 1, inventory.MaxStock, inventory.MaxStock + 1, math.MaxInt64} {
+		takes := inventory.ValidateStock(v) == nil
+		check(fmt.Sprintf("SetStock(%d)", v), takes,
 			func() error { _, err := c.SetStock(ctx, "a", v); return err })
+		check(fmt.Sprintf("SetStockIf(%d, seen 1)", v), takes,
+			func() error { _, err := c.SetStockIf(ctx, "a", v, client.SKU{Available: 1, Received: 1}); return err })
+		// What was read may lie past what a PUT sets.
+		seenAvailable := client.SKU{Available: v, Received: 1}
+		check(fmt.Sprintf("SetStockIf(1, seen available %d)", v), inventory.ValidateExpectation(inventory.StockExpectation{Available: &seenAvailable.Available}) == nil,
+			func() error { _, err := c.SetStockIf(ctx, "a", 1, seenAvailable); return err })
+		seenReceived := client.SKU{Available: 1, Received: v}
+		check(fmt.Sprintf("SetStockIf(1, seen received %d)", v), inventory.ValidateExpectation(inventory.StockExpectation{Received: &seenReceived.Received}) == nil,
+			func() error { _, err := c.SetStockIf(ctx, "a", 1, seenReceived); return err })
 	}
 	for _, k := range []string{"k", "~", " ", strings.Repeat("k", inventory.MaxIdempotency), strings.Repeat("k", inventory.MaxIdempotency+1),
 		"k\r\n", "k\x00", "k\x7f", "k\xff", "ключ", "k\t", " k", "k ", "k k"} {

@@ -178,6 +178,113 @@ func TestSKULifecycle(t *testing.T) {
 	}
 }
 
+// TestStockPrecondition: with expect_available and expect_received, PUT
+// sets the level only over those counters (a missing SKU has 0 of each),
+// else answers 409 stock_changed naming the SKU and every counter that
+// differs, and writes nothing; without them, or with null, PUT sets the
+// level as ever.
+func TestStockPrecondition(t *testing.T) {
+	e := newEnv(t)
+	admin := []string{"Authorization", "Bearer " + adminToken}
+	put := func(sku, body string) response { return e.do("PUT", "/v1/skus/"+sku, body, admin...) }
+	e.stock("a", 10)
+	if r := e.order(`{"lines":[{"sku":"a","quantity":3}]}`); r.status != 201 {
+		t.Fatalf("place = %d %s", r.status, r.raw)
+	}
+	r := put("a", `{"available":15,"expect_available":10}`)
+	expect(t, r, 409, "stock_changed")
+	detail := r.body["error"].(map[string]any)
+	if detail["sku"] != "a" || !strings.Contains(detail["message"].(string), "available is 7, not the expected 10") {
+		t.Fatalf("stock_changed without the SKU or the units available: %s", r.raw)
+	}
+	if a := e.audit("a"); a.Available != 7 || a.Held != 3 || a.Received != 10 || !a.Consistent {
+		t.Fatalf("a refused precondition moved the counters: %+v", a)
+	}
+	if r := put("a", `{"available":12,"expect_available":7}`); r.status != 200 || r.body["available"] != 12.0 || r.body["received"] != 15.0 {
+		t.Fatalf("PUT over the 7 available = %d %s, want 200 with available 12, received 15", r.status, r.raw)
+	}
+	// null is absent: the level is set whatever is there.
+	if r := put("a", `{"available":9,"expect_available":null}`); r.status != 200 || r.body["available"] != 9.0 || r.body["received"] != 12.0 {
+		t.Fatalf("PUT with a null expect_available = %d %s, want 200 with available 9", r.status, r.raw)
+	}
+	for _, c := range []struct{ body, message string }{
+		{`{"available":20,"expect_available":10,"expect_received":10}`,
+			`sku "a": stock changed: available is 9, not the expected 10; received is 12, not the expected 10`},
+		{`{"available":20,"expect_available":9,"expect_received":10}`,
+			`sku "a": stock changed: received is 12, not the expected 10`},
+		{`{"available":20,"expect_received":10}`,
+			`sku "a": stock changed: received is 12, not the expected 10`},
+	} {
+		r := put("a", c.body)
+		expect(t, r, 409, "stock_changed")
+		if detail := r.body["error"].(map[string]any); detail["sku"] != "a" || detail["message"] != c.message {
+			t.Fatalf("PUT %s: %s, want the message %q", c.body, r.raw, c.message)
+		}
+	}
+	if a := e.audit("a"); a.Available != 9 || a.Received != 12 || !a.Consistent {
+		t.Fatalf("refused preconditions moved the counters: %+v", a)
+	}
+	if r := put("a", `{"available":20,"expect_available":9,"expect_received":12}`); r.status != 200 || r.body["received"] != 23.0 {
+		t.Fatalf("PUT over the 9 available and 12 received = %d %s, want 200 with received 23", r.status, r.raw)
+	}
+	if r := put("a", `{"available":21,"expect_available":null,"expect_received":null}`); r.status != 200 || r.body["received"] != 24.0 {
+		t.Fatalf("PUT with null expectations = %d %s, want 200 with received 24", r.status, r.raw)
+	}
+
+	r = put("b", `{"available":4,"expect_available":5}`)
+	expect(t, r, 409, "stock_changed")
+	if detail := r.body["error"].(map[string]any); detail["sku"] != "b" || !strings.Contains(detail["message"].(string), "available is 0") {
+		t.Fatalf("stock_changed on a missing SKU: %s", r.raw)
+	}
+	expect(t, e.do("GET", "/v1/skus/b", ""), 404, "unknown_sku")
+	if r := put("b", `{"available":4,"expect_available":0}`); r.status != 200 || r.body["available"] != 4.0 {
+		t.Fatalf("PUT expecting 0 of a missing SKU = %d %s, want it created", r.status, r.raw)
+	}
+	expect(t, put("b", `{"available":4,"expect_available":0}`), 409, "stock_changed")
+
+	expect(t, put("c", `{"available":4,"expect_available":0,"expect_received":5}`), 409, "stock_changed")
+	expect(t, e.do("GET", "/v1/skus/c", ""), 404, "unknown_sku")
+	if r := put("c", `{"available":4,"expect_available":0,"expect_received":0}`); r.status != 200 || r.body["received"] != 4.0 {
+		t.Fatalf("PUT expecting 0 and 0 of a missing SKU = %d %s, want it created", r.status, r.raw)
+	}
+}
+
+// TestStockPreconditionBadValues: expect_available and expect_received
+// are decoded as available is, and must not be negative; a bad one is 400
+// naming the field, and touches nothing.
+func TestStockPreconditionBadValues(t *testing.T) {
+	e := newEnv(t)
+	e.stock("a", 5)
+	for _, field := range []string{"expect_available", "expect_received"} {
+		cases := []struct{ name, body string }{
+			{"negative", `{"available":1,"FIELD":-1}`},
+			{"overflowing", `{"available":1,"FIELD":99999999999999999999}`},
+			{"float", `{"available":1,"FIELD":1.5}`},
+			{"integral float", `{"available":1,"FIELD":5.0}`},
+			{"exponent", `{"available":1,"FIELD":5e0}`},
+			{"string", `{"available":1,"FIELD":"5"}`},
+			{"boolean", `{"available":1,"FIELD":true}`},
+			{"object", `{"available":1,"FIELD":{}}`},
+			{"duplicate", `{"available":1,"FIELD":5,"FIELD":5}`},
+			{"case-folded", `{"available":1,"` + strings.ToUpper(field[:1]) + field[1:] + `":5}`},
+			{"no available", `{"FIELD":5}`},
+		}
+		for _, c := range cases {
+			t.Run(field+"/"+c.name, func(t *testing.T) {
+				r := e.do("PUT", "/v1/skus/a", strings.ReplaceAll(c.body, "FIELD", field), "Authorization", "Bearer "+adminToken)
+				expect(t, r, 400, "invalid_request")
+				msg := r.body["error"].(map[string]any)["message"].(string)
+				if c.name != "no available" && !strings.Contains(strings.ToLower(msg), field) {
+					t.Errorf("message %q does not name the field", msg)
+				}
+			})
+		}
+	}
+	if a := e.audit("a"); a.Available != 5 || a.Received != 5 {
+		t.Fatalf("bad requests changed stock: %+v", a)
+	}
+}
+
 func TestOrderLifecycle(t *testing.T) {
 	e := newEnv(t)
 	e.stock("a", 5)

@@ -49,6 +49,7 @@ var errorTable = []struct {
 	{errMethod, http.StatusMethodNotAllowed, "method_not_allowed"},
 	{inventory.ErrInsufficientStock, http.StatusConflict, "insufficient_stock"},
 	{inventory.ErrStaleFence, http.StatusConflict, "stale_fence"},
+	{inventory.ErrStockChanged, http.StatusConflict, "stock_changed"},
 	{inventory.ErrInvalidTransition, http.StatusConflict, "invalid_transition"},
 	// A lost lease is the answer whatever else the write ran into: an order
 	// of a batch whose lease was lost while a replay's key was taken must

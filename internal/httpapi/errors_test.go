@@ -29,6 +29,7 @@ func TestClassify(t *testing.T) {
 		{inventory.ErrUnknownOrder, 404, "unknown_order", ""},
 		{&inventory.StockError{SKU: "b", Requested: 3, Available: 1}, 409, "insufficient_stock", "b"},
 		{fmt.Errorf("w: %w", &inventory.SKUError{SKU: "c", Err: inventory.ErrStaleFence}), 409, "stale_fence", "c"},
+		{&inventory.SKUError{SKU: "d", Err: fmt.Errorf("%w: available is 7, not the expected 10", inventory.ErrStockChanged)}, 409, "stock_changed", "d"},
 		{&inventory.TransitionError{From: inventory.StatusCancelled, To: inventory.StatusConfirmed}, 409, "invalid_transition", ""},
 		{inventory.ErrIdempotencyInFlight, 409, "idempotency_key_in_flight", ""},
 		{errBodyTooLarge, 413, "body_too_large", ""},

@@ -42,9 +42,14 @@ func (s *server) readyz(c *gin.Context) {
 
 type stockRequest struct {
 	Available *int64 `json:"available"`
+	// ExpectAvailable and ExpectReceived, when set, are the SKU's counters
+	// the level is to be set over (inventory.StockExpectation); JSON null is
+	// absent, as for available.
+	ExpectAvailable *int64 `json:"expect_available"`
+	ExpectReceived  *int64 `json:"expect_received"`
 }
 
-var stockFields = map[string]bool{"available": true}
+var stockFields = map[string]bool{"available": true, "expect_available": true, "expect_received": true}
 
 func (s *server) putSKU(c *gin.Context) {
 	sku := c.Param("sku")
@@ -66,7 +71,13 @@ func (s *server) putSKU(c *gin.Context) {
 		fail(c, err)
 		return
 	}
-	out, err := s.Service.SetStock(ctx, sku, *req.Available)
+	expect := inventory.StockExpectation{Available: req.ExpectAvailable, Received: req.ExpectReceived}
+	var out inventory.SKU
+	if expect != (inventory.StockExpectation{}) {
+		out, err = s.Service.SetStockIf(ctx, sku, *req.Available, expect)
+	} else {
+		out, err = s.Service.SetStock(ctx, sku, *req.Available)
+	}
 	if err != nil {
 		fail(c, err)
 		return

@@ -49,6 +49,12 @@ func (r *recorder) SetStock(_ context.Context, sku string, _ int64) (inventory.S
 	return inventory.SKU{}, nil
 }
 
+func (r *recorder) SetStockIf(_ context.Context, sku string, _ int64, _ inventory.StockExpectation) (inventory.SKU, error) {
+	r.calls.Add(1)
+	r.arg.Store(&sku)
+	return inventory.SKU{}, nil
+}
+
 func (r *recorder) SKU(_ context.Context, sku string) (inventory.SKU, error) {
 	r.calls.Add(1)
 	r.arg.Store(&sku)

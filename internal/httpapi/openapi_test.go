@@ -367,6 +367,16 @@ func TestOpenAPILimits(t *testing.T) {
 		}
 	}
 	bounds("StockRequest.available", get(schema("StockRequest"), "properties", "available"), 0, inventory.MaxStock)
+	for _, f := range []string{"expect_available", "expect_received"} {
+		// Any count a GET shows: past MaxStock too.
+		n := s.resolve(get(schema("StockRequest"), "properties", f))
+		if got := asInt(t, get(n, "minimum"), f+".minimum"); got != 0 {
+			t.Errorf("StockRequest.%s.minimum = %d, code says 0", f, got)
+		}
+		if m, ok := n.(map[string]any); !ok || m["maximum"] != nil {
+			t.Errorf("StockRequest.%s has a maximum; the code takes any non-negative int64", f)
+		}
+	}
 	bounds("OrderLineRequest.quantity", get(schema("OrderLineRequest"), "properties", "quantity"), 1, inventory.MaxQuantity)
 	hold := get(schema("OrderRequest"), "properties", "hold_seconds")
 	bounds("OrderRequest.hold_seconds", hold, 1, int64(inventory.MaxHold/time.Second))

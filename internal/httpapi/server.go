@@ -21,6 +21,7 @@ import (
 type Inventory interface {
 	Place(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error)
 	SetStock(ctx context.Context, sku string, available int64) (inventory.SKU, error)
+	SetStockIf(ctx context.Context, sku string, available int64, expect inventory.StockExpectation) (inventory.SKU, error)
 	SKU(ctx context.Context, sku string) (inventory.SKU, error)
 	Audit(ctx context.Context, sku string) (inventory.Audit, error)
 	Order(ctx context.Context, id string) (*inventory.Order, error)

@@ -17,6 +17,10 @@ var (
 	ErrInvalidTransition   = errors.New("invalid order transition")
 	ErrIdempotencyInFlight = errors.New("idempotency key in flight")
 	ErrIdempotencyReused   = errors.New("idempotency key reused with a different request")
+	// ErrStockChanged is a stock level to be set only if the SKU's
+	// counters are the ones expected (StockExpectation), and they were
+	// not: nothing was written.
+	ErrStockChanged = errors.New("stock changed")
 	// ErrOverloaded is work refused because a bound on what waits (requests
 	// in flight, orders queued) is reached; retry later, elsewhere if need be.
 	ErrOverloaded = errors.New("overloaded")

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
@@ -60,6 +61,29 @@ func TestValidate(t *testing.T) {
 	r := PlaceRequest{Lines: []LineRequest{line("a", 1)}}
 	if err := r.Validate(); err != nil || r.Hold != DefaultHold {
 		t.Errorf("default hold = %v, %v", r.Hold, err)
+	}
+}
+
+// TestValidateStockLevels: available is bounded by MaxStock; an
+// expectation by nothing but its sign, since cancels and PUTs take the
+// counters a GET shows past MaxStock. Each is named in its refusal; an
+// expectation not given is not checked.
+func TestValidateStockLevels(t *testing.T) {
+	if err := ValidateExpectation(StockExpectation{}); err != nil {
+		t.Errorf("no expectation: %v", err)
+	}
+	for _, n := range []int64{-1, 0, 1, MaxStock, MaxStock + 1, math.MaxInt64} {
+		for field, check := range map[string]func(int64) error{
+			"available":        ValidateStock,
+			"expect_available": func(n int64) error { return ValidateExpectation(StockExpectation{Available: &n}) },
+			"expect_received":  func(n int64) error { return ValidateExpectation(StockExpectation{Received: &n}) },
+		} {
+			ok := n >= 0 && (n <= MaxStock || field != "available")
+			err := check(n)
+			if (err == nil) != ok || err != nil && (!errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), "invalid request: "+field+" ")) {
+				t.Errorf("%s %d: %v, want ok=%v", field, n, err, ok)
+			}
+		}
 	}
 }
 

@@ -1,9 +1,11 @@
 package inventory
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 )
 
 // Ledger is the stock of the SKUs under a set of leases: what the claim
@@ -73,6 +75,55 @@ func (l *Ledger) SetAvailable(name string, available int64) (SKU, error) {
 	k.FenceToken = l.fences[name].Token
 	l.move(name, k)
 	return k, nil
+}
+
+// StockExpectation is what a conditional stock level expects of the SKU's
+// counters, as the caller read them; a nil field is not checked. Available
+// guards against the orders placed since the read, which a level computed
+// from it would undo. It does not guard against a repeat of the call's own
+// earlier attempt that landed, nor another PUT since the read: orders,
+// cancels and expiries move available both ways, and can bring it back to
+// the number read. Received moves only when a PUT changes available, so it
+// guards against those.
+type StockExpectation struct {
+	Available *int64
+	Received  *int64
+}
+
+// Check returns nil if k meets e, or an error matching ErrStockChanged
+// that names every counter that differs. A SKU that does not exist is
+// checked as SKU{}: 0 of each.
+func (e StockExpectation) Check(k SKU) error {
+	var differ []string
+	if e.Available != nil && *e.Available != k.Available {
+		differ = append(differ, fmt.Sprintf("available is %d, not the expected %d", k.Available, *e.Available))
+	}
+	if e.Received != nil && *e.Received != k.Received {
+		differ = append(differ, fmt.Sprintf("received is %d, not the expected %d", k.Received, *e.Received))
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrStockChanged, strings.Join(differ, "; "))
+}
+
+// SetAvailableIf is SetAvailable on the condition that the SKU meets
+// expect now, a SKU that does not exist counting as 0 of each; otherwise
+// it moves nothing and fails with ErrStockChanged, naming the counters
+// that differ. The ledger is what the claim read under the lease, so
+// nothing can change them between this check and the write.
+func (l *Ledger) SetAvailableIf(name string, available int64, expect StockExpectation) (SKU, error) {
+	k, err := l.sku(name)
+	if errors.Is(err, ErrUnknownSKU) {
+		k, err = SKU{SKU: name}, nil
+	}
+	if err != nil {
+		return SKU{}, err
+	}
+	if err := expect.Check(k); err != nil {
+		return SKU{}, &SKUError{SKU: name, Err: err}
+	}
+	return l.SetAvailable(name, available)
 }
 
 // Settle ends the hold of a reserved order: confirmed, its units are sold;

@@ -2,6 +2,7 @@ package inventory
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -86,6 +87,55 @@ func TestLedgerSetAvailable(t *testing.T) {
 	}
 	if _, err := l.SetAvailable("c", 1); err == nil {
 		t.Fatal("SetAvailable on a SKU under no lease succeeded")
+	}
+}
+
+// TestLedgerSetAvailableIf: the level is set only over the expected
+// counters, a missing SKU counting as 0 of each; a refusal moves nothing
+// and names every counter that differs.
+func TestLedgerSetAvailableIf(t *testing.T) {
+	l := testLedger()
+	if err := l.Reserve(order(Line{SKU: "a", Quantity: 2})); err != nil {
+		t.Fatal(err)
+	}
+	l.Written()
+	_, err := l.SetAvailableIf("a", 8, StockExpectation{Available: new(int64(5))})
+	var ke *SKUError
+	if !errors.Is(err, ErrStockChanged) || !errors.As(err, &ke) || ke.SKU != "a" ||
+		!strings.HasSuffix(err.Error(), ": available is 3, not the expected 5") {
+		t.Fatalf("SetAvailableIf over 5 with 3 available = %v, want ErrStockChanged naming 3", err)
+	}
+	_, err = l.SetAvailableIf("a", 8, StockExpectation{Available: new(int64(3)), Received: new(int64(4))})
+	if !errors.Is(err, ErrStockChanged) || !strings.HasSuffix(err.Error(), ": received is 5, not the expected 4") {
+		t.Fatalf("SetAvailableIf over received 4 with 5 = %v, want ErrStockChanged naming received alone", err)
+	}
+	_, err = l.SetAvailableIf("a", 8, StockExpectation{Available: new(int64(5)), Received: new(int64(4))})
+	if !errors.Is(err, ErrStockChanged) ||
+		!strings.HasSuffix(err.Error(), ": available is 3, not the expected 5; received is 5, not the expected 4") {
+		t.Fatalf("SetAvailableIf with both wrong = %v, want ErrStockChanged naming both", err)
+	}
+	if skus, _ := l.Changes(); len(skus) != 0 || l.skus["a"].Available != 3 || l.skus["a"].Received != 5 {
+		t.Fatalf("a refused level moved the ledger: %+v, changes %+v", l.skus["a"], skus)
+	}
+	k, err := l.SetAvailableIf("a", 8, StockExpectation{Available: new(int64(3)), Received: new(int64(5))})
+	if err != nil || k.Available != 8 || k.Reserved != 2 || k.Received != 10 {
+		t.Fatalf("SetAvailableIf over the 3 available, 5 received = %+v, %v; want available 8, received 10", k, err)
+	}
+	if k, err := l.SetAvailableIf("a", 9, StockExpectation{}); err != nil || k.Available != 9 || k.Received != 11 {
+		t.Fatalf("SetAvailableIf with no expectation = %+v, %v; want it set as SetAvailable sets it", k, err)
+	}
+	if _, err := l.SetAvailableIf("x", 1, StockExpectation{Available: new(int64(4))}); !errors.Is(err, ErrStockChanged) ||
+		!strings.Contains(err.Error(), "available is 0") {
+		t.Fatalf("SetAvailableIf on a missing SKU expecting 4 = %v, want ErrStockChanged naming 0", err)
+	}
+	if _, err := l.SetAvailableIf("x", 1, StockExpectation{Available: new(int64(0)), Received: new(int64(5))}); !errors.Is(err, ErrStockChanged) ||
+		!strings.HasSuffix(err.Error(), ": received is 0, not the expected 5") {
+		t.Fatalf("SetAvailableIf on a missing SKU expecting received 5 = %v, want ErrStockChanged naming received 0", err)
+	}
+	l.refused["s"] = &SKUError{SKU: "s", Err: ErrStaleFence}
+	l.fences["s"] = Fence{SKU: "s", Token: 12}
+	if _, err := l.SetAvailableIf("s", 1, StockExpectation{Available: new(int64(0)), Received: new(int64(0))}); !errors.Is(err, ErrStaleFence) {
+		t.Fatalf("SetAvailableIf on a stale SKU = %v, want ErrStaleFence", err)
 	}
 }
 

@@ -139,6 +139,20 @@ func ValidateStock(available int64) error {
 	return nil
 }
 
+// ValidateExpectation checks what a conditional PUT expects to find
+// (expect_available, expect_received): any count a GET can show, so not
+// MaxStock, which bounds what a PUT sets: cancels return units above it,
+// and received sums every PUT's additions.
+func ValidateExpectation(e StockExpectation) error {
+	if e.Available != nil && *e.Available < 0 {
+		return invalid("expect_available must be a non-negative integer")
+	}
+	if e.Received != nil && *e.Received < 0 {
+		return invalid("expect_received must be a non-negative integer")
+	}
+	return nil
+}
+
 // Clip shortens a string a client sent for an error message, which echoes
 // it back: the answer must not be as long as the client made the string.
 func Clip(s string) string {

@@ -93,10 +93,11 @@ func (k *knownSKUs) unknown(ctx context.Context, ask []string) (map[string]bool,
 // dropUnknown answers, without locking anything, the ops of waiting that
 // name a SKU that does not exist (unknown_sku), or every op with the
 // lookup's error; it returns the rest and the SKUs they need. ask is
-// s.known.misses(want). Ops that create SKUs (setting stock) are not
-// checked: creating a SKU takes its lock like any other stock change.
+// s.known.misses(want). Ops that set stock (anySKU) are not checked:
+// creating a SKU takes its lock like any other stock change, and a level
+// set only over counters other than 0 finds it missing under the lease.
 func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, waiting []*pending) ([]string, []*pending) {
-	if slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.create }) {
+	if slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.anySKU }) {
 		return want, waiting
 	}
 	// Marked only when the store is asked: an acquisition of SKUs all

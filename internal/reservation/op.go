@@ -22,6 +22,10 @@ type op struct {
 	skus []string
 	// create has the claim create missing SKU rows (setting stock).
 	create bool
+	// anySKU has the section lock skus without first asking whether they
+	// exist (known.go): setting stock takes its lock like any stock
+	// change, whether or not it creates the SKU.
+	anySKU bool
 	// key is the idempotency key of an order to place: a write may refuse it
 	// alone (*inventory.KeyTakenError).
 	key string
@@ -51,10 +55,15 @@ func placeOp(o *inventory.Order, hold time.Duration, now func() time.Time) *op {
 }
 
 // setOp sets a SKU's available units, creating it if needed, and stores the
-// counters it decided in out.
-func setOp(name string, available int64, out *inventory.SKU) *op {
-	return &op{skus: []string{name}, create: true, decide: func(l *inventory.Ledger, _ *inventory.Write) error {
-		k, err := l.SetAvailable(name, available)
+// counters it decided in out, if the SKU meets expect (any SKU meets the
+// empty one), checked on what the claim read under the lease. A missing SKU
+// counts as 0 of each, so the claim creates its row only when that meets
+// expect: otherwise the SKU stays missing and the check fails, with no
+// empty row left behind.
+func setOp(name string, available int64, expect inventory.StockExpectation, out *inventory.SKU) *op {
+	create := expect.Check(inventory.SKU{}) == nil
+	return &op{skus: []string{name}, create: create, anySKU: true, decide: func(l *inventory.Ledger, _ *inventory.Write) error {
+		k, err := l.SetAvailableIf(name, available, expect)
 		if err != nil {
 			return err
 		}

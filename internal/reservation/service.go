@@ -230,14 +230,32 @@ func (s *Service) replayKey(ctx context.Context, o *inventory.Order) (first *inv
 // SetStock sets a SKU's available units, creating the SKU if needed.
 // Received moves by the same amount, so received = available + held + sold.
 func (s *Service) SetStock(ctx context.Context, name string, available int64) (inventory.SKU, error) {
+	return s.setStock(ctx, name, available, inventory.StockExpectation{})
+}
+
+// SetStockIf is SetStock on the condition that the SKU meets expect when
+// its lease is held (a SKU that does not exist counts as 0 of each);
+// otherwise nothing is written and the error, a *inventory.SKUError,
+// matches inventory.ErrStockChanged. A level computed from a read is then
+// not set over the orders placed since the read (expect.Available), and a
+// repeat of one that landed is refused instead of applied twice, even if
+// orders brought available back to the number read (expect.Received).
+func (s *Service) SetStockIf(ctx context.Context, name string, available int64, expect inventory.StockExpectation) (inventory.SKU, error) {
+	return s.setStock(ctx, name, available, expect)
+}
+
+func (s *Service) setStock(ctx context.Context, name string, available int64, expect inventory.StockExpectation) (inventory.SKU, error) {
 	if err := inventory.ValidateSKU(name); err != nil {
 		return inventory.SKU{}, err
 	}
 	if err := inventory.ValidateStock(available); err != nil {
 		return inventory.SKU{}, err
 	}
+	if err := inventory.ValidateExpectation(expect); err != nil {
+		return inventory.SKU{}, err
+	}
 	var out inventory.SKU
-	err := s.alone(ctx, s.pending(ctx, setOp(name, available, &out)))
+	err := s.alone(ctx, s.pending(ctx, setOp(name, available, expect, &out)))
 	return out, err
 }
 
