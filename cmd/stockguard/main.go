@@ -13,18 +13,42 @@ import (
 
 	"github.com/stockguard/stockguard/internal/cliflag"
 	"github.com/stockguard/stockguard/loadtest"
+	"github.com/stockguard/stockguard/loadtest/chaos"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	var guard chaos.InterruptGuard
+	ctx, cancel := context.WithCancel(chaos.WithInterruptGuard(context.Background(), &guard))
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		// The first signal asks the command to stop (a load run prints what
-		// it measured); a second one kills as usual.
-		<-ctx.Done()
-		stop()
+		// it measured); a second one kills as usual. Except once during a
+		// chaos run's teardown (tens of seconds): killed then, it would
+		// leave network namespaces, their nftables tables and scratch
+		// directories until the next chaos run sweeps them, so the first
+		// extra signal is held, with a message saying so. The one after it
+		// kills: an operator must always be able to cut a hung teardown
+		// short from the keyboard, and what it leaves is harmless (the
+		// processes in the namespaces die with this one, the rules live
+		// only inside them) and swept.
+		<-sigs
+		cancel()
+		for sig := range sigs {
+			if guard.Hold(os.Stderr) {
+				continue
+			}
+			// The default action, as if the signal had never been caught.
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+			if s, ok := sig.(syscall.Signal); ok {
+				_ = syscall.Kill(os.Getpid(), s)
+			}
+			return
+		}
 	}()
 	err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
+	signal.Stop(sigs) // from here a signal kills at once
+	cancel()
 	if err != nil {
 		if !errors.Is(err, errReported) {
 			fmt.Fprintln(os.Stderr, "stockguard:", err)

@@ -50,9 +50,13 @@ func (e *chaosEnv) fill(run *Run, v run.Verification, metrics map[string]float64
 		at := ms(healAt)
 		run.Fault.HealAtMs = &at
 	}
-	in := func(d time.Duration) bool {
+	// An answer counts as given during the fault if its order was sent
+	// once the fault was in force and answered before it healed: an order
+	// already under way when the fault began says nothing of how the
+	// system served under it.
+	during := func(x chaosOutcome) bool {
 		for _, w := range windows {
-			if d >= w[0] && d <= w[1] {
+			if x.sent >= w[0] && x.done <= w[1] {
 				return true
 			}
 		}
@@ -60,7 +64,7 @@ func (e *chaosEnv) fill(run *Run, v run.Verification, metrics map[string]float64
 	}
 	var successes []time.Duration
 	for _, x := range outs {
-		if in(x.done) {
+		if during(x) {
 			switch x.kind {
 			case client.KindReserved:
 				run.Fault.ReservedDuring++

@@ -245,7 +245,10 @@ func (e *chaosEnv) nemesisStep(ctx context.Context, rec *histRecorder, s nemesis
 
 // nemesisPauseHolder is the forced race: a recorded order stalls between
 // its claim and its write on the victim, which is then frozen past the
-// lease, while the other instances' clients go on with the same SKU.
+// lease, while the other instances' clients go on with the same SKU. If no
+// order reaches its stall in nemesisStallTries tries it fails, fenced or
+// not: without the forced race an unfenced run has no race it must lose,
+// and a fenced run's refused stale write may be any pause's.
 func (e *chaosEnv) nemesisPauseHolder(ctx context.Context, rec *histRecorder, s nemesisStep) error {
 	v, sku := e.victim(), rec.skus[s.Target]
 	// A victim still recovering from an earlier fault may not get the lock
@@ -257,11 +260,15 @@ func (e *chaosEnv) nemesisPauseHolder(ctx context.Context, rec *histRecorder, s 
 		rec.placePaused(ctx, histClients, v, sku, stalledQty, holderStall, func(out history.Outcome, took time.Duration) {
 			e.event(EventOutcome, "nemesis: the stalled order answered %s %s after %v", out.Result, out.Code, took.Round(time.Millisecond))
 		})
-		if e.waitPausing(ctx, v, before, 1, 5*time.Second) {
+		if e.waitPausing(ctx, v, before, 1, stallStartLimit) {
 			break
 		}
-		if try == nemesisStallTries || ctx.Err() != nil {
-			return nil // noted by waitPausing; the run goes on without the race
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if try == nemesisStallTries {
+			return fmt.Errorf("the forced pause did not happen: no recorded order reached its stall between claim and write on instance %d in %d tries of %v",
+				v+1, nemesisStallTries, stallStartLimit)
 		}
 	}
 	from := e.event(EventFault, "nemesis: SIGSTOP instance %d (pid %d) for %v, its recorded order between claim and write", v+1, e.pid(v), s.For.Round(time.Millisecond))

@@ -25,16 +25,16 @@ var (
 		Name: "partition-holder", Backends: []string{"redis", "redlock", "zookeeper", "etcd"}, DamageUnfenced: true,
 		Summary: "Cut the instance holding a lease between claim and write off from its lock servers (it still reaches Postgres and the clients, and goes on renewing its lease in vain) until the lease is lost and another instance holds the lock; its write goes out; heal.",
 		net:     true, fault: partitionHolder,
-		check: func(r *Run) []string {
-			out := needStaleRejected(r)
+		exercised: func(r *Run) []string {
 			// Without the partition the watchdog, or the session's
 			// keepalive, would keep the lease through the stall: its loss
 			// is the cut's doing.
 			if r.Metrics[metricVictimLeasesLost] == 0 {
-				out = append(out, "the partitioned instance never saw its lease lost")
+				return []string{"the partitioned instance never saw its lease lost"}
 			}
-			return append(out, needRecovery(r)...)
+			return nil
 		},
+		check: func(r *Run) []string { return append(needStaleRejected(r), needRecovery(r)...) },
 	}
 	partitionLockMinorityScenario = &scenario{
 		Name: "partition-lock-minority", Backends: []string{"redlock"},
@@ -54,7 +54,7 @@ var (
 		check: func(r *Run) []string {
 			var out []string
 			if r.Fault.ReservedDuring == 0 {
-				out = append(out, "no order succeeded while the old leader was cut off")
+				out = append(out, "no order sent after the majority's election succeeded while the old leader was cut off")
 			}
 			return append(out, needRecovery(r)...)
 		},
@@ -217,7 +217,7 @@ func partitionZKLeader(ctx context.Context, e *chaosEnv) error {
 		return err
 	}
 	old := rig.locks[leader]
-	from := e.event(EventFault, "isolate ZooKeeper leader %s (%s) from the other nodes and every instance; it keeps running",
+	e.event(EventFault, "isolate ZooKeeper leader %s (%s) from the other nodes and every instance; it keeps running",
 		old, rig.topo.Member(old).Addr())
 	if err := rig.topo.Isolate(ctx, old); err != nil {
 		return err
@@ -232,7 +232,10 @@ func partitionZKLeader(ctx context.Context, e *chaosEnv) error {
 	if err != nil {
 		return err
 	}
-	e.event(EventNote, "%s elected leader by the majority side", rig.locks[next])
+	// The in-fault figures count from here: orders sent once the majority
+	// has a leader of its own, while the old one is still cut off, not
+	// orders already under way when the cut began.
+	elected := e.event(EventNote, "%s elected leader by the majority side", rig.locks[next])
 	// Held for a session timeout more: sessions that were on the old
 	// leader must move to the majority or expire, and orders run on them
 	// while the old leader is still cut off.
@@ -241,7 +244,7 @@ func partitionZKLeader(ctx context.Context, e *chaosEnv) error {
 		return err
 	}
 	e.heal(nil, "partition healed: %s reachable again", old)
-	e.window(from, e.healAt)
+	e.window(elected, e.healAt)
 	e.background(func() {
 		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

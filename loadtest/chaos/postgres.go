@@ -75,11 +75,16 @@ func postgresRestartScenario() *scenario {
 		},
 		fault:  postgresRestart,
 		finish: finishHistory,
+		// Fenced or not, a Postgres that was down answers someone 503
+		// store_unavailable: the recorded clients or the steady load.
+		exercised: func(r *Run) []string {
+			if (r.History == nil || r.History.StoreUnavailable == 0) && r.Orders.ErrorCodes["store_unavailable"] == 0 {
+				return []string{"no 503 store_unavailable while Postgres was down"}
+			}
+			return nil
+		},
 		check: func(r *Run) []string {
 			out := needRecovery(r)
-			if h := r.History; h != nil && h.StoreUnavailable == 0 && r.Orders.ErrorCodes["store_unavailable"] == 0 {
-				out = append(out, "no 503 store_unavailable while Postgres was down")
-			}
 			if n := r.Orders.ErrorCodes["internal"]; n > 0 {
 				out = append(out, fmt.Sprintf("%d orders of the steady load answered 500", n))
 			}

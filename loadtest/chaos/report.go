@@ -28,12 +28,26 @@ func chaosCells(r Run) []string {
 		fmt.Sprint(r.Orders.StaleFence), fmt.Sprint(r.Orders.LockUnavailable), rec, shortVerdict(r)}
 }
 
-// shortVerdict is PASS or FAIL and why, in a few words.
+// shortVerdict is PASS or FAIL and why, in a few words; a failure says
+// whether it is UNSAFE (damage where none was allowed), an error (the run
+// did not complete) or neither (no damage: the run did not show what it
+// had to), as Run.Status does.
 func shortVerdict(r Run) string {
 	damaged := r.Units.Oversold+r.Units.Lost > 0 || !r.Verification.Safe() || r.History.violated()
 	switch {
 	case !r.Pass:
-		return "FAIL: " + strings.Join(r.Failures, "; ")
+		why := strings.Join(r.Failures, "; ")
+		switch runStatus(&r) {
+		case StatusUnsafe:
+			return "FAIL, UNSAFE: " + why
+		case StatusError:
+			return "FAIL, error: " + why
+		case StatusFailed:
+			if damaged { // allowed: fencing off
+				return "FAIL: " + why
+			}
+		}
+		return "FAIL, no damage: " + why
 	case r.Expect == ExpectDamage:
 		return "PASS: damage, as expected without the fence"
 	case damaged:
@@ -44,14 +58,17 @@ func shortVerdict(r Run) string {
 	return "PASS: no damage"
 }
 
-// chaosStatus colours a run: safe, damage shown where it had to be, or a failure.
+// chaosStatus colours a run by its Status: safe, damage where it was
+// allowed, unsafe only for damage where none was; a run that failed
+// without damage (it did not show its fault, or did not complete) is
+// grey, not red.
 func chaosStatus(r Run) report.Status {
-	switch {
-	case r.Error != "" && r.Orders.Sent == 0:
-		return report.StatusError
-	case !r.Pass:
+	switch runStatus(&r) {
+	case StatusUnsafe:
 		return report.StatusUnsafe
-	case r.Units.Oversold+r.Units.Lost > 0 || r.History.violated():
+	case StatusFailed, StatusError:
+		return report.StatusError
+	case StatusExpectedUnsafe:
 		return report.StatusExpectedUnsafe
 	}
 	return report.StatusSafe

@@ -60,20 +60,29 @@ type Run struct {
 	Verification run.Verification `json:"verification"`
 	Verdict      string           `json:"verdict"`
 	Pass         bool             `json:"pass"`
-	Failures     []string         `json:"failures,omitempty"`
-	Error        string           `json:"error,omitempty"`
-	Notes        []string         `json:"notes,omitempty"`
-	Logs         string           `json:"logs,omitempty"`
+	// Status is the run's outcome in a word, as the table's verdict and
+	// the report's colour give it: safe, expected-unsafe, unsafe (failed
+	// with damage where none was allowed), failed (failed without such
+	// damage: the fault or race not shown, outcomes unknown, 500s) or
+	// error (did not complete).
+	Status   string   `json:"status"`
+	Failures []string `json:"failures,omitempty"`
+	Error    string   `json:"error,omitempty"`
+	Notes    []string `json:"notes,omitempty"`
+	Logs     string   `json:"logs,omitempty"`
 	// History is the history checker's verdict, for the scenarios whose
 	// clients record every request and answer.
 	History *HistoryCheck `json:"history,omitempty"`
 }
 
-// FaultFigures are the answers received while a fault was in force.
+// FaultFigures are the answers to orders sent while a fault was in force
+// and answered before it healed (orders already under way when it began do
+// not count).
 type FaultFigures struct {
 	FaultAtMs *float64 `json:"fault_at_ms"`
 	HealAtMs  *float64 `json:"heal_at_ms"`
-	// WindowsMs are the spans [from, to] in which a fault was in force.
+	// WindowsMs are the spans [from, to] in which a fault was in force
+	// (partition-zk-leader: from the majority's election to the heal).
 	WindowsMs             [][2]float64 `json:"windows_ms"`
 	ReservedDuring        int          `json:"reserved_during"`
 	LockUnavailableDuring int          `json:"lock_unavailable_during"`
@@ -102,6 +111,7 @@ func (p chaosPlan) expect() string {
 
 // runOne makes one run and judges it; every failure is recorded in the run.
 func (cc Config) runOne(ctx context.Context, p chaosPlan, root string, prog *progress.Bar) Run {
+	defer trackRun(ctx)() // until the teardown is over (see InterruptGuard)
 	run := Run{Scenario: p.sc.Name, Backend: p.backend, Fencing: p.fencing, Instances: cc.Instances,
 		LockTTL: p.sc.lockTTL(cc).String(), Expect: p.expect(), Metrics: map[string]float64{}, Events: []Event{}}
 	if p.backend == "zookeeper" {
@@ -272,11 +282,25 @@ func chaosVerdict(r *Run) string {
 	return s
 }
 
-// judge lists what the run failed to show, given what it had to.
+// Run.Status values.
+const (
+	StatusSafe           = "safe"            // passed, nothing oversold or lost
+	StatusExpectedUnsafe = "expected-unsafe" // passed with the damage fencing off may or must show
+	StatusUnsafe         = "unsafe"          // failed, with damage where none was allowed
+	StatusFailed         = "failed"          // failed without such damage: not exercised, unknown outcomes, 500s
+	StatusError          = "error"           // did not complete
+)
+
+// judge lists what the run failed to show, given what it had to: in every
+// mode that its fault happened (sc.exercised), fenced that it was safe
+// (sc.check and the verification), unfenced in a race scenario the damage.
 func (r *Run) judge(sc *scenario) {
 	var f []string
 	if r.Error != "" {
 		f = append(f, "did not complete: "+firstLine(r.Error))
+	}
+	if r.Error == "" && sc.exercised != nil {
+		f = append(f, sc.exercised(r)...)
 	}
 	damage := r.Units.Oversold + r.Units.Lost
 	switch r.Expect {
@@ -301,6 +325,29 @@ func (r *Run) judge(sc *scenario) {
 	f = append(f, r.History.failures(r.Expect)...)
 	r.Failures = f
 	r.Pass = len(f) == 0
+	r.Status = runStatus(r)
+}
+
+// runStatus is r's Status, once judged.
+func runStatus(r *Run) string {
+	switch {
+	case !r.Pass && r.unsafe():
+		return StatusUnsafe
+	case r.Error != "":
+		return StatusError
+	case !r.Pass:
+		return StatusFailed
+	case r.Units.Oversold+r.Units.Lost > 0 || r.History.violated():
+		return StatusExpectedUnsafe
+	}
+	return StatusSafe
+}
+
+// unsafe reports whether a run that had to be safe shows damage: units
+// oversold or lost, sources that disagree, or a history violation.
+func (r *Run) unsafe() bool {
+	return r.Expect == ExpectSafe &&
+		(r.Units.Oversold+r.Units.Lost > 0 || r.Verification.DisagreementCount > 0 || r.History.violated())
 }
 
 func firstLine(s string) string {

@@ -1,0 +1,314 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/stack/pgproxy"
+	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/report"
+	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
+)
+
+// TestChaosJudgeExercisedInEveryMode: what shows that a scenario's fault
+// happened is checked with fencing off too, not only what shows it was
+// safe: an unfenced lost-commit-ack that dropped no answer, a
+// kill-redis-majority without a single 503 lock_unavailable, a
+// postgres-restart without a 503 store_unavailable, a session expiry the
+// instance never noticed, a partition that never cost the holder its
+// lease, all fail, fenced or not.
+func TestChaosJudgeExercisedInEveryMode(t *testing.T) {
+	recovered := 50.0
+	off := func(name string) string { return scenarioPlan(scenarioByName(name), "off").expect() }
+	acks := func(expect string, la LostAcks) Run {
+		return Run{Expect: expect, RecoveryMs: &recovered, History: &HistoryCheck{Operations: 9, LostAcks: &la}}
+	}
+	damaged := tally.UnitCounts{Oversold: 25, Lost: 25}
+	cases := []struct {
+		name, scenario string
+		run            Run
+		pass           bool
+	}{
+		{"lost-commit-ack fenced, nothing dropped", "lost-commit-ack", acks(ExpectSafe, LostAcks{Rounds: 3}), false},
+		{"lost-commit-ack unfenced, nothing dropped", "lost-commit-ack", acks(off("lost-commit-ack"), LostAcks{Rounds: 3}), false},
+		{"lost-commit-ack unfenced, a drop before the commit", "lost-commit-ack", acks(off("lost-commit-ack"), LostAcks{Rounds: 3, Dropped: 3, Committed: 2, Replayed: 3, OrdersPerKey: 1}), false},
+		{"lost-commit-ack unfenced, no probe", "lost-commit-ack", Run{Expect: off("lost-commit-ack")}, false},
+		{"lost-commit-ack unfenced, every round dropped a committed answer", "lost-commit-ack", acks(off("lost-commit-ack"), LostAcks{Rounds: 3, Dropped: 3, Committed: 3, Replayed: 3, OrdersPerKey: 1}), true},
+		{"kill-redis-majority unfenced, no 503", "kill-redis-majority", Run{Expect: off("kill-redis-majority"), RecoveryMs: &recovered}, false},
+		{"kill-redis-majority unfenced, 503s", "kill-redis-majority", Run{Expect: off("kill-redis-majority"), Fault: FaultFigures{LockUnavailableDuring: 4}}, true},
+		{"postgres-restart unfenced, no store_unavailable", "postgres-restart", Run{Expect: off("postgres-restart"), History: &HistoryCheck{}}, false},
+		{"postgres-restart unfenced, store_unavailable", "postgres-restart", Run{Expect: off("postgres-restart"), History: &HistoryCheck{StoreUnavailable: 2}}, true},
+		{"zk-session-expiry unfenced, damage, session never lost", "zk-session-expiry", Run{Expect: off("zk-session-expiry"), Units: damaged, Metrics: map[string]float64{}}, false},
+		{"zk-session-expiry unfenced, damage, session lost", "zk-session-expiry", Run{Expect: off("zk-session-expiry"), Units: damaged, Metrics: map[string]float64{metricZKSessLost: 1}}, true},
+		{"partition-holder unfenced, damage, lease never lost", "partition-holder", Run{Expect: off("partition-holder"), Units: damaged, Metrics: map[string]float64{}}, false},
+		{"partition-holder unfenced, damage, lease lost", "partition-holder", Run{Expect: off("partition-holder"), Units: damaged, Metrics: map[string]float64{metricVictimLeasesLost: 1}}, true},
+	}
+	for _, tc := range cases {
+		sc := scenarioByName(tc.scenario)
+		if sc == nil {
+			t.Fatalf("no scenario %q", tc.scenario)
+		}
+		r := tc.run
+		r.judge(sc)
+		if r.Pass != tc.pass {
+			t.Errorf("%s: pass = %v (%v), want %v", tc.name, r.Pass, r.Failures, tc.pass)
+		}
+	}
+}
+
+// TestChaosTallyDropsFailsShortRounds: lost-commit-ack's fault fails
+// unless every round dropped an answer Postgres had committed (a proxy
+// rule that stopped matching the write drops nothing).
+func TestChaosTallyDropsFailsShortRounds(t *testing.T) {
+	committed := pgproxy.Drop{Answer: "INSERT 0 1"}
+	refused := pgproxy.Drop{Answer: "error: 23505"}
+	for _, tc := range []struct {
+		name  string
+		drops []pgproxy.Drop
+		ok    bool
+	}{
+		{"none", nil, false},
+		{"two of three", []pgproxy.Drop{committed, committed}, false},
+		{"one before the commit", []pgproxy.Drop{committed, refused, committed}, false},
+		{"all three committed", []pgproxy.Drop{committed, committed, committed}, true},
+	} {
+		la := LostAcks{Rounds: 3}
+		err := tallyDrops(&la, tc.drops)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err = %v, want ok %v (figures %+v)", tc.name, err, tc.ok, la)
+		}
+		if la.Dropped != len(tc.drops) {
+			t.Errorf("%s: Dropped = %d, want %d", tc.name, la.Dropped, len(tc.drops))
+		}
+	}
+}
+
+// faultEnv is an environment with a load whose outcomes are given and a
+// fault window [cut, heal], as fill sees them once the load stopped.
+func faultEnv(outs []chaosOutcome, cut, heal time.Duration) *chaosEnv {
+	e := &chaosEnv{cc: Config{Stock: 1000}, load: newChaosLoad([]string{"http://127.0.0.1:1"}, []string{"s"}, "t", 1, time.Second)}
+	e.load.outcomes = outs
+	e.faultAt, e.healAt, e.healed = cut, heal, true
+	e.windows = [][2]time.Duration{{cut, heal}}
+	return e
+}
+
+// TestChaosFillCountsOnlyOrdersSentDuringTheFault: orders already in flight
+// when the fault began, answered just after, do not count as served during
+// it: with 201s up to the cut, three orders sent before it and answered
+// 1–3 ms after, and nothing more until after the heal, nothing was reserved
+// during the fault, and the in-fault check fails.
+func TestChaosFillCountsOnlyOrdersSentDuringTheFault(t *testing.T) {
+	const msec = time.Millisecond
+	cut, heal, end := 2000*msec, 7700*msec, 10000*msec
+	var outs []chaosOutcome
+	for at := time.Duration(0); at+5*msec <= cut; at += 10 * msec {
+		outs = append(outs, chaosOutcome{sent: at, done: at + 5*msec, kind: client.KindReserved})
+	}
+	for i := range 3 {
+		outs = append(outs, chaosOutcome{sent: cut - 4*msec, done: cut + time.Duration(i+1)*msec, kind: client.KindReserved, inst: i})
+	}
+	for at := heal + 20*msec; at < end; at += 10 * msec {
+		outs = append(outs, chaosOutcome{sent: at, done: at + 5*msec, kind: client.KindReserved})
+	}
+	fillRun := func(outs []chaosOutcome) Run {
+		e := faultEnv(outs, cut, heal)
+		r := Run{Expect: ExpectSafe, Metrics: map[string]float64{}}
+		e.fill(&r, run.Verification{}, map[string]float64{}, end)
+		return r
+	}
+	r := fillRun(outs)
+	if r.Fault.ReservedDuring != 0 {
+		t.Errorf("ReservedDuring = %d, want 0: the three were sent before the cut", r.Fault.ReservedDuring)
+	}
+	if r.LongestGapMs < 5000 {
+		t.Errorf("LongestGapMs = %v, want the gap across the fault", r.LongestGapMs)
+	}
+	for _, name := range []string{"partition-zk-leader", "partition-lock-minority", "kill-redis-minority", "kill-etcd-member"} {
+		j := r
+		j.judge(scenarioByName(name))
+		if j.Pass {
+			t.Errorf("%s passed with no order sent and served during the fault", name)
+		}
+	}
+	// One order sent after the cut and answered before the heal counts.
+	r = fillRun(append(outs, chaosOutcome{sent: cut + 100*msec, done: cut + 110*msec, kind: client.KindReserved},
+		chaosOutcome{sent: cut - time.Second, done: cut + 200*msec, kind: client.KindLockUnavailable},
+		chaosOutcome{sent: cut + 300*msec, done: cut + 310*msec, kind: client.KindLockUnavailable}))
+	if r.Fault.ReservedDuring != 1 || r.Fault.LockUnavailableDuring != 1 {
+		t.Errorf("ReservedDuring = %d, LockUnavailableDuring = %d, want 1 and 1", r.Fault.ReservedDuring, r.Fault.LockUnavailableDuring)
+	}
+	j := r
+	if j.judge(scenarioByName("partition-zk-leader")); !j.Pass {
+		t.Errorf("partition-zk-leader with an order served during the fault: %v", j.Failures)
+	}
+}
+
+// TestChaosNemesisForcedRaceMissingFails: the nemesis's forced pause whose
+// order never reaches its stall fails the step, in either fencing mode,
+// instead of leaving the race to whatever a random pause happens to do.
+func TestChaosNemesisForcedRaceMissingFails(t *testing.T) {
+	t.Parallel()
+	sc := scenarioByName("nemesis")
+	e := newChaosEnv(Config{LockTTL: time.Second, RequestTimeout: time.Second}, chaosPlan{sc: sc, backend: "redlock", fencing: "off"}, t.TempDir(), nil)
+	e.ins = []instance{deafInstance{log: filepath.Join(e.dir, "victim.log")}}
+	e.load = newChaosLoad(e.urls(), []string{"sku-a"}, "nemesis-test", 1, time.Second)
+	rec := &histRecorder{client: client.New(4, "", time.Second), urls: e.urls(), skus: []string{"sku-h0"}, runID: "nemesis-test"}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	t.Cleanup(func() {
+		cancel()
+		rec.stop()
+	})
+	err := e.nemesisPauseHolder(ctx, rec, nemesisStep{Kind: nemPauseHolder, For: time.Second})
+	if err == nil || !strings.Contains(err.Error(), "forced") {
+		t.Fatalf("forced pause without a stall: err = %v, want an error", err)
+	}
+}
+
+// TestChaosStatusOfARunThatShowedNothing: a run that failed only because
+// its fault was not exercised, with nothing oversold or lost, is not
+// reported UNSAFE (red), in the table, the report or the JSON; a fenced
+// run with damage is.
+func TestChaosStatusOfARunThatShowedNothing(t *testing.T) {
+	ph := scenarioByName("pause-holder")
+	orders := tally.OrderCounts{Sent: 100, Reserved: 100}
+	cases := []struct {
+		name       string
+		run        Run
+		status     report.Status
+		json, text string
+	}{
+		{"fenced, not exercised", Run{Expect: ExpectSafe, Orders: orders}, report.StatusError, StatusFailed, "FAIL, no damage: "},
+		{"unfenced, not exercised", Run{Expect: ExpectDamage, Orders: orders}, report.StatusError, StatusFailed, "FAIL, no damage: "},
+		{"fenced, oversold", Run{Expect: ExpectSafe, Orders: orders, StaleWritesRejected: 1, Units: tally.UnitCounts{Oversold: 3, Lost: 3}}, report.StatusUnsafe, StatusUnsafe, "FAIL, UNSAFE: "},
+		{"fenced, history violated", Run{Expect: ExpectSafe, Orders: orders, StaleWritesRejected: 1, History: &HistoryCheck{Violations: []HistoryViolation{{SKU: "s", Rule: "r"}}}}, report.StatusUnsafe, StatusUnsafe, "FAIL, UNSAFE: "},
+		{"did not start", Run{Expect: ExpectSafe, Error: "start instances: boom"}, report.StatusError, StatusError, "FAIL, error: "},
+		{"fault failed mid-run", Run{Expect: ExpectSafe, Orders: orders, Error: "fault: boom"}, report.StatusError, StatusError, "FAIL, error: "},
+		{"fault failed mid-run, oversold", Run{Expect: ExpectSafe, Orders: orders, Error: "fault: boom", Units: tally.UnitCounts{Oversold: 1}}, report.StatusUnsafe, StatusUnsafe, "FAIL, UNSAFE: "},
+		{"unfenced, damage, 500s", Run{Expect: ExpectDamage, Orders: orders, Units: tally.UnitCounts{Oversold: 3}, History: &HistoryCheck{Internal: 1}}, report.StatusError, StatusFailed, "FAIL: "},
+		{"fenced, safe", Run{Expect: ExpectSafe, Orders: orders, StaleWritesRejected: 1}, report.StatusSafe, StatusSafe, "PASS: safe"},
+		{"unfenced, damage", Run{Expect: ExpectDamage, Orders: orders, Units: tally.UnitCounts{Oversold: 3}}, report.StatusExpectedUnsafe, StatusExpectedUnsafe, "PASS: damage"},
+	}
+	for _, tc := range cases {
+		r := tc.run
+		r.Verdict = chaosVerdict(&r)
+		r.judge(ph)
+		if got := chaosStatus(r); got != tc.status {
+			t.Errorf("%s: report status %q, want %q (failures %v)", tc.name, got, tc.status, r.Failures)
+		}
+		if got := shortVerdict(r); !strings.HasPrefix(got, tc.text) {
+			t.Errorf("%s: verdict %q, want it to start %q", tc.name, got, tc.text)
+		}
+		raw, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(raw, &back); err != nil || back.Status != tc.json {
+			t.Errorf("%s: JSON status %q (%v), want %q", tc.name, back.Status, err, tc.json)
+		}
+		rows := Report(&Result{Runs: []Run{r}}).Sections[0].Table.Rows
+		if rows[0].Status != tc.status {
+			t.Errorf("%s: report row %q, want %q", tc.name, rows[0].Status, tc.status)
+		}
+	}
+}
+
+// sessionInstance is an instance whose /debug/zk-session is served by a
+// test server.
+type sessionInstance struct{ url string }
+
+func (s sessionInstance) baseURL() string             { return s.url }
+func (s sessionInstance) logFile() string             { return os.DevNull }
+func (s sessionInstance) pid() int                    { return 0 }
+func (s sessionInstance) signal(syscall.Signal) error { return nil }
+
+// TestChaosNewZKSessionWaitIsBounded: zk-session-expiry's wait for the
+// instance's new session ends at its limit, also when each request hangs
+// (the admin client's own timeout is 10 s), and fails then.
+func TestChaosNewZKSessionWaitIsBounded(t *testing.T) {
+	const old = 0x51
+	var next atomic.Int64
+	next.Store(old)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch id := next.Load(); id {
+		case 0: // hangs
+			<-r.Context().Done()
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"session_id":%d,"session_id_hex":"%x","password_hex":"00ff"}`, id, id)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	sc := scenarioByName("zk-session-expiry")
+	e := newChaosEnv(Config{LockTTL: time.Second, RequestTimeout: time.Second}, chaosPlan{sc: sc, backend: "zookeeper", fencing: "on"}, t.TempDir(), nil)
+	e.ins = []instance{sessionInstance{url: srv.URL}}
+	t.Cleanup(e.client.Close)
+	const limit = 700 * time.Millisecond
+	wait := func() (error, time.Duration) {
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- e.awaitNewZKSession(t.Context(), 0, old, limit) }()
+		select {
+		case err := <-done:
+			return err, time.Since(start)
+		case <-time.After(limit + 5*time.Second):
+			return fmt.Errorf("still waiting %v after its %v limit", 5*time.Second, limit), -1
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		id   int64
+		ok   bool
+	}{{"same session", old, false}, {"requests hang", 0, false}, {"new session", 0x52, true}} {
+		next.Store(tc.id)
+		err, took := wait()
+		if (err == nil) != tc.ok || took < 0 || took > limit+2*time.Second {
+			t.Errorf("%s: err = %v after %v, want ok %v within about %v", tc.name, err, took, tc.ok, limit)
+		}
+	}
+}
+
+// TestChaosInterruptGuard: while a run has not finished its teardown, the
+// first signal after the interrupt is held once, with a message that names
+// what a forced exit leaves and what removes it; the next one is not held.
+// With no run in progress nothing is held: the second Ctrl-C kills.
+func TestChaosInterruptGuard(t *testing.T) {
+	var g InterruptGuard
+	var out strings.Builder
+	if g.Hold(&out) {
+		t.Fatal("held a signal with no run in progress")
+	}
+	trackRun(t.Context())() // a context without the guard counts nothing
+	done := trackRun(WithInterruptGuard(t.Context(), &g))
+	if !g.Hold(&out) {
+		t.Fatal("did not hold the first signal during a run's teardown")
+	}
+	msg := out.String()
+	for _, want := range []string{fmt.Sprintf("%s%d.", netPrefix, os.Getpid()), "load chaos", "again"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message lacks %q:\n%s", want, msg)
+		}
+	}
+	if g.Hold(&out) {
+		t.Error("held a second signal: a hung teardown could not be interrupted")
+	}
+	done()
+	g.held.Store(false)
+	if g.Hold(&out) {
+		t.Error("held a signal after the teardown was over")
+	}
+}
