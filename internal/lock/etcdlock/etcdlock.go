@@ -7,8 +7,13 @@
 // the lock; every other waiter watches only the key just ahead of it (the
 // highest create revision below its own), so a release wakes one waiter, not
 // all. The fencing token is the holder key's create revision: the cluster's
-// revision counts every write in one total order, so a later holder of any
-// key has a larger token than every earlier one, across leader elections.
+// revision counts every write in one total order, across leader elections,
+// and a key's waiters hold it in the order of their create revisions, so
+// each holder of a key has a larger token than every earlier holder of that
+// key (the contract's per-key order, which the store's fence checks).
+// Across keys there is no such order: a waiter's token is fixed when it
+// joins the line, so a later holder of one key may have a smaller token
+// than an earlier holder of another.
 //
 // Every lease a Locker grants lives in its one session: an etcd lease that
 // the Locker renews every TTL/3, each renewal a call of its own that may
@@ -20,7 +25,17 @@
 // its keys on. When the session ends that way, or its lease is revoked or
 // found expired, its keys vanish with it, every lease on it is lost at once
 // (Done closes, Err wraps lock.ErrLeaseLost), waiters in it queue again, and
-// the Locker opens a new session for what comes next.
+// the Locker opens a new session for what comes next. One watch per session
+// over Root hears every deletion of the session's keys that the Locker did
+// not make itself: the lease revoked (its keys go at once, before the next
+// renewal would tell) or a key deleted by an operator ends the lease at once
+// (see entry).
+//
+// A failed or cancelled acquisition returns when its caller's context ends:
+// a waiter put whose answer never came is not waited for but made harmless,
+// by a tombstone its clean-up writes and the put's compare checks (see
+// guardCmp), and the clean-up goes on in the background when the servers
+// are slow to confirm it (lock.ErrCleanupPending).
 package etcdlock
 
 import (
@@ -185,8 +200,8 @@ func (l *Locker) acquire(ctx context.Context, key string, o lock.Options) (*lock
 		switch {
 		case err == nil:
 			return lease, nil
-		case errors.Is(err, errSessionGone):
-			continue // our key died with the session: queue again in the next one
+		case startOver(err):
+			continue // our key died with the session (queue again in the next one) or was deleted
 		}
 		return nil, l.explain(ctx, err)
 	}
@@ -210,7 +225,8 @@ func (l *Locker) explain(ctx context.Context, err error) error {
 }
 
 // AcquireBatch implements lock.Locker: one transaction for the whole batch
-// (per 64 keys, within etcd's default --max-txn-ops), see session.batch.
+// (per batchKeys keys, 127, within etcd's default --max-txn-ops), see
+// session.batch.
 func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
 	start := time.Now()
 	sorted, err := lock.BatchKeys(keys)
@@ -245,12 +261,12 @@ func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.O
 			}
 			return b, nil
 		}
-		if !errors.Is(err, errSessionGone) {
+		if !startOver(err) {
 			err = l.explain(ctx, err)
 			break
 		}
 	}
-	if errors.Is(err, errSessionGone) {
+	if startOver(err) {
 		err = fmt.Errorf("%w: %d sessions ended during one batch: %w", lock.ErrUnavailable, maxSessionRetries, err)
 	}
 	l.m.Failed(lockmetrics.Reason(err))
@@ -260,8 +276,8 @@ func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.O
 // maxKeyLen bounds a key so that every request stays far below what the
 // servers take (--max-request-bytes, 1.5 MiB by default; past it they refuse
 // the request, and past 2 MiB gRPC does): a batch transaction carries up to
-// maxTxnOps keys, each about three times (the range compare's key and end,
-// the waiter key), so 64 keys of 1 KiB make some 200 KiB. SKUs are at most
+// batchKeys keys, each about three times (the range compare's key and end,
+// the waiter key), so 127 keys of 1 KiB make some 400 KiB. SKUs are at most
 // 64 bytes; zklock allows 200.
 const maxKeyLen = 1024
 

@@ -22,24 +22,81 @@ type waiter struct {
 	key  string // the lock key (a SKU)
 	path string // Root/<key>/<lease hex>-<lease uuid>
 	id   uuid.UUID
-	rev  int64 // create revision of path: place in line, and the token once held
+	// guard names the tombstone whose existence stops the put of path (see
+	// guardCmp): an acquisition's own, shared by the waiters of one batch.
+	guard string
+	// rev is the create revision of path: place in line, and the token once
+	// held; 0 while the put's answer has not come (it may yet land).
+	rev int64
+	e   *entry // the session's record of path (see entry)
 }
 
 // newWaiter names a waiter key after the session lease (so an operator sees
 // whose it is) and the lease's uuid (so two acquisitions in one session never
-// share a key, which concurrency.Mutex's lease-only name would make them do).
-func (s *session) newWaiter(key string) *waiter {
+// share a key, which concurrency.Mutex's lease-only name would make them do),
+// and has the session follow the key before its put is sent. guard is the
+// batch's tombstone; "" gives the waiter one of its own.
+func (s *session) newWaiter(key, guard string) *waiter {
 	id := uuid.New()
-	return &waiter{key: key, path: fmt.Sprintf("%s%x-%s", prefix(key), s.id, id), id: id}
+	if guard == "" {
+		guard = tombstone(id)
+	}
+	w := &waiter{key: key, path: fmt.Sprintf("%s%x-%s", prefix(key), s.id, id), id: id, guard: guard}
+	w.e = s.track(w.path)
+	return w
 }
 
-// cleanupTimeout bounds how long a failed Acquire waits for its own key to
-// be deleted before it returns; the deletion goes on in the background.
-const cleanupTimeout = 2 * time.Second
+// tombstoneDir holds the tombstones of abandoned puts, outside Root so that
+// no tombstone is ever in a key's line (a SKU may be called "abandoned").
+const tombstoneDir = "/stockguard/etcdlock/abandoned/"
+
+func tombstone(id uuid.UUID) string { return tombstoneDir + id.String() }
+
+// guardCmp holds while the tombstone guard does not exist. Every transaction
+// that puts a waiter key carries it, and a clean-up that cannot know whether
+// the put was applied writes the tombstone in the transaction that deletes
+// the key (see cleanUp). The put and the clean-up are then ordered by the
+// cluster's one log: a put applied before the clean-up is deleted by it, a
+// put applied after (held by a frozen member, say, while the caller gave up
+// and the clean-up went elsewhere) finds the tombstone and writes nothing.
+// So a late put is harmless, and nobody has to out-wait it.
+//
+// Tombstones live on the session lease, like the keys they guard: a put
+// that lands after the session ended fails for want of its lease, so the
+// tombstone need not outlive it. They are written only by the clean-up of
+// a put whose answer never came (the caller's context ended while it was in
+// flight, or the servers did not answer): a put answered, succeeded or not,
+// needs none. Their number per session is that of such abandonments, a
+// handful, not that of acquisitions.
+func guardCmp(guard string) clientv3.Cmp {
+	return clientv3.Compare(clientv3.CreateRevision(guard), "=", 0)
+}
+
+// Bounds of the requests a failed acquisition or a release makes.
+const (
+	// writeTimeout bounds the put of a waiter key when the caller's context
+	// allows longer: no answer by then is the servers' failure.
+	writeTimeout = 2 * time.Second
+	// attemptTimeout bounds each attempt of a clean-up or release delete,
+	// which are retried: a member that lost its leader answers a request it
+	// forwarded to the dead one only at its own request timeout, some 6 s,
+	// while the next attempt reaches the new leader.
+	attemptTimeout = time.Second
+	// cleanupTimeout bounds how long a failed call whose caller's context
+	// is still running waits for its clean-up.
+	cleanupTimeout = 2 * time.Second
+	// cleanupGrace is how long past the caller's context a failed call waits
+	// for its clean-up: about a round trip, so that a healthy cluster
+	// confirms it, and far less than the second or two a frozen member
+	// holds a request. The clean-up goes on in the background after it.
+	cleanupGrace = 200 * time.Millisecond
+	// retryPause spaces the attempts of a clean-up that failed at once.
+	retryPause = 100 * time.Millisecond
+)
 
 // acquire runs the recipe once in this session.
 func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
-	w := s.newWaiter(key)
+	w := s.newWaiter(key, "")
 	if o.TryOnce {
 		ok, err := s.tryFirst(ctx, w)
 		if err != nil {
@@ -62,7 +119,11 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 	if err != nil {
 		return nil, pending(err, s.abandon(ctx, w))
 	}
-	return s.grant(w, deadline)
+	lease, err := s.grant(w, deadline)
+	if err != nil {
+		return nil, pending(err, s.abandon(ctx, w))
+	}
+	return lease, nil
 }
 
 // tryFirst creates w's key only if the key has no waiter at all, in one
@@ -71,43 +132,52 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 // writes nothing and leaves nothing to delete.
 func (s *session) tryFirst(ctx context.Context, w *waiter) (bool, error) {
 	resp, err := s.commitWrite(ctx, func(c context.Context) clientv3.Txn {
-		return s.l.cli.Txn(c).If(freeCmp(w.key)).Then(clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)))
+		return s.l.cli.Txn(c).If(freeCmp(w.key), guardCmp(w.guard)).Then(clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)))
 	})
+	if resp != nil && !resp.Succeeded {
+		s.forget(w) // held: nothing written
+		return false, err
+	}
+	if resp != nil {
+		s.created(w, resp.Header.Revision)
+	}
 	if err != nil {
-		// The put may have been applied, its answer lost or its caller gone.
+		// Unanswered, the put may yet be applied (abandon's tombstone
+		// stops it); answered, the caller is gone and w's key must go.
 		return false, pending(s.classify(err), s.abandon(ctx, w))
 	}
-	if !resp.Succeeded {
-		return false, nil
-	}
-	w.rev = resp.Header.Revision
 	return true, nil
 }
 
 // commitWrite commits a transaction that may put a waiter key (txn builds
-// it on the context given) on the caller's values without its
-// cancellation, bounded by cleanupTimeout, and only then looks at the
-// caller's context: a put the caller's context abandoned in flight can
-// still be applied after the clean-up's delete has run, and leave a waiter
-// key nobody serves in the key's line until the session ends. Every error
-// (the caller's end included, answered or not) means the put may stand and
-// its key must be deleted. A transaction that outlives the bound is the
-// servers' failure, not the caller's deadline.
+// it on the context given) on the caller's context, bounded by writeTimeout.
+// It returns the response whenever one came, with the caller's error if the
+// caller's context ended meanwhile; an error without a response means the
+// put may or may not be applied, now or later (the waiter's guard makes a
+// later one harmless once abandoned).
 func (s *session) commitWrite(ctx context.Context, txn func(context.Context) clientv3.Txn) (*clientv3.TxnResponse, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	wctx, cancel := context.WithTimeout(ctx, writeTimeout)
 	defer cancel()
 	resp, err := txn(wctx).Commit()
 	switch {
-	case ctx.Err() != nil:
+	case err != nil && ctx.Err() != nil:
 		return nil, ctx.Err()
 	case err != nil && wctx.Err() != nil:
-		return nil, fmt.Errorf("%w: no answer within %v: %w", lock.ErrUnavailable, cleanupTimeout, err)
+		return nil, fmt.Errorf("%w: no answer within %v: %w", lock.ErrUnavailable, writeTimeout, err)
+	case err != nil:
+		return nil, err
+	case ctx.Err() != nil:
+		return resp, ctx.Err()
 	}
-	return resp, err
+	return resp, nil
 }
+
+// errAbandoned is a put refused by its tombstone: the waiter was abandoned
+// before its put was answered, which its caller never waits for.
+var errAbandoned = errors.New("waiter abandoned")
 
 // freeCmp holds when no key exists under key's prefix (a range compare: every
 // key in the range must have create revision 0, and an empty range does).
@@ -121,26 +191,31 @@ func freeCmp(key string) clientv3.Cmp {
 // are the waiters ahead of w.
 func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
 	resp, err := s.commitWrite(ctx, func(c context.Context) clientv3.Txn {
-		return s.l.cli.Txn(c).Then(
+		return s.l.cli.Txn(c).If(guardCmp(w.guard)).Then(
 			clientv3.OpPut(w.path, "", clientv3.WithLease(s.id)),
 			clientv3.OpGet(prefix(w.key), append(clientv3.WithFirstCreate(), clientv3.WithKeysOnly())...))
 	})
-	if err != nil {
-		return false, s.classify(err) // the caller deletes w's key
+	if resp != nil && resp.Succeeded {
+		s.created(w, resp.Header.Revision)
 	}
-	w.rev = resp.Header.Revision
+	switch {
+	case err != nil:
+		return false, s.classify(err) // the caller deletes w's key
+	case !resp.Succeeded:
+		return false, errAbandoned
+	}
 	oldest := resp.Responses[1].GetResponseRange()
 	s.l.m.queueDepth.Observe(float64(max(oldest.Count-1, 0)))
 	return len(oldest.Kvs) == 0 || oldest.Kvs[0].CreateRevision == w.rev, nil
 }
 
 // wait returns once w is the oldest waiter of its key. Each pass reads w's
-// own key (gone: the session ended) and its predecessor, the waiter with the
-// highest create revision below w's, in one read-only transaction, then
-// watches only that predecessor's key for its deletion, from the revision
-// just after the read, so no deletion in between is missed. A key with a
-// lower create revision can only disappear, never appear, so when there is
-// no predecessor left w is first.
+// own key (gone: the session ended, or someone deleted it) and its
+// predecessor, the waiter with the highest create revision below w's, in
+// one read-only transaction, then watches only that predecessor's key for
+// its deletion, from the revision just after the read, so no deletion in
+// between is missed. A key with a lower create revision can only disappear,
+// never appear, so when there is no predecessor left w is first.
 func (s *session) wait(ctx context.Context, w *waiter) error {
 	predOpts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1), clientv3.WithKeysOnly())
 	for {
@@ -152,23 +227,24 @@ func (s *session) wait(ctx context.Context, w *waiter) error {
 			return s.classify(err)
 		}
 		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-			return errSessionGone // only the session's end (or an operator) deletes our key
+			return s.classify(errKeyGone)
 		}
 		pred := resp.Responses[1].GetResponseRange().Kvs
 		if len(pred) == 0 {
 			return nil
 		}
-		if err := s.watchDelete(ctx, string(pred[0].Key), resp.Header.Revision+1); err != nil {
+		if err := s.watchDelete(ctx, w, string(pred[0].Key), resp.Header.Revision+1); err != nil {
 			return err
 		}
 	}
 }
 
 // watchDelete returns when key is deleted at or after rev, or when the
-// watch ends for another reason (then the caller reads again). The watch
-// requires a leader, so a member cut off from the quorum cancels it instead
-// of keeping us waiting on a deletion it will never hear of.
-func (s *session) watchDelete(ctx context.Context, key string, rev int64) error {
+// watch ends for another reason (then the caller reads again), among them
+// w's own key deleted (the session's watch tells). The watch requires a
+// leader, so a member cut off from the quorum cancels it instead of keeping
+// us waiting on a deletion it will never hear of.
+func (s *session) watchDelete(ctx context.Context, w *waiter, key string, rev int64) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := s.l.cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
@@ -189,6 +265,8 @@ func (s *session) watchDelete(ctx context.Context, key string, rev int64) error 
 					return nil
 				}
 			}
+		case <-w.e.gone:
+			return nil // our own key: the read says so
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-s.ctx.Done():
@@ -197,23 +275,46 @@ func (s *session) watchDelete(ctx context.Context, key string, rev int64) error 
 	}
 }
 
-// abandon deletes the key of an acquisition that failed or was cancelled, so
-// no waiter stands in line that nobody serves. The caller's context may be
-// the reason it failed: the delete runs on its own, and goes on in the
-// background if it does not finish in time. A session that ended took the
-// key along already.
-func (s *session) abandon(ctx context.Context, w *waiter) error {
+// abandon undoes what a failed acquisition of ws may have left: the keys
+// whose put was answered, and those whose put may yet land, stopped by
+// their tombstone (see guardCmp). The clean-up runs in the background (see
+// cleanUp); abandon waits for it while the caller's context runs, at most
+// cleanupTimeout, and no more than cleanupGrace past that context's end, so
+// a failed call returns about when its caller asked. Unconfirmed by then,
+// the error wraps lock.ErrCleanupPending and the clean-up goes on. A
+// session that ended took the keys along already.
+func (s *session) abandon(ctx context.Context, ws ...*waiter) error {
+	if len(ws) == 0 {
+		return nil
+	}
+	s.forget(ws...) // their deletions are ours, not a loss
 	if s.isGone() {
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	defer cancel()
-	err := s.deleteOwn(cctx, w)
+	done := make(chan error, 1)
+	if !s.l.background(func() { done <- s.cleanUp(ws) }) {
+		return nil // the Locker closed: its revoked session took every key
+	}
+	timeout := time.NewTimer(cleanupTimeout)
+	defer timeout.Stop()
+	var err error
+	select {
+	case err = <-done:
+	case <-timeout.C:
+		err = fmt.Errorf("no answer within %v", cleanupTimeout)
+	case <-ctx.Done():
+		grace := time.NewTimer(cleanupGrace)
+		defer grace.Stop()
+		select {
+		case err = <-done:
+		case <-grace.C:
+			err = fmt.Errorf("no answer within %v of the caller's end", cleanupGrace)
+		}
+	}
 	if err == nil {
 		return nil
 	}
-	s.l.background(func() { s.deleteUntilGone(w) })
-	return fmt.Errorf("etcd: delete %s: %w: %w", w.path, lock.ErrCleanupPending, err)
+	return fmt.Errorf("etcd: delete %d waiter keys (%s…): %w: %w", len(ws), ws[0].path, lock.ErrCleanupPending, err)
 }
 
 // pending adds to err, a failed call's, that its clean-up goes on in the
@@ -225,32 +326,78 @@ func pending(err, cleanup error) error {
 	return fmt.Errorf("%w (%w)", err, cleanup)
 }
 
-// deleteRetry spaces the retries of a clean-up delete.
-const deleteRetry = 200 * time.Millisecond
+// cleanUp deletes the keys of ws, and first writes the tombstone of every
+// waiter whose put was never answered, so that it can land no more: in the
+// first transaction, which also carries the first deletions, so neither
+// waits for the other. Each transaction is retried until it succeeds (they
+// are all safe to repeat), the session ends (its lease takes every key), or
+// the servers refuse it for good (the keys then go with the session); only
+// the last returns an error.
+func (s *session) cleanUp(ws []*waiter) error {
+	var ops []clientv3.Op
+	guards := map[string]bool{}
+	for _, w := range ws {
+		if w.rev == 0 && !guards[w.guard] {
+			guards[w.guard] = true
+			ops = append(ops, clientv3.OpPut(w.guard, "", clientv3.WithLease(s.id)))
+		}
+	}
+	for _, w := range ws {
+		// By name: unique to w, and with its tombstone in place no late put
+		// can write it again.
+		ops = append(ops, clientv3.OpDelete(w.path))
+	}
+	for start := 0; start < len(ops); start += maxTxnOps {
+		chunk := ops[start:min(start+maxTxnOps, len(ops))]
+		err := s.retry(s.ctx, func(ctx context.Context) error {
+			_, err := s.l.cli.Txn(ctx).Then(chunk...).Commit()
+			return err
+		})
+		if err != nil {
+			s.l.log.Warn("etcd: waiter keys cannot be deleted; they go when the session ends", "keys", len(ws), "err", err)
+			return err
+		}
+	}
+	return nil
+}
+
+// retry runs op, a request safe to repeat, each attempt bounded by
+// attemptTimeout, until it succeeds, ctx ends, the session ends (its lease
+// takes the keys op would delete: nil) or the servers refuse it in a way no
+// retry can mend. It returns the last attempt's error.
+func (s *session) retry(ctx context.Context, op func(context.Context) error) error {
+	for {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := op(actx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		switch err = s.classify(err); {
+		case errors.Is(err, errSessionGone):
+			return nil
+		case refused(err):
+			return err
+		case ctx.Err() != nil:
+			return err
+		}
+		s.l.log.Debug("etcd: clean-up not answered yet; trying again", "err", err)
+		t := time.NewTimer(retryPause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
 
 // deleteUntilGone retries deleting w's key until it succeeds, the session
 // ends (its lease then deletes the key), or the servers refuse the delete
 // for good; the key then goes with the session.
 func (s *session) deleteUntilGone(w *waiter) {
-	for {
-		ctx, cancel := context.WithTimeout(s.l.life, cleanupTimeout)
-		err := s.deleteOwn(ctx, w)
-		cancel()
-		if err == nil {
-			return
-		}
-		if refused(err) {
-			s.l.log.Warn("etcd: waiter key cannot be deleted; it goes when the session ends", "key", w.path, "err", err)
-			return
-		}
-		s.l.log.Warn("etcd: waiter key not deleted yet", "key", w.path, "err", err)
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-s.l.life.Done():
-			return
-		case <-time.After(deleteRetry):
-		}
+	if err := s.retry(s.ctx, func(ctx context.Context) error { return s.deleteOwn(ctx, w) }); err != nil {
+		s.l.log.Warn("etcd: waiter key cannot be deleted; it goes when the session ends", "key", w.path, "err", err)
 	}
 }
 
@@ -295,13 +442,13 @@ func (s *session) grant(w *waiter, deadline time.Time) (*lock.Lease, error) {
 			}
 		},
 	})
-	if !s.register(h, lose) {
-		// The session ended between the verdict and now: the key went with
-		// it, and a lease handed out now would be born lost. Its keepalive
-		// ends now, not at its first extension.
+	if err := s.register(h, lose); err != nil {
+		// The session ended between the verdict and now, taking the key,
+		// or someone deleted the key: a lease handed out now would be born
+		// lost. Its keepalive ends now, not at its first extension.
 		handed.Store(false)
-		lose(errSessionGone)
-		return nil, errSessionGone
+		lose(err)
+		return nil, err
 	}
 	return lease, nil
 }

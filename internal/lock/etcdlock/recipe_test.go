@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -191,7 +192,7 @@ func TestBatchWritesNothingForHeldKeys(t *testing.T) {
 func TestBatchLargerThanOneTransaction(t *testing.T) {
 	l := mustLocker(t)
 	base := locktest.Key(t)
-	keys := make([]string, 2*maxTxnOps+10)
+	keys := make([]string, 2*batchKeys+10)
 	for i := range keys {
 		keys[i] = base + "-" + string(rune('a'+i%26)) + string(rune('a'+i/26))
 	}
@@ -319,7 +320,7 @@ func TestKeyLengthBound(t *testing.T) {
 			t.Errorf("batch with a %d-byte key = %.200v, want ErrInvalidKey", n, err)
 		}
 	}
-	keys := make([]string, maxTxnOps)
+	keys := make([]string, batchKeys)
 	for i := range keys {
 		k := fmt.Sprintf("%s-%02d-", base, i)
 		keys[i] = k + strings.Repeat("x", maxKeyLen-len(k))
@@ -390,7 +391,7 @@ func TestGrantAfterTheSessionEndedCountsNoLoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	l.giveUp(s, errClosed) // errClosed: no session counted lost either
-	if _, err := s.grant(s.newWaiter(locktest.Key(t)), time.Now().Add(testTTL)); !errors.Is(err, errSessionGone) {
+	if _, err := s.grant(s.newWaiter(locktest.Key(t), ""), time.Now().Add(testTTL)); !errors.Is(err, errSessionGone) {
 		t.Fatalf("grant in an ended session = %v, want errSessionGone", err)
 	}
 	time.Sleep(testTTL/3 + 300*time.Millisecond) // past the keepalive's first extension
@@ -404,5 +405,103 @@ func TestGrantAfterTheSessionEndedCountsNoLoss(t *testing.T) {
 				t.Fatalf("%v leases counted lost; want 0", n)
 			}
 		}
+	}
+}
+
+// A batch takes as few transactions as the servers' --max-txn-ops (128)
+// allows: 127 keys in one, 400 in four.
+func TestBatchChunksFillATransaction(t *testing.T) {
+	l := mustLocker(t)
+	for _, c := range []struct{ keys, txns int }{{127, 1}, {400, 4}} {
+		base := locktest.Key(t)
+		keys := make([]string, c.keys)
+		for i := range keys {
+			keys[i] = fmt.Sprintf("%s-%03d", base, i)
+		}
+		b := locktest.MustBatch(t, l, keys)
+		if len(b.Leases) != len(keys) {
+			t.Fatalf("batch of %d: %d leases, held %d", len(keys), len(b.Leases), len(b.Held))
+		}
+		revs := map[lock.Token]bool{}
+		for _, lease := range b.Leases {
+			revs[lease.Token()] = true
+		}
+		if len(revs) != c.txns {
+			t.Errorf("batch of %d keys took %d transactions, want %d", len(keys), len(revs), c.txns)
+		}
+		if err := b.Leases.Release(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestTxnShapesFitMaxTxnOps checks against the servers the bounds the
+// transactions are built to (etcd's default --max-txn-ops, 128; compares
+// count, and a nested transaction gets what its parent leaves): a batch of
+// batchKeys keys, one more refused; a clean-up of maxTxnOps operations
+// (tombstone puts and deletes); a batch release of maxTxnOps keys, each
+// with its compare.
+func TestTxnShapesFitMaxTxnOps(t *testing.T) {
+	insp := inspector(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	grant, err := insp.Grant(ctx, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer insp.Revoke(context.Background(), grant.ID)
+	base := locktest.Key(t)
+	path := func(i int) string { return fmt.Sprintf("%s/%s-%03d/w", Root, base, i) }
+	guard := tombstone(uuid.New())
+	batch := func(n int) error {
+		ops := make([]clientv3.Op, n)
+		for i := range ops {
+			k := fmt.Sprintf("%s-%03d", base, i)
+			ops[i] = clientv3.OpTxn([]clientv3.Cmp{freeCmp(k)},
+				[]clientv3.Op{clientv3.OpPut(path(i), "", clientv3.WithLease(grant.ID))}, nil)
+		}
+		_, err := insp.Txn(ctx).If(guardCmp(guard)).Then(ops...).Commit()
+		return err
+	}
+	if err := batch(batchKeys + 1); !errors.Is(err, rpctypes.ErrTooManyOps) {
+		t.Fatalf("batch transaction of %d keys: %v, want %v", batchKeys+1, err, rpctypes.ErrTooManyOps)
+	}
+	if err := batch(batchKeys); err != nil {
+		t.Fatalf("batch transaction of %d keys: %v", batchKeys, err)
+	}
+	release := func(n int) error {
+		cmps := make([]clientv3.Cmp, n)
+		ops := make([]clientv3.Op, n)
+		for i := range n {
+			cmps[i] = clientv3.Compare(clientv3.CreateRevision(path(i)), ">", 0)
+			ops[i] = clientv3.OpDelete(path(i))
+		}
+		_, err := insp.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		return err
+	}
+	if err := release(maxTxnOps + 1); !errors.Is(err, rpctypes.ErrTooManyOps) {
+		t.Fatalf("release of %d keys: %v, want %v", maxTxnOps+1, err, rpctypes.ErrTooManyOps)
+	}
+	if err := release(maxTxnOps); err != nil {
+		t.Fatalf("release of %d keys: %v", maxTxnOps, err)
+	}
+	cleanUp := func(n int) error {
+		ops := []clientv3.Op{clientv3.OpPut(guard, "", clientv3.WithLease(grant.ID))}
+		for i := range n - 1 {
+			ops = append(ops, clientv3.OpDelete(path(i)))
+		}
+		_, err := insp.Txn(ctx).Then(ops...).Commit()
+		return err
+	}
+	if err := cleanUp(maxTxnOps + 1); !errors.Is(err, rpctypes.ErrTooManyOps) {
+		t.Fatalf("clean-up of %d operations: %v, want %v", maxTxnOps+1, err, rpctypes.ErrTooManyOps)
+	}
+	if err := cleanUp(maxTxnOps); err != nil {
+		t.Fatalf("clean-up of %d operations: %v", maxTxnOps, err)
+	}
+	// And the tombstone stops the batch's puts.
+	resp, err := insp.Txn(ctx).If(guardCmp(guard)).Then(clientv3.OpPut(path(0), "", clientv3.WithLease(grant.ID))).Commit()
+	if err != nil || resp.Succeeded {
+		t.Fatalf("put under a tombstone: succeeded %v, %v", resp != nil && resp.Succeeded, err)
 	}
 }

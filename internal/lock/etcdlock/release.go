@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/stockguard/stockguard/internal/lock"
 )
+
+// releaseTimeout bounds a release whose context allows longer: its delete
+// then goes on in the background.
+const releaseTimeout = 3 * time.Second
 
 // handle is a granted lease's hold on its waiter key.
 type handle struct {
@@ -16,17 +21,22 @@ type handle struct {
 	w *waiter
 }
 
-// Release implements lock.Handle. A lease lost with its session has nothing
-// left to delete. Otherwise the key is deleted only if its create revision is
-// still the lease's token: whatever stands at that name now (re-created after
-// the session ended, by anyone) belongs to someone else, and a release must
-// never free another holder's lock. If ctx ends first the delete goes on in
-// the background until it succeeds or the session ends.
+// Release implements lock.Handle. A lease lost with its session, or whose
+// key someone deleted, has nothing left to delete. Otherwise the key is
+// deleted only if its create revision is still the lease's token: whatever
+// stands at that name now (re-created after the session ended, by anyone)
+// belongs to someone else, and a release must never free another holder's
+// lock. Each attempt is bounded by attemptTimeout and retried (a member
+// that lost its leader holds a request until its own timeout, some 6 s)
+// within ctx and releaseTimeout; after that the delete goes on in the
+// background until it succeeds or the session ends.
 func (h *handle) Release(ctx context.Context) error {
 	if !h.s.unregister(h) {
 		return nil
 	}
-	if err := h.s.deleteOwn(ctx, h.w); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	if err := h.s.retry(ctx, func(c context.Context) error { return h.s.deleteOwn(c, h.w) }); err != nil {
 		h.s.l.background(func() { h.s.deleteUntilGone(h.w) })
 		return fmt.Errorf("etcd: delete %s: %w: %w", h.w.path, lock.ErrCleanupPending, err)
 	}
@@ -53,9 +63,10 @@ func (s *session) deleteOwn(ctx context.Context, w *waiter) error {
 func (h *handle) Releaser() lock.BatchReleaser { return h.s }
 
 // ReleaseBatch implements lock.BatchReleaser, as Release does each: a
-// transaction deletes its keys only if every one still has its lease's
-// create revision; if any has not (an error whose key we cannot tell), each
-// key of that transaction is released on its own.
+// transaction (n compares, n deletes: up to maxTxnOps keys) deletes its keys
+// only if every one still has its lease's create revision; if any has not,
+// each key of that transaction is released on its own. Attempts are
+// bounded and retried as Release's are.
 func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 	var ws []*waiter
 	var errs []error
@@ -64,6 +75,8 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 			ws = append(ws, h.w)
 		}
 	}
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
 	for start := 0; start < len(ws); start += maxTxnOps {
 		chunk := ws[start:min(start+maxTxnOps, len(ws))]
 		var cmps []clientv3.Cmp
@@ -74,14 +87,24 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 			}
 			ops[i] = clientv3.OpDelete(w.path)
 		}
-		resp, err := s.l.cli.Txn(ctx).If(cmps...).Then(ops...).Commit()
-		if err == nil && resp.Succeeded {
+		together := false
+		err := s.retry(ctx, func(c context.Context) error {
+			resp, err := s.l.cli.Txn(c).If(cmps...).Then(ops...).Commit()
+			together = err == nil && resp.Succeeded
+			return err
+		})
+		if together {
 			continue
 		}
 		for _, w := range chunk {
-			if err := s.deleteOwn(ctx, w); err != nil {
+			kerr := err
+			if kerr == nil {
+				// A key no longer ours (or gone): each on its own.
+				kerr = s.retry(ctx, func(c context.Context) error { return s.deleteOwn(c, w) })
+			}
+			if kerr != nil {
 				s.l.background(func() { s.deleteUntilGone(w) })
-				errs = append(errs, fmt.Errorf("etcd: delete %s: %w: %w", w.path, lock.ErrCleanupPending, err))
+				errs = append(errs, fmt.Errorf("etcd: delete %s: %w: %w", w.path, lock.ErrCleanupPending, kerr))
 			}
 		}
 	}

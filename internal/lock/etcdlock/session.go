@@ -17,6 +17,16 @@ import (
 // died (or will die) with its lease, and the attempt starts over in the next.
 var errSessionGone = errors.New("session gone")
 
+// errKeyGone means an attempt's waiter key was deleted by someone else (an
+// operator, say) while the session lives; the attempt starts over too.
+var errKeyGone = errors.New("waiter key deleted by another client")
+
+// startOver reports whether an attempt that failed with err should run
+// again, in the current session or the next.
+func startOver(err error) bool {
+	return errors.Is(err, errSessionGone) || errors.Is(err, errKeyGone)
+}
+
 // revokeTimeout bounds revoking a given-up session's lease; if it cannot be
 // revoked the cluster expires it after its TTL anyway.
 const revokeTimeout = 2 * time.Second
@@ -34,10 +44,15 @@ type session struct {
 
 	ctx context.Context // cancelled when the session is given up
 	end context.CancelFunc
+	// check asks keepAlive for a renewal now: a key of ours vanished, and
+	// the lease may have been revoked (one slot; a full one is enough).
+	check chan struct{}
 
 	// Guarded by l.mu.
-	gone     bool
-	leases   map[*handle]func(error)
+	gone bool
+	// keys is every waiter key of the session, from before its put is sent
+	// until it is released or abandoned (see entry, watchKeys).
+	keys     map[string]*entry
 	deadline time.Time     // until when the lease is surely ours (see keepAlive)
 	renewed  chan struct{} // closed, and replaced, at each answered renewal
 }
@@ -90,8 +105,8 @@ func (l *Locker) open(ctx context.Context) (*session, error) {
 	}
 	ttl := time.Duration(grant.TTL) * time.Second
 	sctx, end := context.WithCancel(l.life)
-	s := &session{l: l, id: grant.ID, ttl: ttl, ctx: sctx, end: end, leases: make(map[*handle]func(error)),
-		deadline: validUntil(sent, ttl), renewed: make(chan struct{})}
+	s := &session{l: l, id: grant.ID, ttl: ttl, ctx: sctx, end: end, check: make(chan struct{}, 1),
+		keys: make(map[string]*entry), deadline: validUntil(sent, ttl), renewed: make(chan struct{})}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -101,6 +116,9 @@ func (l *Locker) open(ctx context.Context) (*session, error) {
 	}
 	l.cur = s
 	l.bg.Go(func() { s.keepAlive(sent) })
+	// Every key of the session is created after the grant: the watch from
+	// the grant's revision on sees each one's deletion.
+	l.bg.Go(func() { s.watchKeys(grant.Revision + 1) })
 	l.mu.Unlock()
 	l.log.Info("etcd: session opened", "lease", fmt.Sprintf("%x", grant.ID), "ttl_s", grant.TTL)
 	return s, nil
@@ -127,6 +145,10 @@ func validUntil(sent time.Time, ttl time.Duration) time.Time {
 // stays on a frozen member until gRPC's keepalive gives up on the
 // connection, some 11 s later (gRPC raises pings below 10 s to 10 s), longer
 // than the TTL.
+//
+// A renewal also goes out at once when the session's watch saw a key of
+// ours deleted (check): a revoked lease is then found at once, not at the
+// next renewal.
 func (s *session) keepAlive(sent time.Time) {
 	next := sent.Add(s.ttl / 3)
 	for {
@@ -136,6 +158,8 @@ func (s *session) keepAlive(sent time.Time) {
 		case <-s.ctx.Done():
 			t.Stop()
 			return
+		case <-s.check:
+			t.Stop()
 		case <-t.C:
 		}
 		if !time.Now().Before(deadline) {
@@ -239,8 +263,13 @@ func (l *Locker) giveUp(s *session, cause error) {
 	}
 	s.gone = true
 	s.end()
-	leases := s.leases
-	s.leases = nil
+	var leases []func(error)
+	for _, e := range s.keys {
+		if e.lose != nil {
+			leases = append(leases, e.lose)
+		}
+	}
+	s.keys = nil
 	if l.cur == s {
 		l.cur = nil
 	}
@@ -258,14 +287,16 @@ func (l *Locker) giveUp(s *session, cause error) {
 }
 
 // background runs f on its own goroutine unless the Locker has finished
-// closing; Close waits for every f started before that.
-func (l *Locker) background(f func()) {
+// closing (false: f does not run); Close waits for every f started before
+// that.
+func (l *Locker) background(f func()) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.drained {
-		return
+		return false
 	}
 	l.bg.Go(f)
+	return true
 }
 
 func (l *Locker) revokeLater(id clientv3.LeaseID) {
@@ -276,30 +307,6 @@ func (l *Locker) revokeLater(id clientv3.LeaseID) {
 			l.log.Info("etcd: lease not revoked; the cluster expires it after its TTL", "lease", fmt.Sprintf("%x", id), "err", err)
 		}
 	})
-}
-
-// register adds a granted lease to the session, so that its loss reaches
-// the lease; false if the session ended meanwhile.
-func (s *session) register(h *handle, lose func(error)) bool {
-	s.l.mu.Lock()
-	defer s.l.mu.Unlock()
-	if s.gone {
-		return false
-	}
-	s.leases[h] = lose
-	return true
-}
-
-// unregister removes a released lease; false if the session already ended,
-// taking the lease's key with it.
-func (s *session) unregister(h *handle) bool {
-	s.l.mu.Lock()
-	defer s.l.mu.Unlock()
-	if s.gone {
-		return false
-	}
-	delete(s.leases, h)
-	return true
 }
 
 func (s *session) isGone() bool { return s.ctx.Err() != nil }

@@ -1,0 +1,248 @@
+package etcdlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/stockguard/stockguard/internal/lock"
+)
+
+// entry is what a session knows of one of its waiter keys, from before the
+// key's put is sent (newWaiter) until the key is released (unregister) or
+// abandoned (forget). The session's watch (watchKeys) marks it deleted
+// when the key goes without the session deleting it: the session's lease
+// revoked or expired (the keys go at once, the next renewal is up to TTL/3
+// away), or someone deleting it (etcdctl del --prefix). A granted key's
+// lease is then lost at once; a waiting one starts over.
+//
+// The Locker's own deletions (releases, batch releases in one transaction,
+// clean-ups) remove the entry before they are sent, so the watch, seeing
+// them, finds no entry and takes no loss.
+type entry struct {
+	rev  int64         // the key's create revision, once its put was answered
+	lose func(error)   // set once granted: ends the lease
+	gone chan struct{} // closed when marked deleted
+	// deleted is set when the key went; absentAt, when a recheck found no
+	// key while rev was still 0 (the put may have been in flight).
+	deleted  bool
+	absentAt int64
+}
+
+// track records path, about to be put, as the session's.
+func (s *session) track(path string) *entry {
+	e := &entry{gone: make(chan struct{})}
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if s.keys != nil { // nil once the session ended: nothing to follow
+		s.keys[path] = e
+	}
+	return e
+}
+
+// created records that w's put was applied at rev.
+func (s *session) created(w *waiter, rev int64) {
+	w.rev = rev
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if s.keys[w.path] != w.e {
+		return
+	}
+	w.e.rev = rev
+	if w.e.absentAt >= rev {
+		s.markLocked(w.path, w.e) // created, then gone before a recheck read it
+	}
+}
+
+// forget stops following the keys of ws: the Locker deletes them itself, or
+// they were never written.
+func (s *session) forget(ws ...*waiter) {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	for _, w := range ws {
+		if s.keys[w.path] == w.e {
+			delete(s.keys, w.path)
+		}
+	}
+}
+
+// register makes h's key's deletion end its lease (lose); it fails with
+// errSessionGone if the session ended meanwhile, errKeyGone if the key went.
+func (s *session) register(h *handle, lose func(error)) error {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	e := s.keys[h.w.path]
+	switch {
+	case s.gone:
+		return errSessionGone
+	case e == nil || e != h.w.e || e.deleted:
+		delete(s.keys, h.w.path)
+		return fmt.Errorf("%w: %s", errKeyGone, h.w.path)
+	}
+	e.lose = lose
+	return nil
+}
+
+// unregister removes a lease being released; false if its key is gone
+// already: the session ended, taking it along, or someone deleted it (the
+// lease was lost then).
+func (s *session) unregister(h *handle) bool {
+	s.l.mu.Lock()
+	defer s.l.mu.Unlock()
+	if s.gone || s.keys[h.w.path] != h.w.e {
+		return false
+	}
+	delete(s.keys, h.w.path)
+	return true
+}
+
+// deleted handles the deletion of path, one of the session's keys or not.
+func (s *session) deleted(path string) {
+	s.l.mu.Lock()
+	lose := s.markLocked(path, s.keys[path])
+	s.l.mu.Unlock()
+	if lose != nil {
+		lose(fmt.Errorf("etcd: %w: key %s deleted (session lease revoked or expired, or deleted by another client)",
+			lock.ErrLeaseLost, path))
+	}
+}
+
+// markLocked marks e, path's entry (nil: not ours), deleted and returns its
+// lease's lose function, if granted. It asks for a renewal now: the lease
+// may have been revoked. s.l.mu is held.
+func (s *session) markLocked(path string, e *entry) func(error) {
+	if e == nil || e.deleted {
+		return nil
+	}
+	e.deleted = true
+	close(e.gone)
+	select {
+	case s.check <- struct{}{}:
+	default:
+	}
+	if e.lose == nil {
+		return nil // a waiter: it sees its own key gone (watchDelete, register)
+	}
+	delete(s.keys, path)
+	return e.lose
+}
+
+// watchRetry spaces the session watch's restarts.
+const watchRetry = 100 * time.Millisecond
+
+// watchKeys follows every deletion under Root from revision from on, until
+// the session ends: one watch per session, requiring a leader (a member cut
+// off from the quorum cancels it rather than staying silent), only
+// deletions. Every instance's releases pass through it, so it costs a
+// message per release cluster-wide, cheap beside the release itself. A
+// broken watch starts again from just after the last deletion seen; one
+// whose revision was compacted meanwhile reads every key of the session
+// (recheck) and goes on from that read's revision.
+func (s *session) watchKeys(from int64) {
+	next := from
+	for {
+		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+		wch := s.l.cli.Watch(wctx, Root+"/", clientv3.WithPrefix(), clientv3.WithRev(next), clientv3.WithFilterPut())
+		next = s.follow(wch, next)
+		cancel()
+		t := time.NewTimer(watchRetry)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// follow hands the deletions wch reports to deleted until the watch ends,
+// and returns the revision to watch from next.
+func (s *session) follow(wch clientv3.WatchChan, next int64) int64 {
+	for wr := range wch {
+		if wr.CompactRevision != 0 {
+			rev, err := s.recheck()
+			if err != nil {
+				s.l.log.Debug("etcd: session keys not rechecked; trying again", "err", err)
+				return next
+			}
+			return rev + 1
+		}
+		if wr.Err() != nil {
+			return next
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == mvccpb.DELETE {
+				s.deleted(string(ev.Kv.Key))
+			}
+			// Only an event's own revision tells how far the watch got: a
+			// response's header may be ahead of events still to come.
+			next = max(next, ev.Kv.ModRevision+1)
+		}
+	}
+	return next
+}
+
+// recheck reads every key of the session, as it stands, and marks those
+// gone deleted (or recreated by someone else: another create revision). It
+// returns the revision of its first read: every deletion after it the
+// watch will see, every one before it the reads saw. A key still being put
+// (rev 0) that is absent is remembered as absent at that revision: if its
+// put turns out applied before, it was deleted since (created checks).
+func (s *session) recheck() (int64, error) {
+	s.l.mu.Lock()
+	paths := make([]string, 0, len(s.keys))
+	for p := range s.keys {
+		paths = append(paths, p)
+	}
+	s.l.mu.Unlock()
+	ctx, cancel := context.WithTimeout(s.ctx, cleanupTimeout)
+	defer cancel()
+	if len(paths) == 0 {
+		resp, err := s.l.cli.Get(ctx, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			return 0, err
+		}
+		return resp.Header.Revision, nil
+	}
+	var first int64
+	for start := 0; start < len(paths); start += maxTxnOps {
+		chunk := paths[start:min(start+maxTxnOps, len(paths))]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, p := range chunk {
+			ops[i] = clientv3.OpGet(p, clientv3.WithKeysOnly())
+		}
+		resp, err := s.l.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return 0, err
+		}
+		rev := resp.Header.Revision
+		if first == 0 {
+			first = rev
+		}
+		var lost []func(error)
+		s.l.mu.Lock()
+		for i, p := range chunk {
+			e := s.keys[p]
+			if e == nil {
+				continue // released or abandoned meanwhile
+			}
+			kvs := resp.Responses[i].GetResponseRange().Kvs
+			switch {
+			case e.rev == 0 && len(kvs) == 0:
+				e.absentAt = rev
+			case e.rev != 0 && (len(kvs) == 0 || kvs[0].CreateRevision != e.rev):
+				if lose := s.markLocked(p, e); lose != nil {
+					lost = append(lost, lose)
+				}
+			}
+		}
+		s.l.mu.Unlock()
+		for _, lose := range lost {
+			lose(fmt.Errorf("etcd: %w: key deleted (session lease revoked or expired, or deleted by another client)", lock.ErrLeaseLost))
+		}
+	}
+	return first, nil
+}
