@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/stockguard/stockguard/internal/httpapi"
 )
 
 // shutdown drains srv until ctx ends, then closes the connections left.
@@ -26,15 +28,17 @@ func shutdown(ctx context.Context, srv *http.Server, log *slog.Logger) error {
 
 // serveMetrics serves reg's /metrics on a listener of its own at addr, so
 // that the API's listener can face clients while the metrics stay on a
-// private network. It has the API's limits but no request bound: a scrape
-// is cheap and must get through an overload.
+// private network. It has the API's limits, and not the API's request
+// bound (a scrape must get through an overload) but a bound of its own,
+// as /metrics has on the API's listener: httpapi.MetricsInFlight scrapes at
+// once, beyond which promhttp answers a plain-text 503.
 func serveMetrics(addr string, reg prometheus.Gatherer, l *serverLimits, log *slog.Logger) (*http.Server, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen --metrics-addr: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: httpapi.MetricsInFlight}))
 	srv := l.server(mux, requestMargin, log)
 	go func() {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -40,7 +40,7 @@ func (s *server) debugRoutes(r *gin.Engine) {
 	if !s.Chaos || s.ZKSession == nil {
 		return
 	}
-	r.GET("/debug/zk-session", s.admin, s.zkSession)
+	r.GET("/debug/zk-session", s.admin, noBody, s.zkSession)
 }
 
 // zkSession answers the current session's credentials. The id is also given

@@ -105,9 +105,10 @@ type bodyKey struct{}
 //
 // The bodies buffered at once are bounded too, by 2 × maxInFlight slots of
 // at most 64 KiB each (maxInFlight <= 0: no bound), each held from the
-// first byte read to the answer: twice the in-flight bound, so that as many
-// clients trickling their bodies as there are in-flight slots still leave
-// room for the orders that arrive whole. A body that finds every slot
+// first byte read until the answer is ready (answerLater sends it after
+// the slot is freed, and the body is let go with the slot): twice the
+// in-flight bound, so that as many clients trickling their bodies as there
+// are in-flight slots still leave room for the orders that arrive whole. A body that finds every slot
 // taken is refused 503 overloaded before a byte of it is read.
 //
 // The server's request body is never replaced: net/http decides from its
@@ -147,6 +148,7 @@ func readBody(maxInFlight int) gin.HandlerFunc {
 		}
 		c.Set(bodyKey{}, &body)
 		c.Next()
+		body = nil // not kept while the answer is sent: the slot no longer counts it
 	}
 }
 
@@ -191,6 +193,24 @@ func refuseBody(c *gin.Context, err error) {
 	c.Abort()
 }
 
+// noBody runs before the handler of every route that reads no body (the
+// probes, /metrics, unknown paths and methods), so that a body declared or sent to
+// them is not waited for: over 64 KiB by its Content-Length it is refused
+// 413, as on every route; any other is left unread, and the connection
+// ends after the answer (net/http would otherwise read up to 256 KiB of it
+// before answering, until the read timeout for one that never comes).
+func noBody(c *gin.Context) {
+	r := c.Request
+	if r.ContentLength > maxBody {
+		refuseBody(c, errBodyTooLarge)
+		return
+	}
+	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
+		c.Header("Connection", "close")
+	}
+	c.Next()
+}
+
 // requestBody is the body readBody read, nil when the request had none.
 func requestBody(c *gin.Context) []byte {
 	if v, ok := c.Get(bodyKey{}); ok {
@@ -203,7 +223,17 @@ func requestBody(c *gin.Context) []byte {
 // Expect: 100-continue is asked for it), a body the decoder would refuse
 // for its media type or could not read for its coding.
 func jsonBody(c *gin.Context) {
-	mt, _, err := mime.ParseMediaType(c.GetHeader("Content-Type"))
+	// Sent twice, which one counts would be up to every proxy on the way.
+	types := c.Request.Header.Values("Content-Type")
+	if len(types) > 1 {
+		refuseBody(c, fmt.Errorf("%w: Content-Type sent %d times", inventory.ErrInvalid, len(types)))
+		return
+	}
+	var ct string
+	if len(types) == 1 {
+		ct = types[0]
+	}
+	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil || mt != "application/json" {
 		refuseBody(c, errMediaType)
 		return

@@ -263,7 +263,11 @@ func (s *server) chaos(c *gin.Context) (context.Context, error) {
 	}
 	d, err := time.ParseDuration(h)
 	if err != nil || d < 0 || d > MaxChaosPause {
-		return nil, errors.Join(fmt.Errorf("%w: %s must be a duration in 0..%s", inventory.ErrInvalid, name, MaxChaosPause), err)
+		bad := fmt.Errorf("%w: %s must be a duration in 0..%s", inventory.ErrInvalid, name, MaxChaosPause)
+		if err != nil { // its text quotes the value whole
+			return nil, errors.Join(bad, errors.New(inventory.Clip(err.Error())))
+		}
+		return nil, bad
 	}
 	return with(ctx, d), nil
 }

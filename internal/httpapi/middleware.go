@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -23,15 +24,37 @@ const requestIDHeader = "X-Request-Id"
 const maxRequestID = 128
 
 // requestID tags the request and its logs; a client's own id is kept when
-// sane: 1..maxRequestID bytes of printable ASCII, so that nothing a client
-// sends ends up raw in a header or a log.
+// sane: 1..maxRequestID bytes of printable ASCII, sent once, so that
+// nothing a client sends ends up raw in a header or a log. Two ids are
+// none: which of them a log line names would be up to every proxy on the
+// way.
 func (s *server) requestID(c *gin.Context) {
-	id := c.GetHeader(requestIDHeader)
+	var id string
+	if ids := c.Request.Header.Values(requestIDHeader); len(ids) == 1 {
+		id = ids[0]
+	}
 	if len(id) > maxRequestID || inventory.ValidateIdempotencyKey(id) != nil {
 		id = uuid.NewString()
 	}
 	c.Set(requestIDHeader, id)
 	c.Header(requestIDHeader, id)
+	c.Next()
+}
+
+// closeFramed ends the connection after the answer to every request sent
+// with Transfer-Encoding, on every route, those that read no body too. Go's
+// server drops a Content-Length sent with it and reads the chunks, but a
+// proxy in front may have framed the request by that length: what follows
+// on the wire is then not the request the proxy sent next (CL.TE request
+// smuggling), and RFC 9112 §6.1 has the server close after such a request.
+// The handler cannot tell whether a Content-Length came with it, so every
+// chunked request ends its connection: this API's clients send JSON of a
+// known length, and chunked requests are rare enough that a new connection
+// for each costs nothing that matters.
+func closeFramed(c *gin.Context) {
+	if c.Request.TransferEncoding != nil {
+		c.Header("Connection", "close")
+	}
 	c.Next()
 }
 
@@ -66,6 +89,13 @@ func (s *server) observe(c *gin.Context) {
 	level := slog.LevelDebug
 	if status >= 500 {
 		level = slog.LevelError
+		// A request refused over a bound is the bound at work, not a
+		// fault, and comes in floods: logged at debug, counted in the
+		// metrics, and summed up by one warning now and then (shed).
+		if len(c.Errors) > 0 && errors.Is(c.Errors[0].Err, inventory.ErrOverloaded) {
+			level = slog.LevelDebug
+			s.shed(c.Request.Context())
+		}
 	}
 	// Checked first: building the line (the errors' text above all) costs
 	// more than the rest of the hot path's bookkeeping, for a line that is
@@ -74,6 +104,30 @@ func (s *server) observe(c *gin.Context) {
 		s.Logger.Log(ctx, level, "http", "request_id", c.GetString(requestIDHeader), "method", c.Request.Method,
 			"path", c.Request.URL.Path, "status", status, "duration", d, "errors", c.Errors.ByType(gin.ErrorTypeAny).String())
 	}
+}
+
+// shedLogEvery is how often at most the requests refused 503 overloaded
+// are summed up in the log.
+const shedLogEvery = 10 * time.Second
+
+// shedLog counts the requests refused 503 overloaded between two of its
+// warnings.
+type shedLog struct {
+	refused atomic.Int64
+	last    atomic.Int64 // when the last warning was logged, in Unix nanoseconds
+}
+
+// shed counts one request refused 503 overloaded, and logs the count at
+// warn when the last such line is shedLogEvery old: the first shed is said
+// at once, a flood in one line every shedLogEvery.
+func (s *server) shed(ctx context.Context) {
+	s.sheds.refused.Add(1)
+	now, last := time.Now().UnixNano(), s.sheds.last.Load()
+	if now-last < int64(shedLogEvery) || !s.sheds.last.CompareAndSwap(last, now) {
+		return
+	}
+	s.Logger.WarnContext(ctx, "overloaded: requests refused 503 overloaded",
+		"refused", s.sheds.refused.Swap(0), "logged_at_most_every", shedLogEvery.String())
 }
 
 // methods are the label values of the method label: a client may send any
@@ -166,9 +220,18 @@ func (s *server) admin(c *gin.Context) {
 		c.Next()
 		return
 	}
+	// Sent twice, which one counts would be up to every proxy on the way.
+	auth := c.Request.Header.Values("Authorization")
+	if len(auth) > 1 {
+		refuseBody(c, fmt.Errorf("%w: Authorization sent %d times", inventory.ErrInvalid, len(auth)))
+		return
+	}
 	// The scheme is case-insensitive, and one or more spaces end it (RFC
 	// 9110 §11.1, §11.4).
-	scheme, token, _ := strings.Cut(c.GetHeader("Authorization"), " ")
+	var scheme, token string
+	if len(auth) == 1 {
+		scheme, token, _ = strings.Cut(auth[0], " ")
+	}
 	token = strings.TrimLeft(token, " ")
 	if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare([]byte(token), []byte(s.AdminToken)) != 1 {
 		c.Header("WWW-Authenticate", `Bearer realm="stockguard"`)

@@ -60,6 +60,7 @@ type Config struct {
 
 type server struct {
 	Config
+	sheds shedLog
 }
 
 // New returns the service's http.Handler.
