@@ -92,7 +92,7 @@ func (s *session) batch(ctx context.Context, keys []string) (lock.Batch, error) 
 			if released != nil {
 				err = fmt.Errorf("%w (%w)", err, released)
 			}
-			return lock.Batch{}, pending(err, s.abandon(ctx, got[i+1:]...))
+			return lock.Batch{}, pending(err, s.abandon(ctx, got[i:]...))
 		}
 		s.l.m.queueDepth.Observe(0)
 		b.Leases = append(b.Leases, lease)

@@ -233,6 +233,10 @@ func (s *session) recheck() (int64, error) {
 			switch {
 			case e.rev == 0 && len(kvs) == 0:
 				e.absentAt = rev
+			case e.rev > rev:
+				// Created after the read (its answer came meanwhile): the read
+				// could not see it, and the watch, resuming after the read,
+				// sees its deletion.
 			case e.rev != 0 && (len(kvs) == 0 || kvs[0].CreateRevision != e.rev):
 				if lose := s.markLocked(p, e); lose != nil {
 					lost = append(lost, lose)

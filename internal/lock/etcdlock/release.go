@@ -31,9 +31,13 @@ type handle struct {
 // within ctx and releaseTimeout; after that the delete goes on in the
 // background until it succeeds or the session ends.
 func (h *handle) Release(ctx context.Context) error {
-	if !h.s.unregister(h) {
+	if !h.s.unregister(h) && h.s.isGone() {
 		return nil
 	}
+	// A lease lost while its session lives had its key deleted by someone,
+	// as far as the Locker can tell; deleted again (a no-op then: the
+	// compare on its create revision), a key wrongly thought gone does not
+	// stay on a live session, blocking its SKU for every instance.
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
 	if err := h.s.retry(ctx, func(c context.Context) error { return h.s.deleteOwn(c, h.w) }); err != nil {
@@ -71,7 +75,7 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 	var ws []*waiter
 	var errs []error
 	for _, lh := range hs {
-		if h := lh.(*handle); s.unregister(h) { // lock.Set groups by Releaser: ours
+		if h := lh.(*handle); s.unregister(h) || !s.isGone() { // lock.Set groups by Releaser: ours; as Release does
 			ws = append(ws, h.w)
 		}
 	}

@@ -3,6 +3,7 @@ package etcdlock
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -197,6 +198,33 @@ func TestRecheck(t *testing.T) {
 		t.Error("a key created after the read is marked deleted")
 	}
 	s.forget(before, after)
+}
+
+// TestRecheckSparesKeysCreatedAfterItsRead: a put whose answer comes while
+// a recheck reads (its revision past the read's) is not in what the read
+// saw; taken as deleted, a good lease would be lost and its key left on the
+// live session. Its deletion, if any, is the watch's to see.
+func TestRecheckSparesKeysCreatedAfterItsRead(t *testing.T) {
+	l := mustLocker(t)
+	s, err := l.session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := s.newWaiter(locktest.Key(t), "")
+	s.created(late, math.MaxInt64) // later than any read: the put's answer came meanwhile
+	lease, err := s.grant(late, time.Now().Add(testTTL/2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.recheck(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-lease.Done():
+		t.Fatalf("a lease whose key was created after the recheck's read is lost: %v", lease.Err())
+	case <-time.After(200 * time.Millisecond):
+	}
+	s.forget(late)
 }
 
 func closed(ch <-chan struct{}) bool {
