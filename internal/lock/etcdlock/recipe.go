@@ -66,8 +66,9 @@ func tombstone(id uuid.UUID) string { return tombstoneDir + id.String() }
 // tombstone need not outlive it. They are written only by the clean-up of
 // a put whose answer never came (the caller's context ended while it was in
 // flight, or the servers did not answer): a put answered, succeeded or not,
-// needs none. Their number per session is that of such abandonments, a
-// handful, not that of acquisitions.
+// needs none. Their number per session is that of such abandonments, not
+// that of acquisitions: a few per fault, kept (a late put may land any time
+// while the session lives) until the session ends, a small key each.
 func guardCmp(guard string) clientv3.Cmp {
 	return clientv3.Compare(clientv3.CreateRevision(guard), "=", 0)
 }
