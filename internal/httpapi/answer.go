@@ -24,13 +24,27 @@ import (
 // buffer shares the server's header map, which nothing sends before the
 // status). Errors recorded with c.Error are answered by renderErrors,
 // outside, after the buffer is gone. A handler that panics leaves nothing
-// of its answer: recover answers 500 on the server's writer.
+// of its answer, its headers included: recover answers 500 on the server's
+// writer.
 func answerLater(c *gin.Context) {
 	w := laterPool.Get().(*laterWriter)
 	w.reset(c.Writer)
 	c.Writer = w
+	done := false
 	defer func() {
 		c.Writer = w.ResponseWriter
+		if !done {
+			// A panic: recover answers 500 on the server's writer, which
+			// must not carry what the handler set for its own answer
+			// (Location, Idempotent-Replayed, …). What the middleware
+			// before this one set stays.
+			h := w.ResponseWriter.Header()
+			for k := range h {
+				if k != requestIDHeader && k != "Connection" {
+					delete(h, k)
+				}
+			}
+		}
 		w.ResponseWriter = nil
 		if cap(w.buf) <= maxPooledAnswer {
 			laterPool.Put(w)
@@ -38,6 +52,7 @@ func answerLater(c *gin.Context) {
 	}()
 	c.Next()
 	w.send()
+	done = true
 }
 
 // laterPool keeps the buffers, so that an answer costs no allocation.

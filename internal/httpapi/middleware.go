@@ -94,7 +94,7 @@ func (s *server) observe(c *gin.Context) {
 		// metrics, and summed up by one warning now and then (shed).
 		if len(c.Errors) > 0 && errors.Is(c.Errors[0].Err, inventory.ErrOverloaded) {
 			level = slog.LevelDebug
-			s.shed(c.Request.Context())
+			s.shed()
 		}
 	}
 	// Checked first: building the line (the errors' text above all) costs
@@ -113,21 +113,39 @@ const shedLogEvery = 10 * time.Second
 // shedLog counts the requests refused 503 overloaded between two of its
 // warnings.
 type shedLog struct {
+	every   time.Duration // shedLogEvery; shorter in tests
 	refused atomic.Int64
 	last    atomic.Int64 // when the last warning was logged, in Unix nanoseconds
+	due     atomic.Bool  // a warning is set to go out when every has passed
 }
 
-// shed counts one request refused 503 overloaded, and logs the count at
-// warn when the last such line is shedLogEvery old: the first shed is said
-// at once, a flood in one line every shedLogEvery.
-func (s *server) shed(ctx context.Context) {
-	s.sheds.refused.Add(1)
-	now, last := time.Now().UnixNano(), s.sheds.last.Load()
-	if now-last < int64(shedLogEvery) || !s.sheds.last.CompareAndSwap(last, now) {
+// shed counts one request refused 503 overloaded. The first of a flood is
+// said at once; those after it within every are said when every has
+// passed, in one line, whether or not more come: a count held back until
+// the next refusal, maybe hours later, would put a past flood in a quiet
+// hour's line.
+func (s *server) shed() {
+	l := &s.sheds
+	l.refused.Add(1)
+	now, last := time.Now().UnixNano(), l.last.Load()
+	if now-last >= int64(l.every) && l.last.CompareAndSwap(last, now) {
+		s.warnSheds()
 		return
 	}
-	s.Logger.WarnContext(ctx, "overloaded: requests refused 503 overloaded",
-		"refused", s.sheds.refused.Swap(0), "logged_at_most_every", shedLogEvery.String())
+	if l.due.CompareAndSwap(false, true) {
+		time.AfterFunc(time.Duration(l.last.Load()+int64(l.every)-now), func() {
+			l.last.Store(time.Now().UnixNano())
+			l.due.Store(false)
+			s.warnSheds()
+		})
+	}
+}
+
+// warnSheds logs the refusals counted since the last warning, if any.
+func (s *server) warnSheds() {
+	if n := s.sheds.refused.Swap(0); n > 0 {
+		s.Logger.Warn("overloaded: requests refused 503 overloaded", "refused", n, "logged_at_most_every", s.sheds.every.String())
+	}
 }
 
 // methods are the label values of the method label: a client may send any

@@ -69,7 +69,7 @@ func New(c Config) http.Handler {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &server{Config: c}
+	s := &server{Config: c, sheds: shedLog{every: shedLogEvery}}
 	r := gin.New()
 	r.HandleMethodNotAllowed = true
 	// A redirect has no JSON body; /v1/orders/ is simply not a route.
