@@ -87,3 +87,66 @@ func TestDisconnectLosesLease(t *testing.T) {
 	}
 	mustRelease(t, w)
 }
+
+// TestDisconnectLosesLeaseSilentWaiterKeepsPlace: a waiter's connection
+// goes silent (a flow black-holed; the servers stay reachable). The
+// watchdog calls it dead two thirds of the timeout after the last read,
+// and the session reconnects at once, well before the servers could
+// expire it (a timeout after the last answered request was sent): the
+// session survives and the waiter keeps its place ahead of one queued
+// after it. (The session used to be given up the moment the silence was
+// noticed, its waiters sent to the back of their lines.)
+//
+// Named for `make test-norace`, which runs it without the race detector:
+// the waiter's watch is pending across the reconnection.
+func TestDisconnectLosesLeaseSilentWaiterKeepsPlace(t *testing.T) {
+	servers := sharedZK(t)
+	insp := inspector(t, servers)
+	const timeout = 3 * time.Second
+	reg := prometheus.NewRegistry()
+	sd := &silent{budget: 16 << 10}
+	holder := mustLocker(t, servers)
+	w := mustLocker(t, servers, WithDialer(sd.dial), WithSessionTimeout(timeout), WithRegisterer(reg))
+	x := mustLocker(t, servers)
+	k := key(t)
+	held := mustAcquire(t, holder, k)
+	order := make(chan string, 2)
+	wait := func(name string, l *Locker) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		lease, err := l.Acquire(ctx, k)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			order <- name + " failed"
+			return
+		}
+		order <- name
+		_ = lease.Release(context.Background())
+	}
+	go wait("w (queued first)", w)
+	waitFor(t, 5*time.Second, "w queued", func() bool { return len(children(t, insp, k)) == 2 })
+	go wait("x (queued second)", x)
+	waitFor(t, 5*time.Second, "x queued", func() bool { return len(children(t, insp, k)) == 3 })
+	sid := sessionID(w)
+
+	sd.cut(false)
+	last := lastReadOf(w)
+	waitFor(t, 10*time.Second, "w's disconnect noticed", func() bool { return w.Ping(context.Background()) != nil })
+	noticed := time.Now()
+	waitFor(t, 10*time.Second, "w connected again", func() bool { return w.Ping(context.Background()) == nil })
+	t.Logf("silence noticed %v after the last read, connected again %v later",
+		noticed.Sub(last).Round(time.Millisecond), time.Since(noticed).Round(time.Millisecond))
+	if late := noticed.Sub(last) - timeout*2/3; late > 500*time.Millisecond {
+		t.Errorf("silence noticed %v after two thirds of the timeout since the last read", late.Round(time.Millisecond))
+	}
+	if got, lost := sessionID(w), counter(t, reg, "stockguard_zk_sessions_lost_total"); got != sid || lost != 0 {
+		t.Errorf("session %#x replaced by %#x (sessions lost: %v) though it reconnected before it could expire",
+			sid, got, lost)
+	}
+	mustRelease(t, held)
+	first := <-order
+	<-order
+	if first != "w (queued first)" {
+		t.Errorf("the key went first to %s: w lost its place in the line", first)
+	}
+}

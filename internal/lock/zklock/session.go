@@ -12,6 +12,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 	"github.com/stockguard/stockguard/internal/lock/zklock/zkwire"
 )
 
@@ -30,8 +31,13 @@ type session struct {
 	born time.Time
 
 	lastRead atomic.Int64 // since born, in ns: when the server was last heard from
-	timeout  atomic.Int64 // negotiated session timeout, ns
-	id       atomic.Int64 // session id from the last handshake
+	// since born, in ns: when the write began of the latest request the
+	// servers answered (the connect request included); they heard from the
+	// session no earlier, so they cannot expire it before a timeout later.
+	lastAnswered atomic.Int64
+	timeout      atomic.Int64                // negotiated session timeout, ns
+	id           atomic.Int64                // session id from the last handshake
+	tc           atomic.Pointer[trackedConn] // the connection dialled last
 
 	// creds is the last handshake in full: SessionCredentials needs the
 	// password, which go-zookeeper keeps to itself.
@@ -44,6 +50,7 @@ type session struct {
 	connected bool
 	suspends  uint64      // bumped on every disconnect, so a stale timer knows it is stale
 	timer     *time.Timer // gives the session up if it stays disconnected
+	watch     *time.Timer // while connected: suspends the session if the servers go silent
 	gone      bool
 	leases    map[*handle]func(error)
 }
@@ -71,15 +78,100 @@ func (l *Locker) newSessionLocked() (*session, error) {
 	return s, nil
 }
 
-func (s *session) dial(network, addr string, timeout time.Duration) (net.Conn, error) {
-	c, err := s.l.cfg.dialer(network, addr, timeout)
-	if err != nil {
-		return nil, err
+// now is the time since born, as the session's clocks keep it.
+func (s *session) now() int64 { return int64(time.Since(s.born)) }
+
+// at turns a time since born back into a time.
+func (s *session) at(since int64) time.Time { return s.born.Add(time.Duration(since)) }
+
+func (s *session) heard() { s.lastRead.Store(s.now()) }
+
+// answered records that the servers answered a request whose write began
+// at sent (since born).
+func (s *session) answered(sent int64) {
+	for {
+		last := s.lastAnswered.Load()
+		if sent <= last || s.lastAnswered.CompareAndSwap(last, sent) {
+			return
+		}
 	}
-	return &trackedConn{Conn: c, s: s}, nil
 }
 
-func (s *session) heard() { s.lastRead.Store(int64(time.Since(s.born))) }
+// expiresAfter is the earliest the servers could expire the session, less
+// the clock drift allowance of the other backends: a timeout after the
+// write of the latest request they answered began. It is a send time, not
+// the time of our last read: the servers time the session from when they
+// last heard from us, which a reply says nothing more about.
+func (s *session) expiresAfter() time.Time {
+	timeout := time.Duration(s.timeout.Load())
+	return s.at(s.lastAnswered.Load()).Add(timeout - retry.Drift(timeout))
+}
+
+// silentAt is when a connected session is suspended if the servers say
+// nothing more: two thirds of the timeout after the last read, when the
+// Java client (and go-zookeeper's read deadline) calls the connection
+// dead, and in any case before the servers could expire the session.
+func (s *session) silentAt() time.Time {
+	timeout := time.Duration(s.timeout.Load())
+	byRead := s.at(s.lastRead.Load()).Add(timeout * 2 / 3)
+	if byAnswer := s.expiresAfter(); byAnswer.Before(byRead) {
+		return byAnswer
+	}
+	return byRead
+}
+
+// watchLocked arms the watchdog at silentAt; l.mu is held.
+//
+// The watchdog is ours, not go-zookeeper's Disconnected event, because
+// that event comes only once both of the client's loops have ended: its
+// receive loop ends at its read deadline, but a send loop blocked in a
+// write (the socket's send buffer full, as a silent partition leaves it)
+// waits for that write's own deadline, up to two thirds of the timeout
+// after the write began, and nobody closes the socket meanwhile. Leases
+// would outlive the session by up to a third of the timeout. The Java
+// client (Curator's base) checks its read timeout on its own clock
+// whatever its I/O is doing, and closes the socket when it passes; so does
+// this watchdog (checkSilent). Reads cost it nothing: they store their
+// time (heard), and the timer, when it fires, looks at the latest one and
+// re-arms itself, about every third of the timeout.
+func (l *Locker) watchLocked(s *session) {
+	d := max(time.Until(s.silentAt()), 0)
+	if s.watch == nil {
+		s.watch = time.AfterFunc(d, func() { l.checkSilent(s) })
+		return
+	}
+	s.watch.Reset(d)
+}
+
+// checkSilent runs at silentAt: if nothing was read since it was armed, it
+// suspends the session, by the path a disconnect takes, and closes the
+// connection, so that go-zookeeper reconnects now instead of at the end of
+// a blocked write.
+func (l *Locker) checkSilent(s *session) {
+	l.mu.Lock()
+	if s.gone || !s.connected {
+		l.mu.Unlock() // resumed arms the watchdog again
+		return
+	}
+	if at := s.silentAt(); time.Now().Before(at) {
+		s.watch.Reset(time.Until(at))
+		l.mu.Unlock()
+		return
+	}
+	// While connected, the connection dialled last is the connected one:
+	// go-zookeeper dials again only after its Disconnected event, which
+	// waits for l.mu to mark the session disconnected.
+	tc := s.tc.Load()
+	timeout := time.Duration(s.timeout.Load())
+	lastRead := s.at(s.lastRead.Load())
+	l.mu.Unlock()
+
+	l.suspended(s, fmt.Sprintf("nothing read for %v of a %v session timeout",
+		time.Since(lastRead).Round(time.Millisecond), timeout))
+	if tc != nil {
+		_ = tc.Conn.Close()
+	}
+}
 
 func (s *session) handshook(info zkwire.ConnectResponse) {
 	s.creds.Store(&info)
@@ -98,7 +190,7 @@ func (s *session) onEvent(ev zk.Event) {
 	case zk.StateHasSession:
 		s.l.resumed(s)
 	case zk.StateDisconnected:
-		s.l.suspended(s)
+		s.l.suspended(s, "disconnected")
 	case zk.StateExpired:
 		s.l.giveUp(s, lostExpired, errors.New("session expired"))
 	}
@@ -123,28 +215,33 @@ func (l *Locker) resumed(s *session) {
 		s.timer.Stop()
 		s.timer = nil
 	}
+	l.watchLocked(s)
 	l.mu.Unlock()
 	if wasSuspended {
 		l.log.Info("zookeeper: session resumed", "session", fmt.Sprintf("%#x", id))
 	}
 }
 
-// suspended handles a disconnect (Curator's SUSPENDED). Every lease in
-// the session is lost at once: a holder that cannot reach the ensemble
-// cannot know it still holds, and its writes are refused by the fence
-// anyway once someone else does. The session itself is kept: its waiters
-// stay queued, and if it reconnects in time the lost leases' nodes are
-// deleted then (in the background), so the keys pass to the next waiter
-// without waiting for an expiry.
+// suspended handles a disconnect (Curator's SUSPENDED): go-zookeeper's
+// Disconnected event, or the watchdog's verdict that the servers went
+// silent (checkSilent), whichever comes first. Every lease in the session
+// is lost at once: a holder that cannot reach the ensemble cannot know it
+// still holds, and its writes are refused by the fence anyway once someone
+// else does. The session itself is kept: its waiters stay queued, and if
+// it reconnects in time the lost leases' nodes are deleted then (in the
+// background), so the keys pass to the next waiter without waiting for an
+// expiry.
 //
-// The session is given up (LOST) at the earliest moment the server could
-// have expired it: go-zookeeper pings every third of the timeout, so the
-// server heard from us at most one ping interval before our last read, and
-// expires the session a timeout after that, at lastRead + 2/3 timeout.
-// Curator waits a whole timeout from the disconnect instead, which can be
-// after the real expiry; giving up early costs a re-queue, giving up late
-// would let waiters believe in nodes that are gone.
-func (l *Locker) suspended(s *session) {
+// The session is given up (LOST) at expiresAfter, before the servers could
+// have expired it: a timeout, less the drift allowance, after the write of
+// the last request they answered began. A disconnect noticed at once (a
+// reset, a server going down) leaves nearly the whole timeout to
+// reconnect; a silent one, noticed two thirds of the timeout after the
+// last read, leaves about a third. Curator waits a whole timeout from the
+// disconnect instead, which can be after the real expiry; giving up early
+// costs a re-queue, giving up late would let waiters believe in nodes that
+// are gone.
+func (l *Locker) suspended(s *session, why string) {
 	l.mu.Lock()
 	if s.gone || !s.connected {
 		l.mu.Unlock()
@@ -153,24 +250,33 @@ func (l *Locker) suspended(s *session) {
 	s.connected = false
 	s.suspends++
 	gen := s.suspends
-	timeout := time.Duration(s.timeout.Load())
-	lastRead := s.born.Add(time.Duration(s.lastRead.Load()))
-	lostAt := lastRead.Add(timeout * 2 / 3)
-	s.timer = time.AfterFunc(max(time.Until(lostAt), 0), func() {
+	lostAt := s.expiresAfter()
+	var check func()
+	check = func() {
 		l.mu.Lock()
-		stale := s.gone || s.connected || s.suspends != gen
-		l.mu.Unlock()
-		if !stale {
-			l.giveUp(s, lostTimeout, fmt.Errorf("no word from the ensemble for %v of a %v session timeout",
-				time.Since(lastRead).Round(time.Millisecond), timeout))
+		if s.gone || s.connected || s.suspends != gen {
+			l.mu.Unlock()
+			return
 		}
-	})
+		// A handshake may have been answered since (its resumed is on the way).
+		if at := s.expiresAfter(); time.Now().Before(at) {
+			s.timer = time.AfterFunc(time.Until(at), check)
+			l.mu.Unlock()
+			return
+		}
+		timeout := time.Duration(s.timeout.Load())
+		since := time.Since(s.at(s.lastAnswered.Load())).Round(time.Millisecond)
+		l.mu.Unlock()
+		l.giveUp(s, lostTimeout, fmt.Errorf("no request answered in the %v since the last one was sent, of a %v session timeout",
+			since, timeout))
+	}
+	s.timer = time.AfterFunc(max(time.Until(lostAt), 0), check)
 	leases := s.leases
 	s.leases = make(map[*handle]func(error))
 	l.bg.Add(len(leases)) // under l.mu, so it happens before Close waits
 	l.mu.Unlock()
 
-	l.log.Warn("zookeeper: session suspended", "session", fmt.Sprintf("%#x", s.sid),
+	l.log.Warn("zookeeper: session suspended", "session", fmt.Sprintf("%#x", s.sid), "why", why,
 		"lost_in", time.Until(lostAt).Round(time.Millisecond), "leases_lost", len(leases))
 	for h, lose := range leases {
 		lose(fmt.Errorf("zookeeper: %q: %w: session disconnected", h.n.key, lock.ErrLeaseLost))
@@ -199,6 +305,9 @@ func (l *Locker) giveUp(s *session, reason string, cause error) {
 	s.gone = true
 	if s.timer != nil {
 		s.timer.Stop()
+	}
+	if s.watch != nil {
+		s.watch.Stop()
 	}
 	close(s.dead)
 	sid := s.sid

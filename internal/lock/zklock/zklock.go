@@ -9,10 +9,23 @@
 //
 // A disconnect loses every lease of the session at once (Curator's
 // SUSPENDED, read conservatively: a holder that cannot reach the ensemble
-// cannot know it still holds); Ping fails and Acquire waits. If the session
-// reconnects, the lost leases' nodes are deleted and its waiters go on; if
-// it does not before the servers could have expired it, or the servers
-// report it expired, the Locker gives it up and goes on in a new session.
+// cannot know it still holds); Ping fails and Acquire waits. A disconnect
+// is go-zookeeper's report of one or, whichever comes first, the Locker's
+// own watchdog finding nothing read for two thirds of the session timeout
+// (the Java client's read timeout), or no request answered for a timeout
+// less a drift allowance: go-zookeeper's report can come a third of the
+// timeout later, after the servers expired the session.
+//
+// If the session reconnects before the servers could have expired it (a
+// timeout, less 1% and 2 ms, after the write of the last request they
+// answered), the lost leases' nodes are deleted and its waiters keep their
+// place. That leaves nearly the whole timeout to reconnect after a
+// disconnect noticed at once (a reset, a server going down), about a third
+// after a silent one. Otherwise, or if the servers report it expired, the
+// Locker gives it up and goes on in a new session, where its waiters queue
+// again, at the back. A server that accepts a connection and does not
+// answer the handshake is left for the next after its share of the timeout
+// (timeout ÷ servers), as the Java client does.
 // A lease has no deadline of its own: Done is its only end.
 //
 // A key's parent is a container znode: the servers remove it once its last

@@ -1,8 +1,11 @@
-// Package zkwire speaks the two pieces of ZooKeeper's client protocol that
-// go-zookeeper does not expose: the connect response, read off a connection
-// as it arrives (the negotiated timeout and the session password, which
-// go-zookeeper keeps to itself), and ending a session from outside, which the tests and the chaos suite use
-// to expire a session the way a partition longer than its timeout would.
+// Package zkwire speaks the pieces of ZooKeeper's client protocol that
+// go-zookeeper does not expose: the frames of a connection, followed as
+// they are written and read (which request a reply answers, by its xid),
+// the connect response, read off a connection as it arrives (the
+// negotiated timeout and the session password, which go-zookeeper keeps to
+// itself), and ending a session from outside, which the tests and the
+// chaos suite use to expire a session the way a partition longer than its
+// timeout would.
 package zkwire
 
 import (
@@ -48,35 +51,69 @@ func ParseConnectResponse(b []byte) (ConnectResponse, error) {
 // 40 bytes (a 16-byte password).
 const maxHandshake = 1024
 
-// HandshakeReader collects the first frame a server sends on a new TCP
-// connection, which is always the connect response.
-type HandshakeReader struct {
-	buf  []byte
-	done bool
+// Frames finds the frames in one direction of a client connection (each a
+// 4-byte big-endian length, then that many bytes of body), however the
+// stream is cut into reads or writes, and keeps the start of each: all of
+// the first frame's body (the connect request or response), up to
+// maxHandshake bytes; the first four bytes of every later one, its xid.
+// The zero value is ready to use; it is not safe for concurrent use (one
+// direction of a connection is read, or written, by one goroutine at a
+// time).
+type Frames struct {
+	n    int    // frames whose start was complete
+	head []byte // the current frame's length and body start, as they come
+	skip int    // bytes of the current frame's body after its start
 }
 
-// Feed adds bytes read from the connection; it returns the parsed response
-// once, when the frame is complete. The zero value is ready to use; it is not
-// safe for concurrent use (a connection is read by one goroutine at a time).
-func (h *HandshakeReader) Feed(p []byte) (ConnectResponse, bool) {
-	if h.done {
-		return ConnectResponse{}, false
+// Frame is the start of one frame.
+type Frame struct {
+	Index int    // 0 for the connection's first frame, the connect request or response
+	Size  int    // the body's length
+	Start []byte // the body's start (see Frames); valid until the next call of Next
+}
+
+// Xid returns the xid a frame after the first starts with: a request's,
+// the one its reply echoes, -1 for a watch notification, -2 for a ping.
+func (f Frame) Xid() (int32, bool) {
+	if f.Index == 0 || len(f.Start) < 4 {
+		return 0, false
 	}
-	h.buf = append(h.buf, p...)
-	if len(h.buf) < 4 {
-		return ConnectResponse{}, false
+	return int32(binary.BigEndian.Uint32(f.Start)), true
+}
+
+// Next consumes p up to the end of the next frame's start and returns the
+// rest of p; ok reports that a frame's start is complete, in fr. Callers
+// loop while rest is not empty. It allocates only for the first frame.
+func (f *Frames) Next(p []byte) (rest []byte, fr Frame, ok bool) {
+	if f.skip > 0 {
+		k := min(f.skip, len(p))
+		f.skip -= k
+		p = p[k:]
 	}
-	size := int(binary.BigEndian.Uint32(h.buf))
-	if size > maxHandshake {
-		h.done, h.buf = true, nil
-		return ConnectResponse{}, false
+	if len(f.head) < 4 {
+		k := min(4-len(f.head), len(p))
+		f.head = append(f.head, p[:k]...)
+		p = p[k:]
+		if len(f.head) < 4 {
+			return p, Frame{}, false
+		}
 	}
-	if len(h.buf) < 4+size {
-		return ConnectResponse{}, false
+	size := int(binary.BigEndian.Uint32(f.head))
+	want := min(size, 4)
+	if f.n == 0 {
+		want = min(size, maxHandshake)
 	}
-	info, err := ParseConnectResponse(h.buf[4 : 4+size])
-	h.done, h.buf = true, nil
-	return info, err == nil
+	k := min(4+want-len(f.head), len(p))
+	f.head = append(f.head, p[:k]...)
+	p = p[k:]
+	if len(f.head) < 4+want {
+		return p, Frame{}, false
+	}
+	fr = Frame{Index: f.n, Size: size, Start: f.head[4:]}
+	f.n++
+	f.skip = size - want
+	f.head = f.head[:0]
+	return p, fr, true
 }
 
 // ErrUnknownSession means the server would not hand the session over

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -155,41 +156,6 @@ func TestParseConnectResponse(t *testing.T) {
 	}
 }
 
-// TestHandshakeReader parses the first frame once, however the connection
-// cuts it, and nothing after it.
-func TestHandshakeReader(t *testing.T) {
-	passwd := []byte("0123456789abcdef")
-	body := connectBody(0x1234, passwd)
-	frame := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
-	frame = append(frame, body...)
-	frame = append(frame, 0xde, 0xad) // the next frame's first bytes
-
-	// Fed one byte at a time, as a slow connection may deliver it.
-	var h zkwire.HandshakeReader
-	var info zkwire.ConnectResponse
-	var parsed int
-	for i := range frame {
-		if got, ok := h.Feed(frame[i : i+1]); ok {
-			info, parsed = got, parsed+1
-		}
-	}
-	if parsed != 1 {
-		t.Fatalf("parsed %d times, want once", parsed)
-	}
-	if info.SessionID != 0x1234 || info.Timeout != 4*time.Second || !bytes.Equal(info.Passwd, passwd) {
-		t.Fatalf("info = %+v", info)
-	}
-
-	// A first frame bigger than any connect response is not buffered.
-	var big zkwire.HandshakeReader
-	if _, ok := big.Feed(binary.BigEndian.AppendUint32(nil, 1<<20)); ok {
-		t.Fatal("a 1 MB frame parsed as a handshake")
-	}
-	if _, ok := big.Feed(frame); ok {
-		t.Fatal("the reader parsed a frame after giving up")
-	}
-}
-
 // inspector is a plain client for looking at what the sessions left.
 func inspector(t *testing.T, servers []string) *zk.Conn {
 	t.Helper()
@@ -228,15 +194,76 @@ func (c *capture) get() (zkwire.ConnectResponse, bool) {
 type capturingConn struct {
 	net.Conn
 	c  *capture
-	hs zkwire.HandshakeReader
+	in zkwire.Frames
 }
 
 func (cc *capturingConn) Read(p []byte) (int, error) {
 	n, err := cc.Conn.Read(p)
-	if resp, ok := cc.hs.Feed(p[:n]); ok {
-		cc.c.mu.Lock()
-		cc.c.resp = &resp
-		cc.c.mu.Unlock()
+	for q := p[:n]; len(q) > 0; {
+		var fr zkwire.Frame
+		var ok bool
+		if q, fr, ok = cc.in.Next(q); !ok || fr.Index != 0 {
+			continue
+		}
+		if resp, perr := zkwire.ParseConnectResponse(fr.Start); perr == nil {
+			cc.c.mu.Lock()
+			cc.c.resp = &resp
+			cc.c.mu.Unlock()
+		}
 	}
 	return n, err
+}
+
+// TestFrames finds every frame's start, the first frame whole, however the
+// stream is cut: one byte at a time, in one piece, and in reads that end
+// mid-length, mid-xid and mid-body.
+func TestFrames(t *testing.T) {
+	passwd := []byte("0123456789abcdef")
+	body := connectBody(0x1234, passwd)
+	stream := binary.BigEndian.AppendUint32(nil, uint32(len(body)))
+	stream = append(stream, body...)
+	xids := []int32{-2, 7, -1, 8}
+	for i, xid := range xids {
+		frame := binary.BigEndian.AppendUint32(nil, uint32(xid))
+		frame = append(frame, bytes.Repeat([]byte{byte(i)}, 12*i)...) // the last is 36 bytes of body
+		stream = binary.BigEndian.AppendUint32(stream, uint32(len(frame)))
+		stream = append(stream, frame...)
+	}
+	stream = binary.BigEndian.AppendUint32(stream, 0) // an empty frame
+	stream = append(stream, 0, 0)                     // and the next one's first bytes
+
+	type seen struct {
+		index, size int
+		xid         int32
+	}
+	for _, cut := range []int{1, 3, 5, 7, len(stream)} {
+		var f zkwire.Frames
+		var got []seen
+		for off := 0; off < len(stream); off += cut {
+			p := stream[off:min(off+cut, len(stream))]
+			for len(p) > 0 {
+				var fr zkwire.Frame
+				var ok bool
+				p, fr, ok = f.Next(p)
+				if !ok {
+					continue
+				}
+				if fr.Index == 0 {
+					info, err := zkwire.ParseConnectResponse(fr.Start)
+					if err != nil || info.SessionID != 0x1234 || !bytes.Equal(info.Passwd, passwd) {
+						t.Fatalf("cut %d: first frame %+v, %v", cut, info, err)
+					}
+					if _, ok := fr.Xid(); ok {
+						t.Fatalf("cut %d: the first frame has an xid", cut)
+					}
+				}
+				xid, _ := fr.Xid()
+				got = append(got, seen{fr.Index, fr.Size, xid})
+			}
+		}
+		want := []seen{{0, len(body), 0}, {1, 4, -2}, {2, 16, 7}, {3, 28, -1}, {4, 40, 8}, {5, 0, 0}}
+		if !slices.Equal(got, want) {
+			t.Fatalf("cut %d: frames %v, want %v", cut, got, want)
+		}
+	}
 }
