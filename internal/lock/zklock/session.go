@@ -160,14 +160,18 @@ func (l *Locker) checkSilent(s *session) {
 	}
 	// While connected, the connection dialled last is the connected one:
 	// go-zookeeper dials again only after its Disconnected event, which
-	// waits for l.mu to mark the session disconnected.
+	// waits for l.mu to mark the session disconnected. The verdict is acted
+	// on under the same hold of l.mu: released in between, go-zookeeper
+	// could disconnect, dial, and resume on a new connection, and the
+	// verdict would then suspend that healthy one for good (no event would
+	// ever resume it).
 	tc := s.tc.Load()
 	timeout := time.Duration(s.timeout.Load())
 	lastRead := s.at(s.lastRead.Load())
-	l.mu.Unlock()
-
-	l.suspended(s, fmt.Sprintf("nothing read for %v of a %v session timeout",
+	after := l.suspendLocked(s, fmt.Sprintf("nothing read for %v of a %v session timeout",
 		time.Since(lastRead).Round(time.Millisecond), timeout))
+	l.mu.Unlock()
+	after()
 	if tc != nil {
 		_ = tc.Conn.Close()
 	}
@@ -243,9 +247,16 @@ func (l *Locker) resumed(s *session) {
 // are gone.
 func (l *Locker) suspended(s *session, why string) {
 	l.mu.Lock()
+	after := l.suspendLocked(s, why)
+	l.mu.Unlock()
+	after()
+}
+
+// suspendLocked is suspended with l.mu held; it returns what suspended
+// does once l.mu is released: log, and lose the leases.
+func (l *Locker) suspendLocked(s *session, why string) (after func()) {
 	if s.gone || !s.connected {
-		l.mu.Unlock()
-		return
+		return func() {}
 	}
 	s.connected = false
 	s.suspends++
@@ -274,19 +285,20 @@ func (l *Locker) suspended(s *session, why string) {
 	leases := s.leases
 	s.leases = make(map[*handle]func(error))
 	l.bg.Add(len(leases)) // under l.mu, so it happens before Close waits
-	l.mu.Unlock()
-
-	l.log.Warn("zookeeper: session suspended", "session", fmt.Sprintf("%#x", s.sid), "why", why,
-		"lost_in", time.Until(lostAt).Round(time.Millisecond), "leases_lost", len(leases))
-	for h, lose := range leases {
-		lose(fmt.Errorf("zookeeper: %q: %w: session disconnected", h.n.key, lock.ErrLeaseLost))
-		go func() {
-			defer l.bg.Done()
-			// Waits in the client for the reconnection; gives up with the session.
-			if err := s.deleteUntilGone(h.n); err != nil {
-				l.log.Warn("zookeeper: node of a lease lost to a disconnect not deleted", "node", h.n.path(), "err", err)
-			}
-		}()
+	sid := s.sid
+	return func() {
+		l.log.Warn("zookeeper: session suspended", "session", fmt.Sprintf("%#x", sid), "why", why,
+			"lost_in", time.Until(lostAt).Round(time.Millisecond), "leases_lost", len(leases))
+		for h, lose := range leases {
+			lose(fmt.Errorf("zookeeper: %q: %w: session disconnected", h.n.key, lock.ErrLeaseLost))
+			go func() {
+				defer l.bg.Done()
+				// Waits in the client for the reconnection; gives up with the session.
+				if err := s.deleteUntilGone(h.n); err != nil {
+					l.log.Warn("zookeeper: node of a lease lost to a disconnect not deleted", "node", h.n.path(), "err", err)
+				}
+			}()
+		}
 	}
 }
 

@@ -224,6 +224,14 @@ func (l *Locker) inSession(ctx context.Context, attempt func(*session) error) er
 			if errors.Is(err, lock.ErrCleanupPending) {
 				pending = err
 			}
+			if errors.Is(err, errDisconnected) {
+				// Until the session resumes or is given up, every try would
+				// be refused the same way: don't spin on the ensemble.
+				select {
+				case <-ctx.Done():
+				case <-time.After(retryPause):
+				}
+			}
 			continue
 		case errors.Is(err, lock.ErrNotAcquired):
 			return err
