@@ -41,8 +41,10 @@ func (h *handle) handOn(woke bool) {
 var _ lock.BatchHandle = (*handle)(nil)
 
 // Release deletes the lock if it is still ours. The caller's cancellation is
-// ignored (the node timeout bounds the call): a release that never reaches
-// the server leaves the key held for a whole TTL. A lock that is no longer
+// ignored (the node timeout bounds each try): a release that never reaches
+// the server leaves the key held for a whole TTL, so one the server does
+// not answer in its tries goes on in the background (redisnode.Release)
+// and the error wraps lock.ErrCleanupPending. A lock that is no longer
 // ours (expired, taken by the next holder) is left alone and is no error.
 func (h *handle) Release(ctx context.Context) error {
 	return h.l.release(ctx, []*handle{h})
@@ -75,14 +77,19 @@ func (r *releaser) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 // attempt would find it still held and sleep a retry delay.
 func (l *Locker) release(ctx context.Context, hs []*handle) error {
 	holds := make([]redisnode.Hold, len(hs))
+	var ttl time.Duration
 	for i, h := range hs {
 		holds[i] = h.hold
+		ttl = max(ttl, h.ttl)
 	}
-	_, woke, err := l.node.Release(context.WithoutCancel(ctx), holds, wakeAll(len(holds)))
+	_, woke, err := l.node.Release(context.WithoutCancel(ctx), holds, wakeAll(len(holds)), nil, ttl)
 	for i, h := range hs {
 		h.handOn(err != nil || woke[i])
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, redisnode.ErrPending):
+		return fmt.Errorf("redis: release %d key(s): %w: %w", len(hs), lock.ErrCleanupPending, l.nodeErr(err))
+	case err != nil:
 		return fmt.Errorf("redis: release %d key(s): %w", len(hs), l.nodeErr(err))
 	}
 	return nil

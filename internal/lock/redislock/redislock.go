@@ -89,8 +89,9 @@ func (l *Locker) Ping(ctx context.Context) error {
 	return nil
 }
 
-// Close implements lock.Locker. Leases still held stop being extended and
-// are lost; their keys expire after the TTL.
+// Close implements lock.Locker. It stops the deletes the server has not
+// confirmed yet (redisnode.Release). Leases still held stop being extended
+// and are lost; their keys expire after the TTL.
 func (l *Locker) Close() error { return l.node.Close() }
 
 func (l *Locker) nodeErr(err error) error { return &lock.NodeError{Node: l.node.Addr(), Err: err} }

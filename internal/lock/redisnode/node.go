@@ -1,13 +1,17 @@
 // Package redisnode is one Redis server as Stockguard's Redis lock backends
 // (redis, redlock) use it: a client tuned for locking, the Lua scripts, and
 // the key names. Every call is bounded by the node timeout, so one slow or
-// paused server can delay a lock operation by at most that much.
+// paused server can delay a lock operation by at most that much; a delete
+// the server does not confirm in a Release's tries goes on in the
+// background instead (see Release).
 package redisnode
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -26,6 +30,8 @@ type Node struct {
 	// how many block at once.
 	waits *goredis.Client
 	slots chan struct{}
+	// bg goes on with the deletes a Release could not confirm (see settle).
+	bg settling
 }
 
 // Bounds of AwaitRelease: the longest one pop blocks, and how many may
@@ -41,8 +47,10 @@ const (
 // does not connect: the first call does.
 func New(addr string, timeout time.Duration) *Node {
 	c := newClient(addr, timeout, timeout, 0)
-	return &Node{addr: addr, timeout: timeout, c: c, waits: newClient(addr, timeout, maxAwait+timeout, maxAwaits),
+	n := &Node{addr: addr, timeout: timeout, c: c, waits: newClient(addr, timeout, maxAwait+timeout, maxAwaits),
 		slots: make(chan struct{}, maxAwaits)}
+	n.bg.ctx, n.bg.stop = context.WithCancel(context.Background())
+	return n
 }
 
 // newClient is a go-redis client tuned for locking: no retries of its own,
@@ -82,8 +90,13 @@ func (n *Node) Addr() string { return n.addr }
 // Client is the underlying go-redis client, for tests and diagnostics.
 func (n *Node) Client() *goredis.Client { return n.c }
 
-// Close closes the node's connections.
-func (n *Node) Close() error { return errors.Join(n.c.Close(), n.waits.Close()) }
+// Close stops the deletes still going on in the background (Release), waits
+// for the one in flight (bounded by the node timeout), and closes the
+// node's connections.
+func (n *Node) Close() error {
+	n.bg.close()
+	return errors.Join(n.c.Close(), n.waits.Close())
+}
 
 func (n *Node) ctx(parent context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(parent, n.timeout)
@@ -110,6 +123,10 @@ type Grant struct {
 	// is a value no other acquisition saw on this node.
 	Bumped bool
 	Fence  uint64 // the node's fence counter after the call, acquired or not
+	// Holder is, where the node refused us, the lease id that holds the
+	// key there ("" if unknown): one value held on a majority is a lease
+	// (or a winning attempt), whose release will come; several are a split.
+	Holder string
 }
 
 // lockFenceKeys returns the lock and fence key of every hold, in the order
@@ -195,8 +212,16 @@ func (n *Node) AcquireBump(ctx context.Context, c Call) ([]Grant, error) {
 	}
 	grants := make([]Grant, c.holds)
 	for i := range grants {
-		flag, ok := v[2*i].(int64)
-		if !ok || flag < 0 || flag > 2 {
+		var flag int64
+		switch f := v[2*i].(type) {
+		case int64:
+			flag = f
+		case string: // held: by this lease id
+			grants[i].Holder = f
+		default:
+			flag = -1
+		}
+		if flag < 0 || flag > 2 {
 			return nil, fmt.Errorf("acquire script: unexpected reply %v", v[2*i:2*i+2])
 		}
 		var fence uint64
@@ -213,15 +238,16 @@ func (n *Node) AcquireBump(ctx context.Context, c Call) ([]Grant, error) {
 		default:
 			return nil, fmt.Errorf("acquire script: unexpected reply %v", v[2*i:2*i+2])
 		}
-		grants[i] = Grant{Acquired: flag > 0, Bumped: flag == 2, Fence: fence}
+		grants[i].Acquired, grants[i].Bumped, grants[i].Fence = flag > 0, flag == 2, fence
 	}
 	return grants, nil
 }
 
 // SetNX takes the lock on every hold's key for ttl without touching the
 // fence counters (Redlock without fencing, for comparison with libraries
-// that have none), in one script call; it reports per hold whether it did.
-func (n *Node) SetNX(ctx context.Context, holds []Hold, ttl time.Duration) ([]bool, error) {
+// that have none), in one script call; it reports per hold whether it did
+// (Acquired) or who holds the key (Holder); Fence is 0.
+func (n *Node) SetNX(ctx context.Context, holds []Hold, ttl time.Duration) ([]Grant, error) {
 	if len(holds) == 0 {
 		return nil, nil
 	}
@@ -234,18 +260,25 @@ func (n *Node) SetNX(ctx context.Context, holds []Hold, ttl time.Duration) ([]bo
 		keys[i] = LockKey(h.Key)
 		argv = append(argv, h.ID)
 	}
-	v, err := setNXScript.Run(ctx, n.c, keys, argv...).Int64Slice()
+	v, err := setNXScript.Run(ctx, n.c, keys, argv...).Slice()
 	if err != nil {
 		return nil, err
 	}
 	if len(v) != len(holds) {
 		return nil, fmt.Errorf("setnx script: %d replies for %d keys", len(v), len(holds))
 	}
-	ok := make([]bool, len(v))
+	grants := make([]Grant, len(v))
 	for i, f := range v {
-		ok[i] = f == 1
+		switch f := f.(type) {
+		case int64:
+			grants[i].Acquired = f == 1
+		case string:
+			grants[i].Holder = f
+		default:
+			return nil, fmt.Errorf("setnx script: unexpected reply %v", f)
+		}
 	}
-	return ok, nil
+	return grants, nil
 }
 
 // ErrFenceAhead means a node's fence counter was not below the token being
@@ -321,56 +354,181 @@ const (
 	WakeAnyway
 )
 
+// Written is what a release knows of its lock write of one hold on this
+// node. It decides when the delete of that hold counts as confirmed.
+type Written uint8
+
+const (
+	// Landed: the node answered the write (it granted the lock), or the
+	// hold is a lease's. One answered delete confirms it.
+	Landed Written = iota
+	// Unknown: the write got no answer (a timeout, a broken connection),
+	// so it may still be queued on the server: a SIGSTOPped Redis runs
+	// what its connections buffered once it resumes, SET NX included. See
+	// Release for what confirms its delete.
+	Unknown
+	// Absent: nothing of ours can be there (the node refused the write, or
+	// it was never sent): the delete is sent for its wake-up only, and
+	// needs no confirmation.
+	Absent
+)
+
+// ErrPending means a Release could not confirm every delete in its tries
+// (or before its ctx ended): the deletes not confirmed go on in the
+// background until they are, for at most settleTTLs TTLs, or until Close.
+var ErrPending = errors.New("delete not confirmed: it goes on in the background")
+
 // Release deletes the lock on every hold's key that still holds its lease
 // id, in one script call, and returns how many it deleted and, per hold,
 // whether it woke a waiter; each key wakes as wake[i] says (wake may be nil
-// or short: WakeNone).
+// or short: WakeNone). written[i] says what is known of hold i's lock write
+// here (nil or short: Landed); ttl is the holds' longest TTL.
 //
-// A release that times out is sent again, up to releaseTries times: one that
-// never lands leaves the keys held for the rest of their TTL, and every order
-// for them waits that long, while a compare-and-delete is safe to repeat
-// (after a delete whose reply was lost, the repeat finds nothing of ours).
-// The node timeout is short, so a server busy for a moment (two saturated
-// cores) is the usual cause.
-func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake) (deleted int, woke []bool, err error) {
+// Each delete must be confirmed, or the key may stay held here for its
+// whole TTL (and every order for it wait that long):
+//
+//   - Landed: by one answered delete.
+//   - Unknown: by an answered delete that found and deleted it, or else by
+//     an answered delete sent after the node answered an earlier one. The
+//     write was sent on a connection the server had already answered on
+//     (go-redis sends HELLO on every new connection and waits for its
+//     reply), so it is in the server's event loop. A resumed Redis handles,
+//     in its first iteration, every such connection with data waiting;
+//     it reads a new connection in a later iteration; and it writes the
+//     replies of an iteration only after all of that iteration's commands
+//     ran. So the server's first answer to a request sent after our write
+//     comes after the write ran (or it is lost for good), yet that
+//     request's own delete may have run just before the write in the same
+//     iteration; a delete sent after that answer runs after it. That
+//     assumes the write reached the server's socket before the later
+//     request did: so on one host; across a network a segment of it lost
+//     and sent again could come later still, which only the background's
+//     bound (settleTTLs) covers. (Checked on a paused
+//     redis-server 7.0, TestPausedServerRunsBufferedWriteFirst: a command
+//     on a connection opened during the pause ran after the buffered SET
+//     every time; a delete on another connection answered before the
+//     pause ran before it in 3 to 10 trials of 20; the delete sent after
+//     its answer always found it.)
+//   - Absent: by nothing; a failure is no loss.
+//
+// A delete that is not confirmed is sent again, up to releaseTries failed
+// tries, releasePause apart: a compare-and-delete is safe to repeat (after
+// a delete whose reply was lost, the repeat finds nothing of ours), and a
+// server busy for a moment (two saturated cores) is the usual cause. What
+// is still unconfirmed after them, or once ctx is done, goes on in the
+// background and err wraps ErrPending; any other error (a closed Node, an
+// error reply) ends it. Release returns by the time ctx is done: pass
+// context.WithoutCancel(ctx) to have it make its tries whatever ctx does.
+// A release whose every delete is confirmed at once (the node answered
+// the first call, and no write was Unknown) costs one call, as ever.
+func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake, written []Written, ttl time.Duration) (deleted int, woke []bool, err error) {
 	if len(holds) == 0 {
 		return 0, nil, nil
 	}
-	keys := make([]string, 0, 3*len(holds))
-	argv := make([]any, 0, 1+2*len(holds))
-	argv = append(argv, wakeTTLms)
-	for i, h := range holds {
-		flag := "0"
-		if i < len(wake) {
-			flag = strconv.Itoa(int(wake[i]))
+	keys, argv := releaseArgs(holds, wake)
+	var need []uint8 // answers each hold still needs; nil: one answer for all
+	for i := range holds {
+		if writtenAt(written, i) != Landed {
+			need = make([]uint8, len(holds))
+			for j := range need {
+				need[j] = needOf(writtenAt(written, j))
+			}
+			break
 		}
-		keys = append(keys, LockKey(h.Key), WakeKey(h.Key), WaitKey(h.Key))
-		argv = append(argv, h.ID, flag)
 	}
-	for try := 1; ; try++ {
-		rctx, cancel := n.ctx(ctx)
-		var v []int64
-		v, err = releaseScript.Run(rctx, n.c, keys, argv...).Int64Slice()
-		cancel()
-		if err == nil {
-			if len(v) != 1+len(holds) {
-				return 0, nil, fmt.Errorf("release script: %d replies for %d keys", len(v), len(holds))
+	woke = make([]bool, len(holds))
+	for failures := 0; ; {
+		if err = ctx.Err(); err == nil {
+			rctx, cancel := n.ctx(ctx)
+			var v []int64
+			v, err = releaseScript.Run(rctx, n.c, keys, argv...).Int64Slice()
+			cancel()
+			if err == nil {
+				if len(v) != 1+len(holds) {
+					return deleted, woke, fmt.Errorf("release script: %d replies for %d keys", len(v), len(holds))
+				}
+				deleted += int(v[0])
+				for i := range woke {
+					woke[i] = woke[i] || v[i+1]&1 == 1
+				}
+				if need == nil || !answered(need, v[1:]) {
+					return deleted, woke, nil
+				}
+				continue // an Unknown write answered once: one more delete, sent after that answer
 			}
-			woke = make([]bool, len(holds))
-			for i := range woke {
-				woke[i] = v[i+1] == 1
+			if !retryable(err) {
+				return deleted, woke, err
 			}
-			return int(v[0]), woke, nil
+			failures++
 		}
-		if try == releaseTries || !retryable(ctx, err) {
-			return 0, nil, err
+		if failures >= releaseTries || ctx.Err() != nil {
+			if need != nil && !slices.ContainsFunc(need, func(m uint8) bool { return m > 0 }) {
+				return deleted, woke, err // only Absent holds: nothing of ours to confirm
+			}
+			n.bg.add(n, holds, wake, need, ttl)
+			return deleted, woke, fmt.Errorf("%w: %w", ErrPending, err)
 		}
 		select {
 		case <-ctx.Done():
-			return 0, nil, err
 		case <-time.After(releasePause):
 		}
 	}
+}
+
+// releaseArgs builds the release script's keys and arguments for holds,
+// each key waking as wake says.
+func releaseArgs(holds []Hold, wake []Wake) (keys []string, argv []any) {
+	keys = make([]string, 0, 3*len(holds))
+	argv = make([]any, 0, 1+2*len(holds))
+	argv = append(argv, wakeTTLms)
+	for i, h := range holds {
+		keys = append(keys, LockKey(h.Key), WakeKey(h.Key), WaitKey(h.Key))
+		argv = append(argv, h.ID, strconv.Itoa(int(wakeAt(wake, i))))
+	}
+	return keys, argv
+}
+
+func wakeAt(wake []Wake, i int) Wake {
+	if i < len(wake) {
+		return wake[i]
+	}
+	return WakeNone
+}
+
+func writtenAt(written []Written, i int) Written {
+	if i < len(written) {
+		return written[i]
+	}
+	return Landed
+}
+
+// needOf is how many answered deletes confirm a hold written so (see
+// Release).
+func needOf(w Written) uint8 {
+	switch w {
+	case Unknown:
+		return 2
+	case Absent:
+		return 0
+	}
+	return 1
+}
+
+// answered counts one answer towards each hold's need (flags: the release
+// script's per-key replies, bit 2 set where it deleted our lock, which
+// confirms that hold at once) and reports whether any hold needs more.
+func answered(need []uint8, flags []int64) (more bool) {
+	for i := range need {
+		switch {
+		case need[i] == 0:
+		case flags[i]&2 != 0:
+			need[i] = 0
+		default:
+			need[i]--
+		}
+		more = more || need[i] > 0
+	}
+	return more
 }
 
 // ErrAwaitBusy means every AwaitRelease slot of the node is taken.
@@ -456,20 +614,33 @@ func (n *Node) passOn(ctx context.Context, key string) error {
 }
 
 // releaseTries and releasePause bound the repeats of a release that timed
-// out: a few node timeouts, far inside any lease's TTL.
+// out before it goes on in the background: a few node timeouts, far inside
+// any lease's TTL.
 const (
 	releaseTries = 3
 	releasePause = 10 * time.Millisecond
 )
 
 // retryable reports whether a failed call may succeed if sent again: a
-// timeout or a connection error, not a closed client or a cancelled caller.
-func retryable(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || errors.Is(err, goredis.ErrClosed) {
+// timeout or a connection error, not a closed client or an error reply.
+func retryable(err error) bool {
+	if errors.Is(err, goredis.ErrClosed) {
 		return false
 	}
 	var rerr goredis.Error
 	return !errors.As(err, &rerr) // a reply from Redis (an error reply) is final
+}
+
+// Unsent reports whether a failed call surely never reached the server:
+// no connection could be made (a refused or timed-out dial), the pool had
+// none to give, or the Node is closed. Its writes are then known absent.
+// Any other failure (a timeout on an open connection) leaves them Unknown.
+func Unsent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrClosed)
 }
 
 // Extend resets the lock's TTL to ttl if it holds id; it returns ErrNotHeld

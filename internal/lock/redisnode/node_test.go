@@ -59,7 +59,7 @@ func TestReleaseWakes(t *testing.T) {
 	}
 	mustRelease := func(id string, wantWoke bool) {
 		t.Helper()
-		deleted, woke, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{redisnode.WakeIfOurs})
+		deleted, woke, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{redisnode.WakeIfOurs}, nil, time.Minute)
 		if err != nil || deleted != 1 || woke[0] != wantWoke {
 			t.Fatalf("Release(%s) = %d, %v, %v; want deleted, woke %v", id, deleted, woke, err, wantWoke)
 		}
@@ -228,7 +228,7 @@ func acquire1(ctx context.Context, n *redisnode.Node, key, id string) (uint64, e
 
 // release1 is Release of one key.
 func release1(ctx context.Context, n *redisnode.Node, key, id string, wake redisnode.Wake) (bool, error) {
-	d, _, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{wake})
+	d, _, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: id}}, []redisnode.Wake{wake}, nil, time.Minute)
 	return d == 1, err
 }
 
@@ -301,15 +301,15 @@ func TestBatchCalls(t *testing.T) {
 		t.Fatalf("Fence = %v; want nil, ErrNotHeld, nil", res)
 	}
 	ok, err := n.SetNX(ctx, holds, time.Minute)
-	if err != nil || ok[0] || ok[1] || ok[2] {
-		t.Fatalf("SetNX on held keys = %v, %v; want all held", ok, err)
+	if err != nil || ok[0].Acquired || ok[1].Acquired || ok[2].Acquired || ok[0].Holder != "a" || ok[1].Holder != "other" {
+		t.Fatalf("SetNX on held keys = %+v, %v; want all held, by a, other, c", ok, err)
 	}
 	// Refused on every key, which flags them all as waited for.
 	refused := []redisnode.Hold{{Key: holds[0].Key, ID: "x"}, {Key: holds[1].Key, ID: "x"}, {Key: holds[2].Key, ID: "x"}}
 	if tokens, err := n.AcquireIncr(ctx, refused, time.Minute, time.Second); err != nil || tokens[0] != 0 || tokens[1] != 0 || tokens[2] != 0 {
 		t.Fatalf("AcquireIncr on held keys = %v, %v; want all refused", tokens, err)
 	}
-	deleted, woke, err := n.Release(ctx, holds, []redisnode.Wake{redisnode.WakeIfOurs, redisnode.WakeIfOurs, redisnode.WakeNone})
+	deleted, woke, err := n.Release(ctx, holds, []redisnode.Wake{redisnode.WakeIfOurs, redisnode.WakeIfOurs, redisnode.WakeNone}, nil, time.Minute)
 	if err != nil || deleted != 2 || !woke[0] || woke[1] || woke[2] {
 		t.Fatalf("Release = %d, %v, %v; want a and c deleted, a's waiter woken", deleted, woke, err)
 	}
@@ -415,8 +415,8 @@ func TestAcquireBumpIncrements(t *testing.T) {
 		}
 		// Held: the counter is read, not bumped.
 		g, err = n.AcquireBump(ctx, redisnode.AcquireCall([]redisnode.Hold{{Key: key, ID: "b"}}, time.Minute))
-		if err != nil || g[0].Acquired || g[0].Bumped || strconv.FormatUint(g[0].Fence, 10) != c.after {
-			t.Errorf("counter %q: AcquireBump of the held key = %+v, %v; want held, %s", c.counter, g, err, c.after)
+		if err != nil || g[0].Acquired || g[0].Bumped || g[0].Holder != "a" || strconv.FormatUint(g[0].Fence, 10) != c.after {
+			t.Errorf("counter %q: AcquireBump of the held key = %+v, %v; want held by a, %s", c.counter, g, err, c.after)
 		}
 	}
 }
@@ -487,7 +487,7 @@ func TestWakesChainWithoutRefusals(t *testing.T) {
 		woken := make(chan error, 1)
 		go func() { woken <- n.AwaitRelease(ctx, key, time.Second) }()
 		time.Sleep(timeout) // the holder's hold; the waiter blocks
-		deleted, woke, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: holder}}, []redisnode.Wake{redisnode.WakeIfOurs})
+		deleted, woke, err := n.Release(ctx, []redisnode.Hold{{Key: key, ID: holder}}, []redisnode.Wake{redisnode.WakeIfOurs}, nil, time.Minute)
 		if err != nil || deleted != 1 || !woke[0] {
 			t.Fatalf("hand-off %d: Release = %d, %v, %v; want deleted and a waiter woken", i, deleted, woke, err)
 		}

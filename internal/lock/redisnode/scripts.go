@@ -64,7 +64,9 @@ return out
 // counter is only read: a larger maximum is still a correct lower bound for
 // the next token. KEYS: lock, fence per key. ARGV: TTL in ms, then a lease
 // id per key. Returns per key a flag — 2 acquired and incremented, 1
-// acquired but not incremented, 0 held — followed by the counter: an
+// acquired but not incremented, or, held, the holder's lease id (so that an
+// attempt tells a key one lease holds on a majority from a split vote) —
+// followed by the counter: an
 // integer below 2^53 (where Lua's doubles are exact) after INCR, otherwise
 // the decimal string read back, so it survives unrounded. A counter INCR
 // refuses (at 2^63 − 1 or beyond, which round 2 may have written) is read
@@ -73,7 +75,6 @@ var acquireBumpScript = goredis.NewScript(`
 local out = {}
 for i = 1, #ARGV - 1 do
   local fence = KEYS[2*i]
-  out[2*i-1] = 0
   if redis.call('SET', KEYS[2*i-1], ARGV[i+1], 'NX', 'PX', ARGV[1]) then
     out[2*i-1] = 1
     local v = redis.pcall('INCR', fence)
@@ -81,6 +82,8 @@ for i = 1, #ARGV - 1 do
       out[2*i-1] = 2
       if v < 9007199254740992 then out[2*i] = v end
     end
+  else
+    out[2*i-1] = redis.call('GET', KEYS[2*i-1])
   end
   if out[2*i] == nil then out[2*i] = redis.call('GET', fence) or '0' end
 end
@@ -89,11 +92,11 @@ return out
 
 // setNXScript is round 1 without fencing: SET NX PX on each lock. KEYS: lock
 // per key. ARGV: TTL in ms, then a lease id per key. Returns per key 1
-// (acquired) or 0 (held).
+// (acquired) or the holder's lease id (held).
 var setNXScript = goredis.NewScript(`
 local out = {}
 for i = 1, #KEYS do
-  out[i] = redis.call('SET', KEYS[i], ARGV[i+1], 'NX', 'PX', ARGV[1]) and 1 or 0
+  out[i] = redis.call('SET', KEYS[i], ARGV[i+1], 'NX', 'PX', ARGV[1]) and 1 or redis.call('GET', KEYS[i])
 end
 return out
 `)
@@ -148,18 +151,20 @@ return out
 // lock, wake list, wait flag per key. ARGV: the wake list's TTL in ms, then
 // per key the lease id and the Wake: "1" to wake if the lock was ours here
 // and someone may be blocked, "2" to wake whether or not, "0" not to.
-// Returns how many locks it deleted, then per key 1 where it woke, 0 where
-// not.
+// Returns how many locks it deleted, then per key a bit field: 1 where it
+// woke, 2 where it deleted our lock (which confirms the delete of a write
+// whose reply was lost: see Node.Release).
 var releaseScript = goredis.NewScript(`
 local out = {0}
 for i = 1, #KEYS / 3 do
   local ours = redis.call('GET', KEYS[3*i-2]) == ARGV[2*i]
+  out[i+1] = 0
   if ours then
     redis.call('DEL', KEYS[3*i-2])
     out[1] = out[1] + 1
+    out[i+1] = 2
   end
   local wake = ARGV[2*i+1]
-  out[i+1] = 0
   local push = wake == '2'
   if ours and wake == '1' then
     local flag = redis.call('GET', KEYS[3*i])
@@ -172,7 +177,7 @@ for i = 1, #KEYS / 3 do
     redis.call('LPUSH', KEYS[3*i-1], '1')
     redis.call('LTRIM', KEYS[3*i-1], 0, 0)
     redis.call('PEXPIRE', KEYS[3*i-1], ARGV[1])
-    out[i+1] = 1
+    out[i+1] = out[i+1] + 1
   end
 end
 return out

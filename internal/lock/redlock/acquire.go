@@ -11,8 +11,11 @@ import (
 // Errors wrap lock.ErrNotAcquired (a majority answered but the key was
 // held), lock.ErrUnavailable (fewer than a majority answered, on
 // retry.MaxUnavailable attempts in a row) or ctx.Err(), and join the failing
-// nodes' *lock.NodeError. A cancelled Acquire returns after it has deleted
-// what its attempt wrote, on every node.
+// nodes' *lock.NodeError. A cancelled or failed Acquire returns after it
+// has deleted what its attempt wrote on every node that confirmed the
+// delete; where a node did not (it did not answer in the node's tries, or
+// its lock write may still land, see the package doc), the error also
+// wraps lock.ErrCleanupPending and the delete goes on in the background.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	return l.loop.Acquire(ctx, key, opts, l.attempt)
 }
@@ -23,9 +26,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (
 // round one request per node carrying all the keys, each key under its own
 // lease id with its own token, validity and watchdog, as if acquired alone.
 // Keys a majority did not grant (or whose token did not reach a majority)
-// are unlocked on every node that may hold them and reported held. Errors
-// wrap lock.ErrInvalidKey, lock.ErrUnavailable (fewer than a majority
-// answered) or ctx.Err(); nothing is then held on any node.
+// are unlocked on every node that may hold them and reported held (their
+// clean-up, where a node does not confirm it, goes on in the background).
+// Errors wrap lock.ErrInvalidKey, lock.ErrUnavailable (fewer than a
+// majority answered) or ctx.Err(); nothing is then held on any node,
+// unless they also wrap lock.ErrCleanupPending, as for Acquire.
 func (l *Locker) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
 	return l.loop.AcquireBatch(ctx, keys, opts, l.grab)
 }
@@ -57,6 +62,11 @@ func (l *Locker) grab(ctx context.Context, keys []string, o lock.Options, turns 
 	// are down, which the caller must hear as an error, not as "held".
 	if err := t.unavailable(); err != nil {
 		return nil, err
+	}
+	if t.cleanup != nil {
+		// Held elsewhere, as the keys are reported; our writes on the nodes
+		// that did not confirm their delete go on being deleted.
+		l.cfg.log.Warn("redlock: clean-up of a batch that obtained nothing", "keys", len(keys), "err", t.cleanup)
 	}
 	return leases, nil
 }

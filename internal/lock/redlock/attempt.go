@@ -16,9 +16,10 @@ import (
 
 // What one node's round-1 reply told us about our lock write of one key there.
 const (
-	writeUnknown  int8 = iota // no reply (timeout, connection error): it may have landed
+	writeUnknown  int8 = iota // no reply (timeout, broken connection): it may have landed, or land later
 	writeAcquired             // the node granted us the lock
 	writeRefused              // SET NX found the key held: nothing of ours is there
+	writeUnsent               // the request never reached the node (no connection): nothing of ours is there
 )
 
 // errHeldHere is a node's round-1 answer that someone else holds the key.
@@ -164,11 +165,17 @@ func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 	}
 	if len(lost) > 0 {
 		// With nothing obtained, wait for every node: the explanation then
-		// counts all replies. With leases to hand out, return once a
+		// counts all replies, and the caller hears of a clean-up not
+		// confirmed (t.cleanup). With leases to hand out, return once a
 		// majority is clear, as a lease's release does; the rest finish in
-		// the background.
-		_ = a.l.release(lost, none)
+		// the background, and the keys are reported held, as they may look.
+		rerr := a.l.release(lost, none)
 		t.drain(replies)
+		if none {
+			t.cleanup = rerr
+		} else if rerr != nil {
+			a.l.cfg.log.Warn("redlock: clean-up of keys not obtained", "keys", len(lost), "err", rerr)
+		}
 	}
 	return outcome{obtained: obtained, deadline: a.start.Add(a.ttl - retry.Drift(a.ttl)), t: t}, nil
 }
@@ -230,16 +237,16 @@ func (a *attempt) node(i int, replies chan<- reply) {
 	if a.fenced {
 		r.grants, err = nd.AcquireBump(a.bg, a.r1)
 	} else {
-		var ok []bool
-		if ok, err = nd.SetNX(a.bg, a.holds, a.ttl); err == nil {
-			r.grants = make([]redisnode.Grant, len(ok))
-			for k := range ok {
-				r.grants[k].Acquired = ok[k]
-			}
-		}
+		r.grants, err = nd.SetNX(a.bg, a.holds, a.ttl)
 	}
 	if err != nil {
-		r.err = err // the writes stay writeUnknown: the SETs may have landed
+		r.err = err // the writes stay writeUnknown: the SETs may have landed, or land later
+		if redisnode.Unsent(err) {
+			w := a.write[i*len(a.keys) : (i+1)*len(a.keys)]
+			for k := range w {
+				w[k] = writeUnsent
+			}
+		}
 	} else {
 		r.answered = true
 		w := a.write[i*len(a.keys) : (i+1)*len(a.keys)]

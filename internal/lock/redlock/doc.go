@@ -108,11 +108,19 @@
 // there, whether or
 // not that node is among the majority the lease held (a lease whose write
 // the wake node refused frees the key by its deletes elsewhere). After a
-// split vote it sleeps a quarter of a delay instead (retry.SplitShare): no
+// split vote — some nodes granted the attempt — it sleeps a quarter of a
+// delay instead (retry.SplitShare): possibly nobody holds the key, no
 // release is coming to end that wait, and Redis keeps a blocked client's
 // timeout only to its event loop's next wake-up, a tenth of a second on a
-// quiet server. Redis gives the element to the client blocked longest in
-// its current pop, so each release wakes one waiter, at once: the
+// quiet server. A refusal names the lease id that holds the key on that
+// node; where one id refused the attempt on a majority, and did so on the
+// attempt before too, a lease holds the key there (exactly a majority: the
+// other nodes free, or restarted empty), and its waiter awaits its
+// release like any other. The first such refusal still counts as a split:
+// it is also what a waiter meets when it outruns, by a round trip, the
+// deletes of the release that woke it (see Locker.split). Redis gives the
+// element to the client blocked longest in its current pop, so each
+// release wakes one waiter, at once: the
 // key no longer stands free for the rest of everyone's pause (on a hot key
 // it was free about a third of the time), and there is no herd to split the
 // votes, which is what publishing releases to every waiter (Redisson's way)
@@ -131,7 +139,7 @@
 // nobody else waiting the release's own wake-up is still there, and the
 // wait returns at once.
 //
-// # Early return
+// # Early return, and late writes
 //
 // Each round returns as soon as a majority has answered; the slower nodes'
 // requests run on in the background, and late nodes still receive round 2,
@@ -139,4 +147,17 @@
 // or of a lease) first waits, node by node, for that node's round-1 reply
 // (the attempt's only lock write there), and only then deletes there: a SET
 // that landed after the delete would hold that node for the whole TTL.
+//
+// A round-1 request that timed out has no reply to wait for, and its SET
+// may still land: a paused Redis runs what its connections buffered when it
+// resumes, after any delete sent in the meantime (those need new
+// connections, which the paused server does not answer). So the delete of
+// such a write counts only once the node has answered a delete and then
+// one more sent after that answer, or deleted the write (see
+// redisnode.Release for why that order holds); a delete a node does not
+// confirm in its tries goes on in the background, for up to four TTLs or
+// until Close, and the failed or cancelled acquisition's error wraps
+// lock.ErrCleanupPending. A request that never reached the node (no
+// connection) left nothing there and needs no delete. A release whose
+// nodes all answered round 1 and its delete costs what it always did.
 package redlock

@@ -269,7 +269,7 @@ func TestReleaseRetriesAfterTimeout(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		deleted, _, err := n.Release(t.Context(), holds, nil)
+		deleted, _, err := n.Release(t.Context(), holds, nil, nil, time.Minute)
 		if err == nil && deleted != 1 {
 			err = errors.New("nothing deleted")
 		}

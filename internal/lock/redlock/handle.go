@@ -65,7 +65,7 @@ func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	for i := range n {
 		select {
 		case <-a.done[i]:
-			if a.wrote(i, k) == writeRefused { // our lease id was never there
+			if noneOurs(a.wrote(i, k)) { // our lease id was never there
 				refused++
 				continue
 			}

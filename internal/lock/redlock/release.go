@@ -20,18 +20,26 @@ type held struct {
 
 // release compare-and-deletes every key of hs on every node it may have been
 // written to (all but those whose round-1 answer was that SET NX found the
-// key held, save the key's wake node, which wakes a waiter: see wake), in
-// one request per node for all the keys. Each node's delete
+// key held, or whose round 1 never reached the node, save the key's wake
+// node, which wakes a waiter: see wake), in one request per node for all
+// the keys. Each node's delete
 // waits until every attempt among hs has sent that node all it will: a SET
 // that landed after the delete would hold that node for the whole TTL, and
 // a round-2 raise or a late node's lesson that landed after it could come
 // after the next holder's increment there, leaving that node's counter
 // below our token (which the empty-restart argument of the package doc
 // counts on it knowing).
-// With wait it returns when every delete has finished; otherwise once a
-// majority of nodes is clear of the keys (the rest finish in the
-// background). It returns the errors of the deletes it waited for, when
-// fewer than that majority could be confirmed.
+// Where the round-1 write got no reply, it may land even later (a paused
+// Redis runs what its connections buffered when it resumes): the node's
+// Release confirms that delete by a second one sent after the node's
+// answer, and any delete a node does not confirm in its tries goes on in
+// the background (redisnode.Release), its error wrapping
+// redisnode.ErrPending.
+// With wait it returns when every node's delete has been confirmed or
+// handed to the background; otherwise once a majority of nodes is clear of
+// the keys (the rest finish in the background). It returns the errors of
+// the deletes it waited for, when fewer than that majority could be
+// confirmed, or, with wait, when any is still pending.
 func (l *Locker) release(hs []held, wait bool) error {
 	if len(hs) == 0 {
 		return nil
@@ -40,24 +48,41 @@ func (l *Locker) release(hs []held, wait bool) error {
 	// The caller's values without its cancellation: a release that never
 	// reaches the nodes leaves the keys held for a whole TTL.
 	ctx := hs[0].a.bg
+	ttl := hs[0].a.ttl
+	for _, h := range hs[1:] {
+		ttl = max(ttl, h.a.ttl)
+	}
 	results := l.each(allNodes(n), func(i int) error {
 		if len(hs) == 1 { // a lone lease: no per-node slices to build
 			h := hs[0]
 			<-h.a.fin[i]
-			w := l.wake(h, i)
-			if h.a.wrote(i, h.k) == writeRefused && w == redisnode.WakeNone {
+			w, st := l.wake(h, i), h.a.wrote(i, h.k)
+			if noneOurs(st) && w == redisnode.WakeNone {
 				return nil
 			}
-			_, _, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], []redisnode.Wake{w})
-			return err
+			var written []redisnode.Written // nil: the node granted it (the common case)
+			if st != writeAcquired {
+				written = []redisnode.Written{writtenAs(st)}
+			}
+			_, _, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], []redisnode.Wake{w}, written, ttl)
+			return l.wakeOnly(i, !noneOurs(st), err)
 		}
 		holds := make([]redisnode.Hold, 0, len(hs))
 		wake := make([]redisnode.Wake, 0, len(hs))
+		var written []redisnode.Written // allocated at the first hold not granted
+		ours := false
 		for _, h := range hs {
 			<-h.a.fin[i]
-			w := l.wake(h, i)
-			if h.a.wrote(i, h.k) == writeRefused && w == redisnode.WakeNone {
+			w, st := l.wake(h, i), h.a.wrote(i, h.k)
+			if noneOurs(st) && w == redisnode.WakeNone {
 				continue
+			}
+			ours = ours || !noneOurs(st)
+			if st != writeAcquired && written == nil {
+				written = make([]redisnode.Written, len(holds), len(hs))
+			}
+			if written != nil {
+				written = append(written, writtenAs(st))
 			}
 			holds = append(holds, h.a.holds[h.k])
 			wake = append(wake, w)
@@ -65,15 +90,18 @@ func (l *Locker) release(hs []held, wait bool) error {
 		if len(holds) == 0 {
 			return nil
 		}
-		_, _, err := l.nodes[i].Release(ctx, holds, wake)
-		return err
+		_, _, err := l.nodes[i].Release(ctx, holds, wake, written, ttl)
+		return l.wakeOnly(i, ours, err)
 	})
-	cleared, pending := 0, n
+	cleared, pending, left := 0, 0, n
 	var errs []error
-	for pending > 0 && (wait || cleared < l.quorum) {
+	for left > 0 && (wait || cleared < l.quorum) {
 		r := <-results
-		pending--
+		left--
 		if r.err != nil {
+			if errors.Is(r.err, redisnode.ErrPending) {
+				pending++
+			}
 			errs = append(errs, l.nodeErr(r.node, r.err))
 			// Debug: with a node down, every release fails there.
 			l.cfg.log.Debug("redlock: release", "keys", len(hs), "node", l.nodes[r.node].Addr(), "err", r.err)
@@ -81,10 +109,39 @@ func (l *Locker) release(hs []held, wait bool) error {
 		}
 		cleared++
 	}
-	if cleared < l.quorum {
+	switch {
+	case cleared < l.quorum:
 		return fmt.Errorf("released on %d/%d nodes: %w: %w", cleared, n, lock.ErrUnavailable, joinNodeErrs(errs))
+	case wait && pending > 0:
+		return fmt.Errorf("released on %d/%d nodes, %d going on in the background: %w", cleared, n, pending, joinNodeErrs(errs))
 	}
 	return nil
+}
+
+// wakeOnly is err of a node's Release, unless nothing of ours was to be
+// deleted there (ours false: the call only carried a wake-up, a hint): the
+// node is then clear whatever it answered.
+func (l *Locker) wakeOnly(i int, ours bool, err error) error {
+	if err != nil && !ours {
+		l.cfg.log.Debug("redlock: wake-up", "node", l.nodes[i].Addr(), "err", err)
+		return nil
+	}
+	return err
+}
+
+// noneOurs reports whether the attempt's round 1 left nothing of ours on the
+// node: it refused our write, or the write never reached it.
+func noneOurs(st int8) bool { return st == writeRefused || st == writeUnsent }
+
+// writtenAs is what a node's Release must know of our write there.
+func writtenAs(st int8) redisnode.Written {
+	switch st {
+	case writeAcquired:
+		return redisnode.Landed
+	case writeUnknown:
+		return redisnode.Unknown
+	}
+	return redisnode.Absent
 }
 
 // wake is what h's delete on node i does for the key's waiters: on its
@@ -134,6 +191,9 @@ func (l *Locker) releaseHandles(hs []*handle) error {
 	err := l.release(items, false)
 	for _, h := range hs {
 		h.handOn(true)
+	}
+	if errors.Is(err, redisnode.ErrPending) {
+		err = fmt.Errorf("%w: %w", lock.ErrCleanupPending, err)
 	}
 	switch {
 	case err == nil:

@@ -25,6 +25,9 @@ type tally struct {
 	keys       []keyTally
 	nodes      []nodeTally
 	errs       []error
+	// cleanup is the error of the clean-up of an attempt that obtained
+	// nothing (see keep): the caller's error must say so.
+	cleanup error
 }
 
 // keyTally is what the replies said of one key. Per-key and per-node state
@@ -41,6 +44,37 @@ type keyTally struct {
 	r2OK                int // nodes where the raise counted
 	won, obtained, lost bool
 	errs                []error // nodes that held it elsewhere, refused its token
+	// holders counts round 1's refusals by the lease id that held the key
+	// (nil until one): see why.
+	holders []holderCount
+}
+
+// holderCount is how many nodes refused a key for one holder's lease id.
+type holderCount struct {
+	id    string
+	nodes int
+}
+
+// refusedBy counts a refusal by holder id.
+func (kt *keyTally) refusedBy(id string) {
+	for j := range kt.holders {
+		if kt.holders[j].id == id {
+			kt.holders[j].nodes++
+			return
+		}
+	}
+	kt.holders = append(kt.holders, holderCount{id: id, nodes: 1})
+}
+
+// majorityHolder is the lease id that refused the key on q nodes or more
+// (a lease, or an attempt that won), or "".
+func (kt *keyTally) majorityHolder(q int) string {
+	for _, h := range kt.holders {
+		if h.id != "" && h.nodes >= q {
+			return h.id
+		}
+	}
+	return ""
 }
 
 // nodeTally is what the replies said of one node.
@@ -96,6 +130,7 @@ func (t *tally) add(r reply) {
 			kt.granted++
 		} else {
 			kt.errs = append(kt.errs, a.l.nodeErr(r.node, errHeldHere))
+			kt.refusedBy(g.Holder)
 		}
 	}
 	if t.round2 {
@@ -224,7 +259,7 @@ func (t *tally) answered() int {
 // nodes answered, or nil.
 func (t *tally) unavailable() error {
 	if r := t.answered(); r < t.q {
-		return fmt.Errorf("no quorum: %w (%d/%d answered): %w", lock.ErrUnavailable, r, t.n, joinNodeErrs(slices.Clone(t.errs)))
+		return cleanupPending(fmt.Errorf("no quorum: %w (%d/%d answered): %w", lock.ErrUnavailable, r, t.n, joinNodeErrs(slices.Clone(t.errs))), t.cleanup)
 	}
 	return nil
 }
@@ -232,8 +267,13 @@ func (t *tally) unavailable() error {
 // err explains why key k was not obtained, with every reply in:
 // lock.ErrUnavailable when fewer than a majority of nodes answered at all,
 // lock.ErrNotAcquired when they answered but the key was held (or, in round
-// 2, a counter was ahead).
+// 2, a counter was ahead); with lock.ErrCleanupPending when the clean-up
+// of the attempt was not confirmed on every node.
 func (t *tally) err(k int) error {
+	return cleanupPending(t.why(k), t.cleanup)
+}
+
+func (t *tally) why(k int) error {
 	a := t.a
 	kt := &t.keys[k]
 	errs := joinNodeErrs(append(slices.Clone(t.errs), kt.errs...))
@@ -244,10 +284,14 @@ func (t *tally) err(k int) error {
 	if kt.won && a.fenced {
 		return fmt.Errorf("token %d published on %d/%d nodes: %w: %w", a.tokens[k], kt.r2OK, t.n, sentinel, errs)
 	}
-	if kt.granted > 0 {
+	if kt.granted > 0 && a.l.split(a.keys[k], kt.majorityHolder(t.q)) {
 		// Some nodes were ours: the votes split, or a holder's lock is
-		// missing there. Possibly nobody holds the key, and then no
-		// release will come to wake a waiter.
+		// missing there, or the release that woke us is still landing on
+		// the nodes that refused us. Possibly nobody holds the key, and
+		// then no release will come to wake a waiter: a short pause
+		// (retry.ErrSplit), not a wait. Unless one lease id refused us on
+		// a majority in this attempt and the one before: that lease holds
+		// the key, and its release is the wake-up to wait for (see split).
 		return fmt.Errorf("no quorum (%d/%d): %w: %w: %w", kt.granted, t.n, sentinel, retry.ErrSplit, errs)
 	}
 	return fmt.Errorf("no quorum (%d/%d): %w: %w", kt.granted, t.n, sentinel, errs)

@@ -1,0 +1,203 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/lock/redisnode"
+	"github.com/stockguard/stockguard/internal/lock/redlock"
+	"github.com/stockguard/stockguard/internal/lock/retry"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+)
+
+// warm loads the scripts on every node and leaves an answered connection
+// in each node's pool, as a running service has: a lock write sent to a
+// paused node gets as far as its socket (go-redis sends nothing on a new
+// connection before the server answers its HELLO), and the node runs it
+// when it resumes.
+func warm(t *testing.T, l *redlock.Locker) {
+	t.Helper()
+	locktest.MustRelease(t, locktest.MustAcquire(t, l, locktest.Key(t)+"-warm"))
+	if err := l.Ping(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pause SIGSTOPs nodes of c until the test ends or resume.
+func (c *cluster) pause(t *testing.T, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		if err := c.srv[i].Stop(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.srv[i].Cont() })
+	}
+}
+
+func (c *cluster) resume(t *testing.T, nodes ...int) {
+	t.Helper()
+	for _, i := range nodes {
+		if err := c.srv[i].Cont(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitValues waits up to d until the nodes' values of key's lock are want,
+// or fails with them and their PTTLs.
+func waitValues(t *testing.T, raw nodes, key string, want []string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		vals := raw.lockValues(t, key)
+		if slices.Equal(vals, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			ttls := make([]time.Duration, len(raw))
+			for i, c := range raw {
+				ttls[i] = c.PTTL(context.Background(), redisnode.LockKey(key)).Val()
+			}
+			t.Fatalf("%v after: lock values %q (PTTL %v), want %q", d, vals, ttls, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestReleasedLeaseLateWriteIsDeleted: a node paused during an acquisition
+// that succeeds on the others runs the lease's lock write when it resumes,
+// long after the lease was released and its node timeout and release
+// tries there ran out; the release's delete goes on until the node has
+// answered, and the late key goes, rather than hold the node for a TTL.
+func TestReleasedLeaseLateWriteIsDeleted(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(150*time.Millisecond))
+	warm(t, l)
+	key := locktest.Key(t)
+	c.pause(t, 4)
+	lease := locktest.MustAcquire(t, l, key) // nodes 0-3; node 4's SET waits in its socket
+	locktest.MustRelease(t, lease)
+	time.Sleep(time.Second) // past node 4's round-1 timeout and the release's tries there
+	c.resume(t, 4)
+	waitValues(t, raw, key, []string{"", "", "", "", ""}, 3*time.Second)
+}
+
+// TestCancelledAcquireLateWriteIsDeleted: an acquisition cancelled while a
+// paused node holds its lock write says that its clean-up is not done
+// (lock.ErrCleanupPending), and the clean-up deletes the write once the
+// node resumes and runs it.
+func TestCancelledAcquireLateWriteIsDeleted(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(200*time.Millisecond))
+	warm(t, l)
+	key := locktest.Key(t)
+	raw.holdElsewhere(t, key, 3, 4)
+	c.pause(t, 2)
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	_, err := l.Acquire(ctx, key)
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Errorf("Acquire cancelled with a node paused = %v; want context.Canceled with lock.ErrCleanupPending", err)
+	}
+	c.resume(t, 2)
+	waitValues(t, raw, key, []string{"", "", "", "other", "other"}, 3*time.Second)
+}
+
+// TestFailedTryLateWritesAreDeleted: with a majority paused, a TryOnce and
+// a batch fail (lock.ErrUnavailable) and say their clean-up is pending; once
+// the nodes resume and run the attempts' lock writes, another Locker gets
+// the keys at once, not after the writes' TTL.
+func TestFailedTryLateWritesAreDeleted(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(200*time.Millisecond), redlock.WithTTL(5*time.Second))
+	warm(t, l)
+	key := locktest.Key(t)
+	c.pause(t, 0, 1, 2)
+	_, err := l.Acquire(t.Context(), key, lock.TryOnce())
+	if !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Errorf("TryOnce with 3/5 nodes paused = %v; want lock.ErrUnavailable with lock.ErrCleanupPending", err)
+	}
+	_, err = l.AcquireBatch(t.Context(), []string{key + "-b"})
+	if !errors.Is(err, lock.ErrUnavailable) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Errorf("AcquireBatch with 3/5 nodes paused = %v; want lock.ErrUnavailable with lock.ErrCleanupPending", err)
+	}
+	c.resume(t, 0, 1, 2)
+	other := newLocker(t, c.addrs)
+	for _, k := range []string{key, key + "-b"} {
+		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+		start := time.Now()
+		lease, err := other.Acquire(ctx, k)
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: another Locker, %v after the nodes resumed: %v (values %q)", k, time.Since(start), err, raw.lockValues(t, k))
+		}
+		locktest.MustRelease(t, lease)
+	}
+}
+
+// TestKeyHeldOnAMajorityIsAwaited: a key another lease holds on exactly a
+// majority (the other nodes grant us) is no split vote once the same lease
+// refused two attempts in a row: the waiter awaits the holder's release, a
+// few attempts a second, instead of trying every quarter of a retry delay
+// (about 250 a second) for as long as it is held.
+func TestKeyHeldOnAMajorityIsAwaited(t *testing.T) {
+	t.Parallel()
+	addrs := stacktest.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	reg := prometheus.NewPedanticRegistry()
+	l := newLocker(t, addrs, redlock.WithRegisterer(reg))
+	key := locktest.Key(t)
+	raw.holdElsewhere(t, key, 0, 1, 2)
+	t.Cleanup(func() {
+		for _, c := range raw {
+			c.Del(context.Background(), redisnode.LockKey(key))
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+	defer cancel()
+	if _, err := l.Acquire(ctx, key); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, retry.ErrSplit) {
+		t.Fatalf("Acquire of a key held on nodes 0-2 = %v; want its deadline, after refusals that are no split", err)
+	}
+	if n := gather(t, reg)[`stockguard_lock_acquire_attempts_total{backend="redlock"}`]; n > 40 {
+		t.Errorf("%v attempts in 1 s at a key held on a majority: it polled", n)
+	}
+}
+
+// TestSplitThreeWaysIsASplit: refusals by a majority of nodes that no one
+// lease id holds (three attempts split the vote: two nodes each for two of
+// them, one for ours) are a split vote, as before: no release is coming,
+// and the waiter pauses a quarter of a delay (retry.ErrSplit) instead of
+// awaiting a wake-up for its whole span.
+func TestSplitThreeWaysIsASplit(t *testing.T) {
+	t.Parallel()
+	addrs := stacktest.RequireRedis(t)
+	raw := rawClients(t, addrs)
+	l := newLocker(t, addrs)
+	key := locktest.Key(t)
+	for i, v := range []string{"attempt-x", "attempt-x", "attempt-y"} {
+		if err := raw[i].Set(t.Context(), redisnode.LockKey(key), v, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range raw {
+			c.Del(context.Background(), redisnode.LockKey(key))
+		}
+	})
+	if _, err := l.Acquire(t.Context(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) || !errors.Is(err, retry.ErrSplit) {
+		t.Fatalf("TryOnce against a three-way split = %v; want ErrNotAcquired and ErrSplit", err)
+	}
+}
