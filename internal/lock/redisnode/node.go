@@ -454,7 +454,14 @@ func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake, written [
 				if need == nil || !answered(need, v[1:]) {
 					return deleted, woke, nil
 				}
-				continue // an Unknown write answered once: one more delete, sent after that answer
+				// An Unknown write answered once: one more delete, sent after
+				// that answer, waking nobody: this call woke whom it should,
+				// and a second wake-up would send a waiter into the lock.
+				if wake != nil {
+					wake = nil
+					keys, argv = releaseArgs(holds, nil)
+				}
+				continue
 			}
 			if !retryable(err) {
 				return deleted, woke, err

@@ -501,3 +501,59 @@ func TestWakesChainWithoutRefusals(t *testing.T) {
 		holder, waiter = waiter, holder // the old holder now awaits the key back
 	}
 }
+
+// TestConfirmingReleaseWakesOnce: a release whose call must be followed by
+// one more (a write of unknown fate) wakes each key once: the second call
+// confirms the deletes and wakes nobody, or a waiter would be sent into
+// the lock with no release behind it.
+func TestConfirmingReleaseWakesOnce(t *testing.T) {
+	n, key := newNode(t)
+	ctx := t.Context()
+	other := key + "-late"
+	t.Cleanup(func() {
+		n.Client().Del(context.Background(), redisnode.WakeKey(key), redisnode.WakeKey(other), redisnode.LockKey(other))
+	})
+	holds := []redisnode.Hold{{Key: key, ID: "ours"}, {Key: other, ID: "ours-late"}}
+	if _, err := n.AcquireIncr(ctx, holds[:1], time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A waiter blocked on each key takes the first wake-up; a second would
+	// stay in the list.
+	woken := make(chan error, 2)
+	for _, k := range []string{key, other} {
+		go func() { woken <- n.Client().BLPop(ctx, 5*time.Second, redisnode.WakeKey(k)).Err() }()
+	}
+	for deadline := time.Now().Add(5 * time.Second); blocked(t, n) < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiters never blocked")
+		}
+	}
+	wake := []redisnode.Wake{redisnode.WakeAnyway, redisnode.WakeAnyway}
+	written := []redisnode.Written{redisnode.Landed, redisnode.Unknown}
+	if _, _, err := n.Release(ctx, holds, wake, written, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-woken; err != nil {
+			t.Fatalf("a waiter was not woken: %v", err)
+		}
+	}
+	for _, k := range []string{key, other} {
+		if got := n.Client().LLen(ctx, redisnode.WakeKey(k)).Val(); got != 0 {
+			t.Errorf("%s: %d wake-up(s) left after one release woke its waiter, want 0", k, got)
+		}
+	}
+}
+
+// blocked is the number of clients blocked on the node's server.
+func blocked(t *testing.T, n *redisnode.Node) int {
+	t.Helper()
+	info := n.Client().Info(t.Context(), "clients").Val()
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "blocked_clients:"); ok {
+			b, _ := strconv.Atoi(v)
+			return b
+		}
+	}
+	return 0
+}

@@ -129,6 +129,7 @@ func (s *settling) take() []settle {
 	clear(s.queue[len(live):])
 	s.queue = live
 	if s.closed || len(s.queue) == 0 {
+		s.queue = nil // an outage's backlog may have grown it: let it go
 		s.running = false
 		return nil
 	}

@@ -73,7 +73,12 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 		l.nodes = append(l.nodes, redisnode.New(a, cfg.nodeTimeout))
 	}
 	l.loop.Await = func(ctx context.Context, key string, d time.Duration) error {
-		return l.nodes[l.wakeNode(key)].AwaitRelease(ctx, key, d)
+		err := l.nodes[l.wakeNode(key)].AwaitRelease(ctx, key, d)
+		// Woken, the next refusal by the same holder may be its release
+		// still landing: a split again (see split), not a wait for a
+		// wake-up already spent.
+		l.forgetHolder(key)
+		return err
 	}
 	return l, nil
 }
@@ -247,6 +252,14 @@ func (l *Locker) split(key, holder string) bool {
 	}
 	l.seen[key] = holder
 	return true
+}
+
+// forgetHolder forgets the holder last seen refusing key (split): the
+// waiter was woken, or its wait ran out.
+func (l *Locker) forgetHolder(key string) {
+	l.seenMu.Lock()
+	delete(l.seen, key)
+	l.seenMu.Unlock()
 }
 
 // maxSeen bounds Locker.seen between clearings.
