@@ -1,7 +1,6 @@
 package etcdlock
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -53,20 +52,7 @@ const frozenTTL = 3 * time.Second
 // stack's etcd, 3.4, lets a leader cut off from its quorum renew leases
 // until it steps down.)
 func TestFrozenMembers(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a private etcd cluster and freezes it for some 10 s")
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	c, err := stack.StartEtcdCluster(ctx, t.TempDir(), 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	leader, err := c.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, leader := privateCluster(t)
 	var leases []*lock.Lease
 	for range 9 { // each Locker's renewals start on a member of its own picking
 		l, err := New(c.Endpoints(), WithSessionTTL(frozenTTL))
