@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/locktest"
 	"github.com/stockguard/stockguard/internal/lock/memlock"
 )
 
@@ -49,20 +50,6 @@ func waitHeld(t *testing.T, l lock.Locker, key string) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("%q never held", key)
-}
-
-type allResult struct {
-	set lock.Set
-	err error
-}
-
-func acquireAll(ctx context.Context, l lock.Locker, keys []string, opts ...lock.Option) <-chan allResult {
-	out := make(chan allResult, 1)
-	go func() {
-		set, err := lock.AcquireAll(ctx, l, keys, opts...)
-		out <- allResult{set, err}
-	}()
-	return out
 }
 
 // TestAcquireAllKeepsItsPlace is the starvation the hold-wait bound used to
@@ -115,7 +102,7 @@ func TestAcquireAllHoldWaitKeepsPlace(t *testing.T) {
 	holdB := mustAcquire(t, l, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	order := acquireAll(ctx, l, []string{"a", "b"}, lock.WithHoldWait(100*time.Millisecond))
+	order := locktest.AcquireAllAsync(ctx, l, []string{"a", "b"}, lock.WithHoldWait(100*time.Millisecond))
 	waitHeld(t, l, "a")
 	lone := mustAcquire(t, l, "a") // free again once the bound has passed
 	later, released := make(chan struct{}, 1), make(chan struct{})
@@ -130,15 +117,15 @@ func TestAcquireAllHoldWaitKeepsPlace(t *testing.T) {
 	_ = holdB.Release(context.Background())
 
 	r := <-order
-	if r.err != nil {
-		t.Fatalf("AcquireAll: %v", r.err)
+	if r.Err != nil {
+		t.Fatalf("AcquireAll: %v", r.Err)
 	}
 	select {
 	case <-later:
 		t.Fatal("a waiter that queued for b after the order got b first: the order lost its place")
 	default:
 	}
-	if err := r.set.Release(context.Background()); err != nil {
+	if err := r.Set.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	<-later
@@ -155,7 +142,7 @@ func TestAcquireAllWaitsOutOfOrderHoldingNothing(t *testing.T) {
 	holdB := mustAcquire(t, l, "b")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	order := acquireAll(ctx, l, []string{"a", "b"}, lock.WithHoldWait(50*time.Millisecond))
+	order := locktest.AcquireAllAsync(ctx, l, []string{"a", "b"}, lock.WithHoldWait(50*time.Millisecond))
 	waitHeld(t, l, "a")
 	holdA := mustAcquire(t, l, "a") // once the order has let a go
 	_ = holdB.Release(context.Background())
@@ -177,10 +164,10 @@ func TestAcquireAllWaitsOutOfOrderHoldingNothing(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the order takes a, waits for b past its bound
 	_ = holdB2.Release(context.Background())
 	r := <-order
-	if r.err != nil {
-		t.Fatalf("AcquireAll: %v", r.err)
+	if r.Err != nil {
+		t.Fatalf("AcquireAll: %v", r.Err)
 	}
-	if err := r.set.Release(context.Background()); err != nil {
+	if err := r.Set.Release(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	mustBeFree(t, l, "a", "b")

@@ -54,16 +54,19 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-type setResult struct {
-	set lock.Set
-	err error
+// SetResult is what an AcquireAll returned.
+type SetResult struct {
+	Set lock.Set
+	Err error
 }
 
-func acquireAllAsync(ctx context.Context, l lock.Locker, keys []string, opts ...lock.Option) <-chan setResult {
-	out := make(chan setResult, 1)
+// AcquireAllAsync runs lock.AcquireAll in a goroutine; its result comes on
+// the channel returned.
+func AcquireAllAsync(ctx context.Context, l lock.Locker, keys []string, opts ...lock.Option) <-chan SetResult {
+	out := make(chan SetResult, 1)
 	go func() {
 		set, err := lock.AcquireAll(ctx, l, keys, opts...)
-		out <- setResult{set, err}
+		out <- SetResult{set, err}
 	}()
 	return out
 }
@@ -82,7 +85,7 @@ func testHoldWaitLetsGo(t *testing.T, c Config) {
 	held := MustAcquire(t, a, k2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	order := acquireAllAsync(ctx, b, []string{k2, k1}, lock.WithHoldWait(bound))
+	order := AcquireAllAsync(ctx, b, []string{k2, k1}, lock.WithHoldWait(bound))
 	waitUntil(t, "the AcquireAll to hold "+k1, func() bool { return isHeld(t, probe, k1) })
 	waitUntil(t, "the AcquireAll to let "+k1+" go past the hold-wait bound", func() bool { return !isHeld(t, probe, k1) })
 	for i := range 10 {
@@ -107,16 +110,16 @@ func testHoldWaitLetsGo(t *testing.T, c Config) {
 	time.Sleep(100 * time.Millisecond) // the lone waiter is in k2's line
 	MustRelease(t, held)
 	r := <-order
-	if r.err != nil {
-		t.Fatalf("AcquireAll once %s was let go: %v", k2, r.err)
+	if r.Err != nil {
+		t.Fatalf("AcquireAll once %s was let go: %v", k2, r.Err)
 	}
 	if len(got) > 0 && c.FIFO {
 		t.Errorf("a waiter that queued for %s after the AcquireAll let %s go got %s first: the AcquireAll lost its place", k2, k1, k2)
 	}
-	if keys := keysOf(r.set); !slices.Equal(keys, []string{k1, k2}) {
+	if keys := keysOf(r.Set); !slices.Equal(keys, []string{k1, k2}) {
 		t.Errorf("AcquireAll got %q, want %q", keys, []string{k1, k2})
 	}
-	mustReleaseSet(t, r.set)
+	mustReleaseSet(t, r.Set)
 	<-done
 }
 
@@ -367,7 +370,7 @@ func testOutOfOrderHoldingNothing(t *testing.T, c Config) {
 	holdK2 := MustAcquire(t, a, k2)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	order := acquireAllAsync(ctx, b, []string{k1, k2}, lock.WithHoldWait(bound))
+	order := AcquireAllAsync(ctx, b, []string{k1, k2}, lock.WithHoldWait(bound))
 	waitUntil(t, "the AcquireAll to hold "+k1, func() bool { return isHeld(t, x, k1) })
 	holdK1 := MustAcquire(t, x, k1) // once the AcquireAll has let it go
 	MustRelease(t, holdK2)
@@ -388,10 +391,10 @@ func testOutOfOrderHoldingNothing(t *testing.T, c Config) {
 	time.Sleep(2 * bound) // the AcquireAll takes k1 and waits for k2 past its bound
 	MustRelease(t, again)
 	r := <-order
-	if r.err != nil {
-		t.Fatalf("AcquireAll: %v", r.err)
+	if r.Err != nil {
+		t.Fatalf("AcquireAll: %v", r.Err)
 	}
-	mustReleaseSet(t, r.set)
+	mustReleaseSet(t, r.Set)
 	for _, k := range []string{k1, k2} {
 		MustRelease(t, MustAcquire(t, x, k, lock.TryOnce()))
 	}
