@@ -558,13 +558,20 @@ var ErrAwaitBusy = errors.New("too many waiters blocked on this node")
 // waiter. Taken and dropped, it would leave every other waiter of the key
 // asleep for its whole wait while the key stands free.
 func (n *Node) AwaitRelease(ctx context.Context, key string, d time.Duration) error {
+	_, err := n.AwaitWake(ctx, key, d)
+	return err
+}
+
+// AwaitWake is AwaitRelease, telling too whether a release woke the
+// caller (woken) or d passed.
+func (n *Node) AwaitWake(ctx context.Context, key string, d time.Duration) (woken bool, err error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return false, err
 	}
 	select {
 	case n.slots <- struct{}{}:
 	default:
-		return ErrAwaitBusy
+		return false, ErrAwaitBusy
 	}
 	// At least BLPOP's resolution: its 0 would block for good.
 	d = min(max(d, time.Millisecond), maxAwait)
@@ -585,24 +592,23 @@ func (n *Node) AwaitRelease(ctx context.Context, key string, d time.Duration) er
 		}
 		popped <- err
 	}()
-	var err error
 	select {
 	case err = <-popped:
 	case <-ctx.Done():
 		if taken.CompareAndSwap(false, true) {
-			return ctx.Err()
+			return false, ctx.Err()
 		}
 		err = <-popped // the pop ended first
 	}
 	if err == nil && ctx.Err() != nil {
 		// Woken as the caller gave up: the wake-up is the next waiter's.
 		_ = n.passOn(context.WithoutCancel(ctx), key)
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 	if errors.Is(err, goredis.Nil) {
-		return nil // d passed without a release
+		return false, nil // d passed without a release
 	}
-	return err
+	return err == nil, err
 }
 
 // passOn gives back a wake-up nobody will use, as the release script

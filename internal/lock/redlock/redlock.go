@@ -73,11 +73,13 @@ func New(addrs []string, opts ...Option) (*Locker, error) {
 		l.nodes = append(l.nodes, redisnode.New(a, cfg.nodeTimeout))
 	}
 	l.loop.Await = func(ctx context.Context, key string, d time.Duration) error {
-		err := l.nodes[l.wakeNode(key)].AwaitRelease(ctx, key, d)
-		// Woken, the next refusal by the same holder may be its release
-		// still landing: a split again (see split), not a wait for a
-		// wake-up already spent.
-		l.forgetHolder(key)
+		woken, err := l.nodes[l.wakeNode(key)].AwaitWake(ctx, key, d)
+		if woken {
+			// The next refusal by the same holder may be the release that
+			// woke us, still landing: a split again (see split), not a
+			// wait for a wake-up already spent.
+			l.forgetHolder(key)
+		}
 		return err
 	}
 	return l, nil
@@ -254,8 +256,8 @@ func (l *Locker) split(key, holder string) bool {
 	return true
 }
 
-// forgetHolder forgets the holder last seen refusing key (split): the
-// waiter was woken, or its wait ran out.
+// forgetHolder forgets the holder last seen refusing key (split): a
+// release woke the waiter.
 func (l *Locker) forgetHolder(key string) {
 	l.seenMu.Lock()
 	delete(l.seen, key)
