@@ -51,6 +51,12 @@ var (
 	acceptText = []string{"text/plain"}
 )
 
+// answer is a typed success answer, which tells whether it has what every
+// such answer of the API has.
+type answer interface {
+	valid() error
+}
+
 // call is one API operation.
 type call struct {
 	op     string
@@ -238,6 +244,16 @@ func (c *Client) attempt(ctx context.Context, cl call) (int, http.Header, error)
 	}
 	if cl.key != "" {
 		req.Header["Idempotency-Key"] = []string{cl.key}
+		// net/http's Transport takes an Idempotency-Key as leave to resend
+		// a request whose answer a reused connection lost, on its own: do
+		// would never learn that the first send may have placed the order,
+		// and would read the resend's replay as an earlier call's order. A
+		// body it cannot rewind makes the Transport return the loss to do
+		// instead, which counts it. A keyed request without a body is an
+		// order the service refuses unread (400 or 415), so a resend of it
+		// can place nothing. It also keeps http.Client from following a 307
+		// or 308 with the order: that answer is the call's error.
+		req.GetBody = nil
 	}
 	if cl.body != nil {
 		req.Header["Content-Type"] = contentJSON
@@ -265,6 +281,13 @@ func (c *Client) attempt(ctx context.Context, cl call) (int, http.Header, error)
 		case cl.out != nil:
 			if err := json.Unmarshal(raw, cl.out); err != nil {
 				return res.StatusCode, res.Header, fmt.Errorf("%w: decode %d answer: %w", ErrBadAnswer, res.StatusCode, err)
+			}
+			// null and {} decode without error into an answer with nothing
+			// in it, such as an order without an id.
+			if a, ok := cl.out.(answer); ok {
+				if err := a.valid(); err != nil {
+					return res.StatusCode, res.Header, fmt.Errorf("%w: %d answer: %w", ErrBadAnswer, res.StatusCode, err)
+				}
 			}
 		}
 		return res.StatusCode, res.Header, nil

@@ -54,9 +54,11 @@ func IdempotencyKeyOf(err error) string {
 }
 
 // ErrBadAnswer matches the error of an answer that has the call's success
-// status but a body that does not decode, or is longer than the client
-// reads (1 MiB): the service answered, and said something this client
-// cannot read. It is retried as an attempt that got no answer.
+// status but a body that does not decode, lacks what every such answer has
+// (an order's uuid, a SKU's name: a null or {} decodes without error), or
+// is longer than the client reads (1 MiB): the service answered, and said
+// something this client cannot read. It is retried as an attempt that got
+// no answer.
 var ErrBadAnswer = errors.New("client: undecodable answer")
 
 // codes maps each code the API answers with to its sentinel.

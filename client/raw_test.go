@@ -115,22 +115,53 @@ func TestGetJSON(t *testing.T) {
 }
 
 // TestBadAnswer: a success status with a body that is not the API's is
-// ErrBadAnswer, not an APIError nor a transport error. The server breaks
+// ErrBadAnswer, not an APIError nor a transport error: one that does not
+// decode, and one that decodes to nothing (null, {}), which would hand the
+// caller an order without an id or a SKU without a name. The server breaks
 // the spec on purpose, so no validating transport stands in between.
 func TestBadAnswer(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusCreated)
-		_, _ = w.Write([]byte(`<html>proxy page</html>`))
-	}))
-	t.Cleanup(srv.Close)
-	c, err := client.New(srv.URL, client.WithRetries(0))
-	if err != nil {
-		t.Fatal(err)
+	const id = "0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10"
+	ctx := context.Background()
+	calls := map[string]func(*client.Client) error{
+		"placeOrder":   func(c *client.Client) error { return second(c.PlaceOrderJSON(ctx, "k", oneLine)) },
+		"getOrder":     func(c *client.Client) error { return second(c.Order(ctx, id)) },
+		"confirmOrder": func(c *client.Client) error { return second(c.Confirm(ctx, id)) },
+		"cancelOrder":  func(c *client.Client) error { return second(c.Cancel(ctx, id)) },
+		"setStock":     func(c *client.Client) error { return second(c.SetStock(ctx, "a", 1)) },
+		"setStockIf":   func(c *client.Client) error { return second(c.SetStockIf(ctx, "a", 1, client.SKU{})) },
+		"getSKU":       func(c *client.Client) error { return second(c.SKU(ctx, "a")) },
+		"auditSKU":     func(c *client.Client) error { return second(c.Audit(ctx, "a")) },
 	}
-	_, err = c.PlaceOrderJSON(context.Background(), "k", []byte(`{"lines":[{"sku":"a","quantity":1}]}`))
-	var ae *client.APIError
-	if !errors.Is(err, client.ErrBadAnswer) || errors.As(err, &ae) {
-		t.Fatalf("err = %v, want ErrBadAnswer", err)
+	// answer serves body with each call's success status.
+	answer := func(body string) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			if r.Method == http.MethodPost && r.URL.Path == "/v1/orders" {
+				w.WriteHeader(http.StatusCreated)
+			}
+			_, _ = w.Write([]byte(body))
+		}))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	for _, body := range []string{`<html>proxy page</html>`, `null`, `{}`, `{"status":"reserved","available":1}`} {
+		c := mustNew(t, answer(body), client.WithRetries(0))
+		for op, call := range calls {
+			err := call(c)
+			var ae *client.APIError
+			if !errors.Is(err, client.ErrBadAnswer) || errors.As(err, &ae) {
+				t.Errorf("%s answered %s: err = %v, want ErrBadAnswer", op, body, err)
+			}
+		}
+	}
+	// What every answer must have is enough.
+	c := mustNew(t, answer(`{"order_id":"`+id+`","sku":"a"}`), client.WithRetries(0))
+	for op, call := range calls {
+		if err := call(c); err != nil {
+			t.Errorf("%s answered with its id or name alone: %v", op, err)
+		}
 	}
 }
+
+// second returns a call's error, for a table of calls of different answers.
+func second[T any](_ T, err error) error { return err }

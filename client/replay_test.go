@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,6 +76,86 @@ func TestReplayedOnlyWhenKnown(t *testing.T) {
 	}
 }
 
+// dropFirstOrderAnswer stands between the client and the real service and
+// loses the answer to the first POST /v1/orders after the service placed
+// the order: the connection closes without a byte of answer, as when an
+// instance or a load balancer dies right after the commit. Everything else
+// is passed through.
+type dropFirstOrderAnswer struct {
+	upstream *url.URL
+	proxy    *httputil.ReverseProxy
+	dropped  atomic.Bool
+	// placed is the service's status for the order whose answer was lost.
+	placed atomic.Int32
+}
+
+func (d *dropFirstOrderAnswer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/orders" || !d.dropped.CompareAndSwap(false, true) {
+		d.proxy.ServeHTTP(w, r)
+		return
+	}
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.URL.Scheme, out.URL.Host, out.Host = d.upstream.Scheme, d.upstream.Host, d.upstream.Host
+	if res, err := http.DefaultTransport.RoundTrip(out); err == nil {
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		if res.Header.Get("Idempotent-Replayed") == "" {
+			d.placed.Store(int32(res.StatusCode))
+		}
+	}
+	panic(http.ErrAbortHandler)
+}
+
+// TestTransportNeverResendsAnOrder: net/http's Transport takes an
+// Idempotency-Key as leave to resend a POST whose answer a reused
+// keep-alive connection lost. Were it to, the client's retries would never
+// see the lost send that placed the order, and would report the resend's
+// replay as an earlier call's order (Replayed), whose follow-ups the caller
+// skips. The loss must reach the client: its Observer sees it, and the
+// replay reads as ReplayedAfterLostAnswer.
+func TestTransportNeverResendsAnOrder(t *testing.T) {
+	f := newFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	mustStock(t, f.newClient(), "a", 10)
+	up, err := url.Parse(f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &dropFirstOrderAnswer{upstream: up, proxy: httputil.NewSingleHostReverseProxy(up)}
+	front := httptest.NewServer(d)
+	t.Cleanup(front.Close)
+
+	var seen attempts
+	c := mustNew(t, front.URL, client.WithObserver(seen.observe), client.WithInFlightBackoff(time.Millisecond))
+	// An earlier call leaves a connection in the pool for the order to
+	// reuse: the Transport resends only on a reused one.
+	if err := c.Healthz(ctx); err != nil {
+		t.Fatal(err)
+	}
+	key := client.NewIdempotencyKey()
+	o, err := c.PlaceOrder(ctx, client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 1}}, IdempotencyKey: key})
+	if d.placed.Load() != http.StatusCreated {
+		t.Fatalf("setup: the lost answer was not the one that placed the order (%d)", d.placed.Load())
+	}
+	if err != nil || o.Replayed || !o.ReplayedAfterLostAnswer {
+		t.Fatalf("PlaceOrder, its first send placing the order = %+v, %v; want Replayed false, ReplayedAfterLostAnswer true", o, err)
+	}
+	var orders []client.Attempt
+	for _, at := range seen.list() {
+		if at.Op == "placeOrder" {
+			orders = append(orders, at)
+		}
+	}
+	if len(orders) != 2 || orders[0].Status != 0 || orders[0].Err == nil || !orders[0].Retry || orders[1].Status != http.StatusCreated {
+		t.Fatalf("order attempts the observer saw = %+v; want the lost one, then the 201", orders)
+	}
+	if a, err := f.newClient().Audit(ctx, "a"); err != nil || a.Held != 1 {
+		t.Fatalf("audit %+v, %v: want the order placed once", a, err)
+	}
+}
+
 // TestReplayedByFirstAnswer: after each first answer the client retries, a
 // replay reads as an earlier call's order only when that answer said
 // nothing was written.
@@ -93,6 +176,11 @@ func TestReplayedByFirstAnswer(t *testing.T) {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprint(w, `<html>proxy page</html>`)
+		}, false, true},
+		{"a 201 without an order", func(_ *testing.T, w http.ResponseWriter) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprint(w, `{}`)
 		}, false, true},
 		{"lock_unavailable", answer(http.StatusServiceUnavailable, "lock_unavailable"), true, false},
 		{"overloaded", answer(http.StatusServiceUnavailable, "overloaded"), true, false},

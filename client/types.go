@@ -1,6 +1,12 @@
 package client
 
-import "time"
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/stockguard/stockguard/internal/inventory"
+)
 
 // SKU is a SKU's counters as stored.
 type SKU struct {
@@ -15,6 +21,13 @@ type SKU struct {
 	FenceToken uint64 `json:"fence_token"`
 }
 
+func (s *SKU) valid() error {
+	if s.SKU == "" {
+		return errors.New("no sku")
+	}
+	return nil
+}
+
 // Audit is a SKU recomputed from its order lines.
 type Audit struct {
 	SKU       string `json:"sku"`
@@ -27,6 +40,13 @@ type Audit struct {
 	// lost update.
 	LostUnits  int64 `json:"lost_units"`
 	Consistent bool  `json:"consistent"`
+}
+
+func (a *Audit) valid() error {
+	if a.SKU == "" {
+		return errors.New("no sku")
+	}
+	return nil
 }
 
 // Order statuses.
@@ -85,4 +105,12 @@ type Order struct {
 	// made idempotent by the order ID. Never true when PlaceOrder made the
 	// key: the replay is of this call's own attempt, so the order is new.
 	ReplayedAfterLostAnswer bool `json:"-"`
+}
+
+// valid asks for the id every other call on the order needs.
+func (o *Order) valid() error {
+	if inventory.ValidateOrderID(o.ID) != nil {
+		return fmt.Errorf("order_id %q is not a uuid", inventory.Clip(o.ID))
+	}
+	return nil
 }

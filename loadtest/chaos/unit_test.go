@@ -428,7 +428,7 @@ func TestChaosReconcileSettlesOnlyOnASettlingAnswer(t *testing.T) {
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
-		_, _ = io.WriteString(w, `{"order_id":"o1","status":"reserved","lines":[{"sku":"s","quantity":1,"fence_token":7}],"expires_at":"2030-01-01T00:00:00Z"}`)
+		_, _ = io.WriteString(w, `{"order_id":"0190a3e4-7c1d-7b2a-9f00-000000000001","status":"reserved","lines":[{"sku":"s","quantity":1,"fence_token":7}],"expires_at":"2030-01-01T00:00:00Z"}`)
 	}))
 	t.Cleanup(srv.Close)
 	req := client.OrderRequest{Lines: []client.OrderLine{{SKU: "s", Quantity: 1}}}

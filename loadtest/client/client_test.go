@@ -94,7 +94,7 @@ func TestOrderKinds(t *testing.T) {
 }
 
 func TestReservedOrder(t *testing.T) {
-	srv := httptest.NewServer(&canned{status: 201, body: `{"order_id":"o-1","status":"reserved",` +
+	srv := httptest.NewServer(&canned{status: 201, body: `{"order_id":"0190a3e4-7c1d-7b2a-9f00-000000000001","status":"reserved",` +
 		`"lines":[{"sku":"a","quantity":2,"fence_token":42},{"sku":"b","quantity":1,"fence_token":7}],` +
 		`"expires_at":"2026-12-01T14:00:00.5Z"}`})
 	t.Cleanup(srv.Close)
@@ -102,7 +102,7 @@ func TestReservedOrder(t *testing.T) {
 	t.Cleanup(c.Close)
 	out := c.PlaceOrder(context.Background(), srv.URL, "k-1", []byte(orderBody))
 	o := out.Order
-	if o == nil || o.OrderID != "o-1" || o.Status != "reserved" || o.ExpiresAt != "2026-12-01T14:00:00.5Z" || len(o.Lines) != 2 ||
+	if o == nil || o.OrderID != "0190a3e4-7c1d-7b2a-9f00-000000000001" || o.Status != "reserved" || o.ExpiresAt != "2026-12-01T14:00:00.5Z" || len(o.Lines) != 2 ||
 		o.Lines[0].SKU != "a" || o.Lines[0].Quantity != 2 || o.Lines[0].FenceToken != 42 || o.Lines[1].FenceToken != 7 {
 		t.Fatalf("order %+v", o)
 	}
