@@ -3,6 +3,8 @@ package reservation_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -85,28 +87,116 @@ func TestCloseWaitsForLeaders(t *testing.T) {
 	}
 }
 
-// TestCloseCutsShort: when Close's context ends first, the leaders give up
-// their lock waits, answer their orders and exit before Close returns.
-func TestCloseCutsShort(t *testing.T) {
-	f := newFixture(t, reservation.Coalescing{})
-	f.stock("a", 10)
-	defer f.hold("a")()
-	queued := f.queue(f.svc, "a", req("", line("a", 1)), req("", line("a", 2)))
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	if err := f.svc.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Close = %v, want DeadlineExceeded", err)
-	}
-	if d := time.Since(start); d > 3*time.Second {
-		t.Fatalf("Close took %s after its deadline", d)
-	}
-	for i, r := range queued() {
-		if r.err == nil {
-			t.Fatalf("order %d placed while its lease was held elsewhere", i)
+// TestCloseRefusesOrdersOnceBegun: once Close has begun, an order is
+// refused (ErrClosed) even where a batch leader or a gatherer still runs and
+// would take it: under a steady stream of orders Close would otherwise never
+// drain. What was queued before is still placed.
+func TestCloseRefusesOrdersOnceBegun(t *testing.T) {
+	// late places an order once Close has begun and checks it is refused
+	// at once, before busy lets the running leader or gatherer finish.
+	late := func(t *testing.T, svc *reservation.Service, r inventory.PlaceRequest) {
+		t.Helper()
+		waitFor(t, "Close to begin", func() bool { return reservation.Closing(svc) })
+		answer := make(chan error, 1)
+		go func() { _, _, err := svc.Place(context.Background(), r); answer <- err }()
+		select {
+		case err := <-answer:
+			if !errors.Is(err, reservation.ErrClosed) {
+				t.Errorf("an order sent after Close began = %v, want ErrClosed", err)
+			}
+		case <-time.After(time.Second):
+			t.Errorf("an order sent after Close began was taken in, keeping Close waiting")
 		}
 	}
-	if a := f.audit("a"); !a.Consistent || a.Held != 0 {
-		t.Fatalf("audit = %+v", a)
+	t.Run("queue", func(t *testing.T) {
+		f := newFixture(t, reservation.Coalescing{})
+		ctx := context.Background()
+		f.stock("a", 10)
+		release := f.hold("a")
+		queued := f.queue(f.svc, "a", req("", line("a", 1)))
+		closed := make(chan error, 1)
+		go func() { closed <- f.svc.Close(ctx) }()
+		late(t, f.svc, req("", line("a", 1)))
+		release()
+		if err := <-closed; err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		if r := queued(); r[0].err != nil {
+			t.Fatalf("the order queued before Close: %v", r[0].err)
+		}
+	})
+	t.Run("intake", func(t *testing.T) {
+		f := gatherFixture(t, 1)
+		ctx := context.Background()
+		first, gathered := f.busyFirst()
+		closed := make(chan error, 1)
+		go func() { closed <- f.svc.Close(ctx) }()
+		late(t, f.svc, req("", line("s0", 1)))
+		close(gathered)
+		if err := <-first; err != nil {
+			t.Fatalf("the order gathered before Close: %v", err)
+		}
+		if err := <-closed; err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+	})
+}
+
+// TestCloseCutsShort: when Close's context ends first, the runs give up
+// their lock waits, answer their orders and exit before Close returns. The
+// orders are told the service is shutting down (ErrClosed: 503 with
+// Retry-After), not that their client left.
+func TestCloseCutsShort(t *testing.T) {
+	for _, c := range []reservation.Coalescing{{}, {Disabled: true}} {
+		t.Run(fmt.Sprintf("disabled=%v", c.Disabled), func(t *testing.T) {
+			f := newFixture(t, c)
+			f.stock("a", 10)
+			defer f.hold("a")()
+			reqs := []inventory.PlaceRequest{req("", line("a", 1)), req("", line("a", 2))}
+			var queued func() []result
+			if c.Disabled {
+				queued = f.alone(reqs...)
+			} else {
+				queued = f.queue(f.svc, "a", reqs...)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+			defer cancel()
+			start := time.Now()
+			if err := f.svc.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Close = %v, want DeadlineExceeded", err)
+			}
+			if d := time.Since(start); d > 3*time.Second {
+				t.Fatalf("Close took %s after its deadline", d)
+			}
+			for i, r := range queued() {
+				if !errors.Is(r.err, reservation.ErrClosed) || errors.Is(r.err, context.Canceled) {
+					t.Errorf("order %d cut short by Close = %v, want ErrClosed", i, r.err)
+				}
+			}
+			if a := f.audit("a"); !a.Consistent || a.Held != 0 {
+				t.Fatalf("audit = %+v", a)
+			}
+		})
+	}
+}
+
+// alone starts Place for each request on a service with coalescing off,
+// waiting until each waits for its lock; it returns their results once all
+// have answered.
+func (f *fixture) alone(reqs ...inventory.PlaceRequest) func() []result {
+	f.t.Helper()
+	out := make([]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		waited := f.locker.waited.Load()
+		wg.Go(func() {
+			o, replayed, err := f.svc.Place(context.Background(), r)
+			out[i] = result{o, replayed, err}
+		})
+		waitFor(f.t, fmt.Sprintf("order %d waiting for its lock", i), func() bool { return f.locker.waited.Load() > waited })
+	}
+	return func() []result {
+		wg.Wait()
+		return out
 	}
 }

@@ -2,6 +2,7 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -57,12 +58,33 @@ func (l *lifecycle) enter(ctx context.Context) (run context.Context, done func()
 	}, nil
 }
 
+// closing reports whether Close has begun.
+func (l *lifecycle) closing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// cutShort is err, the answer of an op whose request's context is ctx,
+// told as ErrClosed (503 overloaded, Retry-After) when it is the
+// cancellation of a run Close cut short: as context.Canceled it would read
+// as the client's own leaving (499) though the client closed nothing. A
+// write that may have landed keeps saying so.
+func (l *lifecycle) cutShort(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil || l.ctx.Err() == nil ||
+		!errors.Is(err, context.Canceled) || errors.Is(err, inventory.ErrOutcomeUnknown) {
+		return err
+	}
+	return fmt.Errorf("%w (%v)", ErrClosed, err)
+}
+
 // Close stops accepting stock changes (ErrClosed), then waits until every
 // batch leader and every op alone has answered its orders and released its
 // leases. If ctx ends first it cancels them: each gives up its lock wait or
-// store call, answers its orders and releases what it holds on a short
-// detached context, and Close returns ctx's error once all have. Call it
-// after the HTTP server has drained and the reaper has stopped.
+// store call, answers its orders (ErrClosed, cutShort) and releases what it
+// holds on a short detached context, and Close returns ctx's error once all
+// have. Call it after the HTTP server has drained and the reaper has
+// stopped.
 func (s *Service) Close(ctx context.Context) error {
 	l := s.life
 	l.mu.Lock()

@@ -147,7 +147,7 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 	for {
 		select {
 		case err := <-p.answer:
-			return err
+			return c.s.life.cutShort(ctx, err)
 		case <-ctx.Done():
 			if p.move(stateQueued, stateDropped) || p.move(stateBatched, stateDropped) {
 				p.leave()
@@ -174,10 +174,15 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 // (lingers), when p asks for a chaos pause (its leases need no watchdog) or
 // when it has more lines than a gathered batch takes (maxGatherLines); any
 // other order goes to the intake, whose gatherers batch orders of every
-// SKU (gather.go).
+// SKU (gather.go). Once Close has begun it refuses p (ErrClosed), even for
+// a queue or gatherer still running: a steady stream of orders would keep
+// them, and Close, running.
 func (c *coalescer) enqueue(ctx context.Context, p *pending) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.s.life.closing() {
+		return ErrClosed
+	}
 	key := p.op.skus[0]
 	if _, running := c.queues[key]; !running && p.pause == 0 && len(p.op.skus) <= maxGatherLines && !c.lingers(key) {
 		return c.gather(ctx, p)

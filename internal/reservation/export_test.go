@@ -67,3 +67,6 @@ func NewReaper(s *Service, interval time.Duration) func(context.Context) {
 
 // LineLinger is lineLinger, for the test of an emptied queue.
 const LineLinger = lineLinger
+
+// Closing reports whether Close has begun on s.
+func Closing(s *Service) bool { return s.life.closing() }

@@ -224,13 +224,17 @@ func (*gathered) tries() bool     { return true }
 // in the intake, where the backend lets them go in the round of its try
 // (lock.Handover: one multi on zookeeper, not two). Elsewhere the handover
 // would only hold the keys a little longer for the same rounds. With no order waiting they go at
-// once, so an idle instance holds nothing. Whether orders wait is also what
-// opens the window before the next batch (behind, await).
-func (g *gathered) handsOver(*hold) bool {
+// once, so an idle instance holds nothing; so do those of a hold with a
+// lease lost or broken (a write whose outcome is unknown), released now
+// rather than carried into the next try as if still whole. Whether orders
+// wait is also what opens the window before the next batch (behind,
+// await).
+func (g *gathered) handsOver(h *hold) bool {
 	g.c.mu.Lock()
-	defer g.c.mu.Unlock()
 	g.behind = len(g.c.intake) > 0
-	return g.c.handover && g.behind
+	hand := g.c.handover && g.behind
+	g.c.mu.Unlock()
+	return hand && !h.broken && h.set.Err() == nil
 }
 
 // missed places the orders, in arrival order, that a gathered batch could

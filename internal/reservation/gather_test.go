@@ -192,7 +192,7 @@ func TestGatherLetsGoBeforeLookingUp(t *testing.T) {
 	f.store.counts()
 	var heldAtLookup []string
 	f.store.mu.Lock()
-	f.store.beforeLookup = func() {
+	f.store.beforeLookup = func(context.Context) {
 		if lease, err := f.locker.Acquire(context.Background(), "first", lock.TryOnce()); err != nil {
 			heldAtLookup = append(heldAtLookup, "first")
 		} else {
@@ -418,25 +418,40 @@ func TestAnEmptiedQueueLingers(t *testing.T) {
 
 // TestSlowLookupIsTheStores: an order whose lock wait runs out while the
 // store is still asked whether its SKU exists (the database hung) is
-// answered store_unavailable, not lock_unavailable: nothing was locked,
-// and the lock servers, which the alert on lock_unavailable blames, were
-// never asked.
+// answered store_unavailable, not lock_unavailable, when its lock wait
+// ends: nothing was locked, and the lock servers, which the alert on
+// lock_unavailable blames, were never asked. Coalescing off too, where the
+// order's own goroutine asks the store: the lookup ends with its lock wait.
 func TestSlowLookupIsTheStores(t *testing.T) {
-	for _, c := range []reservation.Coalescing{{}, {Gatherers: 1}} {
-		f := newFixture(t, reservation.Coalescing{})
-		// Made by another instance: the instance below has not seen it.
-		f.stock("slow", 1)
-		svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 200 * time.Millisecond, Coalescing: c})
-		f.store.mu.Lock()
-		f.store.beforeLookup = func() { time.Sleep(600 * time.Millisecond) }
-		f.store.mu.Unlock()
-		tried := f.locker.tried.Load()
-		_, _, err := svc.Place(context.Background(), req("", line("slow", 1)))
-		if !errors.Is(err, inventory.ErrStoreUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
-			t.Fatalf("coalescing %+v: lock wait over during the lookup: %v, want ErrStoreUnavailable", c, err)
-		}
-		if n := f.locker.tried.Load() - tried; n != 0 {
-			t.Fatalf("coalescing %+v: the locker was asked %d times", c, n)
-		}
+	for _, c := range []reservation.Coalescing{{}, {Disabled: true}} {
+		t.Run(fmt.Sprintf("disabled=%v", c.Disabled), func(t *testing.T) {
+			f := newFixture(t, reservation.Coalescing{})
+			// Made by another instance: the instance below has not seen it.
+			f.stock("slow", 1)
+			svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 200 * time.Millisecond, Coalescing: c})
+			f.store.mu.Lock()
+			// The database hangs until the statement's context ends, when
+			// the driver gives up on it.
+			f.store.beforeLookup = func(ctx context.Context) {
+				select {
+				case <-ctx.Done():
+				case <-time.After(1500 * time.Millisecond):
+				}
+			}
+			f.store.mu.Unlock()
+			asked := f.locker.tried.Load() + f.locker.waited.Load()
+			start := time.Now()
+			_, _, err := svc.Place(context.Background(), req("", line("slow", 1)))
+			took := time.Since(start)
+			if !errors.Is(err, inventory.ErrStoreUnavailable) || errors.Is(err, lock.ErrNotAcquired) {
+				t.Errorf("lock wait over during the lookup: %v, want ErrStoreUnavailable", err)
+			}
+			if took > time.Second {
+				t.Errorf("answered after %s; the lock wait is 200ms", took)
+			}
+			if n := f.locker.tried.Load() + f.locker.waited.Load() - asked; n != 0 {
+				t.Errorf("the locker was asked %d times", n)
+			}
+		})
 	}
 }

@@ -78,7 +78,7 @@ type releaser struct{ l *lock.Lease }
 func (r releaser) Release(ctx context.Context) error { return r.l.Release(ctx) }
 
 // spyStore counts the store calls of the critical section and lets a test
-// act right after a claim, between the claim and the write.
+// act right before or after a claim, between the claim and the write.
 type spyStore struct {
 	inventory.Store
 
@@ -87,13 +87,14 @@ type spyStore struct {
 	writes      []int // orders per write
 	moves       []int // status changes per write that had any
 	afterClaim  func(fences []inventory.Fence)
+	beforeClaim func(fences []inventory.Fence)
 	beforeWrite func()
 	// refuse, when set, may refuse a write before it reaches the database,
 	// as the database would; attempts counts the writes tried.
 	refuse   func(w inventory.Write) error
 	attempts int
-	// beforeLookup, when set, runs before every KnownSKUs.
-	beforeLookup func()
+	// beforeLookup, when set, runs before every KnownSKUs, with its context.
+	beforeLookup func(ctx context.Context)
 }
 
 func (s *spyStore) KnownSKUs(ctx context.Context, names []string) (map[string]bool, error) {
@@ -101,12 +102,18 @@ func (s *spyStore) KnownSKUs(ctx context.Context, names []string) (map[string]bo
 	hook := s.beforeLookup
 	s.mu.Unlock()
 	if hook != nil {
-		hook()
+		hook(ctx)
 	}
 	return s.Store.KnownSKUs(ctx, names)
 }
 
 func (s *spyStore) Claim(ctx context.Context, fences []inventory.Fence, create bool) (map[string]inventory.SKU, error) {
+	s.mu.Lock()
+	before := s.beforeClaim
+	s.mu.Unlock()
+	if before != nil && !create {
+		before(fences)
+	}
 	got, err := s.Store.Claim(ctx, fences, create)
 	s.mu.Lock()
 	s.claims++

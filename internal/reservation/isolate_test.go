@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/stockguard/stockguard/internal/inventory"
+	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/reservation"
 )
@@ -174,6 +175,68 @@ func TestStaleRowFailsAlone(t *testing.T) {
 			}
 			if a := f.audit("s1"); !a.Consistent || a.Held != 1 {
 				t.Errorf("audit s1 = %+v, want the lone order held, the one with the taken row not", a)
+			}
+		})
+	}
+}
+
+// TestLostLeaseFailsAlone: in a gathered batch, the lease of one SKU is
+// lost — before the claim, or between the claim and the write. The orders
+// that name that SKU fail with the loss (one with a line on a SKU whose
+// lease stands fails whole), and no other: the batch's orders of other
+// SKUs are written under their own leases and fences, in one write.
+func TestLostLeaseFailsAlone(t *testing.T) {
+	for _, at := range []string{"claim", "write"} {
+		t.Run(at, func(t *testing.T) {
+			const n = 4
+			f := gatherFixture(t, n)
+			ctx := context.Background()
+			f.stock("lost", 2)
+			var once sync.Once
+			lose := func(fences []inventory.Fence) {
+				if slices.ContainsFunc(fences, func(fc inventory.Fence) bool { return fc.SKU == "lost" }) {
+					once.Do(func() { f.locker.loseLease("lost") })
+				}
+			}
+			f.store.mu.Lock()
+			if at == "claim" {
+				f.store.beforeClaim = lose
+			} else {
+				f.store.afterClaim = lose
+			}
+			f.store.mu.Unlock()
+			first, gathered := f.busyFirst()
+			reqs := []inventory.PlaceRequest{req("", line("lost", 1)), req("", line("s1", 1), line("lost", 1))}
+			for i := range n {
+				reqs = append(reqs, req("", line(fmt.Sprintf("s%d", i), 1)))
+			}
+			errs := make([]error, len(reqs))
+			var wg sync.WaitGroup
+			for i, r := range reqs {
+				wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, r) })
+			}
+			waitFor(t, "the orders gathered", func() bool { return reservation.Gathering(f.svc) == len(reqs) })
+			close(gathered)
+			if err := <-first; err != nil {
+				t.Fatalf("first order: %v", err)
+			}
+			wg.Wait()
+			for i, err := range errs {
+				switch {
+				case i < 2 && !errors.Is(err, lock.ErrLeaseLost):
+					t.Errorf("order %d, naming the SKU whose lease was lost = %v, want ErrLeaseLost", i, err)
+				case i >= 2 && err != nil:
+					t.Errorf("order %d, whose own lease stood = %v; want placed", i, err)
+				}
+			}
+			if _, writes := f.store.counts(); len(writes) != 2 || writes[1] != n {
+				t.Errorf("writes %v, want the first order's and the %d others in one", writes, n)
+			}
+			if a := f.audit("s1"); !a.Consistent || a.Held != 1 {
+				t.Errorf("audit s1 = %+v, want the lone order held, the one with the lost SKU not", a)
+			}
+			if a := f.audit("lost"); !a.Consistent || a.Held != 0 {
+				t.Errorf("audit lost = %+v, want nothing held", a)
 			}
 		})
 	}

@@ -65,12 +65,8 @@ func (k *knownSKUs) misses(names []string) []string {
 }
 
 // unknown returns those of ask, names not remembered (misses), that do
-// not exist, asking the store about them in one call, and nothing when ask
-// is empty.
+// not exist, asking the store about them in one call.
 func (k *knownSKUs) unknown(ctx context.Context, ask []string) (map[string]bool, error) {
-	if len(ask) == 0 {
-		return nil, nil
-	}
 	lctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	found, err := k.store.KnownSKUs(lctx, ask)
 	cancel()
@@ -95,24 +91,29 @@ func (k *knownSKUs) unknown(ctx context.Context, ask []string) (map[string]bool,
 // lookup's error; it returns the rest and the SKUs they need. ask is
 // s.known.misses(want). Ops that set stock (anySKU) are not checked:
 // creating a SKU takes its lock like any other stock change, and a level
-// set only over counters other than 0 finds it missing under the lease.
+// set only over counters other than 0 finds it missing under the lease. The
+// lookup lasts no longer than the last of waiting is willing to wait: past
+// that each is answered as the store's fault (slowLookup), and nothing is
+// locked for it.
 func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, waiting []*pending) ([]string, []*pending) {
-	if slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.anySKU }) {
+	// An acquisition of SKUs all seen before (every one of a hot SKU's)
+	// touches no order here.
+	if len(ask) == 0 || slices.ContainsFunc(waiting, func(p *pending) bool { return p.op.anySKU }) {
 		return want, waiting
 	}
-	// Marked only when the store is asked: an acquisition of SKUs all
-	// seen before (every one of a hot SKU's) touches no order here.
-	mark := func(on bool) {
-		for _, p := range waiting {
-			p.lookup.Store(on)
-		}
+	deadline := waiting[0].deadline
+	for _, p := range waiting {
+		deadline = later(deadline, p.deadline)
+		p.lookup.Store(true)
 	}
-	if len(ask) > 0 {
-		mark(true)
+	lctx, cancel := context.WithDeadline(ctx, deadline)
+	unknown, err := s.known.unknown(lctx, ask)
+	if ctx.Err() == nil && lctx.Err() != nil {
+		err = slowLookup(s.lockWait) // the lock wait is over, whatever the answer
 	}
-	unknown, err := s.known.unknown(ctx, ask)
-	if len(ask) > 0 {
-		mark(false)
+	cancel()
+	for _, p := range waiting {
+		p.lookup.Store(false)
 	}
 	if err == nil && len(unknown) == 0 {
 		return want, waiting

@@ -124,9 +124,8 @@ type pending struct {
 	// to the batch that decides it.
 	span trace.Span
 	// wait is the lock wait of the queue leader that waits for p's keys,
-	// if one does; left is set once p has counted itself out of it.
+	// if one does, until p counts itself out of it (leave).
 	wait atomic.Pointer[lockWait]
-	left atomic.Bool
 	// try is set for an op that takes its keys only in a gathered batch's
 	// try: one held elsewhere answers it errKeyBusy at once instead of
 	// sending it on to a later batch or a key's line. The reaper's expiries
@@ -161,7 +160,8 @@ type lockWait struct {
 }
 
 // waitFor makes w the lock wait of waiting, counting out those that left
-// already.
+// already: one that dropped as w was made may have counted itself out of
+// the wait before (leave), not w.
 func (w *lockWait) waitFor(waiting []*pending) {
 	w.waiting.Store(int32(len(waiting)))
 	for _, p := range waiting {
@@ -174,10 +174,11 @@ func (w *lockWait) waitFor(waiting []*pending) {
 	}
 }
 
-// leave counts p, dropped, out of its leader's lock wait, once.
+// leave counts p, dropped, out of its leader's lock wait, once per wait:
+// whoever takes the wait from p (p's request or waitFor) counts it out.
 func (p *pending) leave() {
-	w := p.wait.Load()
-	if w == nil || !p.left.CompareAndSwap(false, true) {
+	w := p.wait.Swap(nil)
+	if w == nil {
 		return
 	}
 	if w.waiting.Add(-1) == 0 {
@@ -202,13 +203,13 @@ func (p *pending) move(from, to int32) bool { return p.state.CompareAndSwap(from
 // alone runs p as a batch of one, on the request's own goroutine and
 // context: through the same critical section as a coalesced batch.
 func (s *Service) alone(ctx context.Context, p *pending) error {
-	ctx, done, err := s.life.enter(ctx)
+	run, done, err := s.life.enter(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
-	s.serve(ctx, &single{p: p}, nil)
-	return <-p.answer
+	s.serve(run, &single{p: p}, nil)
+	return s.life.cutShort(ctx, <-p.answer)
 }
 
 // single is the source of a batch of one: the leases p needs, then p.

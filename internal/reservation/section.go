@@ -61,8 +61,10 @@ type hold struct {
 	unwatched bool
 	// ledger is nil until the first batch has claimed the rows.
 	ledger *inventory.Ledger
-	// broken is set when the ledger may no longer match the rows: a write
-	// failed, so whether it landed is not known. The leases are then let go.
+	// broken is set when the ledger may no longer match the rows (a write
+	// failed, so whether it landed is not known) or when a lease of set
+	// was lost or its row taken by a newer lease: the leases are then let
+	// go, neither kept for another batch nor handed over as a whole set.
 	broken bool
 	// spare is the leases a try obtained that no op of the batch needs
 	// (their ops also need a key held elsewhere): not claimed, released
@@ -265,13 +267,14 @@ func (s *Service) run(ctx context.Context, src source, h *hold, batch []*pending
 // decideAndWrite claims (only under a fresh acquisition), decides each op in
 // arrival order on the ledger, checks the leases, stalls if an op asked for
 // a chaos pause, and writes every change in one fenced transaction. A
-// failure of the claim or the leases, or a write failure that belongs to no
-// op in particular (a stale fence, a database that does not answer), is
-// every op's answer, those the ledger refused included: they were judged
-// against a batch that did not happen. A write refused for some of its ops
-// (blame) answers those alone, and the rest are decided and written again,
-// under fences that still stand since nothing landed: one op's failure
-// never fails its neighbours.
+// failure of the claim, the loss of every lease, or a write failure that
+// belongs to no op in particular (a stale fence, a database that does not
+// answer), is every op's answer, those the ledger refused included: they
+// were judged against a batch that did not happen. A write refused for some
+// of its ops (blame), or some of whose leases were lost (lostUnder), answers
+// those alone, and the rest are decided and written again, under fences
+// that still stand since nothing landed: one op's failure never fails its
+// neighbours.
 func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pending) []verdict {
 	var done []verdict
 	fail := func(err error, groups ...[]*pending) []verdict {
@@ -312,10 +315,10 @@ func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pendin
 	return done
 }
 
-// ownPart is the part of err that is p's own answer — the stale row it
-// names, the refusal of its order — or err.
+// ownPart is the part of err that is p's own answer — the stale or lost
+// row it names, the refusal of its order — or err.
 func ownPart(err error, p *pending) error {
-	for _, ke := range refusals(err, isStale) {
+	for _, ke := range refusals(err, rowLost) {
 		if slices.Contains(p.op.skus, ke.SKU) {
 			return ke
 		}
@@ -328,7 +331,11 @@ func ownPart(err error, p *pending) error {
 	return err
 }
 
-func isStale(ke *inventory.SKUError) bool { return errors.Is(ke, inventory.ErrStaleFence) }
+// rowLost reports whether ke is the loss of one row to the batch: a newer
+// lease has claimed it, or the batch's lease on it was lost.
+func rowLost(ke *inventory.SKUError) bool {
+	return errors.Is(ke, inventory.ErrStaleFence) || errors.Is(ke, lock.ErrLeaseLost)
+}
 
 // maxRewrites bounds the writes a batch makes again after a write was
 // refused for some of its ops; past it, the ops not yet written fail with
@@ -342,14 +349,16 @@ const maxRewrites = 16
 // other orders took (*inventory.KeyTakenError), the orders it refused
 // (*inventory.OrderError, one or several joined: a value it would not take,
 // a status change of an order that moved first), the rows a newer lease has claimed
-// (*inventory.SKUError, stale: the ops naming them). A value it refused as
-// invalid without saying whose (invalid text) belongs to some op: g is
-// halved until the op is alone. A lost lease, a stale fence it cannot name
-// or an unreachable database belong to every op, and so does a write that
-// may have landed (inventory.ErrOutcomeUnknown): writing any of it again
-// could place an order twice.
+// (*inventory.SKUError, stale: the ops naming them); so does lostUnder the
+// rows whose leases were lost (*inventory.SKUError, lost). A value it
+// refused as invalid without saying whose (invalid text) belongs to some
+// op: g is halved until the op is alone. The loss of every lease, a stale
+// fence it cannot name or an unreachable database belong to every op, and
+// so does a write that may have landed (inventory.ErrOutcomeUnknown):
+// writing any of it again could place an order twice.
 func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bool) {
-	if errors.Is(err, lock.ErrLeaseLost) || errors.Is(err, inventory.ErrOutcomeUnknown) {
+	lost := refusals(err, rowLost)
+	if errors.Is(err, inventory.ErrOutcomeUnknown) || lost == nil && errors.Is(err, lock.ErrLeaseLost) {
 		return nil, nil, false
 	}
 	var taken *inventory.KeyTakenError
@@ -362,10 +371,9 @@ func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bo
 		named = func(p *pending) bool {
 			return slices.ContainsFunc(refused, func(oe *inventory.OrderError) bool { return oe.ID == p.op.order })
 		}
-	case refusals(err, isStale) != nil:
-		stale := refusals(err, isStale)
+	case lost != nil:
 		named = func(p *pending) bool {
-			return slices.ContainsFunc(stale, func(ke *inventory.SKUError) bool { return slices.Contains(p.op.skus, ke.SKU) })
+			return slices.ContainsFunc(lost, func(ke *inventory.SKUError) bool { return slices.Contains(p.op.skus, ke.SKU) })
 		}
 	case errors.Is(err, inventory.ErrInvalid) && len(g) == 1:
 		return g, nil, true
@@ -394,7 +402,7 @@ func blame(err error, g []*pending) (blamed []*pending, rest [][]*pending, ok bo
 // write decides decided on a copy of h's ledger and writes what they
 // changed; the copy becomes h's ledger once written. The first time it gets
 // that far it stalls for the batch's chaos pause, if any (stalled). An error
-// is the whole batch's.
+// is the whole batch's, unless blame names the ops it belongs to.
 func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalled *bool) ([]verdict, error) {
 	work := h.ledger.Clone()
 	verdicts := make([]verdict, len(decided))
@@ -409,7 +417,7 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 		return verdicts, nil // nothing to write: the ledger refused every op
 	}
 	w.SKUs = skus
-	if err := h.set.Err(); err != nil {
+	if err := lostUnder(h, fences); err != nil {
 		// Checked as late as possible; a loss after it is the fence's job.
 		s.obs.LeaseLost()
 		return nil, err
@@ -438,6 +446,39 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 	return verdicts, nil
 }
 
+// lostUnder returns the loss of leases of h that a write with fences would
+// write under: nil while every lease of h holds (checked without
+// allocating), h.set's error when every one is lost (the whole batch's
+// failure), else a *inventory.SKUError for each lost lease whose row the
+// write changes, joined, which fails only the ops naming it (blame): an
+// order of another SKU in a gathered batch is written under its own lease
+// and fence, which still stand. A loss in h leaves it broken.
+func lostUnder(h *hold, fences []inventory.Fence) error {
+	var lost map[string]error
+	for _, l := range h.set {
+		if err := l.Err(); err != nil {
+			if lost == nil {
+				lost = make(map[string]error)
+			}
+			lost[l.Key()] = err
+		}
+	}
+	if lost == nil {
+		return nil
+	}
+	h.broken = true
+	if len(lost) == len(h.set) {
+		return h.set.Err()
+	}
+	var errs []error
+	for _, f := range fences {
+		if err, ok := lost[f.SKU]; ok {
+			errs = append(errs, &inventory.SKUError{SKU: f.SKU, Err: err})
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // claim stamps h's fences on the rows the first time a batch runs under h,
 // and fills its ledger. A SKU whose row a newer lease has claimed, and,
 // unless the batch creates rows, a SKU that does not exist, is set aside,
@@ -445,7 +486,8 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 // batch's orders of other SKUs are placed. The claim is retried for the
 // rest (their rows are claimed already; claiming again under the same fence
 // matches). A stale row leaves h broken: its other leases serve no more
-// batches.
+// batches. A lost lease does not stop the claim unless every lease is lost
+// (claimContext): the write fails the ops naming its row (lostUnder).
 func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error {
 	if h.ledger != nil {
 		return nil
@@ -457,7 +499,7 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 		fences[i] = inventory.Fence{SKU: l.Key(), Token: uint64(l.Token()), Holder: l.ID()}
 		byKey[l.Key()] = fences[i]
 	}
-	lctx, stop := h.set.Context(ctx)
+	lctx, stop := claimContext(ctx, h.set)
 	defer stop()
 	refused := make(map[string]error)
 	for len(fences) > 0 {
@@ -484,6 +526,26 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 	}
 	h.ledger = inventory.NewLedger(map[string]inventory.SKU{}, byKey, refused)
 	return nil
+}
+
+// claimContext returns a child of ctx that ends, with the loss as its
+// cause, once every lease of set has ended: a claim that none of them can
+// use any more gives up at once, but one lost lease of a gathered batch is
+// only its own orders' failure, not a reason to stop claiming the rows of
+// the others. One goroutine for the claim, whatever the number of leases.
+func claimContext(ctx context.Context, set lock.Set) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	go func() {
+		for _, l := range set {
+			select {
+			case <-l.Done():
+			case <-cctx.Done():
+				return
+			}
+		}
+		cancel(set.Err())
+	}()
+	return cctx, func() { cancel(context.Canceled) }
 }
 
 // setAside returns the per-SKU refusals of a claim's err that answer only
@@ -594,14 +656,17 @@ func notAcquired(wait time.Duration, err error) error {
 	return fmt.Errorf("%w: waited %s: %w", lock.ErrNotAcquired, wait, err)
 }
 
-// failed classifies a store error raised under the leases.
+// failed classifies a store error raised under the leases. Under some lost
+// leases but not all it is the store's: the rewrite that follows a refusal
+// (blame) fails the ops of the lost leases alone (lostUnder), and a failure
+// of the whole write is the store's to explain.
 func (s *Service) failed(set lock.Set, err error) error {
 	if errors.Is(err, inventory.ErrStaleFence) {
 		s.obs.StaleFence()
 		s.log.Warn("stale fence: write rejected", "err", err)
 		return err
 	}
-	if lerr := set.Err(); lerr != nil && errors.Is(lerr, lock.ErrLeaseLost) {
+	if lerr := set.Err(); lerr != nil && errors.Is(lerr, lock.ErrLeaseLost) && allEnded(set) {
 		s.obs.LeaseLost()
 		// The store's error is kept as text only: under a lost lease it is
 		// not what the ops failed of (a replay's taken key would otherwise
@@ -621,6 +686,16 @@ func (s *Service) failed(set lock.Set, err error) error {
 // a release that never reaches the backend blocks the key for a whole TTL.
 func detached(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+}
+
+// allEnded reports whether no lease of set holds any more.
+func allEnded(set lock.Set) bool {
+	for _, l := range set {
+		if l.Err() == nil {
+			return false
+		}
+	}
+	return true
 }
 
 func later(a, b time.Time) time.Time {
