@@ -37,8 +37,10 @@ type Run struct {
 	Setup *report.InstanceSetup `json:"setup,omitempty"`
 
 	DurationS float64 `json:"duration_s"`
-	// OrdersPerS counts every answered order; ReservedPerS only the placed
-	// ones, the figure the ratios use (a 503 is not a sale).
+	// OrdersPerS is the orders sent a second of the run's sending phase,
+	// whatever their answer (its throughput_per_s); ReservedPerS only those
+	// placed within that phase (its reserved_per_s), the figure the ratios
+	// use (a 503 is not a sale).
 	OrdersPerS    float64              `json:"orders_per_s"`
 	ReservedPerS  float64              `json:"reserved_per_s"`
 	Orders        tally.OrderCounts    `json:"orders"`

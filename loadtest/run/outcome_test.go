@@ -134,6 +134,30 @@ func TestRunCountsFinalOutcomes(t *testing.T) {
 	}
 }
 
+// TestRunReservedPerSCountsOnlyWhileSending: orders reconciliation found
+// placed after sending ended are reserved, but not within the time the
+// rate divides by: every first answer lost, no retries, reserved/s is 0.
+func TestRunReservedPerSCountsOnlyWhileSending(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if n == 1 {
+			lostAck(w, r, next)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Workload.RetryShare, cfg.Workload.Stock = 30, 0, 1000
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := res.Orders
+	if !res.Safe || o.Reconciled != 30 || o.Reserved != 30 || res.ThroughputPerS <= 0 || res.ReservedPerS != 0 {
+		t.Fatalf("%s: reconciled %d, reserved %d, %v orders/s, %v reserved/s", res.Verdict, o.Reconciled, o.Reserved, res.ThroughputPerS, res.ReservedPerS)
+	}
+}
+
 // TestRunInterruptedShowsLedgerNotZeros: a run stopped before its
 // verification reports the units its receipts hold, and says its oversold
 // and lost units were not verified rather than 0, in the table and the JSON.

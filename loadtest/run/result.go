@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -37,12 +38,17 @@ type Result struct {
 	RunID     string   `json:"run_id"`
 	Seed      uint64   `json:"seed"`
 
-	StartedAt       time.Time               `json:"started_at"`
-	DurationS       float64                 `json:"duration_s"`
-	TimedOut        bool                    `json:"timed_out"`
-	Workload        WorkloadInfo            `json:"workload"`
-	Orders          tally.OrderCounts       `json:"orders"`
-	Units           tally.UnitCounts        `json:"units"`
+	StartedAt time.Time         `json:"started_at"`
+	DurationS float64           `json:"duration_s"`
+	TimedOut  bool              `json:"timed_out"`
+	Workload  WorkloadInfo      `json:"workload"`
+	Orders    tally.OrderCounts `json:"orders"`
+	Units     tally.UnitCounts  `json:"units"`
+	// ThroughputPerS is the orders sent a second of the sending phase,
+	// whatever their answer; ReservedPerS the orders that got a 201 (to
+	// their first attempt or their retry) within it, a second of it.
+	// Orders.Reserved also counts those reconciliation found placed after
+	// sending ended, outside the time divided by.
 	ThroughputPerS  float64                 `json:"throughput_per_s"`
 	ReservedPerS    float64                 `json:"reserved_per_s"`
 	LatencyMs       tally.LatencySummary    `json:"latency_ms"`
@@ -116,8 +122,8 @@ func (r *Result) PrintTable(w io.Writer) {
 		}
 	}
 	if o.Retries > 0 || o.Reconciled > 0 || o.Unresolved > 0 {
-		row("retries", "%d same-key resends: %d replayed, %d mismatched, %d unsettled; %d reconciled, %d unresolved",
-			o.Retries, o.RetryReplayed, o.RetryMismatch, o.RetryUnsettled, o.Reconciled, o.Unresolved)
+		row("retries", "%d same-key resends: %d replayed, %d mismatched, %d unsettled, %d settled; %d reconciled, %d unresolved",
+			o.Retries, o.RetryReplayed, o.RetryMismatch, o.RetryUnsettled, o.RetrySettled, o.Reconciled, o.Unresolved)
 	}
 	row("throughput", "%.1f orders/s  (%.1f reserved/s)", r.ThroughputPerS, r.ReservedPerS)
 	l := r.LatencyMs
@@ -145,12 +151,21 @@ func (r *Result) PrintTable(w io.Writer) {
 	}
 	row("verdict", "%s", r.Verdict)
 	_ = tw.Flush()
-	for i, d := range r.Verification.Disagreements {
-		if i == 10 {
-			fmt.Fprintf(w, "  … %d more in the JSON\n", r.Verification.DisagreementCount-10)
-			break
-		}
+	listed := r.Verification.Disagreements
+	shown := min(len(listed), 10)
+	for _, d := range listed[:shown] {
 		fmt.Fprintf(w, "  %s %s: %s\n", d.SKU, d.Kind, d.Detail)
+	}
+	// The JSON lists at most maxListedDisagreements; the count is exact.
+	var more []string
+	if n := len(listed) - shown; n > 0 {
+		more = append(more, fmt.Sprintf("%d more in the JSON", n))
+	}
+	if n := r.Verification.DisagreementCount - len(listed); n > 0 {
+		more = append(more, fmt.Sprintf("%d more counted but not listed", n))
+	}
+	if len(more) > 0 {
+		fmt.Fprintf(w, "  … %s\n", strings.Join(more, ", "))
 	}
 }
 

@@ -1,9 +1,13 @@
 package run
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
@@ -45,5 +49,38 @@ func TestResultJSONShape(t *testing.T) {
 	}
 	if lat := m["latency_ms"].(map[string]any); lat["p99"] != 3.0 {
 		t.Errorf("latency_ms.p99 = %v", lat["p99"])
+	}
+}
+
+// TestPrintTableCountsUnlistedDisagreements: past the ten it prints, the
+// table says how many more findings the JSON lists and how many were
+// counted beyond its bound, not listed anywhere.
+func TestPrintTableCountsUnlistedDisagreements(t *testing.T) {
+	var checks []SKUCheck
+	for i := range 500 {
+		sku := fmt.Sprint("s", i)
+		checks = append(checks, SKUCheck{SKU: sku, Audit: client.Audit{Consistent: true},
+			Disagreements: []Disagreement{{SKU: sku, Kind: "audit_vs_counters_held", Detail: "audit held 1, counters reserved 0"}}})
+	}
+	res := &Result{Verification: summarize(checks, 0, nil), Orders: tally.OrderCounts{ErrorCodes: map[string]int{}}}
+	var table bytes.Buffer
+	res.PrintTable(&table)
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		Verification struct {
+			Count         int            `json:"disagreement_count"`
+			Disagreements []Disagreement `json:"disagreements"`
+		} `json:"verification"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	listed := len(m.Verification.Disagreements)
+	want := fmt.Sprintf("  … %d more in the JSON, %d more counted but not listed\n", listed-10, m.Verification.Count-listed)
+	if listed != maxListedDisagreements || m.Verification.Count != 500 || !strings.HasSuffix(table.String(), want) {
+		t.Fatalf("JSON: %d listed of %d; table ends:\n%s\nwant %q", listed, m.Verification.Count, table.String()[max(0, table.Len()-300):], want)
 	}
 }

@@ -8,6 +8,7 @@
 package run
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -367,6 +368,7 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 		res.Workload.RatePerS, res.Workload.Duration = cfg.Rate, cfg.Duration.String()
 	}
 	o := &res.Orders
+	reservedWhileSending := 0
 	for i, a := range r.res {
 		if !a.sent {
 			o.Unsent++
@@ -374,24 +376,29 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 		}
 		o.Add(a.final.Kind, a.final.Code)
 		o.FirstAnswers.Add(a.first.Kind, a.first.Code)
-		if a.retry != nil {
-			o.Retries++
-			switch {
-			case !a.retry.Answered():
-				// Shed or unanswered: no evidence either way.
-				o.RetryUnsettled++
-			case a.first.Kind == client.KindReserved && a.retry.Kind == client.KindReserved && a.retry.Order.OrderID == a.first.Order.OrderID:
-				o.RetryReplayed++
-			case a.first.Kind == client.KindReserved:
-				// Another order id, or a refusal of an order already placed.
-				o.RetryMismatch++
-				res.Verification.DisagreementCount++
-				res.Verification.Disagreements = append(res.Verification.Disagreements, Disagreement{
+		if a.first.Kind == client.KindReserved || a.retry != nil && a.retry.Kind == client.KindReserved {
+			reservedWhileSending++
+		}
+		if a.retry == nil {
+			continue
+		}
+		o.Retries++
+		switch classifyRetry(a.first, *a.retry) {
+		case retryReplayed:
+			o.RetryReplayed++
+		case retrySettled:
+			o.RetrySettled++
+		case retryUnsettled:
+			o.RetryUnsettled++
+		case retryMismatch:
+			o.RetryMismatch++
+			// Two 201s with two order ids for one key are the receipts'
+			// idempotency_violated already: one fault, one finding.
+			if a.first.Kind != client.KindReserved || a.retry.Kind != client.KindReserved {
+				res.Verification.note(Disagreement{
 					SKU: r.skus[r.orders[i].Lines[0].SKU], Kind: "retry_not_replayed",
-					Detail: fmt.Sprintf("key %s: first answer 201 %s, same-key retry %s (HTTP %d)", r.key(i), a.first.Order.OrderID, a.retry.Kind, a.retry.Status),
+					Detail: fmt.Sprintf("key %s: first answer %s, same-key retry %s", r.key(i), answerText(a.first), answerText(*a.retry)),
 				})
-			case a.retry.Kind == a.first.Kind:
-				o.RetryReplayed++
 			}
 		}
 	}
@@ -406,11 +413,61 @@ func (r *runner) result(started time.Time, elapsed time.Duration, timedOut bool,
 	}
 	if s := elapsed.Seconds(); s > 0 {
 		res.ThroughputPerS = tally.Round(float64(o.Sent)/s, 3)
-		res.ReservedPerS = tally.Round(float64(o.Reserved)/s, 3)
+		// Orders.Reserved also holds the orders reconcile found placed
+		// after sending ended, outside the time divided by.
+		res.ReservedPerS = tally.Round(float64(reservedWhileSending)/s, 3)
 	}
 	res.Safe = res.Verification.Safe()
 	res.Verdict = VerdictText(res.Verification)
 	return res
+}
+
+// retryClass is what a deliberate same-key retry's answer says of the
+// order's first answer.
+type retryClass int
+
+const (
+	retryReplayed  retryClass = iota // the first answer again
+	retryMismatch                    // contradicts a definite first answer
+	retryUnsettled                   // settles nothing
+	retrySettled                     // decides an order the first answer left open
+)
+
+// classifyRetry sorts a retry by its answer and the first. Every class is
+// counted, so that the retry figures add up to the retries.
+func classifyRetry(first, retry client.Outcome) retryClass {
+	placed := first.Kind == client.KindReserved
+	switch {
+	case placed && retry.Kind == client.KindReserved && retry.Order.OrderID == first.Order.OrderID:
+		return retryReplayed
+	case placed && retry.Answered():
+		// Another order id, or a refusal of an order already placed (a
+		// stale_fence too: the service replays a placed order's key).
+		return retryMismatch
+	case !retry.Settled():
+		// Shed, unanswered, a 5xx, or overtaken: no evidence either way.
+		return retryUnsettled
+	case !first.Settled():
+		// No answer, the key in flight, a 5xx or a stale_fence decided
+		// nothing; the retry's answer is the order's outcome.
+		return retrySettled
+	case retry.Kind == first.Kind && retry.Code == first.Code:
+		return retryReplayed
+	default:
+		// Two definite answers that differ. A run's stock never grows
+		// (no cancels, holds that outlast it), so an insufficient_stock
+		// that a retry turns into a 201 was a wrong answer, one way or
+		// the other.
+		return retryMismatch
+	}
+}
+
+// answerText names an answer in a disagreement's detail.
+func answerText(o client.Outcome) string {
+	if o.Kind == client.KindReserved {
+		return "201 " + o.Order.OrderID
+	}
+	return fmt.Sprintf("%s (HTTP %d)", cmp.Or(o.Code, o.Kind.String()), o.Status)
 }
 
 // ForEach calls fn for 0..n-1 with at most par calls at once and returns the

@@ -11,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/stockguard/stockguard/loadtest/fakeservice"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 // scripted puts a script in front of a service's POST /v1/orders: the n-th
@@ -308,5 +311,135 @@ func TestRunInterruptedWhileReconciling(t *testing.T) {
 	res, err := Execute(ctx, cfg, nil)
 	if !errors.Is(err, ErrInterrupted) || res == nil || !strings.HasSuffix(res.Verdict, "while reconciling unanswered orders: not verified") {
 		t.Fatalf("err %v, result %+v", err, res)
+	}
+}
+
+// TestRunRetryWithAnotherOrderIDIsOneFinding: a same-key retry answered
+// 201 with another order id is one fault of the service, found once (the
+// receipts' idempotency_violated), and the list of findings stays within
+// its bound however many orders show it.
+func TestRunRetryWithAnotherOrderIDIsOneFinding(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if n != 2 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := httptest.NewRecorder()
+		next.ServeHTTP(rec, r)
+		var body map[string]any
+		if err := json.Unmarshal(rec.Body.Bytes(), &body); err != nil {
+			t.Error(err)
+		}
+		if rec.Code == http.StatusCreated {
+			body["order_id"] = uuid.NewString()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(rec.Code)
+		_ = json.NewEncoder(w).Encode(body)
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Workload.RetryShare, cfg.Workload.Stock = 250, 1, 100_000
+	res, err := Execute(fakeservice.Context(t), cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := res.Verification
+	// Each retry's 201 is a second promise in the receipts, so the SKUs'
+	// holdings fall short of them: findings of their own.
+	perSKU := 0
+	for _, c := range v.SKUs {
+		perSKU += len(c.Disagreements)
+	}
+	if res.Orders.RetryMismatch != 250 || v.DisagreementCount != 250+perSKU || len(v.Disagreements) != maxListedDisagreements {
+		t.Fatalf("mismatched %d, disagreement_count %d (want 250 + %d per SKU), %d listed (want %d)",
+			res.Orders.RetryMismatch, v.DisagreementCount, perSKU, len(v.Disagreements), maxListedDisagreements)
+	}
+	for _, d := range v.Disagreements {
+		if d.Kind != "idempotency_violated" {
+			t.Fatalf("listed %s: %s", d.Kind, d.Detail)
+		}
+	}
+}
+
+// TestRunRetryFiguresAddUp: every deliberate retry is counted in exactly
+// one of replayed, mismatched, unsettled and settled. A retry that settles
+// an order whose first answer decided nothing is settled; one that places
+// an order the service refused for want of stock is a mismatch, since a
+// run's stock never grows.
+func TestRunRetryFiguresAddUp(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answer  func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) bool
+		counted func(tally.OrderCounts) int
+		safe    bool
+	}{
+		{"lost, then placed", func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+			if n == 1 {
+				lostAck(w, r, next)
+			}
+			return n == 1
+		}, func(o tally.OrderCounts) int { return o.RetrySettled }, true},
+		{"lock unavailable, then placed", func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+			if n == 1 {
+				refuse(w, http.StatusServiceUnavailable, "lock_unavailable")
+			}
+			return n == 1
+		}, func(o tally.OrderCounts) int { return o.RetrySettled }, true},
+		{"lost, then overtaken", func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+			switch n {
+			case 1:
+				lostAck(w, r, next)
+			case 2:
+				refuse(w, http.StatusConflict, "stale_fence")
+			}
+			return n <= 2
+		}, func(o tally.OrderCounts) int { return o.RetryUnsettled }, true},
+		{"refused twice", func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+			if n <= 2 {
+				refuse(w, http.StatusConflict, "insufficient_stock")
+			}
+			return n <= 2
+		}, func(o tally.OrderCounts) int { return o.RetryReplayed }, true},
+		{"refused, then placed", func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) bool {
+			if n == 1 {
+				refuse(w, http.StatusConflict, "insufficient_stock")
+			}
+			return n == 1
+		}, func(o tally.OrderCounts) int { return o.RetryMismatch }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := fakeservice.New("secret", false)
+			u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+				if !tc.answer(n, w, r, next) {
+					next.ServeHTTP(w, r)
+				}
+			})
+			cfg := testConfig(u)
+			cfg.Orders, cfg.Workload.RetryShare, cfg.Workload.Stock = 20, 1, 1000
+			res, err := Execute(fakeservice.Context(t), cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := res.Orders
+			if o.Retries != 20 || tc.counted(o) != 20 || o.RetryReplayed+o.RetryMismatch+o.RetryUnsettled+o.RetrySettled != o.Retries {
+				t.Fatalf("retries %d: replayed %d, mismatched %d, unsettled %d, settled %d", o.Retries, o.RetryReplayed, o.RetryMismatch, o.RetryUnsettled, o.RetrySettled)
+			}
+			if res.Safe != tc.safe {
+				t.Fatalf("%s: %v", res.Verdict, summarizeKinds(res.Verification.Disagreements))
+			}
+			if tc.safe {
+				return
+			}
+			v := res.Verification
+			if v.DisagreementCount != 20 || !strings.HasPrefix(res.Verdict, "UNSAFE: 0 units oversold, 0 lost, but 20 disagreements") {
+				t.Fatalf("%s: %v", res.Verdict, summarizeKinds(v.Disagreements))
+			}
+			for _, d := range v.Disagreements {
+				if d.Kind != "retry_not_replayed" || !strings.Contains(d.Detail, "first answer insufficient_stock (HTTP 409), same-key retry 201 ") {
+					t.Fatalf("%s: %s", d.Kind, d.Detail)
+				}
+			}
+		})
 	}
 }

@@ -226,14 +226,8 @@ func summarize(checks []SKUCheck, ledgerOrders int, ledgerProblems []Disagreemen
 		v.SKUsOmitted = len(checks) - len(v.SKUs)
 	}
 	v.Sources.Ledger.Orders = ledgerOrders
-	note := func(d Disagreement) {
-		v.DisagreementCount++
-		if len(v.Disagreements) < maxListedDisagreements {
-			v.Disagreements = append(v.Disagreements, d)
-		}
-	}
 	for _, d := range ledgerProblems {
-		note(d)
+		v.note(d)
 	}
 	for _, c := range checks {
 		v.Oversold += c.Oversold
@@ -256,10 +250,20 @@ func summarize(checks []SKUCheck, ledgerOrders int, ledgerProblems []Disagreemen
 		v.Sources.Counters.Available += c.Counters.Available
 		v.Sources.Counters.LostVsLedger += c.CountersLost
 		for _, d := range c.Disagreements {
-			note(d)
+			v.note(d)
 		}
 	}
 	return v
+}
+
+// note counts d and lists it while fewer than maxListedDisagreements are
+// listed: every finding, wherever it is made, goes through here so that
+// the JSON stays bounded and the count exact.
+func (v *Verification) note(d Disagreement) {
+	v.DisagreementCount++
+	if len(v.Disagreements) < maxListedDisagreements {
+		v.Disagreements = append(v.Disagreements, d)
+	}
 }
 
 // Safe reports whether nothing was oversold or lost, all sources agree and

@@ -28,16 +28,23 @@ type OrderCounts struct {
 	FirstAnswers *AnswerCounts `json:"first_answers,omitempty"`
 	// Unsent orders were generated but not sent before the run's timeout.
 	Unsent int `json:"unsent"`
-	// Retries counts deliberate same-key resends; RetryReplayed those that
-	// answered as the first did (a 201 with the first order id),
-	// RetryMismatch those where a 201 was followed by another order id or a
-	// refusal, RetryUnsettled those whose answer settled nothing (no answer,
-	// the key in flight, or a 5xx: a 503 sheds the retry, it does not
-	// contradict the first answer).
+	// Retries counts deliberate same-key resends, each in exactly one of
+	// the four that follow. RetryReplayed those that answered as the first
+	// did (a 201 with the first order id, or the same refusal);
+	// RetryMismatch those that contradict a definite first answer (a 201
+	// followed by another order id or a refusal, or a refusal followed by
+	// another definite answer, such as an insufficient_stock then a 201,
+	// which a run whose stock never grows rules out); RetryUnsettled those whose answer
+	// settled nothing (no answer, the key in flight, a 5xx or, after any
+	// first answer but a 201, a stale_fence: a 503 sheds the retry, it does
+	// not contradict the first answer); RetrySettled those that settled an
+	// order the first answer left open (no answer, the key in flight, a
+	// 5xx or a stale_fence).
 	Retries        int `json:"retries"`
 	RetryReplayed  int `json:"retry_replayed"`
 	RetryMismatch  int `json:"retry_mismatch"`
 	RetryUnsettled int `json:"retry_unsettled"`
+	RetrySettled   int `json:"retry_settled"`
 	// Reconciled counts orders without an answer that were resent with the
 	// same key after the run to learn their outcome; Unresolved those whose
 	// outcome stayed unknown.
