@@ -11,14 +11,15 @@ import (
 )
 
 // answerLater sends a request's answer after the handlers it wraps have
-// returned: the slots they hold (readBody's body slot, limit's in-flight
-// slot, /metrics' own) bound the work, not the client's network. Written
-// from inside a handler, an answer larger than what net/http buffers (2 to
-// 4 KiB; an order of 100 lines is 12 KB) goes to the socket there, and a
-// client that does not read its answers would hold its slots until the
-// write deadline. So the handlers write into a buffer, and the answer goes
-// out once they are done, the slots free: such a client then holds only
-// its connection. It comes before the first handler that takes a slot.
+// returned: what they hold (readBody's share of the body budget, limit's
+// in-flight slot, /metrics' own) bounds the work, not the client's network.
+// Written from inside a handler, an answer larger than what net/http
+// buffers (2 to 4 KiB; an order of 100 lines is 12 KB) goes to the socket
+// there, and a client that does not read its answers would hold its slots
+// until the write deadline. So the handlers write into a buffer, and the
+// answer goes out once they are done, the slots free: such a client then
+// holds only its connection. It comes before the first handler that takes
+// a slot.
 //
 // The status and body are held back; the headers are not copied (the
 // buffer shares the server's header map, which nothing sends before the

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -283,46 +284,6 @@ func TestNoContinueForARefusedBody(t *testing.T) {
 	}
 }
 
-// TestBodiesBeingReadAreBounded: bodies are buffered for at most twice
-// MaxInFlight requests at once; one more is refused 503 overloaded at
-// once, with Retry-After, unread. A request without a body needs no body
-// slot, and a body read whole frees its slot.
-func TestBodiesBeingReadAreBounded(t *testing.T) {
-	const max = 1
-	svc := &recorder{}
-	addr := listen(t, httpapi.Config{Service: svc, MaxInFlight: max}, 5*time.Second)
-	head := "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + fmt.Sprint(len(oneLine)) + "\r\n\r\n"
-	var slow []*rawConn
-	for range 2 * max {
-		c := dialRaw(t, addr)
-		c.send(head + "{") // and the rest never
-		slow = append(slow, c)
-	}
-	time.Sleep(100 * time.Millisecond) // every slow body is being read
-	c := dialRaw(t, addr)
-	c.send(head + oneLine)
-	a, ok := c.answer(2 * time.Second)
-	if !ok || a.status != http.StatusServiceUnavailable || a.code != "overloaded" || a.header.Get("Retry-After") == "" {
-		t.Fatalf("a body past the bound = %v %+v, want 503 overloaded with Retry-After", ok, a)
-	}
-	g := dialRaw(t, addr)
-	g.send("GET /v1/orders/" + orderID + " HTTP/1.1\r\nHost: x\r\n\r\n")
-	if a, ok := g.answer(2 * time.Second); !ok || a.status != http.StatusOK {
-		t.Fatalf("a GET without a body while the body slots are taken = %v %+v, want 200", ok, a)
-	}
-	for _, s := range slow {
-		s.send(oneLine[1:])
-		if a, ok := s.answer(2 * time.Second); !ok || a.status != http.StatusCreated {
-			t.Fatalf("a slow body, finished = %v %+v", ok, a)
-		}
-	}
-	c = dialRaw(t, addr)
-	c.send(head + oneLine)
-	if a, ok := c.answer(2 * time.Second); !ok || a.status != http.StatusCreated {
-		t.Fatalf("an order once the slow bodies are in = %v %+v", ok, a)
-	}
-}
-
 // TestTooLargeClosesAfterTheAnswer: a chunked body past 64 KiB is answered
 // 413 with Connection: close, and the answer is whole before the server
 // ends the connection, though the client is still sending.
@@ -468,5 +429,67 @@ func TestBodyMessages(t *testing.T) {
 		if w.Code != http.StatusBadRequest || e.Error.Message != c.want {
 			t.Errorf("body %q = %d %q, want 400 %q", c.body, w.Code, e.Error.Message, c.want)
 		}
+	}
+}
+
+// TestGoAnswersBeforeTheRouter: Go's server answers some requests itself,
+// before the router, in plain text (417's body is empty) and without
+// X-Request-Id, on any route, with the connection closed after; Go has no
+// option to hand them to the service. Each is listed where README's Limits
+// table and api/openapi.yaml list Go's own answers (once, 417 was not).
+func TestGoAnswersBeforeTheRouter(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var readmeRows []string
+	for _, l := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(l, "| ") && strings.Contains(l, "(Go's, plain text") {
+			readmeRows = append(readmeRows, l)
+		}
+	}
+	spec, err := os.ReadFile("../../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, specPara, _ := strings.Cut(string(spec), "Before any of this, Go's HTTP server answers")
+	specPara, _, _ = strings.Cut(specPara, "\n\n")
+	documented := map[string]string{"README.md's Limits table": strings.Join(readmeRows, "\n"), "api/openapi.yaml": specPara}
+
+	srv := httptest.NewUnstartedServer(httpapi.New(httpapi.Config{Service: &recorder{}}))
+	srv.Config.MaxHeaderBytes = 1 << 10
+	srv.Start()
+	t.Cleanup(srv.Close)
+	get := "GET /v1/skus/abc HTTP/1.1\r\nHost: x\r\n"
+	cases := []struct {
+		name, req string
+		status    int
+	}{
+		{"headers over --max-header-bytes", get + "X-Pad: " + strings.Repeat("a", 8<<10) + "\r\n\r\n", 431},
+		{"malformed header", get + "Bad Header\r\n\r\n", 400},
+		{"invalid escape in the path", "GET /v1/skus/%zz HTTP/1.1\r\nHost: x\r\n\r\n", 400},
+		{"Transfer-Encoding other than chunked", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+		{"HTTP version other than 1.x", "GET /v1/skus/abc HTTP/3.0\r\nHost: x\r\n\r\n", 505},
+		{"Expect other than 100-continue", get + "Expect: 100-continueX\r\n\r\n", 417},
+		{"Expect other than 100-continue, with a body", "POST /v1/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" +
+			"Content-Length: " + fmt.Sprint(len(oneLine)) + "\r\nExpect: 200-ok\r\n\r\n" + oneLine, 417},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, srv.Listener.Addr().String())
+			c.send(tc.req)
+			a, ok := c.answer(3 * time.Second)
+			if !ok || a.status != tc.status || a.header.Get("X-Request-Id") != "" || !a.closedAfter {
+				t.Fatalf("answer = %v %+v, want Go's own %d, without X-Request-Id, with Connection: close", ok, a, tc.status)
+			}
+			if ct := a.header.Get("Content-Type"); tc.status != http.StatusExpectationFailed && !strings.HasPrefix(ct, "text/plain") {
+				t.Errorf("Content-Type %q, want Go's plain text", ct)
+			}
+			for doc, text := range documented {
+				if !strings.Contains(text, fmt.Sprintf("`%d`", tc.status)) {
+					t.Errorf("%s does not list Go's %d among Go's own answers", doc, tc.status)
+				}
+			}
+		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -79,11 +81,14 @@ func isInteger(s string) bool {
 	return true
 }
 
-// bodyError is what a client is told of a body it did not send whole.
+// bodyError is what a client is told of a body it did not send whole, or
+// that found no room.
 func bodyError(err error) error {
 	var tooBig *http.MaxBytesError
 	var ne net.Error
 	switch {
+	case errors.Is(err, errBodyOverloaded):
+		return err
 	case errors.As(err, &tooBig):
 		return errBodyTooLarge
 	case errors.As(err, &ne) && ne.Timeout():
@@ -95,6 +100,19 @@ func bodyError(err error) error {
 // bodyKey is the gin key of the body readBody read.
 type bodyKey struct{}
 
+// bodyStep is the buffer a body is first read into, kept in a pool: an
+// order of a few lines fits (one line is ≈ 50 bytes); beyond, it doubles.
+const bodyStep = 512
+
+// maxBuffered bounds the bytes of request bodies buffered at once: a third
+// of gctune.MemoryLimit (100 MiB), so that bodies alone never bring the
+// live heap near it, the rest left to the requests they become.
+const maxBuffered = 32 << 20
+
+// bodyBuf is what readBody reads a body into: first, the first step, which
+// goes back to the pool with it; body, the bytes read, for the handlers.
+type bodyBuf struct{ first, body []byte }
+
 // readBody reads a request's body before the request takes an in-flight
 // slot (limit): a client that trickles its body, or never ends it, holds
 // its connection for the server's read timeout at most, but none of the
@@ -103,22 +121,23 @@ type bodyKey struct{}
 // broken body on the wire (a malformed chunk or trailer) must never be
 // parsed as the next request.
 //
-// The bodies buffered at once are bounded too, by 2 × maxInFlight slots of
-// at most 64 KiB each (maxInFlight <= 0: no bound), each held from the
-// first byte read until the answer is ready (answerLater sends it after
-// the slot is freed, and the body is let go with the slot): twice the
-// in-flight bound, so that as many clients trickling their bodies as there
-// are in-flight slots still leave room for the orders that arrive whole. A body that finds every slot
-// taken is refused 503 overloaded before a byte of it is read.
+// The bytes of the bodies buffered at once are bounded by maxBuffered, and
+// a body takes its share as its bytes arrive (see readAll), never on its
+// declared length: a client that sends headers only holds none of it.
+// What a body took is given back when its answer is ready (answerLater
+// sends it after, and the body is let go with it). A body that would take
+// more than is left is refused 503 overloaded, unread if the budget is
+// spent when it comes. No count of bodies bounds them besides: the bytes
+// are what costs memory, and a count of bodies being read is one that
+// clients sending headers alone can fill, denying every body to the rest
+// while costing the instance nothing but their connections.
 //
 // The server's request body is never replaced: net/http decides from its
 // own body type whether the connection can serve another request
 // (golang.org/issue/12027), so the bytes read are kept under bodyKey.
-func readBody(maxInFlight int) gin.HandlerFunc {
-	var slots chan struct{}
-	if maxInFlight > 0 {
-		slots = make(chan struct{}, 2*maxInFlight)
-	}
+func readBody() gin.HandlerFunc {
+	budget := &bodyBudget{max: maxBuffered}
+	pool := sync.Pool{New: func() any { return &bodyBuf{first: make([]byte, 0, bodyStep)} }}
 	return func(c *gin.Context) {
 		r := c.Request
 		if r.Body == nil || r.Body == http.NoBody {
@@ -132,40 +151,98 @@ func readBody(maxInFlight int) gin.HandlerFunc {
 			refuseBody(c, errBodyTooLarge)
 			return
 		}
-		if slots != nil {
-			select {
-			case slots <- struct{}{}:
-				defer func() { <-slots }()
-			default:
-				refuseBody(c, errBodyOverloaded)
-				return
-			}
+		if budget.spent() {
+			refuseBody(c, errBodyOverloaded)
+			return
 		}
-		body, err := readAll(c.Writer, r)
+		buf := pool.Get().(*bodyBuf)
+		var taken int64
+		defer func() {
+			budget.give(taken)
+			c.Delete(bodyKey{}) // the buffer goes to another request
+			buf.body = nil
+			pool.Put(buf)
+		}()
+		var err error
+		buf.body, taken, err = readAll(c.Writer, r, buf.first[:0], budget)
 		if err != nil {
 			refuseBody(c, bodyError(err))
 			return
 		}
-		c.Set(bodyKey{}, &body)
+		c.Set(bodyKey{}, buf)
 		c.Next()
-		body = nil // not kept while the answer is sent: the slot no longer counts it
 	}
 }
 
-// readAll reads r's body whole, at most maxBody bytes. A declared length is
-// read into one buffer of that size; a chunked body grows as it comes.
-func readAll(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	if r.ContentLength >= 0 {
-		// net/http's body ends at the declared length: no more can come.
-		body := make([]byte, r.ContentLength)
-		_, err := io.ReadFull(r.Body, body)
-		return body, err
+// readAll reads r's body whole, at most maxBody bytes, into buf (empty, of
+// bodyStep bytes) and, as they come, into buffers of twice the size, never
+// larger than a declared length. taken is what it holds of budget, the
+// size of its buffer: the first step once its first bytes are in, each
+// next one before the buffer grows to it. A body that would take more
+// than is left fails errBodyOverloaded.
+func readAll(w http.ResponseWriter, r *http.Request, buf []byte, budget *bodyBudget) (body []byte, taken int64, err error) {
+	src, limit := r.Body, r.ContentLength // net/http's body ends at the declared length: no more can come
+	if limit < 0 {
+		// The server's own writer, not gin's: only through it does a body
+		// past the limit make net/http linger on close instead of
+		// resetting the connection, which could lose the 413 on the way.
+		src = http.MaxBytesReader(serverWriter(w), r.Body, maxBody)
+		limit = maxBody + 1 // room for the byte that tells a body over the limit
 	}
-	// The server's own writer, not gin's: only through it does a body past
-	// the limit make net/http linger on close instead of resetting the
-	// connection, which could lose the 413 on the way.
-	return io.ReadAll(http.MaxBytesReader(serverWriter(w), r.Body, maxBody))
+	body = buf
+	for int64(len(body)) < limit {
+		if len(body) == cap(body) {
+			grown := min(2*int64(cap(body)), limit)
+			if !budget.take(grown - taken) {
+				return body, taken, errBodyOverloaded
+			}
+			taken = grown
+			body = append(make([]byte, 0, grown), body...)
+		}
+		n, err := src.Read(body[len(body):min(int64(cap(body)), limit)])
+		body = body[:len(body)+n]
+		if n > 0 && taken < int64(cap(body)) {
+			if !budget.take(int64(cap(body)) - taken) {
+				return body, taken, errBodyOverloaded
+			}
+			taken = int64(cap(body))
+		}
+		switch {
+		case err == io.EOF && r.ContentLength >= 0 && int64(len(body)) < limit:
+			return body, taken, io.ErrUnexpectedEOF
+		case err == io.EOF:
+			return body, taken, nil
+		case err != nil:
+			return body, taken, err
+		}
+	}
+	return body, taken, nil
 }
+
+// bodyBudget is the bytes of request bodies buffered at once, and their
+// bound.
+type bodyBudget struct {
+	max  int64
+	used atomic.Int64
+}
+
+// take reserves n bytes, or none and false when fewer are left.
+func (b *bodyBudget) take(n int64) bool {
+	for {
+		used := b.used.Load()
+		if used+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(used, used+n) {
+			return true
+		}
+	}
+}
+
+func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
+
+// spent reports whether a body's first step no longer fits.
+func (b *bodyBudget) spent() bool { return b.used.Load()+bodyStep > b.max }
 
 // serverWriter is the http.ResponseWriter under w's wrappers (gin's), at
 // most a few deep.
@@ -214,7 +291,7 @@ func noBody(c *gin.Context) {
 // requestBody is the body readBody read, nil when the request had none.
 func requestBody(c *gin.Context) []byte {
 	if v, ok := c.Get(bodyKey{}); ok {
-		return *v.(*[]byte)
+		return v.(*bodyBuf).body
 	}
 	return nil
 }

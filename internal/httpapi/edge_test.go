@@ -111,12 +111,11 @@ func settled(t *testing.T, n func() int32) int32 {
 }
 
 // TestUnreadAnswersHoldNoSlot: a client that never reads its answers
-// holds its connection, not an in-flight or a body slot: the slots bound
+// holds its connection, not an in-flight slot or body budget: they bound
 // the work, and an answer goes to the socket once they are freed. Two such
 // clients pipeline requests with bodies whose answers (an order of 100
-// lines, 12 KB) fill their windows; with MaxInFlight 1 (two body slots) an
-// order with a body still gets through, and the stuck answers are whole
-// once read.
+// lines, 12 KB) fill their windows; with MaxInFlight 1 an order with a
+// body still gets through, and the stuck answers are whole once read.
 func TestUnreadAnswersHoldNoSlot(t *testing.T) {
 	svc := newBigOrders()
 	srv := httptest.NewUnstartedServer(httpapi.New(httpapi.Config{Service: svc, MaxInFlight: 1}))

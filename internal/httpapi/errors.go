@@ -28,7 +28,7 @@ var (
 	errBodyUnreadable   = fmt.Errorf("%w: request body could not be read", inventory.ErrInvalid)
 	errServiceUnhealthy = errors.New("not ready: database")
 	errOverloaded       = fmt.Errorf("too many requests in flight on this instance: %w", inventory.ErrOverloaded)
-	errBodyOverloaded   = fmt.Errorf("too many request bodies being read on this instance: %w", inventory.ErrOverloaded)
+	errBodyOverloaded   = fmt.Errorf("too many request body bytes buffered on this instance: %w", inventory.ErrOverloaded)
 )
 
 // errorTable is the one place that knows HTTP statuses; first match wins,

@@ -32,7 +32,7 @@ func (s *server) routes(r *gin.Engine) {
 	// type, the declared length) runs before the body is read, or asked
 	// for with 100 Continue; the body is in before a request takes a slot,
 	// and the answer goes out after the request has left both (answerLater).
-	body, inFlight, until := readBody(s.MaxInFlight), limit(s.MaxInFlight), deadline(s.RequestTimeout)
+	body, inFlight, until := readBody(), limit(s.MaxInFlight), deadline(s.RequestTimeout)
 	v1 := r.Group("/v1")
 	v1.PUT("/skus/:sku", s.admin, jsonBody, answerLater, body, inFlight, until, s.putSKU)
 	v1.GET("/skus/:sku", answerLater, body, inFlight, until, s.getSKU)
