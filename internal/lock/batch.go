@@ -31,6 +31,12 @@ func BatchKeys(keys []string) ([]string, error) {
 // EachOnce is the batch form for backends that have no cheaper one: a
 // TryOnce acquisition per key, in key order. In-process backends use it
 // (a round is a map lookup); a networked backend should not.
+//
+// A key whose try answers ErrNotAcquired after ctx has ended is not
+// reported held: the batch fails with ctx's error, as a batch whose ctx is
+// done does (see Locker.AcquireBatch), whichever key that try was. After
+// the deadline ErrNotAcquired may also mean the try was refused until
+// then, which says nothing of a holder.
 func EachOnce(ctx context.Context, l Locker, keys []string, opts ...Option) (Batch, error) {
 	sorted, err := BatchKeys(keys)
 	if err != nil {
@@ -46,7 +52,7 @@ func EachOnce(ctx context.Context, l Locker, keys []string, opts ...Option) (Bat
 		case errors.Is(err, ErrNotAcquired) && ctx.Err() == nil:
 			b.Held = append(b.Held, k)
 		default:
-			return Batch{}, errors.Join(err, b.Leases.releaseDetached(ctx))
+			return Batch{}, errors.Join(withCtxErr(ctx, err), b.Leases.releaseDetached(ctx))
 		}
 	}
 	return b, nil

@@ -105,7 +105,7 @@ func (m *multi) round(ctx context.Context, at int, lease *Lease) (Set, *restart,
 			return nil, &restart{at: i}, nil
 		}
 		if err != nil {
-			return nil, nil, errors.Join(err, append(set, lease).releaseDetached(ctx))
+			return nil, nil, errors.Join(withCtxErr(ctx, err), append(set, lease).releaseDetached(ctx))
 		}
 		set = append(set, got)
 	}
@@ -124,11 +124,24 @@ func (m *multi) round(ctx context.Context, at int, lease *Lease) (Set, *restart,
 			}
 		}
 		if err != nil {
-			return nil, nil, errors.Join(err, set.releaseDetached(ctx))
+			return nil, nil, errors.Join(withCtxErr(ctx, err), set.releaseDetached(ctx))
 		}
 		set = append(set, got)
 	}
 	return set, nil, nil
+}
+
+// withCtxErr is the error of a try that failed, with ctx's error when ctx
+// ended before the answer came and err does not say so: the acquisition
+// was cancelled, and its error wraps ctx.Err() as every cancelled
+// acquisition's does. A key found held as the deadline passed is then
+// ErrNotAcquired and the deadline, as for a key refused until its
+// deadline (see ErrNotAcquired), not a plain "held".
+func withCtxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
 }
 
 // waitHolding waits in key's line while it holds held. Once the wait has

@@ -248,3 +248,77 @@ func TestAcquireAllGivesUpCleanly(t *testing.T) {
 		})
 	}
 }
+
+// slowTry is memlock with a try of key slow that takes a round trip, as on
+// a networked backend: when it finds the key held, its ErrNotAcquired
+// arrives just after the caller's context has ended.
+type slowTry struct {
+	*memlock.Locker
+	slow string
+}
+
+func (s slowTry) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
+	lease, err := s.Locker.Acquire(ctx, key, opts...)
+	if key == s.slow && errors.Is(err, lock.ErrNotAcquired) {
+		<-ctx.Done()
+		time.Sleep(time.Millisecond)
+	}
+	return lease, err
+}
+
+func (s slowTry) AcquireBatch(ctx context.Context, keys []string, opts ...lock.Option) (lock.Batch, error) {
+	return lock.EachOnce(ctx, s, keys, opts...)
+}
+
+// TestAcquireAllCancelledDuringTry: an AcquireAll whose context ends while
+// it tries a key found held, a later key or a smaller one after it let its
+// keys go, fails with the context's error, as every cancelled acquisition
+// does, not with the try's bare ErrNotAcquired; and leaves every key free.
+func TestAcquireAllCancelledDuringTry(t *testing.T) {
+	t.Run("later key", func(t *testing.T) {
+		m := memlock.New()
+		holdB := mustAcquire(t, m, "b")
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		set, err := lock.AcquireAll(ctx, slowTry{m, "b"}, []string{"a", "b"})
+		if !errors.Is(err, context.DeadlineExceeded) || set != nil {
+			t.Fatalf("AcquireAll whose deadline passed during a try = %v, %v; want context.DeadlineExceeded", set, err)
+		}
+		mustBeFree(t, m, "a")
+		_ = holdB.Release(context.Background())
+	})
+	t.Run("smaller key", func(t *testing.T) {
+		m := memlock.New()
+		holdB := mustAcquire(t, m, "b")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		order := locktest.AcquireAllAsync(ctx, slowTry{m, "a"}, []string{"a", "b"}, lock.WithHoldWait(50*time.Millisecond))
+		waitHeld(t, m, "a")
+		holdA := mustAcquire(t, m, "a") // once the order has let a go
+		_ = holdB.Release(context.Background())
+		// The order gets b, and its try of a ends with the deadline.
+		r := <-order
+		if !errors.Is(r.Err, context.DeadlineExceeded) || r.Set != nil {
+			t.Fatalf("AcquireAll whose deadline passed during a try = %v, %v; want context.DeadlineExceeded", r.Set, r.Err)
+		}
+		mustBeFree(t, m, "b")
+		_ = holdA.Release(context.Background())
+	})
+}
+
+// TestEachOnceCancelledDuringTry: a batch whose context ends while it tries
+// a key found held fails with the context's error, as a batch whose context
+// is done does, rather than report the key held (ErrNotAcquired after the
+// deadline may be a try refused until then); nothing stays held.
+func TestEachOnceCancelledDuringTry(t *testing.T) {
+	m := memlock.New()
+	holdB := mustAcquire(t, m, "b")
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	b, err := slowTry{m, "b"}.AcquireBatch(ctx, []string{"a", "b"})
+	if !errors.Is(err, context.DeadlineExceeded) || b.Leases != nil || b.Held != nil {
+		t.Fatalf("AcquireBatch whose deadline passed during a try = %+v, %v; want context.DeadlineExceeded", b, err)
+	}
+	mustBeFree(t, m, "a")
+	_ = holdB.Release(context.Background())
+}

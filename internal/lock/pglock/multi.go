@@ -264,7 +264,7 @@ func (w *multiWait) rest(ctx context.Context, from int, bound time.Duration) (pa
 		switch {
 		case err == nil:
 			from = miss + 1
-		case ctx.Err() == nil && hctx.Err() != nil && !errors.Is(err, lock.ErrCleanupPending) && !w.c.Conn().IsClosed():
+		case ctx.Err() == nil && hctx.Err() != nil && !abandoned(err) && !w.c.Conn().IsClosed():
 			return true, miss, nil
 		default:
 			return false, 0, err
@@ -323,9 +323,9 @@ func (w *multiWait) send(ctx context.Context, b *pgx.Batch, what string) error {
 // back); when it fails, withConn discards it, which frees whatever it took
 // or was about to be granted. A connection found dead (after a server
 // restart every idle pooled connection is) is replaced, up to maxDeadConns
-// times. One whose socket send closed itself, its cancel unanswered, is not
-// dead: its session may still hold keys this attempt took, and a retry
-// would queue behind them and hide lock.ErrCleanupPending.
+// times. One that send gave up, its cancel unanswered, is not dead: its
+// session may still hold keys this attempt took, and a retry would queue
+// behind them and hide lock.ErrCleanupPending.
 func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Conn) error) error {
 	for deaths := 0; ; {
 		c, err := l.pool.Acquire(ctx)
@@ -339,7 +339,7 @@ func (l *Locker) withConn(ctx, parent context.Context, attempt func(*pgxpool.Con
 		case errors.Is(err, lock.ErrNotAcquired):
 			return err // attempt handed the connection back
 		}
-		dead := c.Conn().IsClosed() && !errors.Is(err, lock.ErrCleanupPending)
+		dead := !abandoned(err) && c.Conn().IsClosed()
 		err = l.discarding(c, err)
 		if deaths++; !dead || deaths >= maxDeadConns || ctx.Err() != nil {
 			return l.failure(parent, err)

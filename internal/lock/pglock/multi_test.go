@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -349,9 +352,10 @@ func TestReleaseDuringKeepalive(t *testing.T) {
 
 // TestCancelUnansweredSaysWhatItLeft: a waiter whose server does not answer
 // the cancel of its lock wait (its backend paused, as behind a partition)
-// has its socket closed after cancelGiveUp; its backend may stay queued, or
-// be granted the key, until the server notices, and the error must say so
-// (lock.ErrCleanupPending), as the contract asks.
+// returns after cancelGrace and leaves the cancel to the background; its
+// backend may stay queued, or be granted the key, until the cancel lands or
+// the socket is closed, and the error must say so (lock.ErrCleanupPending),
+// as the contract asks.
 func TestCancelUnansweredSaysWhatItLeft(t *testing.T) {
 	url := privateDatabase(t)
 	a, b := newLocker(t, url), newLocker(t, url)
@@ -383,9 +387,10 @@ func TestCancelUnansweredSaysWhatItLeft(t *testing.T) {
 
 // TestHoldWaitCancelUnansweredSaysWhatItLeft: an AcquireAll past its
 // hold-wait bound cancels its wait for the busy key while holding the
-// smaller one; when the server does not answer that cancel, the socket is
-// closed, and the session may hold the smaller key until the server
-// notices. That is lock.ErrCleanupPending for the caller, not a dead pooled
+// smaller one; when the server does not answer that cancel within
+// cancelGrace, the session is left to the background clean-up, and may
+// hold the smaller key until the cancel lands or the socket is closed.
+// That is lock.ErrCleanupPending for the caller, not a dead pooled
 // connection to retry on another: a retry would queue behind the key its
 // own old session holds and hide why.
 func TestHoldWaitCancelUnansweredSaysWhatItLeft(t *testing.T) {
@@ -396,9 +401,10 @@ func TestHoldWaitCancelUnansweredSaysWhatItLeft(t *testing.T) {
 	held := locktest.MustAcquire(t, a, keys[1])
 	ctx, cancel := context.WithTimeout(t.Context(), cancelGiveUp+10*time.Second)
 	defer cancel()
+	const bound = 300 * time.Millisecond
 	errc := make(chan error, 1)
 	go func() {
-		_, err := lock.AcquireAll(ctx, b, keys, lock.WithHoldWait(300*time.Millisecond))
+		_, err := lock.AcquireAll(ctx, b, keys, lock.WithHoldWait(bound))
 		errc <- err
 	}()
 	waitFor(t, "the waiter queued on the server", func() bool { return lockWaiters(t, probe) == 1 })
@@ -408,17 +414,19 @@ func TestHoldWaitCancelUnansweredSaysWhatItLeft(t *testing.T) {
 	}
 	resume := pause(t, pid)
 	var err error
+	limit := bound + cancelGrace + 2*time.Second
 	select {
 	case err = <-errc:
-	case <-time.After(cancelGiveUp + 3*time.Second):
+	case <-time.After(limit):
 		resume()
-		t.Fatalf("AcquireAll still running %v after its cancel went unanswered", cancelGiveUp+3*time.Second)
+		t.Fatalf("AcquireAll still running %v after its backend was paused", limit)
 	}
 	resume()
 	if !errors.Is(err, lock.ErrCleanupPending) || !errors.Is(err, lock.ErrUnavailable) {
 		t.Fatalf("AcquireAll whose hold-wait cancel went unanswered = %v; want lock.ErrUnavailable with lock.ErrCleanupPending", err)
 	}
-	// Resumed, the backend finds its socket closed and frees what it held.
+	// Resumed, the backend takes the cancel, and the background clean-up
+	// closes its session, which frees what it held.
 	locktest.MustRelease(t, held)
 	locktest.MustRelease(t, locktest.MustAcquire(t, a, keys[0]))
 }
@@ -449,4 +457,105 @@ func pause(t *testing.T, pid int) func() {
 	resume := sync.OnceFunc(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 	t.Cleanup(resume)
 	return resume
+}
+
+// TestMixedAcquisitionsStress: three Lockers run lone Acquires, batches and
+// AcquireAlls over a few keys, with deadlines of 0 to 40 ms, so that many
+// waits and tries are cancelled in flight. No key is ever held twice, each
+// key's tokens increase in holding order, every failure is the deadline
+// (a cancel the server answers promptly leaves nothing behind, so never
+// lock.ErrCleanupPending), and once everything is released nothing is left
+// held on the server.
+func TestMixedAcquisitionsStress(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	ls := []*Locker{newLocker(t, url), newLocker(t, url), newLocker(t, url)}
+	probe := connect(t, url)
+	base := locktest.Key(t)
+	keys := []string{base + "-a", base + "-b", base + "-c", base + "-d", base + "-e"}
+	var mu sync.Mutex
+	inUse := map[string]bool{}
+	lastToken := map[string]lock.Token{}
+	take := func(set lock.Set) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, l := range set {
+			if inUse[l.Key()] {
+				t.Errorf("%s held twice", l.Key())
+			}
+			inUse[l.Key()] = true
+			if l.Token() <= lastToken[l.Key()] {
+				t.Errorf("%s: token %d after %d", l.Key(), l.Token(), lastToken[l.Key()])
+			}
+			lastToken[l.Key()] = l.Token()
+		}
+	}
+	free := func(set lock.Set) {
+		mu.Lock()
+		for _, l := range set {
+			inUse[l.Key()] = false
+		}
+		mu.Unlock()
+		if err := set.Release(context.Background()); err != nil {
+			t.Error(err)
+		}
+	}
+	var ok, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 12 {
+		l := ls[w%len(ls)]
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 99))
+			for range 40 {
+				pick := slices.Clone(keys)
+				r.Shuffle(len(pick), func(i, j int) { pick[i], pick[j] = pick[j], pick[i] })
+				pick = pick[:1+r.IntN(len(keys))]
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(40))*time.Millisecond)
+				var set lock.Set
+				var err error
+				switch r.IntN(3) {
+				case 0:
+					var lease *lock.Lease
+					if lease, err = l.Acquire(ctx, pick[0]); err == nil {
+						set = lock.Set{lease}
+					}
+				case 1:
+					var b lock.Batch
+					b, err = l.AcquireBatch(ctx, pick)
+					set = b.Leases
+				default:
+					set, err = lock.AcquireAll(ctx, l, pick, lock.WithHoldWait(time.Duration(r.IntN(20))*time.Millisecond))
+				}
+				cancel()
+				if err != nil {
+					failed.Add(1)
+					if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, lock.ErrCleanupPending) {
+						t.Errorf("unexpected error: %v", err)
+					}
+					continue
+				}
+				ok.Add(1)
+				take(set)
+				time.Sleep(time.Duration(r.IntN(3)) * time.Millisecond)
+				free(set)
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d acquisitions, %d past their deadline", ok.Load(), failed.Load())
+	waitFor(t, "no advisory lock held", func() bool { return heldAdvisory(t, probe) == 0 })
+	for _, k := range keys {
+		locktest.MustRelease(t, locktest.MustAcquire(t, ls[0], k, lock.TryOnce()))
+	}
+}
+
+// heldAdvisory counts the granted advisory locks in the database.
+func heldAdvisory(tb testing.TB, c *pgx.Conn) int {
+	tb.Helper()
+	var n int
+	err := c.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+		WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()`).Scan(&n)
+	if err != nil {
+		tb.Fatalf("count held advisory locks: %v", err)
+	}
+	return n
 }

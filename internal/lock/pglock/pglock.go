@@ -124,6 +124,11 @@ const (
 	// not running a statement (before the lock statement's Execute message
 	// has arrived, say), so one request is not enough.
 	cancelRetry = 100 * time.Millisecond
+	// cancelGrace is how long a caller whose context ended waits for the
+	// server to answer the cancel: the first request and two retries, which
+	// a server that answers at all lands within. Past it the caller gets
+	// lock.ErrCleanupPending and the cancel goes on in the background.
+	cancelGrace = 3 * cancelRetry
 	// cancelGiveUp is how long an abandoned wait may take to be cancelled by
 	// the server before the socket is closed instead.
 	cancelGiveUp = 5 * time.Second
@@ -160,6 +165,9 @@ type Locker struct {
 	mu     sync.Mutex
 	closed bool
 	live   map[*session]struct{}
+	// cleanups are the cancels a caller left to the background (see
+	// send); Close waits for them. Added to under mu, only before closed.
+	cleanups sync.WaitGroup
 }
 
 var _ lock.Locker = (*Locker)(nil)
@@ -258,7 +266,8 @@ func (l *Locker) Ping(ctx context.Context) error {
 
 // Close implements lock.Locker. Waiting acquisitions fail with
 // lock.ErrUnavailable; held leases are lost, their sessions ended, which frees
-// their locks at once.
+// their locks at once. Cancels left to the background (see send) end too,
+// their connections closed, before Close returns.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -273,6 +282,8 @@ func (l *Locker) Close() error {
 	for _, s := range live {
 		s.end(fmt.Errorf("locker closed: %w", lock.ErrLeaseLost))
 	}
+	// shutdown made the background cancels close their sockets.
+	l.cleanups.Wait()
 	// Returns once every connection is back: the waits and keepalives that
 	// shutdown interrupted give theirs back promptly.
 	l.pool.Close()
@@ -333,7 +344,7 @@ func (l *Locker) acquire(parent context.Context, key string, o lock.Options) (*l
 		// server restart every idle connection in the pool is dead (the pool
 		// pings only those idle for over a second): try another. Any other
 		// failure may have come as the lock was granted: discard frees it.
-		closed := c.Conn().IsClosed()
+		closed := !abandoned(err) && c.Conn().IsClosed()
 		err = l.discarding(c, err)
 		if !closed || dead+1 >= maxDeadConns || ctx.Err() != nil {
 			return nil, l.failure(parent, err)
@@ -381,8 +392,7 @@ func (l *Locker) try(ctx context.Context, c *pgxpool.Conn, key string, id uuid.U
 // its socket, and until a cancel lands it stays queued and can be granted the
 // lock, ahead of live waiters. So wait asks the server to cancel the
 // statement, again until the server answers, which proves the backend has
-// left the queue before Acquire returns; only a server that does not answer
-// gets its socket closed.
+// left the queue; only a server that does not answer gets its socket closed.
 func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string, id uuid.UUID, ttl time.Duration) (int64, error) {
 	var token int64
 	b := &pgx.Batch{}
@@ -395,52 +405,149 @@ func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string, id uuid.
 }
 
 // send runs a pipeline that may wait in the server's lock queue, and when
-// ctx ends first cancels it as wait describes: it returns only once the
-// backend has left the queue (or its socket is closed).
+// ctx ends first cancels it as wait describes. It returns once the backend
+// has left the queue; or, when the server has not answered within
+// cancelGrace, at once: the caller's context is over, and a silent server
+// (a partition, a frozen host) would hold it until cancelGiveUp. The cancel
+// then goes on in the background, which closes the socket when it ends,
+// and the error wraps lock.ErrCleanupPending.
+//
+// An error wrapping lock.ErrCleanupPending means send gave c up (see
+// abandoned): it is closed, or will be, and the caller must not touch it.
 func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what string) error {
 	qctx, abort := context.WithCancel(context.WithoutCancel(ctx))
-	defer abort()
-	pg := c.Conn().PgConn()
-	finished := make(chan struct{})
-	cancelled := make(chan struct{})
-	var gaveUp atomic.Bool
-	// Nothing runs unless ctx ends while the pipeline does: this is on every
-	// acquisition's path.
-	stop := context.AfterFunc(ctx, func() {
-		defer close(cancelled)
-		giveUp := time.NewTimer(cancelGiveUp)
-		defer giveUp.Stop()
-		for {
-			cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = pg.CancelRequest(cctx) // a failure here is retried, then the socket closed
-			cancel()
-			select {
-			case <-finished:
-				return
-			case <-giveUp.C:
-				l.log.Warn("lock wait not cancelled by the server; closing its connection", "key", what)
-				gaveUp.Store(true)
-				abort()
-				return
-			case <-time.After(cancelRetry):
-			}
+	p := &pipeline{c: c, abort: abort, finished: make(chan struct{})}
+	// The pipeline runs on a goroutine of its own so that the caller can
+	// leave it to the background when the server does not answer.
+	go func() {
+		defer close(p.finished)
+		p.err = c.SendBatch(qctx, b).Close()
+	}()
+	select {
+	case <-p.finished:
+		abort()
+		if p.err == nil && ctx.Err() != nil {
+			return ctx.Err() // granted as the caller gave up
 		}
-	})
-	err := c.SendBatch(qctx, b).Close()
-	close(finished)
-	if !stop() {
-		<-cancelled // the cancel loop started: it ends now that finished is closed
+		return p.err
+	case <-ctx.Done():
+		return l.cancel(ctx, p, what)
 	}
-	if gaveUp.Load() {
-		// The backend may still be queued, or holding what it was granted,
-		// until the server notices the closed socket.
-		return fmt.Errorf("%w: no answer to the cancel in %v, socket closed: %w", lock.ErrCleanupPending, cancelGiveUp, ctx.Err())
+}
+
+// pipeline is a pipeline of send in flight on its connection.
+type pipeline struct {
+	c        *pgxpool.Conn
+	abort    context.CancelFunc // makes pgx close the socket, which ends the pipeline
+	finished chan struct{}      // closed once the pipeline has ended, with err
+	err      error
+	aborted  bool         // the cancel loop closed the socket instead
+	owner    atomic.Int32 // who ends the connection once the cancel loop ends
+}
+
+// The owners of a cancelled pipeline's connection: the caller until it
+// leaves, then the background cancel loop, which closes it. Whichever of
+// the caller leaving and the loop seeing the end of the pipeline comes
+// first decides.
+const (
+	ownerUndecided int32 = iota
+	ownerCaller
+	ownerBackground
+)
+
+// cancel has the server cancel p, whose ctx ended while it ran. The cancel
+// loop runs in the background: the caller waits for its answer at most
+// cancelGrace, then leaves the connection to it.
+func (l *Locker) cancel(ctx context.Context, p *pipeline, what string) error {
+	stopped := make(chan struct{})
+	if !l.background(func() {
+		defer close(stopped)
+		l.cancelLoop(p, what)
+		// Ended before the caller left, the pipeline is the caller's to
+		// finish; after, its session may hold or wait for keys: end it.
+		if !p.owner.CompareAndSwap(ownerUndecided, ownerCaller) {
+			destroy(p.c)
+		}
+	}) {
+		// Close has begun, and ends every session: this one too, at once.
+		p.abort()
+		<-p.finished
+		destroy(p.c)
+		return fmt.Errorf("%w: the locker closed during the statement, socket closed: %w", lock.ErrCleanupPending, ctx.Err())
 	}
-	if err == nil && ctx.Err() != nil {
+	grace := time.NewTimer(cancelGrace)
+	defer grace.Stop()
+	select {
+	case <-p.finished:
+	case <-grace.C:
+		if p.owner.CompareAndSwap(ownerUndecided, ownerBackground) {
+			return fmt.Errorf("%w: no answer to the cancel in %v; it goes on in the background, then the socket is closed: %w",
+				lock.ErrCleanupPending, cancelGrace, ctx.Err())
+		}
+	}
+	<-stopped // no cancel request in flight that could hit the next statement
+	if p.aborted {
+		// Close ended the wait before the cancel was answered.
+		destroy(p.c)
+		return fmt.Errorf("%w: the locker closed before the cancel was answered, socket closed: %w", lock.ErrCleanupPending, ctx.Err())
+	}
+	if p.err == nil {
 		return ctx.Err() // granted as the caller gave up
 	}
-	return err
+	return p.err
 }
+
+// cancelLoop sends cancel requests for p every cancelRetry until p ends.
+// After cancelGiveUp, or when the Locker closes, it makes pgx close the
+// socket instead. It returns once p has ended.
+func (l *Locker) cancelLoop(p *pipeline, what string) {
+	giveUp := time.NewTimer(cancelGiveUp)
+	defer giveUp.Stop()
+	pg := p.c.Conn().PgConn()
+	for {
+		select {
+		case <-p.finished:
+			return
+		default:
+		}
+		// Close ends the loop, a request in flight too.
+		cctx, cancel := context.WithTimeout(l.closing, time.Second)
+		_ = pg.CancelRequest(cctx) // a failure here is retried, then the socket closed
+		cancel()
+		select {
+		case <-p.finished:
+			return
+		case <-giveUp.C:
+			l.log.Warn("lock wait not cancelled by the server; closing its connection", "key", what)
+		case <-l.closing.Done():
+		case <-time.After(cancelRetry):
+			continue
+		}
+		p.aborted = true
+		p.abort()
+		<-p.finished
+		return
+	}
+}
+
+// background runs f on a goroutine Close waits for, unless Close has begun.
+func (l *Locker) background(f func()) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	l.cleanups.Add(1)
+	go func() {
+		defer l.cleanups.Done()
+		f()
+	}()
+	return true
+}
+
+// abandoned reports whether send gave its connection up with err (see
+// send): only the clean-up it left behind may touch it.
+func abandoned(err error) bool { return errors.Is(err, lock.ErrCleanupPending) }
 
 // exec runs one statement of an acquisition as send runs a pipeline.
 func (l *Locker) exec(ctx context.Context, c *pgxpool.Conn, what, sql string, args ...any) error {
@@ -460,8 +567,8 @@ func (l *Locker) exec(ctx context.Context, c *pgxpool.Conn, what, sql string, ar
 //
 // The error, lock.ErrCleanupPending, is for a connection that was open and
 // did not answer: its session may hold locks until the server notices the
-// closed socket. One already closed (broken, or closed by send) holds
-// nothing that its closing did not already say.
+// closed socket. One already closed (broken) holds nothing that its closing
+// did not already say.
 func (l *Locker) discard(c *pgxpool.Conn) error {
 	if c.Conn().IsClosed() {
 		destroy(c)
@@ -479,8 +586,12 @@ func (l *Locker) discard(c *pgxpool.Conn) error {
 }
 
 // discarding discards c after err and returns err, with the discard's
-// error if it left something behind.
+// error if it left something behind. A connection send gave up with err is
+// no longer the caller's to discard.
 func (l *Locker) discarding(c *pgxpool.Conn, err error) error {
+	if abandoned(err) {
+		return err
+	}
 	if derr := l.discard(c); derr != nil {
 		return fmt.Errorf("%w (%w)", err, derr)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	neturl "net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -481,5 +483,249 @@ func TestServerEndedSessionLosesAtOnce(t *testing.T) {
 	locktest.MustRelease(t, lease)
 	if got := l.pool.Stat().AcquiredConns(); got != 0 {
 		t.Fatalf("%d pooled connections still in use", got)
+	}
+}
+
+// TestSilentServerAcquireReturnsAtDeadline: an Acquire waiting for a held
+// key whose server then falls silent (a partition or a frozen host: the
+// sockets stay open, nothing is answered, cancel requests included)
+// returns about when its context ends, with lock.ErrCleanupPending, and
+// not once its cancel gives up (cancelGiveUp later). The cancel goes on in
+// the background and, once the server hears again, takes the waiter out
+// of the key's line.
+func TestSilentServerAcquireReturnsAtDeadline(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	holder, waiter := newLocker(t, url), newLocker(t, p.url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, holder, key)
+
+	took, err := acquireFrozen(t, p, probe, waiter, key)
+	p.thaw()
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("Acquire whose server fell silent = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+	if took > silentDeadline+cancelGrace+500*time.Millisecond {
+		t.Fatalf("Acquire with a %v deadline returned after %v", silentDeadline, took)
+	}
+	waitFor(t, "the background cancel to take the waiter out of the line", func() bool { return lockWaiters(t, probe) == 0 })
+	// Its session was the clean-up's to close: it never goes back to the pool.
+	waitFor(t, "the waiter's connection closed", func() bool { return waiter.pool.Stat().TotalConns() == 0 })
+	locktest.MustRelease(t, held)
+	locktest.MustRelease(t, locktest.MustAcquire(t, holder, key, lock.TryOnce()))
+}
+
+// TestSilentServerBatchReturnsAtDeadline: the same for AcquireBatch, whose
+// statement goes to a server already silent; once the server hears again,
+// the statement it then runs takes nothing for good: the background clean-up
+// closes its session.
+func TestSilentServerBatchReturnsAtDeadline(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	l, other := newLocker(t, p.url), newLocker(t, url)
+	base := locktest.Key(t)
+	keys := []string{base + "-1", base + "-2"}
+	// A pooled connection, its statements prepared, is what meets the silence.
+	_ = locktest.MustBatch(t, l, keys).Leases.Release(context.Background())
+
+	p.freeze()
+	const deadline = 500 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	b, err := l.AcquireBatch(ctx, keys)
+	took := time.Since(start)
+	p.thaw()
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrCleanupPending) || b.Leases != nil {
+		t.Fatalf("AcquireBatch whose server fell silent = %v, %v; want context.DeadlineExceeded with lock.ErrCleanupPending", b, err)
+	}
+	if took > deadline+cancelGrace+500*time.Millisecond {
+		t.Fatalf("AcquireBatch with a %v deadline returned after %v", deadline, took)
+	}
+	for _, k := range keys {
+		locktest.MustRelease(t, locktest.MustAcquire(t, other, k))
+	}
+}
+
+// TestCloseEndsBackgroundCancels: Close neither leaves behind nor waits
+// out (up to cancelGiveUp) the cancel an acquisition left to the
+// background: it closes that connection and returns at once.
+func TestCloseEndsBackgroundCancels(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	holder, waiter := newLocker(t, url), newLocker(t, p.url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, holder, key)
+	defer locktest.MustRelease(t, held)
+
+	took, err := acquireFrozen(t, p, probe, waiter, key)
+	if !errors.Is(err, lock.ErrCleanupPending) || took > silentDeadline+cancelGrace+500*time.Millisecond {
+		t.Fatalf("Acquire whose server fell silent = %v after %v; want lock.ErrCleanupPending at its deadline", err, took)
+	}
+	start := time.Now()
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Fatalf("Close took %v with a cancel running in the background", d)
+	}
+	if n := waiter.pool.Stat().TotalConns(); n != 0 {
+		t.Fatalf("%d connections left after Close", n)
+	}
+}
+
+// silentDeadline is the deadline of the acquisitions acquireFrozen makes.
+const silentDeadline = time.Second
+
+// acquireFrozen has l wait for key, held elsewhere, freezes p, l's way to
+// the server, once the wait is queued (probe sees it), and returns
+// how long Acquire, with a silentDeadline deadline, took, and its error.
+func acquireFrozen(t *testing.T, p *freezeProxy, probe *pgx.Conn, l *Locker, key string) (time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), silentDeadline)
+	defer cancel()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		_, err := l.Acquire(ctx, key)
+		errc <- err
+	}()
+	waitFor(t, "the waiter queued on the server", func() bool { return lockWaiters(t, probe) == 1 })
+	p.freeze()
+	err := <-errc
+	return time.Since(start), err
+}
+
+// TestPartitionedHolderToldFirst: a holder cut off from the server (all its
+// traffic held back, sockets open) is told its leases are lost (Done)
+// before the server frees the keys for another instance, a lone lease's and
+// a batch's alike.
+func TestPartitionedHolderToldFirst(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	holder, other := newLocker(t, p.url, WithTTL(time.Second)), newLocker(t, url)
+	key := locktest.Key(t)
+	lone := locktest.MustAcquire(t, holder, key)
+	b := locktest.MustBatch(t, holder, []string{key + "-b1", key + "-b2"})
+	leases := append(lock.Set{lone}, b.Leases...)
+	p.freeze()
+	defer p.thaw()
+	var wg sync.WaitGroup
+	for _, held := range leases {
+		wg.Go(func() {
+			taken := locktest.MustAcquire(t, other, held.Key())
+			select {
+			case <-held.Done():
+			default:
+				t.Errorf("%s taken by another instance while its partitioned holder still held it", held.Key())
+			}
+			locktest.MustRelease(t, taken)
+		})
+	}
+	wg.Wait()
+	for _, held := range leases {
+		if !errors.Is(held.Err(), lock.ErrLeaseLost) {
+			t.Errorf("%s: Err() = %v, want ErrLeaseLost", held.Key(), held.Err())
+		}
+	}
+}
+
+// freezeProxy forwards TCP to a Postgres server until freeze, after which
+// it forwards nothing in either direction until thaw, and never connects a
+// connection accepted meanwhile: a partition, or a frozen host. Sockets
+// stay open throughout.
+type freezeProxy struct {
+	url    string // the database's URL through the proxy
+	frozen atomic.Bool
+	mu     sync.Mutex
+	conns  []net.Conn
+}
+
+// newFreezeProxy starts a proxy to the server of the database at dbURL,
+// stopped when the test ends.
+func newFreezeProxy(t *testing.T, dbURL string) *freezeProxy {
+	t.Helper()
+	u, err := neturl.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := u.Host
+	u.Host = ln.Addr().String()
+	p := &freezeProxy{url: u.String()}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.track(c)
+			go p.connect(c, target)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.conns {
+			_ = c.Close()
+		}
+	})
+	return p
+}
+
+func (p *freezeProxy) freeze() { p.frozen.Store(true) }
+func (p *freezeProxy) thaw()   { p.frozen.Store(false) }
+
+// hold returns once the proxy is not frozen.
+func (p *freezeProxy) hold() {
+	for p.frozen.Load() {
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (p *freezeProxy) track(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.conns = append(p.conns, c)
+}
+
+// connect joins c to the server, unless the proxy is frozen: then c is
+// left unanswered for good, as a connection attempt lost in a partition.
+func (p *freezeProxy) connect(c net.Conn, target string) {
+	if p.frozen.Load() {
+		return
+	}
+	s, err := net.Dial("tcp", target)
+	if err != nil {
+		_ = c.Close()
+		return
+	}
+	p.track(s)
+	go p.pipe(c, s)
+	go p.pipe(s, c)
+}
+
+// pipe copies src to dst, holding what it read while the proxy is frozen,
+// and passes src's end on to dst.
+func (p *freezeProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.hold()
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			_ = dst.Close()
+			return
+		}
 	}
 }
