@@ -252,7 +252,7 @@ func TestChartLockSettings(t *testing.T) {
 		{"lock wait not a duration", redlockAddrs + ",lock.wait=soon", "lock.wait"},
 		// serve would exit 2 on each of these, and every replica crash-loop.
 		{"lock TTL a bare number", redlockAddrs + ",lock.ttl=10", "lock.ttl"},
-		{"lock TTL under 100ms", redlockAddrs + ",lock.ttl=50ms", "at least 100ms"},
+		{"lock TTL under 100ms", redlockAddrs + ",lock.ttl=50ms", "want 100ms to 24h"},
 		{"lock TTL of 1500ms", redlockAddrs + ",lock.ttl=1500ms", ""},
 		// none and local lock nothing across replicas.
 		{"local on three replicas", "lock.backend=local", "lock.acknowledgeOversell"},

@@ -63,8 +63,8 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.lock, "lock", "redlock", "lock backend: "+strings.Join(backends.Names(), ", "))
 	fs.StringVar(&c.fencing, "fencing", "on", "fence writes with the lease token: on or off (none and local always run off)")
 	fs.DurationVar(&c.lockTTL, "lock-ttl", 10*time.Second,
-		"lease TTL for expiring backends (redis, redlock, postgres idle timeout, etcd session lease in whole seconds), at least 100ms")
-	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "how long a request waits for its locks before 503 lock_unavailable")
+		"lease TTL for expiring backends (redis, redlock, postgres idle timeout, etcd session lease in whole seconds), 100ms to 24h")
+	fs.DurationVar(&c.lockWait, "lock-wait", 5*time.Second, "how long a request waits for its locks before 503 lock_unavailable, at most 24h")
 	fs.StringVar(&c.redisAddrs, "redis-addrs", "127.0.0.1:6391,127.0.0.1:6392,127.0.0.1:6393,127.0.0.1:6394,127.0.0.1:6395",
 		"comma-separated Redis masters (redis uses the first)")
 	fs.StringVar(&c.zkServers, "zk-servers", "127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183", "comma-separated ZooKeeper servers")
@@ -126,6 +126,9 @@ func (c *config) validate() error {
 	if err := positive(map[string]time.Duration{"lock-wait": c.lockWait, "reap-interval": c.reapInterval}); err != nil {
 		return err
 	}
+	if err := notAbove(durationCeiling, map[string]time.Duration{"lock-ttl": c.lockTTL, "lock-wait": c.lockWait}); err != nil {
+		return err
+	}
 	// database/sql reads 0 or less as no limit at all.
 	if c.dbMaxConns < 1 {
 		return badValue("db-max-conns", strconv.Itoa(c.dbMaxConns), errors.New("want at least 1"))
@@ -156,6 +159,17 @@ func positive(flags map[string]time.Duration) error {
 	for _, name := range slices.Sorted(maps.Keys(flags)) {
 		if d := flags[name]; d <= 0 {
 			return badValue(name, d.String(), errors.New("want a duration above 0"))
+		}
+	}
+	return nil
+}
+
+// notAbove checks that each flag's duration is at most ceiling, in the
+// order of the flags' names as positive does.
+func notAbove(ceiling time.Duration, flags map[string]time.Duration) error {
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		if d := flags[name]; d > ceiling {
+			return badValue(name, d.String(), fmt.Errorf("want at most %s", ceiling))
 		}
 	}
 	return nil

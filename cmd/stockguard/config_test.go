@@ -83,6 +83,21 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{"no shutdown timeout", nil, []string{"--lock=local", "--shutdown-timeout=0s", nowhere}, []string{"(STOCKGUARD_SHUTDOWN_TIMEOUT)"}},
 		{"tiny header limit", nil, []string{"--lock=local", "--max-header-bytes=10", nowhere}, []string{`--max-header-bytes="10" (STOCKGUARD_MAX_HEADER_BYTES)`}},
 		{"nothing in flight", nil, []string{"--lock=local", "--max-in-flight=0", nowhere}, []string{"(STOCKGUARD_MAX_IN_FLIGHT)"}},
+		// Past each ceiling (limits.go) serve misbehaved only after it had
+		// dialled every server: httpapi's body-slot channel of 2 × 2^62
+		// panicked; the request and write deadlines, sums of --lock-wait
+		// and --read-timeout, wrapped negative and bounded nothing; Go's
+		// server answered every request 431.
+		{"in flight past the open-file ceiling", nil, []string{"--lock=local", "--max-in-flight=4611686018427387904", nowhere},
+			[]string{`--max-in-flight="4611686018427387904" (STOCKGUARD_MAX_IN_FLIGHT): want 1 to 1048576`}},
+		{"lock wait near Go's longest duration", map[string]string{"STOCKGUARD_LOCK_WAIT": "2562047h47m10s"}, []string{"--lock=local", nowhere},
+			[]string{`--lock-wait="2562047h47m10s" (STOCKGUARD_LOCK_WAIT): want at most 24h0m0s`}},
+		{"read timeout past a day", nil, []string{"--lock=local", "--read-timeout=24h0m1s", nowhere},
+			[]string{`--read-timeout="24h0m1s" (STOCKGUARD_READ_TIMEOUT): want at most 24h0m0s`}},
+		{"lease TTL past a day", nil, []string{"--lock=local", "--lock-ttl=2562047h", nowhere},
+			[]string{`--lock-ttl="2562047h0m0s" (STOCKGUARD_LOCK_TTL): want at most 24h0m0s`}},
+		{"header limit past Go's default", nil, []string{"--lock=local", "--max-header-bytes=9223372036854775807", nowhere},
+			[]string{`--max-header-bytes="9223372036854775807" (STOCKGUARD_MAX_HEADER_BYTES): want 1024 to 1048576`}},
 		{"log level", map[string]string{"STOCKGUARD_LOG_LEVEL": "loud"}, []string{"--lock=local", nowhere},
 			[]string{`--log-level="loud" (STOCKGUARD_LOG_LEVEL)`}},
 		{"pprof off loopback", nil, []string{"--lock=local", "--debug-addr=0.0.0.0:6060", nowhere}, []string{`--debug-addr="0.0.0.0:6060" (STOCKGUARD_DEBUG_ADDR)`, "loopback"}},
@@ -142,17 +157,24 @@ func TestAcceptedSettings(t *testing.T) {
 		{"--lock=local", "--coalesce-window=100ms"},
 		{"--lock=redlock", "--coalesce-window=auto"},
 	} {
-		var c config
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c.register(fs)
-		if err := fs.Parse(args); err != nil {
-			t.Fatalf("%v: %v", args, err)
-		}
-		if err := c.validate(); err != nil {
+		if _, err := validateServe(t, args...); err != nil {
 			t.Errorf("%v: %v", args, err)
 		}
 	}
+}
+
+// validateServe parses and validates serve's flags as serve does, without
+// connecting to anything.
+func validateServe(t *testing.T, args ...string) (*config, error) {
+	t.Helper()
+	var c config
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c.register(fs)
+	if err := fs.Parse(args); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	return &c, c.validate()
 }
 
 // TestWarnOpenAdmin: serve says so when anyone who reaches it may set

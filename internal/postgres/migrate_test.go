@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,5 +117,42 @@ func TestMigrationGivesUpWaitingForALock(t *testing.T) {
 	}
 	if _, err := Migrate(ctx, s.DB()); err != nil {
 		t.Fatalf("migration once the reader is gone: %v", err)
+	}
+}
+
+// TestConcurrentMigrations: instances start at once on an empty database,
+// each migrating while the other's readiness probes ping: both migrations
+// succeed (the advisory lock serialises them), and both end ready. Two, as
+// each more waits goose's lock retry interval (5 s) once more.
+func TestConcurrentMigrations(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dsn := stacktest.NewDatabase(t, ctx)
+	const n = 2
+	stores := make([]*Store, n)
+	for i := range stores {
+		s, err := Open(ctx, dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		stores[i] = s
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i, s := range stores {
+		wg.Go(func() { _, errs[i] = Migrate(ctx, s.DB()) })
+		wg.Go(func() { _ = s.Ping(ctx) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("instance %d: migrate: %v", i, err)
+		}
+	}
+	for i, s := range stores {
+		if err := s.Ping(ctx); err != nil {
+			t.Errorf("instance %d: ping after the migrations: %v", i, err)
+		}
 	}
 }

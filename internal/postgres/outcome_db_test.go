@@ -99,27 +99,55 @@ func TestUnansweredWriteIsOutcomeUnknown(t *testing.T) {
 }
 
 // TestStatementTimeoutDefault: a store's connections carry a statement
-// timeout below the service's store timeout, unless the URL sets its own.
+// timeout below the service's store timeout, unless the URL sets its own,
+// as a parameter or in its options (or PGOPTIONS, which URL options
+// replace). A setting of the database's (ALTER DATABASE ... SET) does not
+// count: the default beats it.
 func TestStatementTimeoutDefault(t *testing.T) {
 	ctx := context.Background()
 	dsn := stacktest.NewDatabase(t, ctx)
-	for _, c := range []struct{ param, want string }{{"", "8s"}, {"250", "250ms"}, {"0", "0"}} {
-		u := mustURL(t, dsn)
-		if c.param != "" {
-			q := u.Query()
-			q.Set("statement_timeout", c.param)
-			u.RawQuery = q.Encode()
-		}
-		s, err := postgres.Open(ctx, u.String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got string
-		err = s.DB().QueryRowContext(ctx, "SHOW statement_timeout").Scan(&got)
-		_ = s.Close()
-		if err != nil || got != c.want {
-			t.Errorf("statement_timeout with %q in the URL = %q, %v; want %q", c.param, got, err, c.want)
-		}
+	db, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := mustURL(t, dsn).Path[1:]
+	_, err = db.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET statement_timeout = '20s'")
+	_ = db.Close(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ query, pgoptions, want string }{
+		{"", "", "8s"},
+		{"statement_timeout=250", "", "250ms"},
+		{"statement_timeout=0", "", "0"},
+		{"options=-c%20statement_timeout%3D30000", "", "30s"},
+		{"options=--statement-timeout%3D1min%20-c%20lock_timeout%3D1s", "", "1min"},
+		{"", "-c statement_timeout=45s", "45s"},
+		{"options=-c%20lock_timeout%3D1s", "-c statement_timeout=45s", "8s"},
+	} {
+		t.Run(c.query+" "+c.pgoptions, func(t *testing.T) {
+			if c.pgoptions != "" {
+				t.Setenv("PGOPTIONS", c.pgoptions)
+			}
+			u := mustURL(t, dsn)
+			if c.query != "" {
+				if u.RawQuery != "" {
+					u.RawQuery += "&"
+				}
+				u.RawQuery += c.query
+			}
+			s, err := postgres.Open(ctx, u.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			err = s.DB().QueryRowContext(ctx, "SHOW statement_timeout").Scan(&got)
+			_ = s.Close()
+			if err != nil || got != c.want {
+				t.Errorf("statement_timeout with URL %q, PGOPTIONS %q = %q, %v; want %q",
+					c.query, c.pgoptions, got, err, c.want)
+			}
+		})
 	}
 }
 

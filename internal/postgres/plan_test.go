@@ -37,7 +37,7 @@ func TestClaimProbesTheIndex(t *testing.T) {
 }
 
 // TestSessionRandomPageCost: the store sets random_page_cost on its
-// connections unless the URL sets it.
+// connections unless the URL sets it, as a parameter or in its options.
 func TestSessionRandomPageCost(t *testing.T) {
 	ctx := context.Background()
 	url := stacktest.NewDatabase(t, ctx)
@@ -45,7 +45,11 @@ func TestSessionRandomPageCost(t *testing.T) {
 	if strings.Contains(url, "?") {
 		sep = "&"
 	}
-	for _, c := range []struct{ url, want string }{{url, "1.1"}, {url + sep + "random_page_cost=3", "3"}} {
+	for _, c := range []struct{ url, want string }{
+		{url, "1.1"},
+		{url + sep + "random_page_cost=3", "3"},
+		{url + sep + "options=-c%20random_page_cost%3D2", "2"},
+	} {
 		s, err := postgres.Open(ctx, c.url)
 		if err != nil {
 			t.Fatal(err)

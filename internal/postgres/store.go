@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -81,6 +82,10 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		SkipDefaultTransaction: true,
 		PrepareStmt:            true,
 		Logger:                 gl,
+		// gorm's ping takes no context: against a server that accepts the
+		// connection and never answers it would block Open, and a start
+		// stopped by SIGTERM, for good. The ping below honours ctx.
+		DisableAutomaticPing: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("postgres: open: %w", err)
@@ -102,26 +107,44 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 }
 
 // randomPageCost is set on every connection the store opens, unless its URL
-// sets random_page_cost. The default (4) prices an index probe for a
-// spinning disk, and on a skus table of a thousand rows the planner then
-// answers a batch's claim and write — a handful of rows by primary key,
-// joined to the unnest of their arrays — with a hash join over a sequential
-// scan of the whole table (EXPLAIN ANALYZE of a 10-row claim: 0.35–0.46 ms);
-// at 1.1, the usual figure for data in memory or on SSD, with a nested loop
-// of index probes (0.13 ms). The session's setting wins over the server's;
-// a URL that names random_page_cost keeps its own.
+// sets random_page_cost (as a parameter or in its options, see setsParam).
+// The default (4) prices an index probe for a spinning disk, and on a skus
+// table of a thousand rows the planner then answers a batch's claim and
+// write — a handful of rows by primary key, joined to the unnest of their
+// arrays — with a hash join over a sequential scan of the whole table
+// (EXPLAIN ANALYZE of a 10-row claim: 0.35–0.46 ms); at 1.1, the usual
+// figure for data in memory or on SSD, with a nested loop of index probes
+// (0.13 ms). The session's setting wins over the server's (postgresql.conf,
+// ALTER DATABASE or ROLE ... SET); a URL that sets random_page_cost keeps
+// its own.
 const randomPageCost = "1.1"
 
 // statementTimeout is set on every connection the store opens, unless its
-// URL sets statement_timeout. The server ends a statement that runs longer
-// with query_canceled, and so says that nothing was written. It is below
-// the service's bound on each store call under the leases (reservation's
-// storeTimeout, 10 s), so that a write stuck on a row lock or a slow disk
-// is ended by the server, which knows its outcome, before the client gives
-// up on it, which does not; and it bounds how long a write whose answer was
-// lost (inventory.ErrOutcomeUnknown) can still commit. Migrations run
-// without it (Migrate).
+// URL sets statement_timeout (as a parameter or in its options, see
+// setsParam). It wins over the server's settings (postgresql.conf, ALTER
+// DATABASE or ROLE ... SET), which are made for the role's or database's
+// other users and know nothing of the bound below. The server ends a
+// statement that runs longer with query_canceled, and so says that nothing
+// was written. It is below the service's bound on each store call under the
+// leases (reservation's storeTimeout, 10 s), so that a write stuck on a row
+// lock or a slow disk is ended by the server, which knows its outcome,
+// before the client gives up on it, which does not; and it bounds how long a
+// write whose answer was lost (inventory.ErrOutcomeUnknown) can still
+// commit. Migrations run without it (Migrate).
 const statementTimeout = "8s"
+
+// connectTimeout bounds each attempt to connect, unless the URL (or
+// PGCONNECT_TIMEOUT) sets a connect_timeout other than 0. A caller's
+// context bounds its own attempts, but database/sql also connects in the
+// background, for callers queued on a full pool, with no deadline at all:
+// against a server that accepts connections and never answers (a stuck
+// postmaster, a proxy with no backend) each such attempt would hold one of
+// the pool's connections for good. No caller waits longer than the
+// service's bound on a store call (reservation's storeTimeout, 10 s), so an
+// attempt that outlasts it serves no one. A connect_timeout of 0 (libpq's
+// "wait forever") counts as unset: pgx's config does not tell the two
+// apart. A var for the tests.
+var connectTimeout = 10 * time.Second
 
 // cancelDelay is how long a statement whose context ended has to answer
 // the cancel request sent for it before its connection is closed.
@@ -141,11 +164,12 @@ func cancelRequests(pc *pgconn.PgConn) ctxwatch.Handler {
 	return &pgconn.CancelRequestContextWatcherHandler{Conn: pc, DeadlineDelay: cancelDelay}
 }
 
-// dialector is gorm's driver over pgx, with randomPageCost, statementTimeout,
-// cancelRequests and, when the store has a tracer provider, a pgx tracer:
-// all are part of each connection's config, set before it connects, so
-// gorm's statements and the hot path's alike have them (database/sql's
-// connector passes the config to pgx.ConnectConfig as it is).
+// dialector is gorm's driver over pgx, with randomPageCost,
+// statementTimeout, connectTimeout, cancelRequests and, when the store has a
+// tracer provider, a pgx tracer: all are part of each connection's config,
+// set before it connects, so gorm's statements and the hot path's alike have
+// them (database/sql's connector passes the config to pgx.ConnectConfig as
+// it is).
 func dialector(url string, c config) gorm.Dialector {
 	var tracer *queryTracer
 	if c.tracer != nil {
@@ -158,11 +182,14 @@ func dialector(url string, c config) gorm.Dialector {
 			params := make(map[string]string, len(cc.RuntimeParams)+2)
 			maps.Copy(params, cc.RuntimeParams)
 			cc.RuntimeParams = params
-			if _, ok := cc.RuntimeParams["random_page_cost"]; !ok {
+			if !setsParam(cc.RuntimeParams, "random_page_cost") {
 				cc.RuntimeParams["random_page_cost"] = randomPageCost
 			}
-			if _, ok := cc.RuntimeParams["statement_timeout"]; !ok {
+			if !setsParam(cc.RuntimeParams, "statement_timeout") {
 				cc.RuntimeParams["statement_timeout"] = statementTimeout
+			}
+			if cc.ConnectTimeout == 0 {
+				cc.ConnectTimeout = connectTimeout
 			}
 			cc.BuildContextWatcherHandler = cancelRequests
 			if tracer != nil {
@@ -170,6 +197,76 @@ func dialector(url string, c config) gorm.Dialector {
 			}
 			return nil
 		})}})
+}
+
+// setsParam reports whether a connection's startup parameters set the
+// server parameter name (lower case), as one of their own or in options
+// (libpq's, also read from PGOPTIONS). Both beat the server's settings, and
+// a default sent alongside as a parameter of its own would beat options.
+// The server matches parameter names in any case.
+func setsParam(params map[string]string, name string) bool {
+	for k := range params {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return optionsSet(params["options"], name)
+}
+
+// optionsSet reports whether options, which the server reads as the
+// command-line switches of the session's backend, set the parameter name:
+// "-c name=value", "-cname=value" or "--name=value", the name in any case
+// and with dashes for underscores.
+func optionsSet(options, name string) bool {
+	args := splitOptions(options)
+	for i := 0; i < len(args); i++ {
+		var setting string
+		switch a := args[i]; {
+		case a == "-c" && i+1 < len(args):
+			i++
+			setting = args[i]
+		case strings.HasPrefix(a, "--"), strings.HasPrefix(a, "-c"):
+			setting = a[2:]
+		default:
+			continue
+		}
+		n, _, ok := strings.Cut(setting, "=")
+		if ok && strings.EqualFold(strings.ReplaceAll(n, "-", "_"), name) {
+			return true
+		}
+	}
+	return false
+}
+
+// splitOptions splits options into switches as the server does
+// (pg_split_opts): at white space, a backslash escaping the next byte.
+func splitOptions(options string) []string {
+	var args []string
+	var arg strings.Builder
+	inArg, escaped := false, false
+	for i := 0; i < len(options); i++ {
+		b := options[i]
+		switch {
+		case escaped:
+			escaped = false
+		case b == '\\':
+			escaped, inArg = true, true
+			continue
+		case strings.IndexByte(" \t\n\v\f\r", b) >= 0:
+			if inArg {
+				args = append(args, arg.String())
+				arg.Reset()
+				inArg = false
+			}
+			continue
+		}
+		arg.WriteByte(b)
+		inArg = true
+	}
+	if inArg {
+		args = append(args, arg.String())
+	}
+	return args
 }
 
 // DB is the underlying database handle (for migrations).
