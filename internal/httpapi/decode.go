@@ -12,7 +12,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -109,6 +108,26 @@ const bodyStep = 512
 // live heap near it, the rest left to the requests they become.
 const maxBuffered = 32 << 20
 
+// Buffers over smallBody may hold only maxLarge of maxBuffered between
+// them, the rest kept for the bodies of smallBody or less that most orders
+// are: else 512 connections, each holding 64 KiB for the 32 KiB of a body
+// it sent (16 MiB in all), deny every order until the read timeout ends
+// them. Denying an order of a few bytes, which needs bodyStep left, now
+// takes bodies of smallBody or less holding more than
+// maxBuffered-maxLarge-bodyStep: 4,096 connections holding 4 KiB each
+// (2 KiB sent), besides 256 holding 64 KiB (32 KiB sent) to fill
+// maxLarge, so 4,352 connections sending 16 MiB; more connections can
+// send less, one byte holding bodyStep. (The body slots the budget
+// replaced took 2,048 connections sending headers only.) Orders are 0.1
+// to 5 KB (≈ 50 bytes a line), so 4 KiB takes in most of them; the
+// largest valid one (100 lines of 64-byte SKUs, ≈ 9.4 KB) needs 16 KiB at most,
+// and maxLarge holds 1,024 of those, the default --max-in-flight. A
+// larger smallBody makes a denial cheaper: 8 KiB takes 2,048 connections.
+const (
+	smallBody = 4 << 10
+	maxLarge  = maxBuffered / 2
+)
+
 // bodyBuf is what readBody reads a body into: first, the first step, which
 // goes back to the pool with it; body, the bytes read, for the handlers.
 type bodyBuf struct{ first, body []byte }
@@ -121,22 +140,24 @@ type bodyBuf struct{ first, body []byte }
 // broken body on the wire (a malformed chunk or trailer) must never be
 // parsed as the next request.
 //
-// The bytes of the bodies buffered at once are bounded by maxBuffered, and
-// a body takes its share as its bytes arrive (see readAll), never on its
-// declared length: a client that sends headers only holds none of it.
-// What a body took is given back when its answer is ready (answerLater
-// sends it after, and the body is let go with it). A body that would take
-// more than is left is refused 503 overloaded, unread if the budget is
-// spent when it comes. No count of bodies bounds them besides: the bytes
-// are what costs memory, and a count of bodies being read is one that
-// clients sending headers alone can fill, denying every body to the rest
-// while costing the instance nothing but their connections.
+// The bytes of the bodies buffered at once are bounded by maxBuffered
+// (those of buffers over smallBody by maxLarge), and a body takes its
+// share as its bytes arrive (see readAll), never on its declared length: a
+// client that sends headers only holds none of it. What a body took is
+// given back when its answer is ready (answerLater sends it after, and the
+// body is let go with it), or when readAll fails or panics. A body whose
+// next step does not fit is refused 503 overloaded, unread if fewer than
+// bodyStep bytes are left when it comes. No count of bodies bounds them
+// besides: the bytes are what costs memory, and a count of bodies being
+// read is one that clients sending headers alone can fill, denying every
+// body to the rest while costing the instance nothing but their
+// connections.
 //
 // The server's request body is never replaced: net/http decides from its
 // own body type whether the connection can serve another request
 // (golang.org/issue/12027), so the bytes read are kept under bodyKey.
 func readBody() gin.HandlerFunc {
-	budget := &bodyBudget{max: maxBuffered}
+	budget := &bodyBudget{max: maxBuffered, maxLarge: maxLarge}
 	pool := sync.Pool{New: func() any { return &bodyBuf{first: make([]byte, 0, bodyStep)} }}
 	return func(c *gin.Context) {
 		r := c.Request
@@ -156,15 +177,15 @@ func readBody() gin.HandlerFunc {
 			return
 		}
 		buf := pool.Get().(*bodyBuf)
-		var taken int64
+		var held int64 // kept up to date by readAll, so a panic in it gives back what it took
 		defer func() {
-			budget.give(taken)
+			budget.give(held)
 			c.Delete(bodyKey{}) // the buffer goes to another request
 			buf.body = nil
 			pool.Put(buf)
 		}()
 		var err error
-		buf.body, taken, err = readAll(c.Writer, r, buf.first[:0], budget)
+		buf.body, err = readAll(c.Writer, r, buf.first[:0], budget, &held)
 		if err != nil {
 			refuseBody(c, bodyError(err))
 			return
@@ -176,11 +197,13 @@ func readBody() gin.HandlerFunc {
 
 // readAll reads r's body whole, at most maxBody bytes, into buf (empty, of
 // bodyStep bytes) and, as they come, into buffers of twice the size, never
-// larger than a declared length. taken is what it holds of budget, the
-// size of its buffer: the first step once its first bytes are in, each
-// next one before the buffer grows to it. A body that would take more
-// than is left fails errBodyOverloaded.
-func readAll(w http.ResponseWriter, r *http.Request, buf []byte, budget *bodyBudget) (body []byte, taken int64, err error) {
+// larger than a declared length. *held is what it holds of budget, the
+// size of its buffer, set as soon as budget grants it: the first step once
+// the first bytes are in (bodyStep, however short the body), each next one
+// as soon as the buffer is full, before more bytes come: a client that
+// stops sending holds at most twice what it sent, or bodyStep. A body
+// whose next step does not fit fails errBodyOverloaded.
+func readAll(w http.ResponseWriter, r *http.Request, buf []byte, budget *bodyBudget, held *int64) (body []byte, err error) {
 	src, limit := r.Body, r.ContentLength // net/http's body ends at the declared length: no more can come
 	if limit < 0 {
 		// The server's own writer, not gin's: only through it does a body
@@ -193,56 +216,80 @@ func readAll(w http.ResponseWriter, r *http.Request, buf []byte, budget *bodyBud
 	for int64(len(body)) < limit {
 		if len(body) == cap(body) {
 			grown := min(2*int64(cap(body)), limit)
-			if !budget.take(grown - taken) {
-				return body, taken, errBodyOverloaded
+			if !budget.grow(*held, grown) {
+				return body, errBodyOverloaded
 			}
-			taken = grown
+			*held = grown
 			body = append(make([]byte, 0, grown), body...)
 		}
 		n, err := src.Read(body[len(body):min(int64(cap(body)), limit)])
 		body = body[:len(body)+n]
-		if n > 0 && taken < int64(cap(body)) {
-			if !budget.take(int64(cap(body)) - taken) {
-				return body, taken, errBodyOverloaded
+		if n > 0 && *held < int64(cap(body)) {
+			if !budget.grow(*held, int64(cap(body))) {
+				return body, errBodyOverloaded
 			}
-			taken = int64(cap(body))
+			*held = int64(cap(body))
 		}
 		switch {
 		case err == io.EOF && r.ContentLength >= 0 && int64(len(body)) < limit:
-			return body, taken, io.ErrUnexpectedEOF
+			return body, io.ErrUnexpectedEOF
 		case err == io.EOF:
-			return body, taken, nil
+			return body, nil
 		case err != nil:
-			return body, taken, err
+			return body, err
 		}
 	}
-	return body, taken, nil
+	return body, nil
 }
 
-// bodyBudget is the bytes of request bodies buffered at once, and their
-// bound.
+// bodyBudget is the bytes of request bodies buffered at once, and those of
+// them in buffers over smallBody, with their bounds. A mutex, not two
+// atomics: a step that moves a body into the large tier changes both
+// counts, and must be refused or granted as one.
 type bodyBudget struct {
-	max  int64
-	used atomic.Int64
+	max, maxLarge int64
+
+	mu          sync.Mutex
+	used, large int64
 }
 
-// take reserves n bytes, or none and false when fewer are left.
-func (b *bodyBudget) take(n int64) bool {
-	for {
-		used := b.used.Load()
-		if used+n > b.max {
-			return false
-		}
-		if b.used.CompareAndSwap(used, used+n) {
-			return true
-		}
+// largePart is what a buffer of n bytes counts toward the large tier: all
+// of it once it is over smallBody.
+func largePart(n int64) int64 {
+	if n > smallBody {
+		return n
 	}
+	return 0
 }
 
-func (b *bodyBudget) give(n int64) { b.used.Add(-n) }
+// grow takes a body's share from held bytes to n, or leaves it and reports
+// false when either bound would be passed.
+func (b *bodyBudget) grow(held, n int64) bool {
+	large := largePart(n) - largePart(held)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n-held > b.max || b.large+large > b.maxLarge {
+		return false
+	}
+	b.used += n - held
+	b.large += large
+	return true
+}
+
+// give gives back a body's share of held bytes.
+func (b *bodyBudget) give(held int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.used -= held
+	b.large -= largePart(held)
+}
 
 // spent reports whether a body's first step no longer fits.
-func (b *bodyBudget) spent() bool { return b.used.Load()+bodyStep > b.max }
+func (b *bodyBudget) spent() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used+bodyStep > b.max
+}
 
 // serverWriter is the http.ResponseWriter under w's wrappers (gin's), at
 // most a few deep.

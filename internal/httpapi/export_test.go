@@ -1,4 +1,9 @@
 package httpapi
 
-// MaxBufferedBodies is maxBuffered, for the tests that fill it.
-const MaxBufferedBodies = maxBuffered
+// MaxBufferedBodies, MaxLargeBodies and SmallBody are maxBuffered,
+// maxLarge and smallBody, for the tests that fill them.
+const (
+	MaxBufferedBodies = maxBuffered
+	MaxLargeBodies    = maxLarge
+	SmallBody         = smallBody
+)
