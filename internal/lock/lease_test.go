@@ -3,6 +3,8 @@ package lock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -124,4 +126,78 @@ func TestWatchdogExtendsAShortLeaseAtOnce(t *testing.T) {
 	if left := time.Until(l.Deadline()); left < 100*time.Millisecond {
 		t.Fatalf("validity left %v after the extension, want most of the TTL", left)
 	}
+}
+
+// sessionSet is a set of session leases (no deadline, no keepalive) on
+// keys, in key order, with the functions that lose each.
+func sessionSet(keys ...string) (lock.Set, []func(error)) {
+	set := make(lock.Set, len(keys))
+	lose := make([]func(error), len(keys))
+	for i, k := range keys {
+		set[i], lose[i] = lock.NewLease(lock.LeaseParams{Key: k, Handle: &ttlHandle{}})
+	}
+	return set, lose
+}
+
+// TestSetContextAll: the context ends once the last lease of the set has
+// ended, lost or released, not before, with the set's Err (its first
+// lease's loss) as cause; it ends with its parent, and its cancel ends it
+// as context.Canceled, however the leases end later.
+func TestSetContextAll(t *testing.T) {
+	set, lose := sessionSet("a", "b", "c")
+	ctx, stop := set.ContextAll(context.Background())
+	defer stop()
+	lostA := fmt.Errorf("a: %w", lock.ErrLeaseLost)
+	lose[0](lostA)
+	_ = set[1].Release(context.Background())
+	if ctx.Err() != nil {
+		t.Fatalf("ended with a lease still held: %v", context.Cause(ctx))
+	}
+	lose[2](fmt.Errorf("c: %w", lock.ErrLeaseLost))
+	<-ctx.Done()
+	if cause := context.Cause(ctx); cause != lostA {
+		t.Fatalf("cause = %v, want the set's Err, %v", cause, lostA)
+	}
+
+	set, lose = sessionSet("a", "b")
+	parent, cancelParent := context.WithCancel(context.Background())
+	ctx, stop = set.ContextAll(parent)
+	defer stop()
+	cancelParent()
+	if !errors.Is(ctx.Err(), context.Canceled) {
+		t.Fatalf("parent cancelled: Err = %v", ctx.Err())
+	}
+
+	set, lose = sessionSet("a", "b")
+	ctx, stop = set.ContextAll(context.Background())
+	stop()
+	lose[0](lock.ErrLeaseLost)
+	lose[1](lock.ErrLeaseLost)
+	if cause := context.Cause(ctx); cause != context.Canceled {
+		t.Fatalf("cancelled, then every lease lost: cause = %v, want context.Canceled", cause)
+	}
+}
+
+// TestSetContextAllCancelLetsGo: contexts whose cancel was called are not
+// kept alive by leases that outlive them (a hold's leases serve several
+// batches): cancel undoes what ContextAll registered on each lease.
+func TestSetContextAllCancelLetsGo(t *testing.T) {
+	set, _ := sessionSet("a", "b")
+	collected := make(chan struct{})
+	func() {
+		ctx, stop := set.ContextAll(context.Background())
+		runtime.SetFinalizer(ctx, func(any) { close(collected) })
+		stop()
+	}()
+	for range 100 {
+		runtime.GC()
+		select {
+		case <-collected:
+			runtime.KeepAlive(set)
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	runtime.KeepAlive(set)
+	t.Fatal("a cancelled ContextAll context is still reachable from the set's live leases")
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 )
 
@@ -196,6 +197,33 @@ func (s Set) Context(parent context.Context) (context.Context, context.CancelFun
 	stops := make([]func() bool, 0, len(s))
 	for _, l := range s {
 		stops = append(stops, context.AfterFunc(l.ctx, func() { cancel(l.Err()) }))
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel(context.Canceled)
+	}
+}
+
+// ContextAll returns a child of parent cancelled, with the set's Err as
+// cause, once every lease has ended: for work that one lost lease of many
+// does not stop (a batch whose other keys still stand). Like Context it
+// starts no goroutine while the leases hold (one per call would be one per
+// operation on a hot path), and cancel undoes what it registered on the
+// leases, which may outlive the work. A set with no lease has none to end:
+// only parent ends it.
+func (s Set) ContextAll(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	var left atomic.Int32
+	left.Store(int32(len(s)))
+	stops := make([]func() bool, 0, len(s))
+	for _, l := range s {
+		stops = append(stops, context.AfterFunc(l.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel(s.Err())
+			}
+		}))
 	}
 	return ctx, func() {
 		for _, stop := range stops {

@@ -180,6 +180,48 @@ func TestCloseCutsShort(t *testing.T) {
 	}
 }
 
+// hangingWrites makes every Write hang until its context ends, then answer
+// as the postgres store does for a write sent and not answered.
+type hangingWrites struct {
+	inventory.Store
+	entered chan struct{}
+}
+
+func (h hangingWrites) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return fmt.Errorf("fake store: write: %w (%w)", ctx.Err(), inventory.ErrOutcomeUnknown)
+}
+
+// TestCloseCutShortWriteStaysUnknown: an order whose write Close cut short
+// in flight is answered that its outcome is unknown (the write may have
+// landed), never ErrClosed, which tells a client nothing was done: from a
+// queue's leader and alone.
+func TestCloseCutShortWriteStaysUnknown(t *testing.T) {
+	for _, c := range []reservation.Coalescing{{}, {Disabled: true}} {
+		t.Run(fmt.Sprintf("disabled=%v", c.Disabled), func(t *testing.T) {
+			f := newFixture(t, c)
+			f.stock("a", 10)
+			entered := make(chan struct{}, 1)
+			f.store.Store = hangingWrites{Store: f.store.Store, entered: entered}
+			answer := make(chan error, 1)
+			go func() { _, _, err := f.svc.Place(context.Background(), req("", line("a", 1))); answer <- err }()
+			<-entered
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			if err := f.svc.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Close = %v, want DeadlineExceeded", err)
+			}
+			if err := <-answer; !errors.Is(err, inventory.ErrOutcomeUnknown) || errors.Is(err, reservation.ErrClosed) {
+				t.Fatalf("order cut short in its write = %v, want ErrOutcomeUnknown, not ErrClosed", err)
+			}
+		})
+	}
+}
+
 // alone starts Place for each request on a service with coalescing off,
 // waiting until each waits for its lock; it returns their results once all
 // have answered.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -22,8 +23,11 @@ type lifecycle struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// closed is set by Close, under mu. It is atomic so that every
+	// coalesced order can check it (closing) without taking mu.
+	closed atomic.Bool
+
 	mu      sync.Mutex
-	closed  bool
 	running int
 	// drained is closed when running drops to zero after Close began.
 	drained chan struct{}
@@ -39,7 +43,7 @@ func newLifecycle() *lifecycle {
 func (l *lifecycle) enter(ctx context.Context) (run context.Context, done func(), err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	if l.closed.Load() {
 		return nil, nil, ErrClosed
 	}
 	l.running++
@@ -58,12 +62,14 @@ func (l *lifecycle) enter(ctx context.Context) (run context.Context, done func()
 	}, nil
 }
 
-// closing reports whether Close has begun.
-func (l *lifecycle) closing() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.closed
-}
+// closing reports whether Close has begun. Without mu it is still ordered
+// with Close: Go's atomics are sequentially consistent, so a read after
+// Close's store sees it, and one before it is an order that mu would have
+// let in too. What Close waits for is still counted under mu: an order let
+// in joins a queue or the intake while c.mu shows their run going (it is
+// counted in running until it has found them empty, under c.mu), or starts
+// a run through enter, which reads the flag again under mu.
+func (l *lifecycle) closing() bool { return l.closed.Load() }
 
 // cutShort is err, the answer of an op whose request's context is ctx,
 // told as ErrClosed (503 overloaded, Retry-After) when it is the
@@ -88,7 +94,7 @@ func (l *lifecycle) cutShort(ctx context.Context, err error) error {
 func (s *Service) Close(ctx context.Context) error {
 	l := s.life
 	l.mu.Lock()
-	l.closed = true
+	l.closed.Store(true)
 	if l.running == 0 {
 		l.mu.Unlock()
 		return nil

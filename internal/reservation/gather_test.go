@@ -455,3 +455,34 @@ func TestSlowLookupIsTheStores(t *testing.T) {
 		})
 	}
 }
+
+// TestLookupPastTheLockWait: an order whose lock wait is over before its
+// SKUs are looked up (spent in a queue, behind another batch; here a lock
+// wait of 1 ns) is answered lock_unavailable, as its own timer answers it,
+// asking no one: not the store, which a lookup on an ended context would
+// blame (store_unavailable) for a wait it had no part in, nor the locker.
+func TestLookupPastTheLockWait(t *testing.T) {
+	for _, c := range []reservation.Coalescing{{}, {Disabled: true}} {
+		t.Run(fmt.Sprintf("disabled=%v", c.Disabled), func(t *testing.T) {
+			f := newFixture(t, reservation.Coalescing{})
+			// Made by another instance: the instance below has not seen it.
+			f.stock("late", 1)
+			svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: time.Nanosecond, Coalescing: c})
+			var lookups atomic.Int32
+			f.store.mu.Lock()
+			f.store.beforeLookup = func(context.Context) { lookups.Add(1) }
+			f.store.mu.Unlock()
+			asked := f.locker.tried.Load() + f.locker.waited.Load()
+			_, _, err := svc.Place(context.Background(), req("", line("late", 1)))
+			if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
+				t.Errorf("lock wait over before the lookup: %v, want ErrNotAcquired", err)
+			}
+			if n := lookups.Load(); n != 0 {
+				t.Errorf("the store was asked %d times", n)
+			}
+			if n := f.locker.tried.Load() + f.locker.waited.Load() - asked; n != 0 {
+				t.Errorf("the locker was asked %d times", n)
+			}
+		})
+	}
+}

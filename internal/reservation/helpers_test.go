@@ -30,6 +30,9 @@ type fencedLocker struct {
 
 	mu   sync.Mutex
 	lose map[string]func(error)
+	// granted, when set, runs with each lease granted, once loseLease can
+	// lose it: a test loses a lease before its holder has used it.
+	granted func(*lock.Lease)
 	// handedOver counts the leases let go of by HandoverBatch.
 	handedOver atomic.Int32
 	// waited counts the acquisitions that wait in a key's line (not
@@ -61,7 +64,11 @@ func (l *fencedLocker) Acquire(ctx context.Context, key string, opts ...lock.Opt
 	lease, lose := lock.NewLease(lock.LeaseParams{Key: key, Token: lock.Token(l.next.Add(1)), Handle: releaser{inner}})
 	l.mu.Lock()
 	l.lose[key] = lose
+	granted := l.granted
 	l.mu.Unlock()
+	if granted != nil {
+		granted(lease)
+	}
 	return lease, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -69,8 +70,10 @@ func TestBatchIsolatesRefusedOrder(t *testing.T) {
 }
 
 // TestBatchRewritesAreBounded: when every order is refused one by one,
-// the batch gives up after MaxRewrites rewrites and the orders not yet
-// isolated fail with the refusal; nothing is placed twice or wrongly.
+// the batch gives up after MaxRewrites rewrites; the orders isolated by
+// then fail with their refusal, those not yet isolated as overloaded (the
+// refusal is not shown to be theirs), and nothing is placed twice or
+// wrongly.
 func TestBatchRewritesAreBounded(t *testing.T) {
 	f := newFixture(t, reservation.Coalescing{})
 	f.stock("a", 100)
@@ -82,10 +85,19 @@ func TestBatchRewritesAreBounded(t *testing.T) {
 	}
 	results := f.queue(f.svc, "a", reqs...)
 	release()
+	var isolated, overloaded int
 	for i, r := range results() {
-		if !errors.Is(r.err, inventory.ErrInvalid) {
-			t.Fatalf("order %d = %v, want ErrInvalid", i, r.err)
+		switch {
+		case errors.Is(r.err, inventory.ErrInvalid) && !errors.Is(r.err, inventory.ErrOverloaded):
+			isolated++
+		case errors.Is(r.err, inventory.ErrOverloaded) && !errors.Is(r.err, inventory.ErrInvalid):
+			overloaded++
+		default:
+			t.Fatalf("order %d = %v, want ErrInvalid (isolated) or ErrOverloaded (not yet)", i, r.err)
 		}
+	}
+	if isolated == 0 || overloaded == 0 {
+		t.Fatalf("%d orders isolated, %d not; want some of each from 40 halved within the bound", isolated, overloaded)
 	}
 	attempts := f.store.tried()
 	if attempts > 1+reservation.MaxRewrites {
@@ -239,5 +251,167 @@ func TestLostLeaseFailsAlone(t *testing.T) {
 				t.Errorf("audit lost = %+v, want nothing held", a)
 			}
 		})
+	}
+}
+
+// TestLostKeyAnswersTheLoss: in a gathered batch, an order on a SKU whose
+// lease is lost is answered with the loss even where the ledger refuses
+// it (more than the stock): its refusal was judged without the lease. The
+// lease is lost as it is granted (before the claim: the claim does not
+// stamp its fence on the row), during the claim, or between the claim and
+// the write. The batch's orders of other SKUs are placed, in one write.
+func TestLostKeyAnswersTheLoss(t *testing.T) {
+	for _, at := range []string{"granted", "claim", "write"} {
+		t.Run(at, func(t *testing.T) {
+			const n = 2
+			f := gatherFixture(t, n)
+			ctx := context.Background()
+			f.stock("lost", 1)
+			var once sync.Once
+			var lostToken atomic.Uint64
+			f.locker.mu.Lock()
+			f.locker.granted = func(l *lock.Lease) {
+				if l.Key() == "lost" {
+					lostToken.Store(uint64(l.Token()))
+					if at == "granted" {
+						once.Do(func() { f.locker.loseLease("lost") })
+					}
+				}
+			}
+			f.locker.mu.Unlock()
+			lose := func(fences []inventory.Fence) {
+				if slices.ContainsFunc(fences, func(fc inventory.Fence) bool { return fc.SKU == "lost" }) {
+					once.Do(func() { f.locker.loseLease("lost") })
+				}
+			}
+			f.store.mu.Lock()
+			switch at {
+			case "claim":
+				f.store.beforeClaim = lose
+			case "write":
+				f.store.afterClaim = lose
+			}
+			f.store.mu.Unlock()
+			first, gathered := f.busyFirst()
+			reqs := []inventory.PlaceRequest{req("", line("lost", 5))} // the ledger refuses it: stock 1
+			for i := range n {
+				reqs = append(reqs, req("", line(fmt.Sprintf("s%d", i), 1)))
+			}
+			errs := make([]error, len(reqs))
+			var wg sync.WaitGroup
+			for i, r := range reqs {
+				wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, r) })
+			}
+			waitFor(t, "the orders gathered", func() bool { return reservation.Gathering(f.svc) == len(reqs) })
+			close(gathered)
+			if err := <-first; err != nil {
+				t.Fatalf("first order: %v", err)
+			}
+			wg.Wait()
+			var ke *inventory.SKUError
+			if !errors.Is(errs[0], lock.ErrLeaseLost) || !errors.As(errs[0], &ke) || ke.SKU != "lost" {
+				t.Errorf("order on the SKU whose lease was lost = %v, want its loss", errs[0])
+			}
+			for i, err := range errs[1:] {
+				if err != nil {
+					t.Errorf("order on s%d, whose lease stood = %v; want placed", i, err)
+				}
+			}
+			if _, writes := f.store.counts(); len(writes) != 2 || writes[1] != n {
+				t.Errorf("writes %v, want the first order's and the %d others in one", writes, n)
+			}
+			if at == "granted" {
+				var tok uint64
+				if err := f.store.Store.(*postgres.Store).DB().QueryRow(
+					`SELECT fence_token FROM skus WHERE sku = 'lost'`).Scan(&tok); err != nil {
+					t.Fatal(err)
+				}
+				if tok == lostToken.Load() {
+					t.Errorf("row 'lost' carries fence %d, stamped by the claim of a lease lost before it", tok)
+				}
+			}
+			if a := f.audit("lost"); !a.Consistent || a.Held != 0 {
+				t.Errorf("audit lost = %+v, want nothing held", a)
+			}
+		})
+	}
+}
+
+// TestRewritesRunOutSparingOthers: a gathered batch loses leases one after
+// another, each loss found as its write is tried again after the store
+// refused a row as stale, until its rewrites run out. The orders on the
+// lost and stale SKUs get their own answers; those whose leases stood,
+// not yet written, are answered overloaded (retry), naming no SKU: not the
+// last loss (lock_unavailable for a SKU they do not have).
+func TestRewritesRunOutSparingOthers(t *testing.T) {
+	const n = 3
+	f := gatherFixture(t, n)
+	ctx := context.Background()
+	// l0 is lost after the claim; each write that reaches the store from
+	// then on is refused for the lowest y<j> row in it, as l<j> is lost:
+	// two rewrites a loss, the last one's (l<losses-1>) the one found
+	// when none are left.
+	losses := reservation.MaxRewrites/2 + 1
+	var reqs []inventory.PlaceRequest
+	for i := range losses {
+		f.stock(fmt.Sprintf("l%d", i), 2)
+		reqs = append(reqs, req("", line(fmt.Sprintf("l%d", i), 1)))
+	}
+	for j := 1; j < losses; j++ {
+		f.stock(fmt.Sprintf("y%d", j), 2)
+		reqs = append(reqs, req("", line(fmt.Sprintf("y%d", j), 1)))
+	}
+	for i := range n {
+		reqs = append(reqs, req("", line(fmt.Sprintf("s%d", i), 1)))
+	}
+	var once sync.Once
+	f.store.onClaim(func(fences []inventory.Fence) {
+		if slices.ContainsFunc(fences, func(fc inventory.Fence) bool { return fc.SKU == "l0" }) {
+			once.Do(func() { f.locker.loseLease("l0") })
+		}
+	})
+	first, gathered := f.busyFirst()
+	f.store.mu.Lock()
+	f.store.refuse = func(w inventory.Write) error {
+		for _, k := range w.SKUs { // in SKU order
+			if strings.HasPrefix(k.SKU, "y") {
+				f.locker.loseLease("l" + k.SKU[1:])
+				return &inventory.SKUError{SKU: k.SKU, Err: inventory.ErrStaleFence}
+			}
+		}
+		return nil
+	}
+	f.store.mu.Unlock()
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() { _, _, errs[i] = f.svc.Place(ctx, r) })
+	}
+	waitFor(t, "the orders gathered", func() bool { return reservation.Gathering(f.svc) == len(reqs) })
+	close(gathered)
+	if err := <-first; err != nil {
+		t.Fatalf("first order: %v", err)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		sku := reqs[i].Lines[0].SKU
+		var ke *inventory.SKUError
+		switch sku[0] {
+		case 'l':
+			if !errors.Is(err, lock.ErrLeaseLost) || !errors.As(err, &ke) || ke.SKU != sku {
+				t.Errorf("order on %s, whose lease was lost = %v, want its loss", sku, err)
+			}
+		case 'y':
+			if !errors.Is(err, inventory.ErrStaleFence) || !errors.As(err, &ke) || ke.SKU != sku {
+				t.Errorf("order on %s, whose row was refused stale = %v, want its stale fence", sku, err)
+			}
+		default:
+			if !errors.Is(err, inventory.ErrOverloaded) || errors.Is(err, lock.ErrLeaseLost) || errors.As(err, &ke) {
+				t.Errorf("order on %s, whose lease stood = %v, want ErrOverloaded naming no SKU", sku, err)
+			}
+			if a := f.audit(sku); !a.Consistent || a.Held != 0 {
+				t.Errorf("audit %s = %+v, want nothing held", sku, a)
+			}
+		}
 	}
 }

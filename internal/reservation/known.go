@@ -94,7 +94,10 @@ func (k *knownSKUs) unknown(ctx context.Context, ask []string) (map[string]bool,
 // set only over counters other than 0 finds it missing under the lease. The
 // lookup lasts no longer than the last of waiting is willing to wait: past
 // that each is answered as the store's fault (slowLookup), and nothing is
-// locked for it.
+// locked for it. When that wait is over already (spent in a queue, behind
+// another batch), the store is not asked: the lookup could only fail, and
+// blame the database for a wait it had no part in. Each is answered as its
+// own timer would answer it (lock_unavailable), and nothing is locked.
 func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, waiting []*pending) ([]string, []*pending) {
 	// An acquisition of SKUs all seen before (every one of a hot SKU's)
 	// touches no order here.
@@ -104,6 +107,17 @@ func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, 
 	deadline := waiting[0].deadline
 	for _, p := range waiting {
 		deadline = later(deadline, p.deadline)
+	}
+	if !time.Now().Before(deadline) {
+		err := notAcquired(s.lockWait, context.DeadlineExceeded)
+		for _, p := range waiting {
+			if p.move(stateQueued, stateDecided) {
+				p.answer <- err
+			}
+		}
+		return nil, nil
+	}
+	for _, p := range waiting {
 		p.lookup.Store(true)
 	}
 	lctx, cancel := context.WithDeadline(ctx, deadline)

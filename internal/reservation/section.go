@@ -274,7 +274,8 @@ func (s *Service) run(ctx context.Context, src source, h *hold, batch []*pending
 // of its ops (blame), or some of whose leases were lost (lostUnder), answers
 // those alone, and the rest are decided and written again, under fences
 // that still stand since nothing landed: one op's failure never fails its
-// neighbours.
+// neighbours with its own answer, even once the rewrites run out
+// (errRewrites).
 func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pending) []verdict {
 	var done []verdict
 	fail := func(err error, groups ...[]*pending) []verdict {
@@ -300,17 +301,21 @@ func (s *Service) decideAndWrite(ctx context.Context, h *hold, decided []*pendin
 			continue
 		}
 		blamed, rest, ok := blame(err, groups[0])
-		if !ok || rewrites == maxRewrites {
+		if !ok {
 			return fail(err, groups...)
 		}
 		if errors.Is(err, inventory.ErrStaleFence) {
 			h.broken = true // a newer lease has some of its rows: no more batches under it
 		}
-		rewrites++
 		for _, p := range blamed {
 			done = append(done, verdict{p, ownPart(err, p)})
 		}
 		groups = append(rest, groups[1:]...)
+		if rewrites == maxRewrites && len(groups) > 0 {
+			// err is the blamed ops' answer, not theirs.
+			return fail(errRewrites, groups...)
+		}
+		rewrites++
 	}
 	return done
 }
@@ -339,9 +344,22 @@ func rowLost(ke *inventory.SKUError) bool {
 
 // maxRewrites bounds the writes a batch makes again after a write was
 // refused for some of its ops; past it, the ops not yet written fail with
-// the last refusal. Halving finds one culprit the store cannot name among
+// errRewrites. Halving finds one culprit the store cannot name among
 // MaxBatch (256) ops in 2·log2(256) = 16 writes.
 const maxRewrites = 16
+
+// errRewrites answers the ops a batch has not written when it runs out of
+// rewrites, but those the last refusal names: it is theirs, and given to
+// the others it would name a SKU they do not have (a lost lease's
+// lock_unavailable, a stale_fence) or call their request invalid. An
+// unnamed refusal being halved may belong to one of them, which a retry
+// then finds. Nothing was written for them, and a retry in a batch with
+// fewer refusals would likely be placed: a bound was reached, so
+// inventory.ErrOverloaded (503 overloaded, Retry-After), which names no
+// SKU and, unlike lock_unavailable or store_unavailable, sends no one to
+// lock servers or a database that did nothing wrong.
+var errRewrites = fmt.Errorf("reservation: the batch gave up after %d writes refused for other orders; nothing was written for this one: %w",
+	maxRewrites, inventory.ErrOverloaded)
 
 // blame splits a refused write's ops g into those the refusal belongs to
 // and the groups to write again; ok is false when the refusal is the whole
@@ -412,16 +430,18 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 		verdicts[i] = verdict{p, p.op.decide(work, &w)}
 		pause = max(pause, p.pause)
 	}
+	if err := lostUnder(h, decided); err != nil {
+		// Checked as late as possible; a loss after it is the fence's job.
+		// Before the ledger's refusals stand too: an op refused on a row
+		// whose lease was lost was judged without the lease.
+		s.obs.LeaseLost()
+		return nil, err
+	}
 	skus, fences := work.Changes()
 	if len(skus) == 0 && len(w.Orders) == 0 && len(w.Transitions) == 0 {
 		return verdicts, nil // nothing to write: the ledger refused every op
 	}
 	w.SKUs = skus
-	if err := lostUnder(h, fences); err != nil {
-		// Checked as late as possible; a loss after it is the fence's job.
-		s.obs.LeaseLost()
-		return nil, err
-	}
 	if pause > 0 && !*stalled {
 		*stalled = true
 		// loadtest's chaos scenarios count this line: keep its words.
@@ -446,34 +466,28 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 	return verdicts, nil
 }
 
-// lostUnder returns the loss of leases of h that a write with fences would
-// write under: nil while every lease of h holds (checked without
-// allocating), h.set's error when every one is lost (the whole batch's
-// failure), else a *inventory.SKUError for each lost lease whose row the
-// write changes, joined, which fails only the ops naming it (blame): an
-// order of another SKU in a gathered batch is written under its own lease
-// and fence, which still stand. A loss in h leaves it broken.
-func lostUnder(h *hold, fences []inventory.Fence) error {
-	var lost map[string]error
-	for _, l := range h.set {
-		if err := l.Err(); err != nil {
-			if lost == nil {
-				lost = make(map[string]error)
-			}
-			lost[l.Key()] = err
-		}
-	}
-	if lost == nil {
+// lostUnder returns the loss of leases of h that ops g were decided under:
+// nil while every lease of h holds (checked without allocating), h.set's
+// error when every one is lost (the whole batch's failure), else a
+// *inventory.SKUError for each lost lease whose SKU an op of g names,
+// joined, which fails only the ops naming it (blame) — whether the ledger
+// changed its row or refused the op on it. An op of g naming no lost SKU
+// is written under its own leases and fences, which still stand; a lost
+// lease no op of g names is no error (blame would name none, and fail the
+// whole write). A loss in h leaves it broken.
+func lostUnder(h *hold, g []*pending) error {
+	if h.set.Err() == nil {
 		return nil
 	}
 	h.broken = true
-	if len(lost) == len(h.set) {
+	if allEnded(h.set) {
 		return h.set.Err()
 	}
 	var errs []error
-	for _, f := range fences {
-		if err, ok := lost[f.SKU]; ok {
-			errs = append(errs, &inventory.SKUError{SKU: f.SKU, Err: err})
+	for _, l := range h.set {
+		err, key := l.Err(), l.Key()
+		if err != nil && slices.ContainsFunc(g, func(p *pending) bool { return slices.Contains(p.op.skus, key) }) {
+			errs = append(errs, &inventory.SKUError{SKU: key, Err: err})
 		}
 	}
 	return errors.Join(errs...)
@@ -486,8 +500,12 @@ func lostUnder(h *hold, fences []inventory.Fence) error {
 // batch's orders of other SKUs are placed. The claim is retried for the
 // rest (their rows are claimed already; claiming again under the same fence
 // matches). A stale row leaves h broken: its other leases serve no more
-// batches. A lost lease does not stop the claim unless every lease is lost
-// (claimContext): the write fails the ops naming its row (lostUnder).
+// batches. So does a lease that has ended before a claim is sent: its row
+// is set aside with the loss, not stamped with the fence of a lease no
+// longer held. A loss during the claim stops it only once every lease has
+// ended (lock.Set.ContextAll): one lost lease of a gathered batch is its
+// own orders' failure (lostUnder), not a reason to stop claiming the rows
+// of the others.
 func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error {
 	if h.ledger != nil {
 		return nil
@@ -499,10 +517,13 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 		fences[i] = inventory.Fence{SKU: l.Key(), Token: uint64(l.Token()), Holder: l.ID()}
 		byKey[l.Key()] = fences[i]
 	}
-	lctx, stop := claimContext(ctx, h.set)
+	lctx, stop := h.set.ContextAll(ctx)
 	defer stop()
 	refused := make(map[string]error)
 	for len(fences) > 0 {
+		if fences = setAsideEnded(h, fences, refused); len(fences) == 0 {
+			break
+		}
 		cctx, cancel := context.WithTimeout(lctx, storeTimeout)
 		began := time.Now()
 		skus, err := s.store.Claim(cctx, fences, create)
@@ -528,24 +549,24 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 	return nil
 }
 
-// claimContext returns a child of ctx that ends, with the loss as its
-// cause, once every lease of set has ended: a claim that none of them can
-// use any more gives up at once, but one lost lease of a gathered batch is
-// only its own orders' failure, not a reason to stop claiming the rows of
-// the others. One goroutine for the claim, whatever the number of leases.
-func claimContext(ctx context.Context, set lock.Set) (context.Context, context.CancelFunc) {
-	cctx, cancel := context.WithCancelCause(ctx)
-	go func() {
-		for _, l := range set {
-			select {
-			case <-l.Done():
-			case <-cctx.Done():
-				return
-			}
+// setAsideEnded moves the fences of h's leases that have ended out of
+// fences into refused, each refused with its lease's loss, and leaves h
+// broken if there were any. The ops naming one are then answered with the
+// loss (lock_unavailable), as those naming a set-aside row are with its
+// refusal, not judged on the row nor their write fenced with a lease no
+// longer held. It returns what is left of fences.
+func setAsideEnded(h *hold, fences []inventory.Fence, refused map[string]error) []inventory.Fence {
+	if h.set.Err() == nil {
+		return fences
+	}
+	h.broken = true
+	return slices.DeleteFunc(fences, func(f inventory.Fence) bool {
+		err := h.set.Lease(f.SKU).Err()
+		if err != nil {
+			refused[f.SKU] = &inventory.SKUError{SKU: f.SKU, Err: err}
 		}
-		cancel(set.Err())
-	}()
-	return cctx, func() { cancel(context.Canceled) }
+		return err != nil
+	})
 }
 
 // setAside returns the per-SKU refusals of a claim's err that answer only
