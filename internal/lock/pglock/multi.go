@@ -210,7 +210,7 @@ type multiWait struct {
 // run takes every key, holding keys while it waits at most o.HoldWait at a
 // time, and leaves them all held on w.c.
 func (w *multiWait) run(ctx context.Context, appName string, o lock.Options) error {
-	at, err := 0, w.wait(ctx, 0, settingsSQL, appName, idleTimeout(o.TTL))
+	at, err := 0, w.wait(ctx, ctx, 0, settingsSQL, appName, idleTimeout(o.TTL))
 	for {
 		if err != nil {
 			return err
@@ -223,7 +223,7 @@ func (w *multiWait) run(ctx context.Context, appName string, o lock.Options) err
 				return err
 			}
 			if miss >= 0 {
-				at, err = miss, w.wait(ctx, miss, unlockEverySQL)
+				at, err = miss, w.wait(ctx, ctx, miss, unlockEverySQL)
 				continue
 			}
 		}
@@ -231,14 +231,16 @@ func (w *multiWait) run(ctx context.Context, appName string, o lock.Options) err
 		if past, at, err = w.rest(ctx, at+1, o.HoldWait); err != nil || !past {
 			return err
 		}
-		err = w.wait(ctx, at, unlockEverySQL)
+		err = w.wait(ctx, ctx, at, unlockEverySQL)
 	}
 }
 
 // rest takes keys[from:], holding every key before from: each tried once,
 // and one found held waited for within what is left of bound. When the
 // bound passes it returns past and the index of the key it waited for; it
-// still holds what it held, and no longer waits.
+// still holds what it held, and no longer waits. Ending that wait takes the
+// server's answer to its cancel, which it waits for while ctx lasts (see
+// sendWithin): a network hiccup at the bound does not fail the acquisition.
 func (w *multiWait) rest(ctx context.Context, from int, bound time.Duration) (past bool, at int, err error) {
 	for from < len(w.keys) {
 		var miss int
@@ -258,13 +260,14 @@ func (w *multiWait) rest(ctx context.Context, from int, bound time.Duration) (pa
 		}
 		start := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, bound)
-		err = w.wait(hctx, miss, unlockKeysSQL, after)
+		err = w.wait(ctx, hctx, miss, unlockKeysSQL, after)
+		boundPassed := hctx.Err() != nil // read before cancel, which would end it anyway
 		cancel()
 		bound -= time.Since(start)
 		switch {
 		case err == nil:
 			from = miss + 1
-		case ctx.Err() == nil && hctx.Err() != nil && !abandoned(err) && !w.c.Conn().IsClosed():
+		case ctx.Err() == nil && boundPassed && !abandoned(err) && !w.c.Conn().IsClosed():
 			return true, miss, nil
 		default:
 			return false, 0, err
@@ -279,7 +282,7 @@ func (w *multiWait) try(ctx context.Context, lo, hi int) (int, error) {
 	var tokens []*int64
 	b := &pgx.Batch{}
 	b.Queue(tryAllSQL, w.keys[lo:hi]).QueryRow(func(row pgx.Row) error { return row.Scan(&tokens) })
-	if err := w.send(ctx, b, fmt.Sprintf("try of %d keys from %q", hi-lo, w.keys[lo])); err != nil {
+	if err := w.send(ctx, ctx, b, fmt.Sprintf("try of %d keys from %q", hi-lo, w.keys[lo])); err != nil {
 		return 0, err
 	}
 	if len(tokens) != hi-lo {
@@ -299,8 +302,9 @@ func (w *multiWait) try(ctx context.Context, lo, hi int) (int, error) {
 
 // wait waits for keys[i] after the statement before (with args) in the same
 // pipeline, which frees keys or labels the session, so that the wait joins
-// the key's line the moment the keys are free.
-func (w *multiWait) wait(ctx context.Context, i int, before string, args ...any) error {
+// the key's line the moment the keys are free. The wait ends with bound, a
+// child of ctx, as sendWithin's.
+func (w *multiWait) wait(ctx, bound context.Context, i int, before string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue(before, args...)
 	b.Queue(lockAllSQL, w.keys[i:i+1])
@@ -308,14 +312,15 @@ func (w *multiWait) wait(ctx context.Context, i int, before string, args ...any)
 	if before == unlockEverySQL {
 		clear(w.tokens)
 	}
-	return w.send(ctx, b, w.keys[i])
+	return w.send(ctx, bound, b, w.keys[i])
 }
 
-// send runs a pipeline of the wait and notes when it was sent: the
-// server's idle timer of the granted leases starts no earlier.
-func (w *multiWait) send(ctx context.Context, b *pgx.Batch, what string) error {
+// send runs a pipeline of the wait, within bound as sendWithin does, and
+// notes when it was sent: the server's idle timer of the granted leases
+// starts no earlier.
+func (w *multiWait) send(ctx, bound context.Context, b *pgx.Batch, what string) error {
 	w.sent = time.Now()
-	return w.l.send(ctx, w.c, b, what)
+	return w.l.sendWithin(ctx, bound, w.c, b, what)
 }
 
 // withConn runs attempt on a pooled connection. attempt owns the

@@ -47,6 +47,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/stockguard/stockguard/internal/lock"
@@ -130,7 +132,9 @@ const (
 	// lock.ErrCleanupPending and the cancel goes on in the background.
 	cancelGrace = 3 * cancelRetry
 	// cancelGiveUp is how long an abandoned wait may take to be cancelled by
-	// the server before the socket is closed instead.
+	// the server before the socket is closed instead. A wait that ended at
+	// a bound of its own (AcquireAll's hold-wait) while its caller's context
+	// lasts waits that long for the answer, not cancelGrace.
 	cancelGiveUp = 5 * time.Second
 	// checkInterval is client_connection_check_interval: a backend waiting
 	// for a lock does not read its socket, and without the check a waiter
@@ -161,6 +165,9 @@ type Locker struct {
 	// flight, so that Close can end their connections.
 	closing  context.Context
 	shutdown context.CancelFunc
+	// closeSockets, called as Close returns, closes every socket of the
+	// lock pool still open (see closeWith).
+	closeSockets context.CancelFunc
 
 	mu     sync.Mutex
 	closed bool
@@ -229,8 +236,11 @@ func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, erro
 		ctl.Close()
 		return nil, fmt.Errorf("pglock: %w", err)
 	}
+	sockets, closeSockets := context.WithCancel(context.Background())
+	cfg.ConnConfig.DialFunc = closeWith(sockets, cfg.ConnConfig.DialFunc)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
+		closeSockets()
 		ctl.Close()
 		return nil, fmt.Errorf("pglock: %w: %w", lock.ErrUnavailable, err)
 	}
@@ -238,7 +248,7 @@ func New(ctx context.Context, databaseURL string, opts ...Option) (*Locker, erro
 	return &Locker{
 		pool: pool, ctl: ctl, ttl: o.ttl,
 		log: o.log.With("backend", backendName), m: m,
-		closing: closing, shutdown: shutdown,
+		closing: closing, shutdown: shutdown, closeSockets: closeSockets,
 		live: make(map[*session]struct{}),
 	}, nil
 }
@@ -267,7 +277,8 @@ func (l *Locker) Ping(ctx context.Context) error {
 // Close implements lock.Locker. Waiting acquisitions fail with
 // lock.ErrUnavailable; held leases are lost, their sessions ended, which frees
 // their locks at once. Cancels left to the background (see send) end too,
-// their connections closed, before Close returns.
+// their sockets closed, before Close returns, and so do the cancel requests
+// pgx sends on its own for connections it gave up.
 func (l *Locker) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -288,6 +299,7 @@ func (l *Locker) Close() error {
 	// shutdown interrupted give theirs back promptly.
 	l.pool.Close()
 	l.ctl.Close()
+	l.closeSockets()
 	return nil
 }
 
@@ -415,6 +427,16 @@ func (l *Locker) wait(ctx context.Context, c *pgxpool.Conn, key string, id uuid.
 // An error wrapping lock.ErrCleanupPending means send gave c up (see
 // abandoned): it is closed, or will be, and the caller must not touch it.
 func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what string) error {
+	return l.sendWithin(ctx, ctx, c, b, what)
+}
+
+// sendWithin is send with the wait bounded by bound, a child of ctx that
+// may end first (AcquireAll's hold-wait bound). cancelGrace counts from the
+// end of ctx, the caller's own: while ctx lasts, sendWithin waits for the
+// server to answer the cancel as long as the cancel is tried (cancelGiveUp),
+// since the caller means to wait on. The errors that give c up wrap ctx's
+// error, never bound's: the caller did not give up.
+func (l *Locker) sendWithin(ctx, bound context.Context, c *pgxpool.Conn, b *pgx.Batch, what string) error {
 	qctx, abort := context.WithCancel(context.WithoutCancel(ctx))
 	p := &pipeline{c: c, abort: abort, finished: make(chan struct{})}
 	// The pipeline runs on a goroutine of its own so that the caller can
@@ -426,13 +448,30 @@ func (l *Locker) send(ctx context.Context, c *pgxpool.Conn, b *pgx.Batch, what s
 	select {
 	case <-p.finished:
 		abort()
-		if p.err == nil && ctx.Err() != nil {
-			return ctx.Err() // granted as the caller gave up
+		if p.err == nil && bound.Err() != nil {
+			return ended(ctx, bound) // granted as the wait's bound ended
 		}
 		return p.err
-	case <-ctx.Done():
-		return l.cancel(ctx, p, what)
+	case <-bound.Done():
+		return l.cancel(ctx, bound, p, what)
 	}
+}
+
+// ended is the error of a wait whose bound ended: ctx's error, the
+// caller's, if it has ended too, else bound's.
+func ended(ctx, bound context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return bound.Err()
+}
+
+// withCtxErr is err with ctx's error, if ctx has ended.
+func withCtxErr(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil {
+		return fmt.Errorf("%w: %w", err, cerr)
+	}
+	return err
 }
 
 // pipeline is a pipeline of send in flight on its connection.
@@ -441,24 +480,24 @@ type pipeline struct {
 	abort    context.CancelFunc // makes pgx close the socket, which ends the pipeline
 	finished chan struct{}      // closed once the pipeline has ended, with err
 	err      error
-	aborted  bool         // the cancel loop closed the socket instead
+	aborted  error        // why the cancel loop closed the socket instead, if it did
 	owner    atomic.Int32 // who ends the connection once the cancel loop ends
 }
 
 // The owners of a cancelled pipeline's connection: the caller until it
 // leaves, then the background cancel loop, which closes it. Whichever of
-// the caller leaving and the loop seeing the end of the pipeline comes
-// first decides.
+// the caller leaving and the loop ending comes first decides.
 const (
 	ownerUndecided int32 = iota
 	ownerCaller
 	ownerBackground
 )
 
-// cancel has the server cancel p, whose ctx ended while it ran. The cancel
-// loop runs in the background: the caller waits for its answer at most
-// cancelGrace, then leaves the connection to it.
-func (l *Locker) cancel(ctx context.Context, p *pipeline, what string) error {
+// cancel has the server cancel p, whose bound ended while it ran. The
+// cancel loop runs in the background: the caller waits for it to end as
+// long as ctx lasts and at most cancelGrace past its end, then leaves the
+// connection to it.
+func (l *Locker) cancel(ctx, bound context.Context, p *pipeline, what string) error {
 	stopped := make(chan struct{})
 	if !l.background(func() {
 		defer close(stopped)
@@ -473,33 +512,41 @@ func (l *Locker) cancel(ctx context.Context, p *pipeline, what string) error {
 		p.abort()
 		<-p.finished
 		destroy(p.c)
-		return fmt.Errorf("%w: the locker closed during the statement, socket closed: %w", lock.ErrCleanupPending, ctx.Err())
+		return withCtxErr(ctx, fmt.Errorf("%w: the locker closed during the statement, socket closed", lock.ErrCleanupPending))
 	}
-	grace := time.NewTimer(cancelGrace)
-	defer grace.Stop()
-	select {
-	case <-p.finished:
-	case <-grace.C:
-		if p.owner.CompareAndSwap(ownerUndecided, ownerBackground) {
-			return fmt.Errorf("%w: no answer to the cancel in %v; it goes on in the background, then the socket is closed: %w",
-				lock.ErrCleanupPending, cancelGrace, ctx.Err())
+	// The loop ends once the pipeline has ended and no cancel request is in
+	// flight: a request still on its way could cancel the connection's next
+	// statement, so a finished pipeline waits for it too, within the grace,
+	// and past it leaves the connection to the loop all the same.
+	callerDone := ctx.Done()
+	var grace <-chan time.Time
+	for stopped != nil {
+		select {
+		case <-stopped:
+			stopped = nil
+		case <-callerDone:
+			callerDone, grace = nil, time.After(cancelGrace)
+		case <-grace:
+			if p.owner.CompareAndSwap(ownerUndecided, ownerBackground) {
+				return fmt.Errorf("%w: the cancel not settled %v after the context ended; it goes on in the background, then the socket is closed: %w",
+					lock.ErrCleanupPending, cancelGrace, ctx.Err())
+			}
+			grace = nil // the loop has just ended: the connection is ours
 		}
 	}
-	<-stopped // no cancel request in flight that could hit the next statement
-	if p.aborted {
-		// Close ended the wait before the cancel was answered.
+	if p.aborted != nil {
 		destroy(p.c)
-		return fmt.Errorf("%w: the locker closed before the cancel was answered, socket closed: %w", lock.ErrCleanupPending, ctx.Err())
+		return withCtxErr(ctx, fmt.Errorf("%w: %w, socket closed", lock.ErrCleanupPending, p.aborted))
 	}
 	if p.err == nil {
-		return ctx.Err() // granted as the caller gave up
+		return ended(ctx, bound) // granted as the wait's bound ended
 	}
 	return p.err
 }
 
 // cancelLoop sends cancel requests for p every cancelRetry until p ends.
 // After cancelGiveUp, or when the Locker closes, it makes pgx close the
-// socket instead. It returns once p has ended.
+// socket instead. It returns once p has ended and no request is in flight.
 func (l *Locker) cancelLoop(p *pipeline, what string) {
 	giveUp := time.NewTimer(cancelGiveUp)
 	defer giveUp.Stop()
@@ -519,11 +566,12 @@ func (l *Locker) cancelLoop(p *pipeline, what string) {
 			return
 		case <-giveUp.C:
 			l.log.Warn("lock wait not cancelled by the server; closing its connection", "key", what)
+			p.aborted = fmt.Errorf("no answer to the cancel in %v", cancelGiveUp)
 		case <-l.closing.Done():
+			p.aborted = errors.New("the locker closed before the cancel was answered")
 		case <-time.After(cancelRetry):
 			continue
 		}
-		p.aborted = true
 		p.abort()
 		<-p.finished
 		return
@@ -634,6 +682,31 @@ func (l *Locker) bind(ctx context.Context) (context.Context, context.CancelFunc)
 		stop()
 		cancel()
 	}
+}
+
+// closeWith wraps dial so that every socket it opens is closed once ctx
+// ends. pgx closes a connection it gave up (a statement failed or was
+// aborted) only after a cancel request of its own, on a socket of its own
+// that a silent server holds for up to 15 s; Close ends those too.
+func closeWith(ctx context.Context, dial pgconn.DialFunc) pgconn.DialFunc {
+	return func(dctx context.Context, network, addr string) (net.Conn, error) {
+		conn, err := dial(dctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &closingConn{Conn: conn, stop: context.AfterFunc(ctx, func() { _ = conn.Close() })}, nil
+	}
+}
+
+// closingConn is a socket of closeWith.
+type closingConn struct {
+	net.Conn
+	stop func() bool
+}
+
+func (c *closingConn) Close() error {
+	c.stop()
+	return c.Conn.Close()
 }
 
 func (l *Locker) forget(s *session) {

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	neturl "net/url"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -576,6 +579,291 @@ func TestCloseEndsBackgroundCancels(t *testing.T) {
 	}
 }
 
+// TestHoldWaitOutlastsHiccupAtItsBound: an AcquireAll past its hold-wait
+// bound, its context alive for seconds more, meets a network hiccup of
+// under a second as it cancels its wait. It waits for the cancel's answer,
+// then for the key holding nothing, and gets its keys: cancelGrace is for
+// a caller whose own context ended, not for the hold-wait bound.
+func TestHoldWaitOutlastsHiccupAtItsBound(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	a, b := newLocker(t, url), newLocker(t, p.url)
+	probe := connect(t, url)
+	base := locktest.Key(t)
+	keys := []string{base + "-0", base + "-1"}
+	held := locktest.MustAcquire(t, a, keys[1])
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	const bound = 500 * time.Millisecond
+	type result struct {
+		set lock.Set
+		err error
+		at  time.Duration
+	}
+	start := time.Now()
+	res := make(chan result, 1)
+	go func() {
+		set, err := lock.AcquireAll(ctx, b, keys, lock.WithHoldWait(bound))
+		res <- result{set, err, time.Since(start)}
+	}()
+	waitFor(t, "the waiter queued", func() bool { return lockWaiters(t, probe) == 1 })
+	// The hiccup: from just before the bound until 700 ms past it.
+	p.freeze()
+	time.Sleep(time.Until(start.Add(bound + 700*time.Millisecond)))
+	p.thaw()
+	time.Sleep(time.Second)
+	locktest.MustRelease(t, held)
+	r := <-res
+	if r.err != nil {
+		t.Fatalf("AcquireAll (ctx 15 s) after a 700 ms hiccup at its hold-wait bound failed after %v: %v", r.at, r.err)
+	}
+	if err := r.set.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCancelRequestInFlightBoundedByGrace: the wait is granted just past
+// the deadline, while the cancel request in flight hangs (its connection
+// is never answered). Acquire still returns within cancelGrace, with
+// lock.ErrCleanupPending: a request that lands later could cancel the
+// connection's next statement, so the connection is never used again, and
+// the session's key is freed.
+func TestCancelRequestInFlightBoundedByGrace(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	a, b := newLocker(t, url), newLocker(t, p.url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, a, key)
+	const deadline = 700 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	errc := make(chan error, 1)
+	go func() {
+		lease, err := b.Acquire(ctx, key)
+		if lease != nil {
+			t.Errorf("lease handed out past the deadline")
+		}
+		errc <- err
+	}()
+	waitFor(t, "the waiter queued", func() bool { return lockWaiters(t, probe) == 1 })
+	p.stallNew()
+	time.Sleep(time.Until(start.Add(deadline + 40*time.Millisecond)))
+	locktest.MustRelease(t, held)
+	err := <-errc
+	took := time.Since(start)
+	if limit := deadline + cancelGrace + 200*time.Millisecond; took > limit {
+		t.Fatalf("Acquire with a %v deadline, granted 40 ms past it, returned after %v (> %v): %v", deadline, took, limit, err)
+	}
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("Acquire = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+	waitFor(t, "the connection closed", func() bool { return b.pool.Stat().TotalConns() == 0 })
+	locktest.MustRelease(t, locktest.MustAcquire(t, a, key, lock.TryOnce()))
+}
+
+// TestGrantedAfterCallerLeftIsFreed: the key is granted to a wait whose
+// caller already left (its server silent past cancelGrace). The caller
+// holds no lease and is told lock.ErrCleanupPending; once the server hears
+// again the background closes the session, the key is free and no
+// connection stays.
+func TestGrantedAfterCallerLeftIsFreed(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	holder, waiter := newLocker(t, url), newLocker(t, p.url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, holder, key)
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		lease, err := waiter.Acquire(ctx, key)
+		if lease != nil {
+			t.Errorf("lease handed out: %v", lease.Key())
+		}
+		errc <- err
+	}()
+	waitFor(t, "the waiter queued", func() bool { return lockWaiters(t, probe) == 1 })
+	p.freeze()
+	locktest.MustRelease(t, held) // the frozen waiter's backend is granted the key
+	err := <-errc
+	if !errors.Is(err, lock.ErrCleanupPending) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+	if n := heldAdvisory(t, probe); n != 1 {
+		t.Fatalf("%d advisory locks held while frozen; want the abandoned session's 1", n)
+	}
+	p.thaw()
+	waitFor(t, "the abandoned session closed", func() bool { return heldAdvisory(t, probe) == 0 })
+	waitFor(t, "its connection gone", func() bool { return waiter.pool.Stat().TotalConns() == 0 })
+	locktest.MustRelease(t, locktest.MustAcquire(t, holder, key, lock.TryOnce()))
+}
+
+// TestShortDeadlinesLeaveNothingRunning: lone Acquires, batches and
+// AcquireAlls with deadlines of 0 to 15 ms on contended keys, the server
+// answering: never lock.ErrCleanupPending, and afterwards every goroutine
+// of send has ended, every connection is back and nothing is held.
+func TestShortDeadlinesLeaveNothingRunning(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	l, other := newLocker(t, url), newLocker(t, url)
+	probe := connect(t, url)
+	base := locktest.Key(t)
+	keys := []string{base + "-a", base + "-b", base + "-c", base + "-d"}
+	hot := locktest.MustAcquire(t, other, keys[3]) // always held: waits on it end at their deadline
+	before := runtime.NumGoroutine()
+	var wg sync.WaitGroup
+	var pending atomic.Int64
+	for w := range 8 {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(w), 7))
+			for range 60 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(r.IntN(16))*time.Millisecond)
+				var set lock.Set
+				var err error
+				switch r.IntN(3) {
+				case 0:
+					var lease *lock.Lease
+					if lease, err = l.Acquire(ctx, keys[r.IntN(len(keys))]); err == nil {
+						set = lock.Set{lease}
+					}
+				case 1:
+					var b lock.Batch
+					b, err = l.AcquireBatch(ctx, keys)
+					set = b.Leases
+				default:
+					set, err = lock.AcquireAll(ctx, l, keys[r.IntN(3):], lock.WithHoldWait(time.Duration(r.IntN(5))*time.Millisecond))
+				}
+				cancel()
+				if errors.Is(err, lock.ErrCleanupPending) {
+					pending.Add(1)
+					t.Logf("cleanup pending: %v", err)
+				}
+				if set != nil {
+					_ = set.Release(context.Background())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := pending.Load(); n > 0 {
+		t.Errorf("%d ErrCleanupPending with a server that answers", n)
+	}
+	locktest.MustRelease(t, hot)
+	waitFor(t, "connections back", func() bool { return l.pool.Stat().AcquiredConns() == 0 })
+	waitFor(t, "goroutines back", func() bool { return runtime.NumGoroutine() <= before+2 })
+	waitFor(t, "nothing held", func() bool { return heldAdvisory(t, probe) == 0 })
+}
+
+// TestCloseMeetsCancelsInEveryPhase: lone and multi-key waits through a
+// proxy that freezes, with staggered deadlines, so that Close meets
+// callers in every phase (still waiting, within cancelGrace, left to the
+// background). Close returns promptly and leaves no connection, and once
+// the server hears again nothing is left held or queued within a moment.
+func TestCloseMeetsCancelsInEveryPhase(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	for round := range 3 {
+		p := newFreezeProxy(t, url)
+		holder, waiter := newLocker(t, url), newLocker(t, p.url)
+		probe := connect(t, url)
+		base := locktest.Key(t)
+		keys := []string{base + "-0", base + "-1"}
+		held := locktest.MustAcquire(t, holder, keys[1])
+		const n = 8
+		var wg sync.WaitGroup
+		start := time.Now()
+		for i := range n {
+			d := 300*time.Millisecond + time.Duration(i)*90*time.Millisecond
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), d)
+				defer cancel()
+				var err error
+				if i%2 == 0 {
+					var lease *lock.Lease
+					if lease, err = waiter.Acquire(ctx, keys[1]); lease != nil {
+						t.Errorf("lease on a held key")
+					}
+				} else {
+					var set lock.Set
+					if set, err = lock.AcquireAll(ctx, waiter, keys, lock.WithHoldWait(time.Duration(i)*20*time.Millisecond)); set != nil {
+						t.Errorf("set on a held key")
+					}
+				}
+				if err == nil {
+					t.Errorf("no error")
+				}
+			})
+		}
+		waitFor(t, "waiters queued", func() bool { return lockWaiters(t, probe) >= n/2 })
+		p.freeze()
+		time.Sleep(time.Until(start.Add(time.Duration(500+round*150) * time.Millisecond)))
+		closing := time.Now()
+		if err := waiter.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(closing); d > 1500*time.Millisecond {
+			t.Errorf("round %d: Close took %v", round, d)
+		}
+		wg.Wait()
+		if c := waiter.pool.Stat().TotalConns(); c != 0 {
+			t.Errorf("round %d: %d connections after Close", round, c)
+		}
+		p.thaw()
+		locktest.MustRelease(t, held)
+		waitFor(t, "nothing held or queued after the thaw", func() bool { return heldAdvisory(t, probe) == 0 && lockWaiters(t, probe) == 0 })
+	}
+}
+
+// TestGivenUpSocketClosedAtOnce: a wait whose server stays silent past
+// cancelGiveUp has its socket closed then, not once pgx's own cancel
+// request to the silent server has timed out (15 s later): the server,
+// once it hears again, ends the session at once.
+func TestGivenUpSocketClosedAtOnce(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	holder, waiter := newLocker(t, url), newLocker(t, p.url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, holder, key)
+	defer locktest.MustRelease(t, held)
+	start := time.Now()
+	if _, err := acquireFrozen(t, p, probe, waiter, key); !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("Acquire = %v; want lock.ErrCleanupPending", err)
+	}
+	time.Sleep(time.Until(start.Add(silentDeadline + cancelGiveUp)))
+	waitFor(t, "the cancel given up", func() bool { return waiter.pool.Stat().TotalConns() == 0 })
+	p.thaw()
+	waitFor(t, "the given-up session gone from the queue", func() bool { return lockWaiters(t, probe) == 0 })
+}
+
+// TestCloseClosesGivenUpSockets: Close ends a cancel left to the
+// background by closing its socket, and also the cancel request pgx sends
+// on its own for a connection it gave up, which a silent server would hold
+// for 15 s: nothing of the Locker outlives Close, and the server, once it
+// hears again, ends the session at once.
+func TestCloseClosesGivenUpSockets(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	holder, waiter := newLocker(t, url), newLocker(t, p.url)
+	probe := connect(t, url)
+	key := locktest.Key(t)
+	held := locktest.MustAcquire(t, holder, key)
+	defer locktest.MustRelease(t, held)
+	if _, err := acquireFrozen(t, p, probe, waiter, key); !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("Acquire = %v; want lock.ErrCleanupPending", err)
+	}
+	if err := waiter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pgx's own cancel requests ended", func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "pgconn.(*PgConn).asyncClose.func1(")
+	})
+	p.thaw()
+	waitFor(t, "the given-up session gone from the queue", func() bool { return lockWaiters(t, probe) == 0 })
+}
+
 // silentDeadline is the deadline of the acquisitions acquireFrozen makes.
 const silentDeadline = time.Second
 
@@ -635,12 +923,15 @@ func TestPartitionedHolderToldFirst(t *testing.T) {
 // freezeProxy forwards TCP to a Postgres server until freeze, after which
 // it forwards nothing in either direction until thaw, and never connects a
 // connection accepted meanwhile: a partition, or a frozen host. Sockets
-// stay open throughout.
+// stay open throughout. After stallNew it never connects a new connection
+// but goes on forwarding those it joined: a cancel request lost on its way
+// while the session's socket works.
 type freezeProxy struct {
-	url    string // the database's URL through the proxy
-	frozen atomic.Bool
-	mu     sync.Mutex
-	conns  []net.Conn
+	url     string // the database's URL through the proxy
+	frozen  atomic.Bool
+	stalled atomic.Bool
+	mu      sync.Mutex
+	conns   []net.Conn
 }
 
 // newFreezeProxy starts a proxy to the server of the database at dbURL,
@@ -679,8 +970,9 @@ func newFreezeProxy(t *testing.T, dbURL string) *freezeProxy {
 	return p
 }
 
-func (p *freezeProxy) freeze() { p.frozen.Store(true) }
-func (p *freezeProxy) thaw()   { p.frozen.Store(false) }
+func (p *freezeProxy) freeze()   { p.frozen.Store(true) }
+func (p *freezeProxy) thaw()     { p.frozen.Store(false) }
+func (p *freezeProxy) stallNew() { p.stalled.Store(true) }
 
 // hold returns once the proxy is not frozen.
 func (p *freezeProxy) hold() {
@@ -695,10 +987,11 @@ func (p *freezeProxy) track(c net.Conn) {
 	p.conns = append(p.conns, c)
 }
 
-// connect joins c to the server, unless the proxy is frozen: then c is
-// left unanswered for good, as a connection attempt lost in a partition.
+// connect joins c to the server, unless the proxy is frozen or stalls new
+// connections: then c is left unanswered for good, as a connection attempt
+// lost in a partition.
 func (p *freezeProxy) connect(c net.Conn, target string) {
-	if p.frozen.Load() {
+	if p.frozen.Load() || p.stalled.Load() {
 		return
 	}
 	s, err := net.Dial("tcp", target)

@@ -260,9 +260,16 @@ func (s *session) end(cause error) {
 // destroy takes a connection out of the pool and closes it. Ending the
 // session is the one sure way to drop whatever lock it holds or is about to
 // be granted.
+//
+// A connection pgx gave up itself (an aborted or failed statement) is only
+// marked closed, and Close does nothing: pgx closes its socket after a
+// cancel request of its own, which a silent server holds for up to 15 s,
+// the session's locks with it. Closing the socket here ends the session as
+// soon as the server hears of it.
 func destroy(c *pgxpool.Conn) {
 	conn := c.Hijack()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
+	_ = conn.PgConn().Conn().Close()
 }
