@@ -1,46 +1,14 @@
 package main
 
 import (
-	"net"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// silentServer accepts TCP connections and never answers on them: a
-// database behind a stuck proxy or load balancer, or one that never
-// finishes its startup handshake. It returns its address.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+)
 
 // TestSIGTERMWhileConnectingToTheDatabase: a database that accepts the TCP
 // connection but never answers the startup handshake (a stuck proxy or
@@ -55,7 +23,7 @@ func TestSIGTERMWhileConnectingToTheDatabase(t *testing.T) {
 		{"migrate"},
 	} {
 		t.Run(cmdline[0], func(t *testing.T) {
-			db := silentServer(t)
+			db := stacktest.Silent(t)
 			cmd, stdout, _ := stockguardCmd(cmdline...)
 			cmd.Env = append(cmd.Env, "STOCKGUARD_DATABASE_URL=postgres://postgres@"+db+"/x?sslmode=disable",
 				"STOCKGUARD_LOG_LEVEL=info")

@@ -3,44 +3,11 @@ package postgres
 import (
 	"context"
 	"errors"
-	"net"
-	"sync"
 	"testing"
 	"time"
-)
 
-// silentServer accepts TCP connections and never answers: a database host
-// whose postmaster is stuck, or a proxy with no backend behind it. It
-// returns the server's address.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
+)
 
 // openBlocked runs Open(ctx, url) and returns its error and how long it
 // took, failing the test if it has not returned within limit.
@@ -73,7 +40,7 @@ func TestOpenHonoursContext(t *testing.T) {
 	connectTimeout = time.Minute // not what ends the attempt here
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	took, err := openBlocked(t, ctx, "postgres://postgres@"+silentServer(t)+"/x?sslmode=disable", 10*time.Second)
+	took, err := openBlocked(t, ctx, "postgres://postgres@"+stacktest.Silent(t)+"/x?sslmode=disable", 10*time.Second)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Open against a server that never answers = %v, want the context's error", err)
 	}
@@ -87,7 +54,7 @@ func TestOpenHonoursContext(t *testing.T) {
 // URL's connect_timeout when it sets one.
 func TestConnectTimeout(t *testing.T) {
 	defer func(d time.Duration) { connectTimeout = d }(connectTimeout)
-	addr := silentServer(t)
+	addr := stacktest.Silent(t)
 	for _, c := range []struct {
 		def         time.Duration
 		query       string

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // silent is a dialer whose connections, once cut, behave as a flow that
@@ -223,44 +224,13 @@ func TestSilentPartitionBlockedWrite(t *testing.T) {
 	}
 }
 
-// hungServer is a listener that accepts TCP connections and never
-// answers, as a stopped (SIGSTOP, a GC pause) ZooKeeper JVM does.
-func hungServer(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var held []net.Conn
-	var mu sync.Mutex
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-		mu.Unlock()
-	})
-	return ln.Addr().String()
-}
-
 // TestHungServerFailsOver: the first server a new session tries accepts
 // TCP but never answers; the session is made on the next within its
 // share of the timeout. (go-zookeeper waits 10 × 2/3 of the session
 // timeout for the connect response before it tries the next server.)
 func TestHungServerFailsOver(t *testing.T) {
 	servers := sharedZK(t)
-	hung := hungServer(t)
+	hung := stacktest.Silent(t)
 	var first atomic.Bool
 	dial := func(network, addr string, timeout time.Duration) (net.Conn, error) {
 		if first.CompareAndSwap(false, true) {

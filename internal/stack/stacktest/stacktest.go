@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/stockguard/stockguard/internal/stack"
+	"net"
 	"net/url"
 	"os"
 	"sync"
@@ -170,4 +171,39 @@ func unavailable(tb testing.TB, what string, err error) {
 	tb.Fatalf("stack: %s of the local stack does not answer: %v\n"+
 		"start the stack with: %s\n(or set %s=1 to skip integration tests)",
 		what, err, stack.UpCommand, EnvSkipIntegration)
+}
+
+// Silent listens on a loopback port, accepts TCP connections and never
+// answers on them: a server that is stopped (SIGSTOP, a long GC pause), a
+// postmaster that never finishes its handshake, a proxy with nothing
+// behind it. It returns the address; the listener and every connection it
+// accepted close when the test ends.
+func Silent(tb testing.TB) string {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	tb.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
 }
