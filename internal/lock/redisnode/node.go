@@ -39,6 +39,14 @@ type Node struct {
 const (
 	maxAwait  = time.Second
 	maxAwaits = 32
+	// cronSlack is how much later than its timeout an idle Redis may end a
+	// blocked BLPOP: it times blocked clients out in its cron (hz 10), up
+	// to ~100 ms late. The client's read deadline leaves it that margin:
+	// were ours first, the wait would end in an error (the caller falling
+	// back to a slept pause), go-redis would close the connection (a new
+	// dial per unwoken wait), and a wake-up Redis popped for the closed
+	// connection meanwhile would be lost.
+	cronSlack = 110 * time.Millisecond
 	// wakeTTLms is how long a wake-up nobody took stays in the list.
 	wakeTTLms = 1000
 )
@@ -47,7 +55,7 @@ const (
 // does not connect: the first call does.
 func New(addr string, timeout time.Duration) *Node {
 	c := newClient(addr, timeout, timeout, 0)
-	n := &Node{addr: addr, timeout: timeout, c: c, waits: newClient(addr, timeout, maxAwait+timeout, maxAwaits),
+	n := &Node{addr: addr, timeout: timeout, c: c, waits: newClient(addr, timeout, maxAwait+timeout+cronSlack, maxAwaits),
 		slots: make(chan struct{}, maxAwaits)}
 	n.bg.ctx, n.bg.stop = context.WithCancel(context.Background())
 	return n
@@ -577,9 +585,10 @@ func (n *Node) AwaitWake(ctx context.Context, key string, d time.Duration) (woke
 	d = min(max(d, time.Millisecond), maxAwait)
 	var taken atomic.Bool // by the caller leaving, or by the pop's outcome
 	popped := make(chan error, 1)
+	start := time.Now()
 	go func() {
 		defer func() { <-n.slots }()
-		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+n.timeout)
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d+n.timeout+cronSlack)
 		defer cancel()
 		// Do, not BLPop: go-redis rounds a BLPop timeout below one second
 		// up to a whole second, and Redis takes a decimal one.
@@ -608,7 +617,18 @@ func (n *Node) AwaitWake(ctx context.Context, key string, d time.Duration) (woke
 	if errors.Is(err, goredis.Nil) {
 		return false, nil // d passed without a release
 	}
+	if err != nil && timedOut(err) && time.Since(start) >= d {
+		// d passed without a release; Redis, later still than cronSlack
+		// (a loaded host), did not say so first.
+		return false, nil
+	}
 	return err == nil, err
+}
+
+// timedOut reports whether err is a read that ran out of time.
+func timedOut(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // passOn gives back a wake-up nobody will use, as the release script

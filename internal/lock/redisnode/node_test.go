@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/stockguard/stockguard/internal/lock/redisnode"
 	"github.com/stockguard/stockguard/internal/stack"
 	"github.com/stockguard/stockguard/internal/stack/stacktest"
@@ -548,12 +550,73 @@ func TestConfirmingReleaseWakesOnce(t *testing.T) {
 // blocked is the number of clients blocked on the node's server.
 func blocked(t *testing.T, n *redisnode.Node) int {
 	t.Helper()
-	info := n.Client().Info(t.Context(), "clients").Val()
+	return int(infoField(t, n.Client(), "clients", "blocked_clients"))
+}
+
+// infoField is the numeric field of INFO section on c's server, -1 if absent.
+func infoField(t *testing.T, c *goredis.Client, section, field string) int64 {
+	t.Helper()
+	info := c.Info(t.Context(), section).Val()
 	for _, l := range strings.Split(info, "\r\n") {
-		if v, ok := strings.CutPrefix(l, "blocked_clients:"); ok {
-			b, _ := strconv.Atoi(v)
+		if v, ok := strings.CutPrefix(l, field+":"); ok {
+			b, _ := strconv.ParseInt(v, 10, 64)
 			return b
 		}
 	}
-	return 0
+	return -1
+}
+
+// TestUnwokenWaitEndsCleanly: a wait that no release ends is ended by
+// Redis's own BLPOP timeout (a nil reply, the connection kept), not by the
+// client timing the read out. An idle Redis times blocked clients out only
+// in its cron (hz 10, up to ~100 ms late); with Redlock's default node
+// timeout (50 ms) a read deadline of d plus the node timeout fired first:
+// the wait failed (its caller fell back to a slept pause), go-redis
+// closed the connection, and the next wait dialled a new one.
+func TestUnwokenWaitEndsCleanly(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	n := redisnode.New(srv.Addr(), 50*time.Millisecond)
+	t.Cleanup(func() { _ = n.Close() })
+	ctx := t.Context()
+	key := "unwoken"
+	_, _ = n.AwaitWake(ctx, key, 10*time.Millisecond) // dials the waits' connection
+	before := infoField(t, n.Client(), "stats", "total_connections_received")
+	const waits = 20
+	var errs []string
+	for i := range waits {
+		d := 80*time.Millisecond + time.Duration(i)*8*time.Millisecond // 80–240 ms: retry.AwaitSpan × the default delay
+		start := time.Now()
+		woken, err := n.AwaitWake(ctx, key, d)
+		if woken {
+			t.Fatal("woken with no release")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("%v after %v", err, time.Since(start).Round(time.Millisecond)))
+		}
+	}
+	// The node's own client's connection is already counted; allow one
+	// redial for a hiccup.
+	dialled := infoField(t, n.Client(), "stats", "total_connections_received") - before
+	if len(errs) > 0 || dialled > 1 {
+		t.Errorf("%d of %d unwoken waits failed (%q); %d connections dialled", len(errs), waits, errs, dialled)
+	}
+	// A release still ends a wait at once.
+	holds := []redisnode.Hold{{Key: key, ID: "ours"}}
+	if _, err := n.AcquireIncr(ctx, holds, time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	released := make(chan error, 1)
+	time.AfterFunc(50*time.Millisecond, func() {
+		_, _, err := n.Release(context.Background(), holds, []redisnode.Wake{redisnode.WakeAnyway}, nil, time.Minute)
+		released <- err
+	})
+	start := time.Now()
+	woken, err := n.AwaitWake(ctx, key, 800*time.Millisecond)
+	if took := time.Since(start); !woken || err != nil || took > 400*time.Millisecond {
+		t.Errorf("wait with a release after 50 ms: woken %v, err %v, after %v", woken, err, took)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release: %v", err)
+	}
 }

@@ -218,6 +218,73 @@ func TestReleaseOfALateWriteGoesOn(t *testing.T) {
 	}
 }
 
+// TestSettleWakesOnce: a release whose lock write is of unknown fate and
+// whose tries all fail goes on in the background, where, as in Release's
+// own loop (TestConfirmingReleaseWakesOnce), it wakes the key's waiters
+// once: the call that confirms the delete after an answered one wakes
+// nobody. Each background call used to send the hold's wake again, so one
+// release woke two waiters.
+func TestSettleWakesOnce(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	ctx := context.Background()
+	key := "settle-wakes-once"
+	// Load the scripts through another Node, so that n's pool stays empty:
+	// its calls during the pause never reach the server (go-redis waits for
+	// HELLO's answer), and only the background's calls run.
+	warmer := redisnode.New(srv.Addr(), time.Second)
+	warm := []redisnode.Hold{{Key: "warm", ID: "w"}}
+	if _, err := warmer.AcquireIncr(ctx, warm, time.Minute, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := warmer.Release(ctx, warm, []redisnode.Wake{redisnode.WakeAnyway}, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = warmer.Close() })
+	n := redisnode.New(srv.Addr(), 100*time.Millisecond)
+	t.Cleanup(func() { _ = n.Close() })
+
+	// Two waiters blocked on the key's wake list, on connections of their own.
+	woken := make(chan struct{}, 2)
+	for range 2 {
+		c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1, DisableIdentity: true})
+		t.Cleanup(func() { _ = c.Close() })
+		go func() {
+			if c.BLPop(ctx, 8*time.Second, redisnode.WakeKey(key)).Err() == nil {
+				woken <- struct{}{}
+			}
+		}()
+	}
+	for deadline := time.Now().Add(5 * time.Second); infoField(t, warmer.Client(), "clients", "blocked_clients") < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiters never blocked")
+		}
+	}
+
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = srv.Cont() }()
+	// Our lock write's reply never came (it did not land: nothing is there).
+	holds := []redisnode.Hold{{Key: key, ID: "ours"}}
+	_, _, err := n.Release(ctx, holds, []redisnode.Wake{redisnode.WakeAnyway}, []redisnode.Written{redisnode.Unknown}, time.Minute)
+	if !errors.Is(err, redisnode.ErrPending) {
+		t.Fatalf("Release across the pause = %v; want ErrPending", err)
+	}
+	if err := srv.Cont(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(3 * time.Second); n.Settling() != 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deletes still pending 3 s after the resume", n.Settling())
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a second wake-up would reach the other waiter by now
+	if got := len(woken); got != 1 {
+		t.Errorf("one release woke %d waiters, want 1", got)
+	}
+}
+
 // TestUnsent: a refused dial sent nothing; a closed Node neither.
 func TestUnsent(t *testing.T) {
 	t.Parallel()

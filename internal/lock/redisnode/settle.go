@@ -193,6 +193,10 @@ func (n *Node) settleOnce(ctx context.Context, batch []settle) error {
 		return err
 	}
 	for i := range batch {
+		// This call woke whom it should: a repeat (an Unknown write's
+		// confirming delete) that woke again would send a second waiter
+		// into the lock, as in Release's own loop.
+		batch[i].wake = WakeNone
 		switch e := &batch[i]; {
 		case v[i+1]&2 != 0:
 			e.need = 0

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 
 	"github.com/stockguard/stockguard/internal/lock"
 )
@@ -11,11 +12,15 @@ import (
 // Errors wrap lock.ErrNotAcquired (a majority answered but the key was
 // held), lock.ErrUnavailable (fewer than a majority answered, on
 // retry.MaxUnavailable attempts in a row) or ctx.Err(), and join the failing
-// nodes' *lock.NodeError. A cancelled or failed Acquire returns after it
-// has deleted what its attempt wrote on every node that confirmed the
-// delete; where a node did not (it did not answer in the node's tries, or
-// its lock write may still land, see the package doc), the error also
-// wraps lock.ErrCleanupPending and the delete goes on in the background.
+// nodes' *lock.NodeError. A failed attempt on a live ctx returns after
+// it has deleted what it wrote on every node that confirmed the delete;
+// where a node did not (it did not answer in the node's tries, or its lock
+// write may still land, see the package doc), the error also wraps
+// lock.ErrCleanupPending and the delete goes on in the background. Once
+// ctx is done Acquire returns (an attempt in flight runs to its majority
+// or the node timeout) without waiting for its clean-up: what no node had
+// confirmed by then goes on in the background, and the error wraps
+// lock.ErrCleanupPending.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	return l.loop.Acquire(ctx, key, opts, l.attempt)
 }
@@ -89,7 +94,9 @@ func (l *Locker) take(ctx context.Context, keys []string, o lock.Options, turns 
 				got = append(got, held{a: a, k: k})
 			}
 		}
-		return nil, nil, cleanupPending(cerr, l.release(got, true))
+		// The attempt's clean-up, if it was cut short too (t.cleanup), goes
+		// on in the background as well: a late lock write may still land.
+		return nil, nil, cleanupPending(cerr, errors.Join(out.t.cleanup, l.release(ctx, got, true)))
 	}
 	leases := make([]*lock.Lease, len(keys))
 	for k, ok := range out.obtained {

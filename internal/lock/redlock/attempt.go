@@ -134,24 +134,24 @@ func (a *attempt) run(ctx context.Context) (outcome, error) {
 		case r := <-replies:
 			t.add(r)
 		case <-ctx.Done():
-			return a.fail(replies, t, ctx.Err())
+			return a.fail(ctx, replies, t, ctx.Err())
 		}
 	}
 	if !t.anyObtained() {
-		return a.keep(replies, t)
+		return a.keep(ctx, replies, t)
 	}
 	elapsed := time.Since(a.start)
 	// The first key a node set expires TTL after a.start by that node's
 	// clock, which may run up to drift ahead of ours.
 	if validity := a.ttl - elapsed - retry.Drift(a.ttl); validity <= 0 {
-		return a.fail(replies, t, fmt.Errorf("%w: quorum reached after %v, no validity left of a %v TTL",
+		return a.fail(ctx, replies, t, fmt.Errorf("%w: quorum reached after %v, no validity left of a %v TTL",
 			lock.ErrUnavailable, elapsed, a.ttl))
 	}
-	return a.keep(replies, t)
+	return a.keep(ctx, replies, t)
 }
 
 // keep unlocks the keys not obtained and returns the outcome.
-func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
+func (a *attempt) keep(ctx context.Context, replies <-chan reply, t *tally) (outcome, error) {
 	var lost []held
 	obtained := make([]bool, len(a.keys))
 	for k := range a.keys {
@@ -169,7 +169,7 @@ func (a *attempt) keep(replies <-chan reply, t *tally) (outcome, error) {
 		// confirmed (t.cleanup). With leases to hand out, return once a
 		// majority is clear, as a lease's release does; the rest finish in
 		// the background, and the keys are reported held, as they may look.
-		rerr := a.l.release(lost, none)
+		rerr := a.l.release(ctx, lost, none)
 		t.drain(replies)
 		if none {
 			t.cleanup = rerr
@@ -204,13 +204,13 @@ func (a *attempt) heldElsewhere(k int) bool {
 }
 
 // fail unlocks every key of the attempt and returns cause.
-func (a *attempt) fail(replies <-chan reply, t *tally, cause error) (outcome, error) {
+func (a *attempt) fail(ctx context.Context, replies <-chan reply, t *tally, cause error) (outcome, error) {
 	close(a.abort)
 	all := make([]held, len(a.keys))
 	for k := range a.keys {
 		all[k] = held{a: a, k: k, quiet: a.heldElsewhere(k)}
 	}
-	rerr := a.l.release(all, true)
+	rerr := a.l.release(ctx, all, true)
 	t.drain(replies)
 	return outcome{}, cleanupPending(cause, rerr)
 }

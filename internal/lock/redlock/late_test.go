@@ -114,6 +114,63 @@ func TestCancelledAcquireLateWriteIsDeleted(t *testing.T) {
 	waitValues(t, raw, key, []string{"", "", "", "other", "other"}, 3*time.Second)
 }
 
+// TestAcquireHonoursDeadlineWithAPausedNode: one of five nodes is frozen
+// (a stall, or a partition of an open connection) and the key is held on
+// two others, so the attempt waits for the frozen node's round 1 until the
+// node timeout and is refused; Acquire's deadline ends during its
+// clean-up. Acquire returns at the deadline (plus at most a request in
+// flight), not after the clean-up's tries on the frozen node (four node
+// timeouts), and the clean-up goes on: the late write is deleted once the
+// node resumes.
+func TestAcquireHonoursDeadlineWithAPausedNode(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	const nodeTimeout = 100 * time.Millisecond
+	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(nodeTimeout))
+	warm(t, l)
+	key := locktest.Key(t)
+	raw.holdElsewhere(t, key, 3, 4)
+	c.pause(t, 2)
+	const budget = 150 * time.Millisecond
+	ctx, cancel := context.WithTimeout(t.Context(), budget)
+	defer cancel()
+	start := time.Now()
+	_, err := l.Acquire(ctx, key)
+	took := time.Since(start)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire = %v, want its deadline", err)
+	}
+	if limit := budget + nodeTimeout + 50*time.Millisecond; took > limit {
+		t.Errorf("Acquire with a %v deadline returned after %v (> %v): %v", budget, took, limit, err)
+	}
+	c.resume(t, 2)
+	waitValues(t, raw, key, []string{"", "", "", "other", "other"}, 3*time.Second)
+}
+
+// TestDeadlineDuringCleanupSaysWhatItLeft: the deadline ends after round 1
+// was refused (the frozen node timed out at 100 ms) and during the
+// attempt's clean-up, which the frozen node does not confirm: the error
+// wraps lock.ErrCleanupPending (the contract, as for a cancel during round
+// 1: TestCancelledAcquireSaysWhatItLeft), not the deadline alone, which
+// tells the caller nothing was left.
+func TestDeadlineDuringCleanupSaysWhatItLeft(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 5)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(100*time.Millisecond))
+	warm(t, l)
+	key := locktest.Key(t)
+	raw.holdElsewhere(t, key, 3, 4)
+	c.pause(t, 2)
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Millisecond)
+	defer cancel()
+	_, err := l.Acquire(ctx, key)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrCleanupPending) {
+		t.Errorf("Acquire whose clean-up on a frozen node outlived its deadline = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+}
+
 // TestFailedTryLateWritesAreDeleted: with a majority paused, a TryOnce and
 // a batch fail (lock.ErrUnavailable) and say their clean-up is pending; once
 // the nodes resume and run the attempts' lock writes, another Locker gets

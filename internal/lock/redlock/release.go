@@ -36,18 +36,23 @@ type held struct {
 // the background (redisnode.Release), its error wrapping
 // redisnode.ErrPending.
 // With wait it returns when every node's delete has been confirmed or
-// handed to the background; otherwise once a majority of nodes is clear of
-// the keys (the rest finish in the background). It returns the errors of
-// the deletes it waited for, when fewer than that majority could be
-// confirmed, or, with wait, when any is still pending.
-func (l *Locker) release(hs []held, wait bool) error {
+// handed to the background, or once ctx is done: the caller's deadline is
+// not the clean-up's, and a node that never answered round 1 would hold it
+// a node timeout per try. The deletes not confirmed by then go on (tracked
+// by l.bg, and redisnode's background after their tries), and the error
+// wraps lock.ErrCleanupPending. Without wait it returns once a majority of
+// nodes is clear of the keys (the rest finish in the background). It
+// returns the errors of the deletes it waited for, when fewer than that
+// majority could be confirmed, or, with wait, when any is still pending.
+// ctx only bounds the wait: the deletes run without its cancellation.
+func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 	if len(hs) == 0 {
 		return nil
 	}
 	n := len(l.nodes)
 	// The caller's values without its cancellation: a release that never
 	// reaches the nodes leaves the keys held for a whole TTL.
-	ctx := hs[0].a.bg
+	bg := hs[0].a.bg
 	ttl := hs[0].a.ttl
 	for _, h := range hs[1:] {
 		ttl = max(ttl, h.a.ttl)
@@ -64,7 +69,7 @@ func (l *Locker) release(hs []held, wait bool) error {
 			if st != writeAcquired {
 				written = []redisnode.Written{writtenAs(st)}
 			}
-			_, _, err := l.nodes[i].Release(ctx, h.a.holds[h.k:h.k+1:h.k+1], []redisnode.Wake{w}, written, ttl)
+			_, _, err := l.nodes[i].Release(bg, h.a.holds[h.k:h.k+1:h.k+1], []redisnode.Wake{w}, written, ttl)
 			return l.wakeOnly(i, !noneOurs(st), err)
 		}
 		holds := make([]redisnode.Hold, 0, len(hs))
@@ -90,13 +95,27 @@ func (l *Locker) release(hs []held, wait bool) error {
 		if len(holds) == 0 {
 			return nil
 		}
-		_, _, err := l.nodes[i].Release(ctx, holds, wake, written, ttl)
+		_, _, err := l.nodes[i].Release(bg, holds, wake, written, ttl)
 		return l.wakeOnly(i, ours, err)
 	})
 	cleared, pending, left := 0, 0, n
 	var errs []error
+	var done <-chan struct{} // nil without wait: the majority is awaited whatever ctx does
+	if wait {
+		done = ctx.Done()
+	}
 	for left > 0 && (wait || cleared < l.quorum) {
-		r := <-results
+		var r result
+		select {
+		case r = <-results:
+		case <-done:
+			err := fmt.Errorf("released on %d/%d nodes, %d unconfirmed when the caller gave up, going on in the background: %w",
+				cleared, n, left, lock.ErrCleanupPending)
+			if len(errs) > 0 {
+				err = fmt.Errorf("%w: %w", err, joinNodeErrs(errs))
+			}
+			return err
+		}
 		left--
 		if r.err != nil {
 			if errors.Is(r.err, redisnode.ErrPending) {
@@ -188,7 +207,7 @@ func (l *Locker) releaseHandles(hs []*handle) error {
 	for i, h := range hs {
 		items[i] = held{a: h.a, k: h.k}
 	}
-	err := l.release(items, false)
+	err := l.release(context.Background(), items, false)
 	for _, h := range hs {
 		h.handOn(true)
 	}
