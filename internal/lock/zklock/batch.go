@@ -74,13 +74,13 @@ func (l *Locker) HandoverBatch(ctx context.Context, prev []lock.Handle, keys []s
 	return b, released, nil
 }
 
-// releaseHandles releases hs, those of one session in one multi, without
-// outliving the clean-up bound.
+// releaseHandles releases hs, those of one session in one multi, waiting
+// for it no longer than a clean-up (cleanupContext).
 func (l *Locker) releaseHandles(ctx context.Context, hs []lock.Handle) error {
 	if len(hs) == 0 {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	rctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	return lock.ReleaseHandles(rctx, hs)
 }
@@ -139,7 +139,7 @@ func (s *session) acquireBatch(ctx context.Context, keys []string, gone []*node)
 	if len(won) == 0 {
 		return b, released, nil
 	}
-	if b.Leases, err = s.grant(won); err != nil {
+	if b.Leases, err = s.grant(ctx, won); err != nil {
 		return lock.Batch{}, released, err
 	}
 	return b, released, nil
@@ -150,13 +150,13 @@ func (s *session) acquireBatch(ctx context.Context, keys []string, gone []*node)
 // ends may yet be applied, and only its outcome tells whether there are
 // nodes to delete and whether gone's deletes went with it; returning
 // before would leave keys held after the error that says none are. So the
-// wait goes on, detached and bounded by cleanupTimeout, and nodes it
-// created are deleted before the error returns. Only a server out of reach
-// for that long leaves the clean-up to the background, said in the error
-// (and in released, for gone).
+// wait goes on for cleanupGrace, and nodes it created are deleted before
+// the error returns. A server that does not answer that soon (out of
+// reach, the multi waiting in go-zookeeper for one) leaves the clean-up to
+// the background, said in the error (and in released, for gone).
 func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([]*node, error, error) {
 	if ctx.Done() == nil {
-		return s.createNodes(keys, gone)
+		return s.createNodes(ctx, keys, gone)
 	}
 	type result struct {
 		nodes         []*node
@@ -164,7 +164,7 @@ func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([
 	}
 	done := make(chan result, 1)
 	go func() {
-		nodes, released, err := s.createNodes(keys, gone)
+		nodes, released, err := s.createNodes(ctx, keys, gone)
 		done <- result{nodes, released, err}
 	}()
 	select {
@@ -174,7 +174,7 @@ func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([
 	case <-s.dead:
 		return nil, nil, errSessionGone
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	select {
 	case r := <-done:
@@ -196,9 +196,9 @@ func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([
 	if len(gone) > 0 {
 		// As removeAll says when its wait is cut short: the deletes are
 		// in that multi, or after it, still going.
-		released = fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(gone), lock.ErrCleanupPending, cctx.Err())
+		released = fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(gone), lock.ErrCleanupPending, waitEnd(cctx))
 	}
-	return nil, released, fmt.Errorf("%w (create still unanswered %v later: %w)", ctx.Err(), cleanupTimeout, lock.ErrCleanupPending)
+	return nil, released, fmt.Errorf("%w (create still unanswered: %w: %w)", ctx.Err(), lock.ErrCleanupPending, waitEnd(cctx))
 }
 
 // maxCreateTries bounds the retries of one create; each retry is the server
@@ -232,7 +232,13 @@ const maxCreateTries = 10
 // reply (after which recoverCreates tells whether it was applied), they are
 // deleted on their own and the creates retried without them. Either way
 // they are gone, or going, when createNodes returns; released is why not.
-func (s *session) createNodes(keys []string, gone []*node) (_ []*node, released, err error) {
+//
+// A multi go-zookeeper never wrote (unsent: no server in reach) told us
+// nothing and costs no try; it is sent again, but only while ctx, the
+// caller's, lives: a caller gone has no use for a node, and once it is,
+// createNodes ends at its next try. Only a multi that may have been
+// applied is followed up (recoverCreates), so that its nodes get deleted.
+func (s *session) createNodes(ctx context.Context, keys []string, gone []*node) (_ []*node, released, err error) {
 	defer func() {
 		if len(gone) > 0 {
 			released = s.removeAll(context.Background(), gone)
@@ -242,11 +248,17 @@ func (s *session) createNodes(keys []string, gone []*node) (_ []*node, released,
 	for i := range ids {
 		ids[i] = uuid.New()
 	}
-	for range maxCreateTries {
+	for tries := 0; tries < maxCreateTries; {
 		if s.isGone() {
 			return nil, nil, errSessionGone
 		}
-		if err = s.ensureParents(keys); lostResponse(err) {
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, nil, cerr
+		}
+		if err = s.ensureParents(keys); cutOff(err) {
+			if !unsent(err) {
+				tries++
+			}
 			time.Sleep(retryPause)
 			continue
 		} else if err != nil {
@@ -277,6 +289,9 @@ func (s *session) createNodes(keys []string, gone []*node) (_ []*node, released,
 				nodes = append(nodes, n)
 			}
 			return nodes, nil, nil
+		case unsent(err):
+			time.Sleep(retryPause)
+			continue
 		case lostResponse(err):
 			nodes, rerr := s.recoverCreates(keys, ids)
 			if nodes != nil {
@@ -304,6 +319,7 @@ func (s *session) createNodes(keys []string, gone []*node) (_ []*node, released,
 		default:
 			return nil, nil, s.classify(err)
 		}
+		tries++
 	}
 	return nil, nil, fmt.Errorf("create under %s (%d keys): gave up after %d tries: %w", s.l.cfg.root+"/"+keys[0], len(keys), maxCreateTries, err)
 }
@@ -401,7 +417,7 @@ func (s *session) removeAll(ctx context.Context, nodes []*node) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(nodes), lock.ErrCleanupPending, ctx.Err())
+		return fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(nodes), lock.ErrCleanupPending, waitEnd(ctx))
 	}
 }
 

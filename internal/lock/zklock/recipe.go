@@ -26,9 +26,48 @@ type node struct {
 
 func (n *node) path() string { return n.parent + "/" + n.name }
 
-// cleanupTimeout bounds how long a failed Acquire waits for its own node to
-// be deleted before it returns; the deletion goes on in the background.
-const cleanupTimeout = 2 * time.Second
+const (
+	// cleanupTimeout bounds how long a failed Acquire whose caller's
+	// context is still running waits for its own node to be deleted
+	// before it returns; the deletion goes on in the background.
+	cleanupTimeout = 2 * time.Second
+	// cleanupGrace is how long past the caller's context a failed call
+	// waits for its clean-up: about a round trip, so that a reachable
+	// ensemble confirms it, while a client cut off from the ensemble,
+	// whose requests wait in go-zookeeper for a server, returns about when
+	// its caller asked. The clean-up goes on in the background after it.
+	cleanupGrace = 200 * time.Millisecond
+)
+
+// errGraceOver ends a clean-up context cleanupGrace after the caller's.
+var errGraceOver = fmt.Errorf("no answer within %v of the caller's end", cleanupGrace)
+
+// cleanupContext is the context a failed call waits for its clean-up in:
+// ctx's values, cleanupTimeout at most, and cleanupGrace past ctx's end.
+// Ended by the grace, its cause is errGraceOver, not ctx's error: the
+// clean-up was not cancelled, only no longer waited for.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	tctx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := context.WithCancelCause(tctx)
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(cleanupGrace, func() { cancel(errGraceOver) })
+	})
+	return cctx, func() {
+		stop()
+		cancel(nil)
+		cancelTimeout()
+	}
+}
+
+// waitEnd is why a wait for a clean-up in ctx ended: cleanupContext's
+// grace, or ctx's own end (a caller's context may carry a cause of its own,
+// which is no reason the clean-up was not waited for).
+func waitEnd(ctx context.Context) error {
+	if cause := context.Cause(ctx); errors.Is(cause, errGraceOver) {
+		return cause
+	}
+	return ctx.Err()
+}
 
 // acquire runs the recipe once in this session.
 func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*lock.Lease, error) {
@@ -53,7 +92,7 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 		}
 		return nil, err
 	}
-	leases, err := s.grant([]*node{n})
+	leases, err := s.grant(ctx, []*node{n})
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +105,7 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 // with the session, and the attempt starts over; a delete still pending
 // (lock.ErrCleanupPending) is in the error, for the caller to hear of if
 // it gives up.
-func (s *session) grant(nodes []*node) (lock.Set, error) {
+func (s *session) grant(ctx context.Context, nodes []*node) (lock.Set, error) {
 	leases := make(lock.Set, len(nodes))
 	hs := make([]*handle, len(nodes))
 	loses := make([]func(error), len(nodes))
@@ -82,7 +121,7 @@ func (s *session) grant(nodes []*node) (lock.Set, error) {
 	}
 	if err := s.register(hs, loses); err != nil {
 		if errors.Is(err, errDisconnected) {
-			if aerr := s.abandon(context.Background(), nodes...); aerr != nil {
+			if aerr := s.abandon(ctx, nodes...); aerr != nil {
 				err = fmt.Errorf("%w (%w)", err, aerr)
 			}
 		}
@@ -91,12 +130,12 @@ func (s *session) grant(nodes []*node) (lock.Set, error) {
 	return leases, nil
 }
 
-// abandon deletes nodes that were never handed out as leases, within
-// cleanupTimeout; the deletion goes on in the background after that, and
-// the error (lock.ErrCleanupPending) says so. The caller's ctx may be over
-// (often the reason): abandon uses its own.
+// abandon deletes nodes that were never handed out as leases, waiting for
+// that as cleanupContext says; the deletion goes on in the background after
+// that, and the error (lock.ErrCleanupPending) says so. The caller's ctx
+// may be over (often the reason): it only shortens the wait.
 func (s *session) abandon(ctx context.Context, nodes ...*node) error {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+	cctx, cancel := cleanupContext(ctx)
 	defer cancel()
 	err := s.removeAll(cctx, nodes)
 	if err != nil {
@@ -140,21 +179,25 @@ func (s *session) ensureParent(key string) error {
 // server, one that has not applied the create yet. Once the session has
 // moved, the leader refuses anything the old server still forwards, so
 // after the sync the create either shows or never will.
+//
+// It goes on while the session may still hold the node: not once the
+// servers could have expired it (expiresAfter) without a reconnection,
+// whether or not our timer has given the session up yet.
 func (s *session) recoverCreate(key, parent string, id uuid.UUID) (*node, error) {
 	mark := nodePrefix(id)
 	for ; ; time.Sleep(retryPause) { // a retry waits for the reconnection
-		if s.isGone() {
+		if s.isGone() || s.mayHaveExpired() {
 			return nil, errSessionGone
 		}
 		_, err := s.conn.Sync(parent)
-		if lostResponse(err) {
+		if cutOff(err) {
 			continue
 		}
 		children, _, err := s.conn.Children(parent)
 		switch {
 		case errors.Is(err, zk.ErrNoNode):
 			return nil, nil
-		case lostResponse(err):
+		case cutOff(err):
 			continue
 		case err != nil:
 			return nil, s.classify(err)
@@ -170,7 +213,7 @@ func (s *session) recoverCreate(key, parent string, id uuid.UUID) (*node, error)
 		}
 		ok, st, err := s.conn.Exists(parent + "/" + name)
 		switch {
-		case lostResponse(err):
+		case cutOff(err):
 			continue
 		case err != nil:
 			return nil, s.classify(err)
@@ -300,7 +343,7 @@ const retryPause = 10 * time.Millisecond
 // repeating, after a pause: the session, and our node in it, usually
 // survive the reconnection to another server.
 func (s *session) retryRead(ctx context.Context, err error) bool {
-	if !lostResponse(err) || s.isGone() {
+	if !cutOff(err) || s.isGone() {
 		return false
 	}
 	select {

@@ -59,7 +59,7 @@ func (s *session) remove(ctx context.Context, n *node) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("zookeeper: delete %s: %w: %w", n.path(), lock.ErrCleanupPending, ctx.Err())
+		return fmt.Errorf("zookeeper: delete %s: %w: %w", n.path(), lock.ErrCleanupPending, waitEnd(ctx))
 	}
 }
 
@@ -78,14 +78,14 @@ func (s *session) deleteUntilGone(n *node) error {
 	})
 }
 
-// untilGone repeats op, every step idempotent, while its replies are lost.
+// untilGone repeats op, every step idempotent, while a disconnect cuts it off.
 func (s *session) untilGone(what string, op func() error) error {
 	for {
 		err := op()
 		if err == nil || s.isGone() {
 			return nil // with the session, the servers delete the nodes themselves
 		}
-		if !lostResponse(err) {
+		if !cutOff(err) {
 			return fmt.Errorf("zookeeper: delete %s: %w", what, err)
 		}
 		select {

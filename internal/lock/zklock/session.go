@@ -361,6 +361,12 @@ func (s *session) isGone() bool {
 	}
 }
 
+// mayHaveExpired reports a disconnected session past expiresAfter: the
+// servers may have expired it, and its nodes with it.
+func (s *session) mayHaveExpired() bool {
+	return !s.isConnected() && time.Now().After(s.expiresAfter())
+}
+
 func (s *session) isConnected() bool {
 	s.l.mu.Lock()
 	defer s.l.mu.Unlock()
@@ -439,8 +445,17 @@ func (s *session) classify(err error) error {
 // and the request may have reached the server in part or whole.
 func lostResponse(err error) bool {
 	var op *net.OpError
-	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) || errors.As(err, &op)
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.As(err, &op)
 }
+
+// unsent reports a request go-zookeeper gave up before writing it: queued
+// while no server could be reached, it is flushed with ErrNoServer each
+// time the client has tried every server. Nothing reached the ensemble.
+func unsent(err error) bool { return errors.Is(err, zk.ErrNoServer) }
+
+// cutOff reports a request a disconnect kept from its answer, sent or not:
+// worth repeating once the session reconnects, if repeating is harmless.
+func cutOff(err error) bool { return lostResponse(err) || unsent(err) }
 
 // zkLogger sends go-zookeeper's messages to slog at debug level: the
 // Locker logs what matters (suspended, resumed, lost) itself.

@@ -349,7 +349,7 @@ func TestGrantCutOffSaysWhatItLeft(t *testing.T) {
 		if tries++; tries > 1 {
 			return ctx.Err() // what a second try cut off meets
 		}
-		_, err := s2.grant(nodes)
+		_, err := s2.grant(ctx, nodes)
 		return err
 	})
 	p.heal()
