@@ -186,7 +186,14 @@ func (s *session) ensureParent(key string) error {
 func (s *session) recoverCreate(key, parent string, id uuid.UUID) (*node, error) {
 	mark := nodePrefix(id)
 	for ; ; time.Sleep(retryPause) { // a retry waits for the reconnection
-		if s.isGone() || s.mayHaveExpired() {
+		if s.isGone() {
+			return nil, errSessionGone
+		}
+		if s.mayHaveExpired() {
+			// errSessionGone must mean gone: were the session to resume
+			// (its timer late, a handshake answered), the create, if
+			// applied, would leave a node nobody owns first in the line.
+			s.l.giveUp(s, lostTimeout, errors.New("a lost create's reply not recovered before the session could have expired"))
 			return nil, errSessionGone
 		}
 		_, err := s.conn.Sync(parent)
