@@ -433,7 +433,10 @@ func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake, written [
 	if len(holds) == 0 {
 		return 0, nil, nil
 	}
-	keys, argv := releaseArgs(holds, wake)
+	// Every repeat of this release, here or in the background, runs before
+	// its wake markers expire.
+	marked := releaseTries*(n.timeout+releasePause) + settleTTLs*max(ttl, time.Second)
+	keys, argv := releaseArgs(holds, wake, marked)
 	var need []uint8 // answers each hold still needs; nil: one answer for all
 	for i := range holds {
 		if writtenAt(written, i) != Landed {
@@ -467,7 +470,7 @@ func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake, written [
 				// and a second wake-up would send a waiter into the lock.
 				if wake != nil {
 					wake = nil
-					keys, argv = releaseArgs(holds, nil)
+					keys, argv = releaseArgs(holds, nil, marked)
 				}
 				continue
 			}
@@ -491,13 +494,13 @@ func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake, written [
 }
 
 // releaseArgs builds the release script's keys and arguments for holds,
-// each key waking as wake says.
-func releaseArgs(holds []Hold, wake []Wake) (keys []string, argv []any) {
-	keys = make([]string, 0, 3*len(holds))
-	argv = make([]any, 0, 1+2*len(holds))
-	argv = append(argv, wakeTTLms)
+// each key waking as wake says, its wake marker (WokeKey) kept for woke.
+func releaseArgs(holds []Hold, wake []Wake, woke time.Duration) (keys []string, argv []any) {
+	keys = make([]string, 0, 4*len(holds))
+	argv = make([]any, 0, 2+2*len(holds))
+	argv = append(argv, wakeTTLms, woke.Milliseconds())
 	for i, h := range holds {
-		keys = append(keys, LockKey(h.Key), WakeKey(h.Key), WaitKey(h.Key))
+		keys = append(keys, LockKey(h.Key), WakeKey(h.Key), WaitKey(h.Key), WokeKey(h.Key, h.ID))
 		argv = append(argv, h.ID, strconv.Itoa(int(wakeAt(wake, i))))
 	}
 	return keys, argv

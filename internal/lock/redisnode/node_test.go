@@ -481,7 +481,14 @@ func TestWakesChainWithoutRefusals(t *testing.T) {
 		}
 		return tokens[0]
 	}
-	holder, waiter := "a", "b"
+	// Each hold under a lease id of its own, as Lockers give them: a hold
+	// wakes at most once (its wake marker).
+	holder, waiter := "a0", "b0"
+	t.Cleanup(func() {
+		for i := range 7 {
+			n.Client().Del(context.Background(), redisnode.WokeKey(key, fmt.Sprintf("a%d", i)), redisnode.WokeKey(key, fmt.Sprintf("b%d", i)))
+		}
+	})
 	if acquire(holder) == 0 || acquire(waiter) != 0 {
 		t.Fatal("want a to hold and b to be refused")
 	}
@@ -500,7 +507,8 @@ func TestWakesChainWithoutRefusals(t *testing.T) {
 		if acquire(waiter) == 0 {
 			t.Fatalf("hand-off %d: the woken waiter was refused", i)
 		}
-		holder, waiter = waiter, holder // the old holder now awaits the key back
+		// The old holder now awaits the key back, as a new lease.
+		holder, waiter = waiter, fmt.Sprintf("%c%d", holder[0], i+1)
 	}
 }
 

@@ -285,6 +285,70 @@ func TestSettleWakesOnce(t *testing.T) {
 	}
 }
 
+// TestSettleWakesOnceWithAWarmPool is TestSettleWakesOnce with the Node's
+// own pool warm (the usual case: a Locker that has been serving): the
+// Release's first try goes out on an idle, answered connection, so it is
+// buffered in the paused server and runs on resume (waking one waiter),
+// and the background's first answered call runs too. Three waiters, one
+// woken: the hold's wake marker (WokeKey) makes every repeat wake nobody.
+// (Without it a Landed and an Unknown write each woke two, and before the
+// background's repeats stopped waking, an Unknown one woke all three.)
+func TestSettleWakesOnceWithAWarmPool(t *testing.T) {
+	t.Parallel()
+	for _, written := range []redisnode.Written{redisnode.Landed, redisnode.Unknown} {
+		t.Run([]string{"Landed", "Unknown"}[written], func(t *testing.T) {
+			srv := startRedis(t)
+			ctx := context.Background()
+			key := "settle-wakes-once-warm"
+			n := redisnode.New(srv.Addr(), 100*time.Millisecond)
+			t.Cleanup(func() { _ = n.Close() })
+			warm := []redisnode.Hold{{Key: "warm", ID: "w"}}
+			if _, err := n.AcquireIncr(ctx, warm, time.Minute, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := n.Release(ctx, warm, []redisnode.Wake{redisnode.WakeAnyway}, nil, time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			woken := make(chan struct{}, 3)
+			for range 3 {
+				c := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), MaxRetries: -1, DisableIdentity: true})
+				t.Cleanup(func() { _ = c.Close() })
+				go func() {
+					if c.BLPop(ctx, 8*time.Second, redisnode.WakeKey(key)).Err() == nil {
+						woken <- struct{}{}
+					}
+				}()
+			}
+			for deadline := time.Now().Add(5 * time.Second); infoField(t, n.Client(), "clients", "blocked_clients") < 3; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the waiters never blocked")
+				}
+			}
+			if err := srv.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = srv.Cont() }()
+			holds := []redisnode.Hold{{Key: key, ID: "ours"}}
+			_, _, err := n.Release(ctx, holds, []redisnode.Wake{redisnode.WakeAnyway}, []redisnode.Written{written}, time.Minute)
+			if !errors.Is(err, redisnode.ErrPending) {
+				t.Fatalf("Release across the pause = %v; want ErrPending", err)
+			}
+			if err := srv.Cont(); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(3 * time.Second); n.Settling() != 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d deletes still pending", n.Settling())
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+			if got := len(woken); got != 1 {
+				t.Errorf("one release (written %v) woke %d waiters, want 1", written, got)
+			}
+		})
+	}
+}
+
 // TestUnsent: a refused dial sent nothing; a closed Node neither.
 func TestUnsent(t *testing.T) {
 	t.Parallel()

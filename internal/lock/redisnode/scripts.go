@@ -28,6 +28,12 @@ func WakeKey(key string) string { return "stockguard:{" + key + "}:wake" }
 // so the common release on many keys, where nobody waited, writes no list.
 func WaitKey(key string) string { return "stockguard:{" + key + "}:waiting" }
 
+// WokeKey names the marker of the wake-up of the hold of key under lease
+// id: stockguard:{<key>}:woke:<id>. A release sets it when it wakes, so a
+// repeat of that release (its reply was lost, and it was sent again, or
+// went on in the background) wakes nobody: one hold, one wake-up.
+func WokeKey(key, id string) string { return "stockguard:{" + key + "}:woke:" + id }
+
 // Every script takes a batch: any number of keys of one lock operation in
 // one call, so a batch of keys costs one round trip per server per phase.
 // The per-key steps are the same as for a single key and each key keeps its
@@ -147,8 +153,13 @@ return out
 // Locker that let go of a key and wants it again awaits a wake-up without
 // being refused (retry's yield), and while a hot key changes hands among
 // waiters nobody is refused, so a flag left to the refusals alone would
-// expire under them and leave such a waiter asleep for its whole wait. KEYS:
-// lock, wake list, wait flag per key. ARGV: the wake list's TTL in ms, then
+// expire under them and leave such a waiter asleep for its whole wait.
+// A hold wakes at most once: the push goes only with the hold's wake
+// marker (WokeKey) set for the first time, so a repeat of the release (a
+// try whose reply was lost ran after all, say once a paused server
+// resumed, and the next try, or the background, ran too) sends no second
+// waiter into the lock. KEYS: lock, wake list, wait flag, wake marker per
+// key. ARGV: the wake list's TTL in ms, the wake marker's TTL in ms, then
 // per key the lease id and the Wake: "1" to wake if the lock was ours here
 // and someone may be blocked, "2" to wake whether or not, "0" not to.
 // Returns how many locks it deleted, then per key a bit field: 1 where it
@@ -156,27 +167,26 @@ return out
 // whose reply was lost: see Node.Release).
 var releaseScript = goredis.NewScript(`
 local out = {0}
-for i = 1, #KEYS / 3 do
-  local ours = redis.call('GET', KEYS[3*i-2]) == ARGV[2*i]
+for i = 1, #KEYS / 4 do
+  local ours = redis.call('GET', KEYS[4*i-3]) == ARGV[2*i+1]
   out[i+1] = 0
   if ours then
-    redis.call('DEL', KEYS[3*i-2])
+    redis.call('DEL', KEYS[4*i-3])
     out[1] = out[1] + 1
     out[i+1] = 2
   end
-  local wake = ARGV[2*i+1]
+  local wake = ARGV[2*i+2]
   local push = wake == '2'
+  local flag = false
   if ours and wake == '1' then
-    local flag = redis.call('GET', KEYS[3*i])
-    if flag and redis.call('LLEN', KEYS[3*i-1]) == 0 then
-      redis.call('SET', KEYS[3*i], flag, 'PX', flag)
-      push = true
-    end
+    flag = redis.call('GET', KEYS[4*i-1])
+    push = flag and redis.call('LLEN', KEYS[4*i-2]) == 0
   end
-  if push then
-    redis.call('LPUSH', KEYS[3*i-1], '1')
-    redis.call('LTRIM', KEYS[3*i-1], 0, 0)
-    redis.call('PEXPIRE', KEYS[3*i-1], ARGV[1])
+  if push and redis.call('SET', KEYS[4*i], '1', 'NX', 'PX', ARGV[2]) then
+    if flag then redis.call('SET', KEYS[4*i-1], flag, 'PX', flag) end
+    redis.call('LPUSH', KEYS[4*i-2], '1')
+    redis.call('LTRIM', KEYS[4*i-2], 0, 0)
+    redis.call('PEXPIRE', KEYS[4*i-2], ARGV[1])
     out[i+1] = out[i+1] + 1
   end
 end

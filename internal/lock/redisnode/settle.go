@@ -174,10 +174,14 @@ func (s *settling) len() int {
 // closed Node) gives them up.
 func (n *Node) settleOnce(ctx context.Context, batch []settle) error {
 	holds, wake := make([]Hold, len(batch)), make([]Wake, len(batch))
+	var last time.Time // no call for these holds comes after it
 	for i, e := range batch {
 		holds[i], wake[i] = e.hold, e.wake
+		if e.until.After(last) {
+			last = e.until
+		}
 	}
-	keys, argv := releaseArgs(holds, wake)
+	keys, argv := releaseArgs(holds, wake, time.Until(last)+time.Second)
 	rctx, cancel := n.ctx(ctx)
 	v, err := releaseScript.Run(rctx, n.c, keys, argv...).Int64Slice()
 	cancel()

@@ -17,10 +17,11 @@ import (
 // where a node did not (it did not answer in the node's tries, or its lock
 // write may still land, see the package doc), the error also wraps
 // lock.ErrCleanupPending and the delete goes on in the background. Once
-// ctx is done Acquire returns (an attempt in flight runs to its majority
-// or the node timeout) without waiting for its clean-up: what no node had
-// confirmed by then goes on in the background, and the error wraps
-// lock.ErrCleanupPending.
+// ctx is done an attempt in flight runs to its majority or the node
+// timeout, and its clean-up waits, for up to another node timeout, only
+// for the nodes that answered its lock write (they answer the delete in a
+// round trip): the deletes on the others, and any not confirmed by then,
+// go on in the background, and the error wraps lock.ErrCleanupPending.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...lock.Option) (*lock.Lease, error) {
 	return l.loop.Acquire(ctx, key, opts, l.attempt)
 }

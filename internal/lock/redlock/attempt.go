@@ -129,11 +129,22 @@ func (a *attempt) run(ctx context.Context) (outcome, error) {
 		a.l.spawn(func() { a.node(i, replies) })
 	}
 	t := newTally(a)
+	// Once ctx is done the attempt still runs to its majority, up to the
+	// node timeout (what its requests wait for anyway): cut short, it
+	// leaves writes whose answer is on its way, each a delete to confirm,
+	// where a majority that answered is all a clean clean-up needs.
+	done := ctx.Done()
+	var late <-chan time.Time
 	for !t.settled() {
 		select {
 		case r := <-replies:
 			t.add(r)
-		case <-ctx.Done():
+		case <-done:
+			done = nil
+			tm := time.NewTimer(time.Until(a.start.Add(a.l.cfg.nodeTimeout)))
+			defer tm.Stop()
+			late = tm.C
+		case <-late:
 			return a.fail(ctx, replies, t, ctx.Err())
 		}
 	}
@@ -221,11 +232,21 @@ func (a *attempt) fail(ctx context.Context, replies <-chan reply, t *tally, caus
 // (lock.Locker) says so with lock.ErrCleanupPending. The clean-up's own
 // lock.ErrUnavailable is not wrapped: cause says why the call failed.
 func cleanupPending(cause, rerr error) error {
-	if rerr == nil {
+	switch {
+	case rerr == nil:
 		return cause
+	case errors.Is(rerr, lock.ErrCleanupPending): // its text says so already
+		return fmt.Errorf("%w (%w)", cause, pendingText(rerr.Error()))
 	}
 	return fmt.Errorf("%w (%w: %v)", cause, lock.ErrCleanupPending, rerr)
 }
+
+// pendingText is the text of a clean-up error that already says
+// lock.ErrCleanupPending: it wraps that alone, not the rest of its chain.
+type pendingText string
+
+func (e pendingText) Error() string { return string(e) }
+func (e pendingText) Unwrap() error { return lock.ErrCleanupPending }
 
 // node runs this attempt's requests to node i, in order: round 1 (the lock
 // writes), then, with fencing, round 2 once the tokens are decided.

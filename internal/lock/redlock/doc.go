@@ -155,9 +155,10 @@
 // such a write counts only once the node has answered a delete and then
 // one more sent after that answer, or deleted the write (see
 // redisnode.Release for why that order holds); a delete a node does not
-// confirm in its tries, or before the acquisition's ctx is done (the
-// caller's deadline does not wait for a frozen node's tries), goes on in
-// the background, for up to four TTLs or until Close, and the failed or
+// confirm in its tries, or, once the acquisition's ctx is done, at once
+// (the caller's deadline does not wait for a frozen node's tries; the
+// deletes on nodes that answered round 1 are still awaited, for up to a
+// node timeout), goes on in the background, for up to four TTLs or until Close, and the failed or
 // cancelled acquisition's error wraps lock.ErrCleanupPending. A request that never reached the node (no
 // connection) left nothing there and needs no delete. A release whose
 // nodes all answered round 1 and its delete costs what it always did.

@@ -3,7 +3,12 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -168,6 +173,147 @@ func TestDeadlineDuringCleanupSaysWhatItLeft(t *testing.T) {
 	_, err := l.Acquire(ctx, key)
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, lock.ErrCleanupPending) {
 		t.Errorf("Acquire whose clean-up on a frozen node outlived its deadline = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+	if c := strings.Count(err.Error(), lock.ErrCleanupPending.Error()); c != 1 {
+		t.Errorf("Acquire = %v: says lock.ErrCleanupPending %d times, want once", err, c)
+	}
+}
+
+// TestCancelOnHealthyNodesLeavesNothingPending: every node healthy and
+// answering in well under a millisecond; Acquires of free keys whose
+// deadline ends during round 1 (or just after the grant). Their clean-up
+// waits for the nodes that answered (a round trip), so the error seldom
+// says lock.ErrCleanupPending ("the servers did not answer the clean-up in
+// time", lock.Locker) and another Locker's TryOnce right after is never
+// refused. (Returning at once with the deadline, every one said so and
+// two in three such TryOnces were refused.)
+func TestCancelOnHealthyNodesLeavesNothingPending(t *testing.T) {
+	c := startCluster(t, 3)
+	l := newLocker(t, c.addrs)
+	o := newLocker(t, c.addrs)
+	warm(t, l)
+	warm(t, o)
+	base := locktest.Key(t)
+	var cancelled, pending, refused int
+	for i := range 300 {
+		key := fmt.Sprintf("%s-%d", base, i)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+rand.IntN(400))*time.Microsecond)
+		lease, err := l.Acquire(ctx, key)
+		cancel()
+		if err == nil {
+			locktest.MustRelease(t, lease)
+			continue
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire: %v", err)
+		}
+		cancelled++
+		tl, terr := o.Acquire(context.Background(), key, lock.TryOnce())
+		if terr == nil {
+			locktest.MustRelease(t, tl)
+		} else {
+			refused++
+		}
+		if errors.Is(err, lock.ErrCleanupPending) {
+			pending++
+			if pending == 1 {
+				t.Logf("e.g. %v", err)
+			}
+		}
+	}
+	t.Logf("%d cancelled: %d ErrCleanupPending, %d next TryOnce refused", cancelled, pending, refused)
+	if pending > cancelled/10 {
+		t.Errorf("healthy nodes: %d of %d cancelled Acquires report lock.ErrCleanupPending", pending, cancelled)
+	}
+	if refused > 0 {
+		t.Errorf("healthy nodes: %d of %d cancelled Acquires left the key so that another Locker's TryOnce right after was refused", refused, cancelled)
+	}
+}
+
+// TestShortDeadlinesThenClose: many Acquires with deadlines inside round 1
+// or the clean-up, some on a key held elsewhere, then Close: Close is
+// prompt, leaves no goroutine behind, and the free keys are clear.
+func TestShortDeadlinesThenClose(t *testing.T) {
+	c := startCluster(t, 3)
+	raw := rawClients(t, c.addrs)
+	before := runtime.NumGoroutine()
+	l, err := redlock.New(c.addrs, redlock.WithNodeTimeout(time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := locktest.Key(t)
+	raw.holdElsewhere(t, base+"-held", 0, 1)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 60 {
+				key := fmt.Sprintf("%s-%d-%d", base, g, i)
+				if i%3 == 0 {
+					key = base + "-held"
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(20+rand.IntN(2000))*time.Microsecond)
+				lease, err := l.Acquire(ctx, key)
+				cancel()
+				if err == nil {
+					_ = lease.Release(context.Background())
+				}
+			}
+		})
+	}
+	wg.Wait()
+	start := time.Now()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("Close took %v", d)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+2 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Close, %d before:\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for i := range 8 {
+		for j := range 60 {
+			if j%3 != 0 {
+				if v := raw.lockValues(t, fmt.Sprintf("%s-%d-%d", base, i, j)); count(v, "") != 3 {
+					t.Errorf("key %d-%d left set after Close: %q", i, j, v)
+				}
+			}
+		}
+	}
+}
+
+// TestDeadlineInsideWait: a waiter whose deadline falls inside its wait for
+// a wake-up (the key held elsewhere, nobody releasing it) returns at its
+// deadline: neither the wait's cronSlack nor the clean-up's grace for the
+// nodes that answered delays it.
+func TestDeadlineInsideWait(t *testing.T) {
+	c := startCluster(t, 3)
+	raw := rawClients(t, c.addrs)
+	l := newLocker(t, c.addrs, redlock.WithNodeTimeout(50*time.Millisecond))
+	warm(t, l)
+	key := locktest.Key(t)
+	raw.holdElsewhere(t, key, 0, 1, 2)
+	var worst time.Duration
+	for i := range 20 {
+		d := time.Duration(30+i*13) * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		start := time.Now()
+		_, err := l.Acquire(ctx, key)
+		over := time.Since(start) - d
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Acquire: %v", err)
+		}
+		worst = max(worst, over)
+	}
+	t.Logf("worst overrun %v", worst)
+	if worst > 30*time.Millisecond {
+		t.Errorf("an Acquire whose deadline fell inside a wait overran it by %v", worst)
 	}
 }
 

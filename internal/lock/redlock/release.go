@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/redisnode"
@@ -36,11 +37,16 @@ type held struct {
 // the background (redisnode.Release), its error wrapping
 // redisnode.ErrPending.
 // With wait it returns when every node's delete has been confirmed or
-// handed to the background, or once ctx is done: the caller's deadline is
-// not the clean-up's, and a node that never answered round 1 would hold it
-// a node timeout per try. The deletes not confirmed by then go on (tracked
-// by l.bg, and redisnode's background after their tries), and the error
-// wraps lock.ErrCleanupPending. Without wait it returns once a majority of
+// handed to the background. Once ctx is done it stops waiting for the
+// nodes whose round-1 write got no answer: the caller's deadline is not
+// the clean-up's, and such a node (frozen, say) would hold it a node
+// timeout per try. The others answered round 1 and answer a delete within
+// a round trip, so it waits for them, up to one node timeout (the overrun
+// Acquire's doc allows), rather than report a clean-up healthy nodes are
+// about to confirm as pending (and leave the key held for the next
+// caller). The deletes not confirmed by then go on (tracked by l.bg, and
+// redisnode's background after their tries), and the error wraps
+// lock.ErrCleanupPending. Without wait it returns once a majority of
 // nodes is clear of the keys (the rest finish in the background). It
 // returns the errors of the deletes it waited for, when fewer than that
 // majority could be confirmed, or, with wait, when any is still pending.
@@ -57,11 +63,17 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 	for _, h := range hs[1:] {
 		ttl = max(ttl, h.a.ttl)
 	}
+	// unanswered gets each node where some hold's round-1 write got no
+	// answer: once ctx is done, its delete is not waited for.
+	unanswered := make(chan int, n)
 	results := l.each(allNodes(n), func(i int) error {
 		if len(hs) == 1 { // a lone lease: no per-node slices to build
 			h := hs[0]
 			<-h.a.fin[i]
 			w, st := l.wake(h, i), h.a.wrote(i, h.k)
+			if st == writeUnknown {
+				unanswered <- i
+			}
 			if noneOurs(st) && w == redisnode.WakeNone {
 				return nil
 			}
@@ -75,10 +87,11 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 		holds := make([]redisnode.Hold, 0, len(hs))
 		wake := make([]redisnode.Wake, 0, len(hs))
 		var written []redisnode.Written // allocated at the first hold not granted
-		ours := false
+		ours, unknown := false, false
 		for _, h := range hs {
 			<-h.a.fin[i]
 			w, st := l.wake(h, i), h.a.wrote(i, h.k)
+			unknown = unknown || st == writeUnknown
 			if noneOurs(st) && w == redisnode.WakeNone {
 				continue
 			}
@@ -92,6 +105,9 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 			holds = append(holds, h.a.holds[h.k])
 			wake = append(wake, w)
 		}
+		if unknown {
+			unanswered <- i
+		}
 		if len(holds) == 0 {
 			return nil
 		}
@@ -104,17 +120,35 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 	if wait {
 		done = ctx.Done()
 	}
+	var grace <-chan time.Time // after ctx is done: the most it waits on
+	abandon := make([]bool, n) // nodes whose round 1 got no answer
+	unsure := 0                // of those, the nodes not yet in results
+	answered := make([]bool, n)
 	for left > 0 && (wait || cleared < l.quorum) {
+		if grace != nil && left == unsure {
+			return l.gaveUp(cleared, left, errs)
+		}
 		var r result
 		select {
 		case r = <-results:
-		case <-done:
-			err := fmt.Errorf("released on %d/%d nodes, %d unconfirmed when the caller gave up, going on in the background: %w",
-				cleared, n, left, lock.ErrCleanupPending)
-			if len(errs) > 0 {
-				err = fmt.Errorf("%w: %w", err, joinNodeErrs(errs))
+		case i := <-unanswered:
+			if !answered[i] {
+				abandon[i] = true
+				unsure++
 			}
-			return err
+			continue
+		case <-done:
+			done = nil
+			t := time.NewTimer(l.cfg.nodeTimeout)
+			defer t.Stop()
+			grace = t.C
+			continue
+		case <-grace:
+			return l.gaveUp(cleared, left, errs)
+		}
+		answered[r.node] = true
+		if abandon[r.node] {
+			unsure--
 		}
 		left--
 		if r.err != nil {
@@ -135,6 +169,17 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 		return fmt.Errorf("released on %d/%d nodes, %d going on in the background: %w", cleared, n, pending, joinNodeErrs(errs))
 	}
 	return nil
+}
+
+// gaveUp is release's error when its caller's ctx ended with left nodes'
+// deletes unconfirmed: they go on in the background.
+func (l *Locker) gaveUp(cleared, left int, errs []error) error {
+	err := fmt.Errorf("released on %d/%d nodes, %d unconfirmed when the caller gave up, going on in the background: %w",
+		cleared, len(l.nodes), left, lock.ErrCleanupPending)
+	if len(errs) > 0 {
+		err = fmt.Errorf("%w: %w", err, joinNodeErrs(errs))
+	}
+	return err
 }
 
 // wakeOnly is err of a node's Release, unless nothing of ours was to be
