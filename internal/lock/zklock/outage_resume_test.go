@@ -58,7 +58,7 @@ func (c *fuzeConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if c.blackhole.Load() {
 		time.Sleep(100 * time.Millisecond) // the server applies the multi
-		c.d.down.Store(true)              // and the ensemble goes away
+		c.d.down.Store(true)               // and the ensemble goes away
 		_ = c.Conn.Close()
 		return 0, errors.New("reply dropped by the test")
 	}
