@@ -2,7 +2,6 @@ package main
 
 import (
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,29 +23,14 @@ func TestSIGTERMWhileConnectingToTheDatabase(t *testing.T) {
 	} {
 		t.Run(cmdline[0], func(t *testing.T) {
 			db := stacktest.Silent(t)
-			cmd, stdout, _ := stockguardCmd(cmdline...)
-			cmd.Env = append(cmd.Env, "STOCKGUARD_DATABASE_URL=postgres://postgres@"+db+"/x?sslmode=disable",
-				"STOCKGUARD_LOG_LEVEL=info")
-			logs := lockedWriter{&strings.Builder{}, &sync.Mutex{}}
-			cmd.Stderr = logs
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			defer func() {
-				if cmd.ProcessState == nil {
-					_ = cmd.Process.Kill()
-					<-done
-				}
-			}()
+			cmd, stdout, logs, done := startStockguard(t, []string{
+				"STOCKGUARD_DATABASE_URL=postgres://postgres@" + db + "/x?sslmode=disable", "STOCKGUARD_LOG_LEVEL=info"}, cmdline...)
 			time.Sleep(2 * time.Second) // well into the connection attempt
 			if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
 			select {
 			case err := <-done:
-				done <- err
 				got := exitStatus(t, err)
 				switch {
 				case cmdline[0] == "serve" && (got != 0 || !strings.Contains(logs.String(), "stopped while starting")):

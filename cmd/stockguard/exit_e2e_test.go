@@ -24,6 +24,36 @@ func stockguardCmd(args ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 	return cmd, &stdout, &stderr
 }
 
+// startStockguard starts stockguardCmd(args...) with env added, its stderr
+// (the logs) collected; done gets Wait's error. A process still running at
+// the test's end is killed.
+func startStockguard(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, stdout *bytes.Buffer, logs lockedWriter, done chan error) {
+	t.Helper()
+	cmd, stdout, _ = stockguardCmd(args...)
+	cmd.Env = append(cmd.Env, env...)
+	logs = lockedWriter{&strings.Builder{}, &sync.Mutex{}}
+	cmd.Stderr = logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done = make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		done <- err
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-exited:
+		default:
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	})
+	return cmd, stdout, logs, done
+}
+
 func exitStatus(t *testing.T, err error) int {
 	t.Helper()
 	var ee *exec.ExitError

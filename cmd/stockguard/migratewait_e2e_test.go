@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,20 +34,8 @@ func TestSIGTERMWhileWaitingForMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd, _, _ := stockguardCmd("serve", "--addr=127.0.0.1:0", "--lock=local")
-	cmd.Env = append(cmd.Env, "STOCKGUARD_DATABASE_URL="+dbURL, "STOCKGUARD_LOG_LEVEL=info")
-	logs := lockedWriter{&strings.Builder{}, &sync.Mutex{}}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-		}
-	}()
+	cmd, _, logs, done := startStockguard(t, []string{"STOCKGUARD_DATABASE_URL=" + dbURL, "STOCKGUARD_LOG_LEVEL=info"},
+		"serve", "--addr=127.0.0.1:0", "--lock=local")
 	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(logs.String(), "waiting for the migration lock"); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no word of the wait within 20 s:\n%s", logs)
