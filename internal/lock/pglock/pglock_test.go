@@ -497,12 +497,7 @@ func TestServerEndedSessionLosesAtOnce(t *testing.T) {
 // the background and, once the server hears again, takes the waiter out
 // of the key's line.
 func TestSilentServerAcquireReturnsAtDeadline(t *testing.T) {
-	url := stacktest.NewDatabase(t, t.Context())
-	p := newFreezeProxy(t, url)
-	holder, waiter := newLocker(t, url), newLocker(t, p.url)
-	probe := connect(t, url)
-	key := locktest.Key(t)
-	held := locktest.MustAcquire(t, holder, key)
+	p, holder, waiter, probe, key, held := heldBehindFreeze(t)
 
 	took, err := acquireFrozen(t, p, probe, waiter, key)
 	p.thaw()
@@ -555,12 +550,7 @@ func TestSilentServerBatchReturnsAtDeadline(t *testing.T) {
 // out (up to cancelGiveUp) the cancel an acquisition left to the
 // background: it closes that connection and returns at once.
 func TestCloseEndsBackgroundCancels(t *testing.T) {
-	url := stacktest.NewDatabase(t, t.Context())
-	p := newFreezeProxy(t, url)
-	holder, waiter := newLocker(t, url), newLocker(t, p.url)
-	probe := connect(t, url)
-	key := locktest.Key(t)
-	held := locktest.MustAcquire(t, holder, key)
+	p, _, waiter, probe, key, held := heldBehindFreeze(t)
 	defer locktest.MustRelease(t, held)
 
 	took, err := acquireFrozen(t, p, probe, waiter, key)
@@ -669,12 +659,7 @@ func TestCancelRequestInFlightBoundedByGrace(t *testing.T) {
 // again the background closes the session, the key is free and no
 // connection stays.
 func TestGrantedAfterCallerLeftIsFreed(t *testing.T) {
-	url := stacktest.NewDatabase(t, t.Context())
-	p := newFreezeProxy(t, url)
-	holder, waiter := newLocker(t, url), newLocker(t, p.url)
-	probe := connect(t, url)
-	key := locktest.Key(t)
-	held := locktest.MustAcquire(t, holder, key)
+	p, holder, waiter, probe, key, held := heldBehindFreeze(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -820,12 +805,7 @@ func TestCloseMeetsCancelsInEveryPhase(t *testing.T) {
 // request to the silent server has timed out (15 s later): the server,
 // once it hears again, ends the session at once.
 func TestGivenUpSocketClosedAtOnce(t *testing.T) {
-	url := stacktest.NewDatabase(t, t.Context())
-	p := newFreezeProxy(t, url)
-	holder, waiter := newLocker(t, url), newLocker(t, p.url)
-	probe := connect(t, url)
-	key := locktest.Key(t)
-	held := locktest.MustAcquire(t, holder, key)
+	p, _, waiter, probe, key, held := heldBehindFreeze(t)
 	defer locktest.MustRelease(t, held)
 	start := time.Now()
 	if _, err := acquireFrozen(t, p, probe, waiter, key); !errors.Is(err, lock.ErrCleanupPending) {
@@ -843,12 +823,7 @@ func TestGivenUpSocketClosedAtOnce(t *testing.T) {
 // for 15 s: nothing of the Locker outlives Close, and the server, once it
 // hears again, ends the session at once.
 func TestCloseClosesGivenUpSockets(t *testing.T) {
-	url := stacktest.NewDatabase(t, t.Context())
-	p := newFreezeProxy(t, url)
-	holder, waiter := newLocker(t, url), newLocker(t, p.url)
-	probe := connect(t, url)
-	key := locktest.Key(t)
-	held := locktest.MustAcquire(t, holder, key)
+	p, _, waiter, probe, key, held := heldBehindFreeze(t)
 	defer locktest.MustRelease(t, held)
 	if _, err := acquireFrozen(t, p, probe, waiter, key); !errors.Is(err, lock.ErrCleanupPending) {
 		t.Fatalf("Acquire = %v; want lock.ErrCleanupPending", err)
@@ -862,6 +837,19 @@ func TestCloseClosesGivenUpSockets(t *testing.T) {
 	})
 	p.thaw()
 	waitFor(t, "the given-up session gone from the queue", func() bool { return lockWaiters(t, probe) == 0 })
+}
+
+// heldBehindFreeze sets the scene of the silent-server tests: a key held
+// by holder, and waiter, which reaches a fresh database through the freeze
+// proxy p; probe is a connection of the database's own to look at it with.
+func heldBehindFreeze(t *testing.T) (p *freezeProxy, holder, waiter *Locker, probe *pgx.Conn, key string, held *lock.Lease) {
+	t.Helper()
+	url := stacktest.NewDatabase(t, t.Context())
+	p = newFreezeProxy(t, url)
+	holder, waiter = newLocker(t, url), newLocker(t, p.url)
+	probe = connect(t, url)
+	key = locktest.Key(t)
+	return p, holder, waiter, probe, key, locktest.MustAcquire(t, holder, key)
 }
 
 // silentDeadline is the deadline of the acquisitions acquireFrozen makes.
