@@ -650,6 +650,9 @@ func TestCancelRequestInFlightBoundedByGrace(t *testing.T) {
 		t.Fatalf("Acquire = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
 	}
 	waitFor(t, "the connection closed", func() bool { return b.pool.Stat().TotalConns() == 0 })
+	// The server ends the session it was granted to once it reads the
+	// closed socket, a moment after our side closed it.
+	waitFor(t, "the given-up session's lock freed", func() bool { return heldAdvisory(t, probe) == 0 })
 	locktest.MustRelease(t, locktest.MustAcquire(t, a, key, lock.TryOnce()))
 }
 
