@@ -296,21 +296,13 @@ func (s *session) abandon(ctx context.Context, ws ...*waiter) error {
 	if !s.l.background(func() { done <- s.cleanUp(ws) }) {
 		return nil // the Locker closed: its revoked session took every key
 	}
-	timeout := time.NewTimer(cleanupTimeout)
-	defer timeout.Stop()
+	cctx, cancel := lock.CleanupContext(ctx, cleanupTimeout, cleanupGrace)
+	defer cancel()
 	var err error
 	select {
 	case err = <-done:
-	case <-timeout.C:
-		err = fmt.Errorf("no answer within %v", cleanupTimeout)
-	case <-ctx.Done():
-		grace := time.NewTimer(cleanupGrace)
-		defer grace.Stop()
-		select {
-		case err = <-done:
-		case <-grace.C:
-			err = fmt.Errorf("no answer within %v of the caller's end", cleanupGrace)
-		}
+	case <-cctx.Done():
+		err = lock.CleanupEnd(cctx)
 	}
 	if err == nil {
 		return nil

@@ -196,9 +196,9 @@ func (s *session) createAll(ctx context.Context, keys []string, gone []*node) ([
 	if len(gone) > 0 {
 		// As removeAll says when its wait is cut short: the deletes are
 		// in that multi, or after it, still going.
-		released = fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(gone), lock.ErrCleanupPending, waitEnd(cctx))
+		released = fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(gone), lock.ErrCleanupPending, lock.CleanupEnd(cctx))
 	}
-	return nil, released, fmt.Errorf("%w (create still unanswered: %w: %w)", ctx.Err(), lock.ErrCleanupPending, waitEnd(cctx))
+	return nil, released, fmt.Errorf("%w (create still unanswered: %w: %w)", ctx.Err(), lock.ErrCleanupPending, lock.CleanupEnd(cctx))
 }
 
 // maxCreateTries bounds the retries of one create; each retry is the server
@@ -417,7 +417,7 @@ func (s *session) removeAll(ctx context.Context, nodes []*node) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(nodes), lock.ErrCleanupPending, waitEnd(ctx))
+		return fmt.Errorf("zookeeper: delete %d nodes: %w: %w", len(nodes), lock.ErrCleanupPending, lock.CleanupEnd(ctx))
 	}
 }
 

@@ -39,34 +39,10 @@ const (
 	cleanupGrace = 200 * time.Millisecond
 )
 
-// errGraceOver ends a clean-up context cleanupGrace after the caller's.
-var errGraceOver = fmt.Errorf("no answer within %v of the caller's end", cleanupGrace)
-
-// cleanupContext is the context a failed call waits for its clean-up in:
-// ctx's values, cleanupTimeout at most, and cleanupGrace past ctx's end.
-// Ended by the grace, its cause is errGraceOver, not ctx's error: the
-// clean-up was not cancelled, only no longer waited for.
+// cleanupContext is the context a failed call waits for its clean-up in
+// (lock.CleanupContext with this package's bounds).
 func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	tctx, cancelTimeout := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
-	cctx, cancel := context.WithCancelCause(tctx)
-	stop := context.AfterFunc(ctx, func() {
-		time.AfterFunc(cleanupGrace, func() { cancel(errGraceOver) })
-	})
-	return cctx, func() {
-		stop()
-		cancel(nil)
-		cancelTimeout()
-	}
-}
-
-// waitEnd is why a wait for a clean-up in ctx ended: cleanupContext's
-// grace, or ctx's own end (a caller's context may carry a cause of its own,
-// which is no reason the clean-up was not waited for).
-func waitEnd(ctx context.Context) error {
-	if cause := context.Cause(ctx); errors.Is(cause, errGraceOver) {
-		return cause
-	}
-	return ctx.Err()
+	return lock.CleanupContext(ctx, cleanupTimeout, cleanupGrace)
 }
 
 // acquire runs the recipe once in this session.

@@ -59,7 +59,7 @@ func (s *session) remove(ctx context.Context, n *node) error {
 	case err := <-done:
 		return err
 	case <-ctx.Done():
-		return fmt.Errorf("zookeeper: delete %s: %w: %w", n.path(), lock.ErrCleanupPending, waitEnd(ctx))
+		return fmt.Errorf("zookeeper: delete %s: %w: %w", n.path(), lock.ErrCleanupPending, lock.CleanupEnd(ctx))
 	}
 }
 
