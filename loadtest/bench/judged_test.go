@@ -15,7 +15,7 @@ import (
 // judgedRun is a completed run judged at perS with p99.
 func judgedRun(backend, workload, coalesce string, perS, p99 float64) Run {
 	r := benchRunOf(backend, workload, coalesce, perS/2, p99*2, 40)
-	r.Judge = &Judged{Result: judge.Result{OrdersPerS: perS, Created: int64(perS * 10), LatencyMs: tally.LatencySummary{P99: p99},
+	r.Judge = &Judged{Result: judge.Result{OrdersPerS: perS, Created: int64(perS * 10), LatencyMs: judge.VegetaLatency{P99: p99},
 		CreatedLatencyMs: tally.LatencySummary{P99: p99}, Status: map[string]int{"201": int(perS * 10)}},
 		Readback: &Readback{Safe: true, Verdict: "safe"},
 		CPU:      &cpu.Window{Orders: int64(perS * 10), TotalPerOrderUs: 900, Classes: []cpu.Usage{{Class: "instances", PerOrderUs: 400}, {Class: "redis", PerOrderUs: 500}}}}
@@ -93,7 +93,7 @@ func TestFmtTargetValueInTheTargetsUnit(t *testing.T) {
 		want string
 		v    *float64
 		got  string
-	}{{"≥3700/s", &rate, "2141/s"}, {"≤100 ms", &ms, "430.6 ms"}, {"≥0.3×", &x, "0.152"}, {"≥0.3×", nil, "–"}} {
+	}{{"≥3700/s", &rate, "2141/s"}, {"≤100 ms", &ms, "430.7 ms"}, {"≥0.3×", &x, "0.152"}, {"≥0.3×", nil, "–"}} {
 		if got := fmtTargetValue(TargetResult{Want: c.want}, c.v); got != c.got {
 			t.Errorf("%s: %q, want %q", c.want, got, c.got)
 		}

@@ -20,7 +20,9 @@ import (
 type Judged struct {
 	judge.Result
 	CPU *cpu.Window `json:"cpu,omitempty"`
-	// Error says why the attack failed: its figures are not used.
+	// Error says why the attack failed: its figures are not used, and of
+	// Result only the counts of its answers so far are kept (for the read
+	// back).
 	Error string `json:"error,omitempty"`
 	// CPUError says why the CPU was not read; the attack's figures stand.
 	CPUError string `json:"cpu_error,omitempty"`
@@ -33,7 +35,8 @@ type Judged struct {
 	// CPU is not in its figures.
 	ServersMissing []string `json:"servers_missing,omitempty"`
 	// Readback is the store's account of the attack; nil for the floor,
-	// which has no store, and for an attack that failed.
+	// which has no store, and for an attack that failed before an answer
+	// that may have left a unit in it.
 	Readback *Readback `json:"readback,omitempty"`
 }
 
@@ -155,7 +158,7 @@ func (bc Config) judgeSides(ctx context.Context, sides []judgeSide, turns int) [
 		j := &Judged{ServersMissing: servers.Missing}
 		out[i] = j
 		if err != nil {
-			j.Error = err.Error()
+			j.Error, j.Result = err.Error(), m.attack.Answered()
 			continue
 		}
 		j.Result = m.attack.Result()
@@ -170,7 +173,8 @@ func (bc Config) judgeSides(ctx context.Context, sides []judgeSide, turns int) [
 		case m.sErr != nil:
 			j.SectionError = m.sErr.Error()
 		default:
-			w := section.Across(m.sections, len(sides[i].jc.SKUs))
+			// The attack's own span, not the scrapes' edges: orders were sent in it alone.
+			w := section.Across(m.sections, len(sides[i].jc.SKUs), time.Duration(j.DurationS*float64(time.Second)))
 			j.Section = &w
 		}
 	}
@@ -231,14 +235,28 @@ func (bc Config) judgeService(workload string, dst **Judged, p *partner, stderr 
 		} else {
 			fmt.Fprintf(stderr, "bench: vegeta, %d workers, %v warm-up, %v measured\n", bc.Clients, bc.JudgeWarmup, bc.JudgeWindow)
 		}
-		js := bc.judgeSides(ctx, sides, turns)
-		j := js[0]
-		if j.Error == "" {
-			j.Readback = readBack(ctx, c, cfg.URLs[0], skus, judgeStock, j.Result)
-		}
-		*dst = j
+		js := bc.judgeAndReadBack(ctx, c, sides, turns)
+		*dst = js[0]
 		if p != nil {
 			p.judged, p.ran = js[1], true
 		}
 	}
+}
+
+// judgeAndReadBack runs the sides (judgeSides) and reads back the first
+// one's SKUs, from its first URL with c. A window that failed is read back
+// too, once its answers may have left units in the store: a 201 given
+// before the failure is owed its unit all the same.
+func (bc Config) judgeAndReadBack(ctx context.Context, c *client.Client, sides []judgeSide, turns int) []*Judged {
+	js := bc.judgeSides(ctx, sides, turns)
+	if j, jc := js[0], sides[0].jc; j.Error == "" || j.mayHold() {
+		j.Readback = readBack(ctx, c, jc.URLs[0], jc.SKUs, judgeStock, j.Result)
+	}
+	return js
+}
+
+// mayHold reports whether the attack had answers that may have left units
+// in the store: a 201, or an unsettled answer.
+func (j *Judged) mayHold() bool {
+	return j.WarmupCreated+j.Created+j.WarmupUnsettled+j.Unsettled > 0
 }

@@ -3,6 +3,8 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +12,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,11 +48,13 @@ func held(sku string, stock, reserved int64) client.SKUState {
 	return client.SKUState{SKU: sku, Received: stock, Available: stock - reserved, Reserved: reserved}
 }
 
-// TestReadBack: the units the judged SKUs hold must lie between the 201s
-// (warm-up and window) and those plus the unsettled answers.
+// TestReadBack: the units each judged SKU holds must lie between its 201s
+// (warm-up and window) and those plus its unsettled answers.
 func TestReadBack(t *testing.T) {
-	// 6 + 90 created, 1 + 3 unsettled: 96..100 units.
-	res := judge.Result{WarmupCreated: 6, Created: 90, WarmupUnsettled: 1, Unsettled: 3}
+	// 6 + 90 created, 1 + 3 unsettled: 96..100 units; a 50 created and
+	// 0..2 unsettled, b 46 and 0..2.
+	res := judge.Result{WarmupCreated: 6, Created: 90, WarmupUnsettled: 1, Unsettled: 3,
+		BySKU: []judge.SKUAnswers{{Created: 50, Unsettled: 2}, {Created: 46, Unsettled: 2}}}
 	for _, tc := range []struct {
 		name    string
 		states  map[string]client.SKUState
@@ -56,9 +62,11 @@ func TestReadBack(t *testing.T) {
 		problem string
 	}{
 		{"every 201 held", map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 46)}, true, ""},
-		{"unsettled ones placed", map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 50)}, true, ""},
-		{"a 201 lost", map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 45)}, false, "hold 95 units, the answers allow 96..100"},
-		{"units without answers", map[string]client.SKUState{"a": held("a", 1000, 51), "b": held("b", 1000, 50)}, false, "hold 101 units"},
+		{"unsettled ones placed", map[string]client.SKUState{"a": held("a", 1000, 52), "b": held("b", 1000, 48)}, true, ""},
+		{"a 201 lost", map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 45)}, false, "b holds 45 units, its answers allow 46..48"},
+		{"units without answers", map[string]client.SKUState{"a": held("a", 1000, 53), "b": held("b", 1000, 46)}, false, "a holds 53 units, its answers allow 50..52"},
+		{"a 201 lost behind another SKU's unsettled one", map[string]client.SKUState{"a": held("a", 1000, 52), "b": held("b", 1000, 45)}, false,
+			"b holds 45 units"},
 		{"counters broken", map[string]client.SKUState{"a": held("a", 1000, 50), "b": {SKU: "b", Received: 1000, Available: 960, Reserved: 46}}, false,
 			"b: received 1000 != available 960 + reserved 46 + sold 0"},
 	} {
@@ -73,9 +81,105 @@ func TestReadBack(t *testing.T) {
 	}
 	c := client.New(2, "", 5*time.Second)
 	defer c.Close()
-	rb := readBack(context.Background(), c, skuServer(t, nil), []string{"a"}, 1000, res)
+	rb := readBack(context.Background(), c, skuServer(t, nil), []string{"a", "b"}, 1000, res)
 	if rb.Safe || rb.Damaged() || rb.Error == "" || !strings.HasPrefix(rb.Verdict, "NOT VERIFIED") {
 		t.Errorf("unreadable SKUs: %+v", rb)
+	}
+	// Answers by SKU that do not add up to the answers in all would loosen
+	// some SKU's bounds: not verified, not read.
+	short := res
+	short.BySKU = res.BySKU[:1]
+	rb = readBack(context.Background(), c, skuServer(t, map[string]client.SKUState{"a": held("a", 1000, 50), "b": held("b", 1000, 46)}), []string{"a", "b"}, 1000, short)
+	if rb.Safe || rb.Damaged() || !strings.HasPrefix(rb.Verdict, "NOT VERIFIED: judge readback: answers by SKU") {
+		t.Errorf("answers by SKU short of the total: %+v", rb)
+	}
+}
+
+// lossyStore is a stand-in service on two SKUs whose first lose 201s on
+// skuA reserve nothing (lost updates), and whose first lose orders on skuB
+// reserve their unit but answer 500 (unsettled); every other order
+// reserves its unit and answers 201. GET /v1/skus/{sku} reads the store.
+type lossyStore struct {
+	mu                sync.Mutex
+	reserved, created map[string]int64
+	lostA, unsettledB int
+	lose              int
+	skuA, skuB        string
+	requestURIs       map[string]bool
+}
+
+func (s *lossyStore) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r.Method == http.MethodGet {
+		sku := strings.TrimPrefix(r.URL.Path, "/v1/skus/")
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(held(sku, judgeStock, s.reserved[sku]))
+		return
+	}
+	s.requestURIs[r.RequestURI] = true
+	var o struct {
+		Lines []struct {
+			SKU string `json:"sku"`
+		} `json:"lines"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&o); err != nil || len(o.Lines) != 1 {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	sku := o.Lines[0].SKU
+	switch {
+	case sku == s.skuA && s.lostA < s.lose:
+		s.lostA++
+		s.created[sku]++
+		w.WriteHeader(http.StatusCreated)
+	case sku == s.skuB && s.unsettledB < s.lose:
+		s.unsettledB++
+		s.reserved[sku]++
+		w.WriteHeader(http.StatusInternalServerError)
+	default:
+		s.reserved[sku]++
+		s.created[sku]++
+		w.WriteHeader(http.StatusCreated)
+	}
+}
+
+// TestReadBackHoldsEachSKUToItsOwnAnswers: five 201s on one SKU that hold
+// no unit are a lost update even when five unsettled answers on another
+// SKU did reserve theirs, which makes the total come out right; the judge
+// chose every order's SKU, so each SKU is checked against its own answers.
+func TestReadBackHoldsEachSKUToItsOwnAnswers(t *testing.T) {
+	st := &lossyStore{reserved: map[string]int64{}, created: map[string]int64{}, lose: 5, skuA: "lossy-a", skuB: "lossy-b", requestURIs: map[string]bool{}}
+	srv := httptest.NewServer(st)
+	defer srv.Close()
+	skus := []string{st.skuA, st.skuB}
+	bc := Config{Clients: 2, JudgeWarmup: 100 * time.Millisecond, JudgeWindow: 300 * time.Millisecond}
+	res, err := judge.Attack(context.Background(), bc.judgeConfig([]string{srv.URL}, skus))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := client.New(4, "", 5*time.Second)
+	defer c.Close()
+	rb := readBack(context.Background(), c, srv.URL, skus, judgeStock, res)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if lost := st.created[st.skuA] - st.reserved[st.skuA]; lost != 5 || st.unsettledB != 5 {
+		t.Fatalf("setup: %d lost on %s, %d unsettled on %s; want 5 and 5", lost, st.skuA, st.unsettledB, st.skuB)
+	}
+	if rb.Held != rb.Min || rb.Max != rb.Min+5 {
+		t.Fatalf("the total must come out right: %+v", rb)
+	}
+	for i, sku := range skus {
+		if a := res.BySKU[i]; a.Created != st.created[sku] {
+			t.Errorf("%s: %d 201s by the judge's count, %d by the store's", sku, a.Created, st.created[sku])
+		}
+	}
+	if rb.Safe || !strings.Contains(rb.Verdict, st.skuA+" holds") {
+		t.Errorf("5 201s on %s hold no unit, yet the judged window reads back %q", st.skuA, rb.Verdict)
+	}
+	// The SKU's index rides in the URL's fragment, which is never sent.
+	if len(st.requestURIs) != 1 || !st.requestURIs["/v1/orders"] {
+		t.Errorf("the orders were sent to %v, want /v1/orders alone", st.requestURIs)
 	}
 }
 
@@ -168,6 +272,124 @@ func TestCPUErrorKeepsTheJudgesFigures(t *testing.T) {
 	addLimitRatios(ratios, []Run{r}, nil)
 	if ratios[0].Judged.HotPerS != j.OrdersPerS || ratios[0].Judged.HotCPUUs != nil {
 		t.Errorf("hot %v/s (want %v), CPU %v", ratios[0].Judged.HotPerS, j.OrdersPerS, ratios[0].Judged.HotCPUUs)
+	}
+}
+
+// failingTurner is a limit that fails its first run, as a naive loop
+// whose order failed returns from Loop.Run.
+type failingTurner struct{}
+
+func (failingTurner) Run(context.Context, time.Duration, bool) error {
+	return errors.New("naive go-redsync: an order failed; Stop says which")
+}
+
+func (failingTurner) Pause(context.Context) error { return nil }
+
+// TestFailedWindowIsReadBack: a judged window that fails after the
+// service answered orders (here its partner fails at its warm-up, after
+// the service's) is read back all the same: a store that kept none of its
+// 201s' units fails the suite as damage; one that kept them passes, the
+// window's figures unused.
+func TestFailedWindowIsReadBack(t *testing.T) {
+	var created atomic.Int64
+	forgetful := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet {
+			w.Header().Set("Content-Type", "application/json")
+			_ = json.NewEncoder(w).Encode(held(strings.TrimPrefix(r.URL.Path, "/v1/skus/"), judgeStock, 0))
+			return
+		}
+		created.Add(1) // a 201 whose unit the store never got
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer forgetful.Close()
+	safe := fakeservice.New("tok", false).Server(t)
+	c := client.New(4, "tok", 5*time.Second)
+	defer c.Close()
+	if _, err := c.PutSKU(context.Background(), safe.URL, "s", judgeStock); err != nil {
+		t.Fatal(err)
+	}
+	bc := Config{Clients: 2, JudgeWarmup: 200 * time.Millisecond, JudgeWindow: 16 * judgeSettle}
+	for _, tc := range []struct {
+		url  string
+		pass bool
+	}{{forgetful.URL, false}, {safe.URL, true}} {
+		js := bc.judgeAndReadBack(context.Background(), c, []judgeSide{
+			{jc: bc.judgeConfig([]string{tc.url}, []string{"s"}), pids: []int{os.Getpid()}},
+			{turner: failingTurner{}},
+		}, bc.turns())
+		j := js[0]
+		if j.Error == "" || j.WarmupCreated < 1 || j.OrdersPerS != 0 {
+			t.Fatalf("judged: error %q, %d warm-up 201s, %v orders/s: want an error after 201s, and no figures", j.Error, j.WarmupCreated, j.OrdersPerS)
+		}
+		run := benchRunOf("redlock", benchSpread, "on", 3000, 20, 40)
+		run.Judge = j
+		res := &Result{Runs: []Run{run}, Settings: Settings{Instances: 3, Clients: 64, SpreadSKUs: 1000, Rounds: 1}}
+		res.Failures = runFailures(res.Runs)
+		res.Pass = len(res.Failures) == 0
+		if j.Readback == nil || res.Pass != tc.pass || res.Damaged() == tc.pass {
+			t.Errorf("%d warm-up 201s before the judge error %q: read back %+v, failures %q, damaged %v", j.WarmupCreated, j.Error, j.Readback, res.Failures, res.Damaged())
+		}
+	}
+	if created.Load() == 0 {
+		t.Fatal("the forgetful service got no order")
+	}
+}
+
+// holdingService is a stand-in instance: every order takes one
+// process-wide lock for about 2 ms (a hold on one hot key), and /metrics
+// serves the holds as stockguard_lock_hold_seconds after a slow scrape,
+// as a loaded instance answers. Holds follow each other at once, so the
+// true hand-off between holders is some microseconds.
+type holdingService struct {
+	mu          sync.Mutex
+	holds       int64
+	sumNs       int64
+	scrapeDelay time.Duration
+}
+
+func (h *holdingService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/metrics" {
+		h.mu.Lock()
+		start := time.Now()
+		time.Sleep(2 * time.Millisecond)
+		h.sumNs += int64(time.Since(start))
+		h.holds++
+		h.mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		return
+	}
+	time.Sleep(h.scrapeDelay)
+	h.mu.Lock()
+	n, s := h.holds, float64(h.sumNs)/1e9
+	h.mu.Unlock()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# TYPE stockguard_lock_hold_seconds histogram\n"+
+		"stockguard_lock_hold_seconds_bucket{le=\"+Inf\"} %d\nstockguard_lock_hold_seconds_sum %g\nstockguard_lock_hold_seconds_count %d\n", n, s, n)
+}
+
+// TestSectionWindowIsTheAttacksSpan: the critical sections' window, from
+// which the held share and the hot SKU's hand-off are computed, is the
+// attack's own span, not the scrapes' edges: a slow scrape, in which no
+// order is sent, does not read as hand-off.
+func TestSectionWindowIsTheAttacksSpan(t *testing.T) {
+	s := httptest.NewServer(&holdingService{scrapeDelay: 500 * time.Millisecond})
+	defer s.Close()
+	bc := Config{Clients: 2, JudgeWarmup: 100 * time.Millisecond, JudgeWindow: time.Second}
+	meter := section.NewMeter([]string{s.URL}, &http.Client{Timeout: 5 * time.Second})
+	j := bc.judgeWorkload(context.Background(), bc.judgeConfig([]string{s.URL}, []string{"hot"}), []int{os.Getpid()}, meter)
+	if j.Error != "" || j.SectionError != "" || j.Section == nil {
+		t.Fatalf("judged: error %q, section error %q", j.Error, j.SectionError)
+	}
+	sec := j.Section
+	t.Logf("judge window %.3f s, %d created; section window %.3f s, %d holds, hold %.2f ms, held %.1f%%, hand-off %.3f ms",
+		j.DurationS, j.Created, sec.DurationS, sec.Holds, sec.HoldMs, 100*sec.HeldShare, sec.HandOffMs)
+	if sec.DurationS != j.DurationS || sec.Holds != uint64(j.Created) {
+		t.Errorf("section window %.3f s of %d holds, judge window %.3f s of %d orders: want the same window", sec.DurationS, sec.Holds, j.DurationS, j.Created)
+	}
+	// Holds follow each other with no gap but the mutex's hand-over and
+	// the attack's ramp and tail; the scrapes would add 500 ms / holds.
+	if sec.HandOffMs > 0.5 {
+		t.Errorf("hand-off %.3f ms a hold, where holds follow each other at once: the scrapes' time counted as hand-off", sec.HandOffMs)
 	}
 }
 

@@ -8,6 +8,9 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -106,6 +109,58 @@ func TestNaiveLoops(t *testing.T) {
 				t.Errorf("%s, %d keys: %d in the window, %d placed, %d reached the table", lk.Name(), n, r.Orders, r.Total, r.Stored)
 			}
 		}
+	}
+}
+
+// unlockFailsLocker is a local lock per key whose first fail releases
+// report an error after releasing, as go-redsync's does when a majority
+// of masters did not confirm in time; the error even wraps ErrLockFailed.
+type unlockFailsLocker struct {
+	keys  sync.Map // key → *sync.Mutex
+	fail  int64
+	calls atomic.Int64
+}
+
+func (l *unlockFailsLocker) Name() string { return "unlock-fails" }
+
+func (l *unlockFailsLocker) Lock(ctx context.Context, key string) (func() error, error) {
+	m, _ := l.keys.LoadOrStore(key, &sync.Mutex{})
+	m.(*sync.Mutex).Lock()
+	return func() error {
+		m.(*sync.Mutex).Unlock()
+		if l.calls.Add(1) <= l.fail {
+			return fmt.Errorf("%w: unlock: lock was already expired", naive.ErrLockFailed)
+		}
+		return nil
+	}, nil
+}
+
+// TestNaiveUnlockFailureStillCountsTheOrder: an order whose UPDATE
+// committed is placed, whatever its release says; the failed release is
+// counted apart, not as a lock failure.
+func TestNaiveUnlockFailureStillCountsTheOrder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tbl, err := naive.OpenTable(ctx, migratedDatabase(t, ctx), 4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	lk := &unlockFailsLocker{fail: 3}
+	r, err := tbl.Run(ctx, lk, naive.Config{Goroutines: 4, Keys: 4, Window: 300 * time.Millisecond, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d orders (%d placed), %d lock failures, %d unlock failures, %d stored", r.Orders, r.Total, r.LockFailures, r.UnlockFailures, r.Stored)
+	// Run has checked that the table gained what the loop placed (give or
+	// take the orders cut short at its end).
+	if r.LockFailures != 0 || r.UnlockFailures != 3 {
+		t.Errorf("3 failed releases after their UPDATE: %d lock failures, %d unlock failures", r.LockFailures, r.UnlockFailures)
+	}
+	var b bytes.Buffer
+	printLimits(&b, &Result{Limits: []Limits{{Backend: "redlock", NaiveHot: &r}}})
+	if !strings.Contains(b.String(), "lock/unlock failures") || !strings.Contains(b.String(), " 0/3 ") {
+		t.Errorf("the limits table does not show the unlock failures beside the lock failures:\n%s", b.String())
 	}
 }
 

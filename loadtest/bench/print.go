@@ -238,16 +238,30 @@ func fmtRatio(v *float64) string {
 
 // fmtTargetValue formats v in the unit of t's condition: a rate in whole
 // orders/s, milliseconds and megabytes to one decimal, a ratio by fmtRatio.
+// Cut, as fmtRatio does, toward the side of the limit that keeps the
+// verdict: up against ≤, down against ≥ and <, so that 3699.6 against
+// ≥3700/s prints 3699/s and 149.96 against <150 MB prints 149.9 MB.
 func fmtTargetValue(t TargetResult, v *float64) string {
-	switch {
-	case v == nil:
+	if v == nil {
 		return "–"
+	}
+	up := strings.HasPrefix(t.Want, "≤")
+	switch {
 	case strings.HasSuffix(t.Want, "/s"):
-		return fmt.Sprintf("%.0f/s", *v)
+		return fmt.Sprintf("%.0f/s", cutTo(*v, 0, up))
 	case strings.HasSuffix(t.Want, " ms"), strings.HasSuffix(t.Want, " MB"):
-		return fmt.Sprintf("%.1f%s", *v, t.Want[strings.LastIndexByte(t.Want, ' '):])
+		return fmt.Sprintf("%.1f%s", cutTo(*v, 1, up), t.Want[strings.LastIndexByte(t.Want, ' '):])
 	}
 	return fmtRatio(v)
+}
+
+// cutTo cuts v to decimals places, up or down.
+func cutTo(v float64, decimals int, up bool) float64 {
+	p := math.Pow10(decimals)
+	if up {
+		return math.Ceil(v*p) / p
+	}
+	return math.Floor(v*p) / p
 }
 
 func benchFirstLine(s string) string {

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/stockguard/stockguard/loadtest/bench/cpu"
+	"github.com/stockguard/stockguard/loadtest/bench/naive"
 )
 
 // cpuClasses are the CPU table's columns, in order.
@@ -22,15 +23,15 @@ func printLimits(w io.Writer, res *Result) {
 	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, the naive 1,000-key loop with its 1,000-SKU window, coalescing on)\n",
 		res.Settings.JudgeWindowS, res.Settings.JudgeWarmupS, res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock failures\tnaive %d keys/s\tlock failures\tHTTP floor/s\tfloor p99 ms\t errors\n",
+	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock/unlock failures\tnaive %d keys/s\tlock/unlock failures\tHTTP floor/s\tfloor p99 ms\t errors\n",
 		res.Settings.SpreadSKUs, res.Settings.SpreadSKUs)
 	for _, l := range res.Limits {
 		lib, nh, nhf, ns, nsf, fl, fp := "–", "–", "–", "–", "–", "–", "–"
 		if l.NaiveHot != nil {
-			lib, nh, nhf = l.NaiveHot.Library, fmt.Sprintf("%.0f", l.NaiveHot.OrdersPerS), fmt.Sprint(l.NaiveHot.LockFailures)
+			lib, nh, nhf = l.NaiveHot.Library, fmt.Sprintf("%.0f", l.NaiveHot.OrdersPerS), naiveFailures(l.NaiveHot)
 		}
 		if l.NaiveSpread != nil {
-			lib, ns, nsf = l.NaiveSpread.Library, fmt.Sprintf("%.0f", l.NaiveSpread.OrdersPerS), fmt.Sprint(l.NaiveSpread.LockFailures)
+			lib, ns, nsf = l.NaiveSpread.Library, fmt.Sprintf("%.0f", l.NaiveSpread.OrdersPerS), naiveFailures(l.NaiveSpread)
 		}
 		errs := slices.Clone(l.Errors)
 		if l.Floor != nil && l.Floor.Error == "" {
@@ -45,6 +46,11 @@ func printLimits(w io.Writer, res *Result) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, benchFirstLine(strings.Join(errs, "; ")))
 	}
 	_ = tw.Flush()
+}
+
+// naiveFailures is a naive loop's lock and unlock failures: "3/0".
+func naiveFailures(r *naive.Result) string {
+	return fmt.Sprintf("%d/%d", r.LockFailures, r.UnlockFailures)
 }
 
 // printTurns is, for each window judged in turns with a limit, each

@@ -28,6 +28,39 @@ func TestRatioJustShortOfItsTargetMisses(t *testing.T) {
 	}
 }
 
+// TestValueJustPastItsLimitKeepsItsVerdict: a rate, milliseconds or
+// megabytes just past their limit never print as the limit: 3699.6/s
+// MISSED is not "3700/s", 100.04 ms against ≤100 ms not "100.0 ms", and a
+// peak of 149.96 MB, under its cap of 150, not "150.0 MB".
+func TestValueJustPastItsLimitKeepsItsVerdict(t *testing.T) {
+	const hot, p99 = "hot ≥ 3,700 orders/s", "1,000 SKUs p99 ≤ 100 ms"
+	var results []TargetResult
+	for r := 1; r <= 3; r++ {
+		results = append(results, target("hot-rate", hot, "redlock", "≥3700/s", r, val(3699.6)), target("spread-p99", p99, "redlock", "≤100 ms", r, val(100.04)))
+	}
+	m := medianTargets(results)
+	var buf bytes.Buffer
+	printMedians(&buf, &Result{Settings: Settings{Rounds: 3}, TargetMedians: m})
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(line, "MISSED") && (strings.Contains(line, " 3700/s") || strings.Contains(line, " 100.0 ms")) {
+			t.Errorf("a MISSED target printed as its very limit: %q", line)
+		}
+	}
+	for _, c := range []struct {
+		want string
+		v    float64
+		got  string
+	}{
+		{"≥3700/s", 3699.6, "3699/s"}, {"≥3700/s", 3700, "3700/s"}, {"≥3700/s", 3700.9, "3700/s"},
+		{"≤100 ms", 100.04, "100.1 ms"}, {"≤100 ms", 99.96, "100.0 ms"}, {"≤100 ms", 1.1, "1.1 ms"}, {"≤100 ms", 12.3, "12.3 ms"},
+		{"<150 MB", 149.96, "149.9 MB"}, {"<150 MB", 150, "150.0 MB"}, {"<150 MB", 0.7, "0.7 MB"},
+	} {
+		if got := fmtTargetValue(TargetResult{Want: c.want}, &c.v); got != c.got {
+			t.Errorf("%v against %s printed %q, want %q", c.v, c.want, got, c.got)
+		}
+	}
+}
+
 func TestBrokenFloorJudgesNothing(t *testing.T) {
 	runs := []Run{judgedRun("redlock", benchHot, "on", 3000, 20)}
 	floor := &Judged{Result: judge.Result{OrdersPerS: 9000, Status: map[string]int{"201": 90_000, "0": 400_000}}}

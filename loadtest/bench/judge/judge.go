@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -75,7 +76,7 @@ type Result struct {
 	// LatencyMs is every answer's latency, vegeta's own figure;
 	// CreatedLatencyMs the 201s' alone, which the latency targets judge: a
 	// fast 503 is no order served.
-	LatencyMs        tally.LatencySummary `json:"latency_ms"`
+	LatencyMs        VegetaLatency        `json:"latency_ms"`
 	CreatedLatencyMs tally.LatencySummary `json:"created_latency_ms"`
 	// Status counts the answers by HTTP status; "0" is a transport error.
 	Status map[string]int `json:"status"`
@@ -88,6 +89,30 @@ type Result struct {
 	// unsettled answers: units the store holds beyond the window's.
 	WarmupCreated   int64 `json:"warmup_created"`
 	WarmupUnsettled int64 `json:"warmup_unsettled"`
+	// BySKU is each SKU's answers, in Config.SKUs' order, warm-up and
+	// window together: what the read back checks each SKU against. Not in
+	// the JSON: a thousand SKUs' worth in every spread window.
+	BySKU []SKUAnswers `json:"-"`
+}
+
+// VegetaLatency is vegeta's summary of every answer's latency, in
+// milliseconds. Vegeta computes no p99.9, so, unlike tally.LatencySummary,
+// it has none: a 0 there would read as a measured figure.
+type VegetaLatency struct {
+	Count int64   `json:"count"`
+	Mean  float64 `json:"mean"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P95   float64 `json:"p95"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// SKUAnswers are one SKU's answers that may have left units in the store:
+// its 201s, one unit each, and its unsettled answers, none or one each.
+type SKUAnswers struct {
+	Created   int64
+	Unsettled int64
 }
 
 const maxErrors = 5
@@ -118,9 +143,7 @@ func Attack(ctx context.Context, c Config) (Result, error) {
 		}
 	}})
 	if err != nil {
-		var warm Result
-		warm.WarmupCreated, warm.WarmupUnsettled = sd.warm.settled()
-		return warm, err
+		return sd.Answered(), err
 	}
 	return sd.Result(), nil
 }
@@ -249,7 +272,8 @@ func NewSide(c Config) (*Side, error) {
 	}
 	hc := &http.Client{Timeout: c.RequestTimeout, Transport: &http.Transport{
 		MaxIdleConnsPerHost: c.Workers, MaxIdleConns: c.Workers * len(c.URLs), IdleConnTimeout: time.Minute}}
-	return &Side{c: c, hc: hc, tr: targeter(c, bodies, new(atomic.Uint64)), warm: newTallied(), window: newTallied()}, nil
+	n := len(c.SKUs)
+	return &Side{c: c, hc: hc, tr: targeter(c, bodies, new(atomic.Uint64)), warm: newTallied(n), window: newTallied(n)}, nil
 }
 
 // Run attacks for d, into the window when measured, else with the warm-up.
@@ -269,7 +293,29 @@ func (*Side) Pause(context.Context) error { return nil }
 func (sd *Side) Result() Result {
 	r := sd.window.summarize()
 	r.WarmupCreated, r.WarmupUnsettled = sd.warm.settled()
+	r.BySKU = sd.bySKU()
 	return r
+}
+
+// Answered is, after an attack that failed part way, what its answers so
+// far say the store holds: Result's counts (the turns measured so far as
+// the window) and no rate or latency, which a cut window would not give.
+func (sd *Side) Answered() Result {
+	var r Result
+	r.Created, r.Unsettled = sd.window.settled()
+	r.WarmupCreated, r.WarmupUnsettled = sd.warm.settled()
+	r.BySKU = sd.bySKU()
+	return r
+}
+
+// bySKU adds up the warm-up's and the window's answers by SKU.
+func (sd *Side) bySKU() []SKUAnswers {
+	out := slices.Clone(sd.warm.bySKU)
+	for i, a := range sd.window.bySKU {
+		out[i].Created += a.Created
+		out[i].Unsettled += a.Unsettled
+	}
+	return out
 }
 
 // Close closes the side's idle connections.
@@ -289,15 +335,35 @@ func unsettled(status map[string]int) int64 {
 
 // targeter sends order n to instance n mod len(URLs), for the SKU that a
 // hash of the seed and n picks: deterministic, and safe for the workers'
-// concurrent calls without a lock.
+// concurrent calls without a lock. The URL's fragment is the SKU's index
+// (skuIndex).
 func targeter(c Config, bodies [][]byte, seq *atomic.Uint64) vegeta.Targeter {
+	urls := make([][]string, len(c.URLs))
+	for i, u := range c.URLs {
+		for k := range bodies {
+			urls[i] = append(urls[i], u+"/v1/orders#"+strconv.Itoa(k))
+		}
+	}
 	return func(t *vegeta.Target) error {
 		n := seq.Add(1) - 1
-		t.Method, t.URL = http.MethodPost, c.URLs[n%uint64(len(c.URLs))]+"/v1/orders"
-		t.Body = bodies[splitmix(c.Seed+n)%uint64(len(bodies))]
+		k := splitmix(c.Seed+n) % uint64(len(bodies))
+		t.Method, t.URL, t.Body = http.MethodPost, urls[n%uint64(len(urls))][k], bodies[k]
 		t.Header = http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {c.KeyPrefix + "-" + strconv.FormatUint(n, 10)}}
 		return nil
 	}
+}
+
+// skuIndex is the index of the SKU an answer's order was for, from the
+// fragment of its URL: vegeta's Result keeps the target's URL, but its Seq
+// is taken before the targeter runs, so it is not the targeter's n. The
+// fragment is never sent: a request line carries none.
+func skuIndex(url string) (int, bool) {
+	i := strings.LastIndexByte(url, '#')
+	if i < 0 {
+		return 0, false
+	}
+	k, err := strconv.Atoi(url[i+1:])
+	return k, err == nil
 }
 
 // splitmix is SplitMix64's finaliser: a well-mixed hash of n.
@@ -309,11 +375,12 @@ func splitmix(n uint64) uint64 {
 }
 
 // tallied adds up the answers of one or more attacks: vegeta's metrics,
-// the latencies of the 201s, and the attacks' measured time, each attack
-// from its first request to its last answer.
+// the latencies of the 201s, the answers by SKU, and the attacks' measured
+// time, each attack from its first request to its last answer.
 type tallied struct {
 	m       vegeta.Metrics
 	created *tally.Latency
+	bySKU   []SKUAnswers
 	span    time.Duration
 	// turns is each attack's 201s per second of its span.
 	turns []float64
@@ -324,13 +391,25 @@ type tallied struct {
 	first, last time.Time
 }
 
-func newTallied() *tallied { return &tallied{created: tally.NewLatency()} }
+// newTallied counts the answers on skus SKUs.
+func newTallied(skus int) *tallied {
+	return &tallied{created: tally.NewLatency(), bySKU: make([]SKUAnswers, skus)}
+}
 
-// add counts r.
+// add counts r. An answer whose SKU is not known (not the targeter's)
+// counts in all but in no SKU's: the read back sees the two disagree.
 func (t *tallied) add(r *vegeta.Result) {
 	t.m.Add(r)
-	if r.Code == http.StatusCreated {
+	k, ok := skuIndex(r.URL)
+	ok = ok && k >= 0 && k < len(t.bySKU)
+	switch {
+	case r.Code == http.StatusCreated:
 		t.created.Record(r.Latency)
+		if ok {
+			t.bySKU[k].Created++
+		}
+	case ok && (r.Code == 0 || r.Code >= 500):
+		t.bySKU[k].Unsettled++
 	}
 	if t.first.IsZero() || r.Timestamp.Before(t.first) {
 		t.first = r.Timestamp
@@ -387,7 +466,7 @@ func (t *tallied) summarize() Result {
 	}
 	ms := func(q time.Duration) float64 { return tally.Round(float64(q.Microseconds())/1000, 2) }
 	l := m.Latencies
-	r.LatencyMs = tally.LatencySummary{Count: int64(m.Requests), Mean: ms(l.Mean), P50: ms(l.P50), P90: ms(l.P90), P95: ms(l.P95),
+	r.LatencyMs = VegetaLatency{Count: int64(m.Requests), Mean: ms(l.Mean), P50: ms(l.P50), P90: ms(l.P90), P95: ms(l.P95),
 		P99: ms(l.P99), Max: ms(l.Max)}
 	errs := append([]string(nil), m.Errors...)
 	sort.Strings(errs)

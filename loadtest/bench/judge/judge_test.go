@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,7 +17,8 @@ import (
 )
 
 // TestTargeter checks the attack's orders: round-robin over the URLs, a
-// fresh key each, one-unit single-line bodies over every SKU.
+// fresh key each, one-unit single-line bodies over every SKU, the SKU's
+// index in the URL's fragment.
 func TestTargeter(t *testing.T) {
 	c := Config{URLs: []string{"http://a", "http://b", "http://c"}, SKUs: []string{"s0", "s1", "s2", "s3"}, KeyPrefix: "k", HoldSeconds: 60, Seed: 9}
 	bodies := make([][]byte, len(c.SKUs))
@@ -31,8 +33,8 @@ func TestTargeter(t *testing.T) {
 		if err := tr(&tg); err != nil {
 			t.Fatal(err)
 		}
-		if want := c.URLs[n%3] + "/v1/orders"; tg.URL != want || tg.Method != "POST" {
-			t.Fatalf("order %d: %s %s, want POST %s", n, tg.Method, tg.URL, want)
+		if want := c.URLs[n%3] + "/v1/orders#"; !strings.HasPrefix(tg.URL, want) || tg.Method != "POST" {
+			t.Fatalf("order %d: %s %s, want POST %s…", n, tg.Method, tg.URL, want)
 		}
 		k := tg.Header.Get("Idempotency-Key")
 		if keys[k] || tg.Header.Get("Content-Type") != "application/json" {
@@ -42,6 +44,9 @@ func TestTargeter(t *testing.T) {
 		var o order
 		if err := json.Unmarshal(tg.Body, &o); err != nil || len(o.Lines) != 1 || o.Lines[0].Quantity != 1 || o.HoldSeconds != 60 {
 			t.Fatalf("order %d: body %s (%v)", n, tg.Body, err)
+		}
+		if k, ok := skuIndex(tg.URL); !ok || c.SKUs[k] != o.Lines[0].SKU {
+			t.Fatalf("order %d: URL %s names SKU %d, body %s", n, tg.URL, k, o.Lines[0].SKU)
 		}
 		skus[o.Lines[0].SKU]++
 	}
@@ -53,7 +58,7 @@ func TestTargeter(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
-	tl := newTallied()
+	tl := newTallied(1)
 	start := time.Unix(1000, 0)
 	for i := range 10 {
 		r := &vegeta.Result{Code: 201, Timestamp: start.Add(time.Duration(i) * 100 * time.Millisecond), Latency: 100 * time.Millisecond}
@@ -80,7 +85,7 @@ func TestSummarize(t *testing.T) {
 // TestTurnsSpan: the time of attacks in turns is their own spans, not the
 // gaps between them, where the other side was served.
 func TestTurnsSpan(t *testing.T) {
-	tl := newTallied()
+	tl := newTallied(1)
 	for turn := range 2 {
 		start := time.Unix(1000+int64(turn)*60, 0)
 		for i := range 5 {
@@ -97,7 +102,7 @@ func TestTurnsSpan(t *testing.T) {
 // which vegeta's p99 of every answer is: 8 of 500 orders placed take
 // 150 ms (1.6 %), the other answers 10 ms or, shed, 1 ms.
 func TestCreatedLatency(t *testing.T) {
-	tl := newTallied()
+	tl := newTallied(1)
 	start := time.Unix(1000, 0)
 	for i := range 1000 {
 		r := &vegeta.Result{Code: 201, Timestamp: start.Add(time.Duration(i) * time.Millisecond), Latency: 10 * time.Millisecond}
@@ -113,6 +118,81 @@ func TestCreatedLatency(t *testing.T) {
 	r := tl.summarize()
 	if math.Abs(r.CreatedLatencyMs.P99-150) > 0.2 || r.LatencyMs.P99 > 10 {
 		t.Errorf("p99 of 201s %.1f ms (want 150), of all answers %.1f ms (want ≤ 10)", r.CreatedLatencyMs.P99, r.LatencyMs.P99)
+	}
+}
+
+// TestAllAnswersLatencyHasNoP999: vegeta computes no p99.9 of every
+// answer, so latency_ms has none, rather than a 0 below its own p99; the
+// 201s' latency, from the HDR histogram, has a true one.
+func TestAllAnswersLatencyHasNoP999(t *testing.T) {
+	tl := newTallied(1)
+	start := time.Unix(1000, 0)
+	for i := range 2000 {
+		tl.add(&vegeta.Result{Code: 201, Timestamp: start.Add(time.Duration(i) * time.Millisecond), Latency: time.Duration(1+i%50) * time.Millisecond})
+	}
+	tl.end()
+	b, err := json.Marshal(tl.summarize())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		LatencyMs        map[string]float64 `json:"latency_ms"`
+		CreatedLatencyMs map[string]float64 `json:"created_latency_ms"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if p999, ok := got.LatencyMs["p999"]; ok || got.LatencyMs["p99"] != 50 {
+		t.Errorf("latency_ms %v: want a p99 of 50 ms and no p999 (written %v)", got.LatencyMs, p999)
+	}
+	if got.CreatedLatencyMs["p999"] < got.CreatedLatencyMs["p99"] || got.CreatedLatencyMs["p999"] <= 0 {
+		t.Errorf("created_latency_ms %v: want its p999", got.CreatedLatencyMs)
+	}
+}
+
+// TestAnswersBySKU: each SKU's 201s and unsettled answers, warm-up and
+// window together, are the service's own counts of them, and add up to
+// the answers in all.
+func TestAnswersBySKU(t *testing.T) {
+	var mu sync.Mutex
+	created, unsettled := map[string]int64{}, map[string]int64{}
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var o order
+		if err := json.NewDecoder(r.Body).Decode(&o); err != nil || len(o.Lines) != 1 {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch n.Add(1) % 5 {
+		case 0:
+			unsettled[o.Lines[0].SKU]++
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case 1:
+			w.WriteHeader(http.StatusConflict) // settled: no unit
+		default:
+			created[o.Lines[0].SKU]++
+			w.WriteHeader(http.StatusCreated)
+		}
+	}))
+	defer srv.Close()
+	skus := []string{"s0", "s1", "s2"}
+	res, err := Attack(context.Background(), Config{URLs: []string{srv.URL}, SKUs: skus, Workers: 4, Warmup: 100 * time.Millisecond,
+		Window: 200 * time.Millisecond, KeyPrefix: "k", RequestTimeout: time.Second, Seed: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sumCreated, sumUnsettled int64
+	for i, sku := range skus {
+		a := res.BySKU[i]
+		if a.Created != created[sku] || a.Unsettled != unsettled[sku] || a.Created < 1 {
+			t.Errorf("%s: %+v, the service counted %d 201s, %d 503s", sku, a, created[sku], unsettled[sku])
+		}
+		sumCreated, sumUnsettled = sumCreated+a.Created, sumUnsettled+a.Unsettled
+	}
+	if sumCreated != res.WarmupCreated+res.Created || sumUnsettled != res.WarmupUnsettled+res.Unsettled {
+		t.Errorf("by SKU %d created, %d unsettled; in all %+v", sumCreated, sumUnsettled, res)
 	}
 }
 

@@ -54,6 +54,10 @@ type Result struct {
 	// LockFailures counts acquisitions the library gave up on (redsync
 	// after its default 32 tries); the loop goes on with the next order.
 	LockFailures int64 `json:"lock_failures"`
+	// UnlockFailures counts releases that failed after their order's
+	// UPDATE committed (redsync when a majority of masters did not confirm
+	// in time): the order counts, and the lock expires on its own.
+	UnlockFailures int64 `json:"unlock_failures"`
 	// Total counts every order the loop placed, warm-up and tail included;
 	// Stored the reservations the table gained over the run. Run checks
 	// Total ≤ Stored ≤ Total + Goroutines: an order cut short at the end
@@ -120,11 +124,13 @@ func (t *Table) Close() {
 var ErrSoldOut = errors.New("naive: row sold out")
 
 // order is one iteration: lock, SELECT, UPDATE, unlock, the row's key
-// prefixed with the run's so that no two loops share a lock.
-func (t *Table) order(ctx context.Context, lk Locker, prefix, sku string) error {
+// prefixed with the run's so that no two loops share a lock. The unlock's
+// error comes apart: once the UPDATE committed, the order is placed
+// whatever the release says.
+func (t *Table) order(ctx context.Context, lk Locker, prefix, sku string) (unlockErr, err error) {
 	unlock, err := lk.Lock(ctx, prefix+sku)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var available int64
 	err = t.pool.QueryRow(ctx, "SELECT available FROM "+t.name+" WHERE sku = $1", sku).Scan(&available)
@@ -134,7 +140,7 @@ func (t *Table) order(ctx context.Context, lk Locker, prefix, sku string) error 
 	if err == nil {
 		_, err = t.pool.Exec(ctx, "UPDATE "+t.name+" SET available = available - 1, reserved = reserved + 1, updated_at = now() WHERE sku = $1", sku)
 	}
-	return errors.Join(err, unlock())
+	return unlock(), err
 }
 
 // Run runs the loop on the first cfg.Keys rows: a warm-up, then the
@@ -171,6 +177,7 @@ type Loop struct {
 	stored0 int64
 
 	orders, failures atomic.Int64
+	unlockFailures   atomic.Int64
 	cancel           context.CancelFunc
 	wg               sync.WaitGroup
 	errs             []error
@@ -222,7 +229,7 @@ func (l *Loop) loop(ctx context.Context, g int) {
 		}
 		l.busy++
 		l.mu.Unlock()
-		err := l.t.order(ctx, l.lk, l.prefix, l.t.keys[rng.IntN(l.cfg.Keys)])
+		unlockErr, err := l.t.order(ctx, l.lk, l.prefix, l.t.keys[rng.IntN(l.cfg.Keys)])
 		l.mu.Lock()
 		if l.busy--; l.busy == 0 {
 			l.cond.Broadcast()
@@ -231,12 +238,15 @@ func (l *Loop) loop(ctx context.Context, g int) {
 		switch {
 		case err == nil:
 			l.orders.Add(1)
+			if unlockErr != nil {
+				l.unlockFailures.Add(1)
+			}
 		case errors.Is(err, ErrLockFailed):
 			l.failures.Add(1)
 		case ctx.Err() != nil:
 			return
 		default:
-			l.errs[g] = err
+			l.errs[g] = errors.Join(err, unlockErr)
 			l.failed.Store(true)
 			l.halt()
 			return
@@ -263,19 +273,19 @@ func (l *Loop) Run(ctx context.Context, d time.Duration, measured bool) error {
 	l.on = true
 	l.cond.Broadcast()
 	l.mu.Unlock()
-	o0, f0, start := l.orders.Load(), l.failures.Load(), time.Now()
+	o0, f0, u0, start := l.orders.Load(), l.failures.Load(), l.unlockFailures.Load(), time.Now()
 	select {
 	case <-time.After(d):
 	case <-ctx.Done():
 		return fmt.Errorf("naive %s: %w", l.lk.Name(), ctx.Err())
 	}
-	o1, f1, elapsed := l.orders.Load(), l.failures.Load(), time.Since(start)
+	o1, f1, u1, elapsed := l.orders.Load(), l.failures.Load(), l.unlockFailures.Load(), time.Since(start)
 	if l.failed.Load() {
 		return fmt.Errorf("naive %s: an order failed; Stop says which", l.lk.Name())
 	}
 	if measured {
 		r := &l.res
-		r.Orders, r.LockFailures = r.Orders+o1-o0, r.LockFailures+f1-f0
+		r.Orders, r.LockFailures, r.UnlockFailures = r.Orders+o1-o0, r.LockFailures+f1-f0, r.UnlockFailures+u1-u0
 		r.DurationS = tally.Round(r.DurationS+elapsed.Seconds(), 3)
 		r.OrdersPerS = tally.Round(float64(r.Orders)/r.DurationS, 1)
 		r.TurnsPerS = append(r.TurnsPerS, tally.Round(float64(o1-o0)/elapsed.Seconds(), 1))

@@ -46,7 +46,6 @@ type sum struct {
 // Snapshot is the series at one instant, added over the instances, by
 // name ("hold", "claim", "write", "orders").
 type Snapshot struct {
-	At     time.Time
 	series map[string]sum
 }
 
@@ -62,7 +61,7 @@ func NewMeter(urls []string, hc *http.Client) *Meter { return &Meter{urls: urls,
 // Snapshot scrapes every instance now. An instance that does not answer
 // fails it: a sum without one instance's holds would read as hand-offs.
 func (m *Meter) Snapshot(ctx context.Context) (Snapshot, error) {
-	s := Snapshot{At: time.Now(), series: map[string]sum{}}
+	s := Snapshot{series: map[string]sum{}}
 	for _, u := range m.urls {
 		fams, err := m.scrape(ctx, u)
 		if err != nil {
@@ -169,20 +168,21 @@ type Window struct {
 // Span is the two snapshots around one measured stretch of a window.
 type Span struct{ Before, After Snapshot }
 
-// Between is what the instances did from before to after, on keys keys.
-func Between(before, after Snapshot, keys int) Window {
-	return Across([]Span{{before, after}}, keys)
+// Between is what the instances did from before to after, on keys keys,
+// in a window of length d.
+func Between(before, after Snapshot, keys int, d time.Duration) Window {
+	return Across([]Span{{before, after}}, keys, d)
 }
 
 // Across is what the instances did within the spans, added up: a window
-// measured in turns (judge.Interleave). Its length is the spans', so on
-// one key the hand-offs are what the holds left of the spans, not of the
-// turns of the other side in between.
-func Across(spans []Span, keys int) Window {
-	var d float64
+// measured in turns (judge.Turns). Its length is the load's own time
+// within the spans, not the spans': a scrape takes time in which no order
+// is sent, and on one key the hand-offs are what the holds left of the
+// load's time, not of the scrapes or of the other side's turns.
+func Across(spans []Span, keys int, length time.Duration) Window {
+	d := length.Seconds()
 	var hold, claim, write, orders sum
 	for _, sp := range spans {
-		d += sp.After.At.Sub(sp.Before.At).Seconds()
 		delta := func(into *sum, k string) {
 			a, b := sp.After.series[k], sp.Before.series[k]
 			if a.Count < b.Count { // an instance restarted: nothing to say

@@ -50,43 +50,41 @@ func TestBetween(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	after.At = before.At.Add(8 * time.Second)
-	got := Between(before, after, 1)
+	got := Between(before, after, 1, 8*time.Second)
 	want := Window{DurationS: 8, Holds: 4, HeldShare: 0.75, HoldMs: 1500, Claims: 4, ClaimMs: 100,
 		Writes: 8, WriteMs: 400, OrdersPerHold: 30, HandOffMs: 500}
 	if got != want {
 		t.Fatalf("Between = %+v\nwant      %+v", got, want)
 	}
-	if w := Between(before, after, 1000); w.HandOffMs != 0 || w.HeldShare != 0.75 {
+	if w := Between(before, after, 1000, 8*time.Second); w.HandOffMs != 0 || w.HeldShare != 0.75 {
 		t.Fatalf("over many keys: %+v; want no hand-off, the same share", w)
 	}
 }
 
 // TestAcross: a window in two turns counts the holds within them, and
-// the hand-offs are what the holds left of the turns, not of the gap
-// between them.
+// the hand-offs are what the holds left of the turns' load (two turns of
+// 2 s), not of the gap between them.
 func TestAcross(t *testing.T) {
 	a, ua := instance(t)
 	meter := NewMeter([]string{ua}, http.DefaultClient)
 	ctx := context.Background()
-	snap := func(at time.Duration) Snapshot {
+	snap := func() Snapshot {
 		s, err := meter.Snapshot(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.At = time.Unix(1000, 0).Add(at)
 		return s
 	}
-	s0 := snap(0)
+	s0 := snap()
 	a.LockHeld(1500 * time.Millisecond)
 	a.Batch(10)
-	s1 := snap(2 * time.Second)
+	s1 := snap()
 	a.LockHeld(time.Hour) // between the turns: not counted
-	s2 := snap(10 * time.Second)
+	s2 := snap()
 	a.LockHeld(1500 * time.Millisecond)
 	a.Batch(30)
-	s3 := snap(12 * time.Second)
-	got := Across([]Span{{s0, s1}, {s2, s3}}, 1)
+	s3 := snap()
+	got := Across([]Span{{s0, s1}, {s2, s3}}, 1, 4*time.Second)
 	want := Window{DurationS: 4, Holds: 2, HeldShare: 0.75, HoldMs: 1500, OrdersPerHold: 20, HandOffMs: 500}
 	if got != want {
 		t.Fatalf("Across = %+v\nwant     %+v", got, want)
