@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/stack/pgproxy"
 	"github.com/stockguard/stockguard/loadtest/client"
+	"github.com/stockguard/stockguard/loadtest/history"
 	"github.com/stockguard/stockguard/loadtest/report"
 	"github.com/stockguard/stockguard/loadtest/run"
 	"github.com/stockguard/stockguard/loadtest/tally"
@@ -52,6 +54,7 @@ func TestChaosJudgeExercisedInEveryMode(t *testing.T) {
 		{"zk-session-expiry unfenced, damage, session never lost", "zk-session-expiry", Run{Expect: off("zk-session-expiry"), Units: damaged, Metrics: map[string]float64{}}, false},
 		{"zk-session-expiry unfenced, damage, session lost", "zk-session-expiry", Run{Expect: off("zk-session-expiry"), Units: damaged, Metrics: map[string]float64{metricZKSessLost: 1}}, true},
 		{"partition-holder unfenced, damage, lease never lost", "partition-holder", Run{Expect: off("partition-holder"), Units: damaged, Metrics: map[string]float64{}}, false},
+		{"partition-holder unfenced, damage, victim's final scrape failed", "partition-holder", Run{Expect: off("partition-holder"), Units: damaged, Metrics: map[string]float64{metricVictimLeasesLost: -2}}, false},
 		{"partition-holder unfenced, damage, lease lost", "partition-holder", Run{Expect: off("partition-holder"), Units: damaged, Metrics: map[string]float64{metricVictimLeasesLost: 1}}, true},
 	}
 	for _, tc := range cases {
@@ -71,8 +74,8 @@ func TestChaosJudgeExercisedInEveryMode(t *testing.T) {
 // unless every round dropped an answer Postgres had committed (a proxy
 // rule that stopped matching the write drops nothing).
 func TestChaosTallyDropsFailsShortRounds(t *testing.T) {
-	committed := pgproxy.Drop{Answer: "INSERT 0 1"}
-	refused := pgproxy.Drop{Answer: "error: 23505"}
+	committed := pgproxy.Drop{Answer: "INSERT 0 1", TxnStatus: 'I'}
+	refused := pgproxy.Drop{Answer: "error: 23505", TxnStatus: 'I'}
 	for _, tc := range []struct {
 		name  string
 		drops []pgproxy.Drop
@@ -310,5 +313,125 @@ func TestChaosInterruptGuard(t *testing.T) {
 	g.held.Store(false)
 	if g.Hold(&out) {
 		t.Error("held a signal after the teardown was over")
+	}
+}
+
+// TestChaosIdempotencyJudgedInEveryMode: that a same-key retry returns the
+// first order and that one key makes one order has nothing to do with the
+// fence (the unique index on the key decides it), so an unfenced run that
+// broke it fails, as unsafe, like a fenced one; the rules a stale write
+// breaks (units, linearizability) stay for fenced runs only.
+func TestChaosIdempotencyJudgedInEveryMode(t *testing.T) {
+	recovered := 50.0
+	off := func(name string) string { return scenarioPlan(scenarioByName(name), "off").expect() }
+	rule := func(r history.Rule, msg string) []HistoryViolation {
+		return []HistoryViolation{{SKU: "h00", Rule: string(r), Message: msg}}
+	}
+	doubled := rule(history.RuleOrders, `one placement made 2 orders: key "k" has orders a, b in the final read`)
+	oversold := rule(history.RuleUnits, "oversold: 12 units acknowledged and never returned, stock 10")
+	acks := func(la LostAcks) *HistoryCheck { return &HistoryCheck{Operations: 9, LostAcks: &la} }
+	restart := func(h HistoryCheck) *HistoryCheck { h.StoreUnavailable = 2; return &h }
+	cases := []struct {
+		name, scenario string
+		run            Run
+		pass           bool
+		status         string
+	}{
+		{"lost-commit-ack unfenced, every retry returned another order, one key made 2 orders", "lost-commit-ack",
+			Run{Expect: off("lost-commit-ack"), History: acks(LostAcks{Rounds: 3, Dropped: 3, Committed: 3, Mismatched: 3, OrdersPerKey: 2})}, false, StatusUnsafe},
+		{"lost-commit-ack unfenced, a retry never settled", "lost-commit-ack",
+			Run{Expect: off("lost-commit-ack"), History: acks(LostAcks{Rounds: 3, Dropped: 3, Committed: 3, Replayed: 2, Mismatched: 1, OrdersPerKey: 1})}, false, StatusFailed},
+		{"lost-commit-ack unfenced, every retry replayed", "lost-commit-ack",
+			Run{Expect: off("lost-commit-ack"), History: acks(LostAcks{Rounds: 3, Dropped: 3, Committed: 3, Replayed: 3, OrdersPerKey: 1})}, true, StatusSafe},
+		{"postgres-restart unfenced, one key made 2 orders", "postgres-restart",
+			Run{Expect: off("postgres-restart"), RecoveryMs: &recovered, History: restart(HistoryCheck{DoubledKeys: 1, Violations: doubled})}, false, StatusUnsafe},
+		{"postgres-restart unfenced, an acknowledged cancel not in the final read", "postgres-restart",
+			Run{Expect: off("postgres-restart"), RecoveryMs: &recovered, History: restart(HistoryCheck{Violations: rule(history.RuleTransitions, "order o was acknowledged cancelled but the final read says reserved")})}, false, StatusUnsafe},
+		{"postgres-restart unfenced, oversold", "postgres-restart",
+			Run{Expect: off("postgres-restart"), RecoveryMs: &recovered, History: restart(HistoryCheck{Violations: oversold})}, true, StatusExpectedUnsafe},
+		{"postgres-restart fenced, oversold", "postgres-restart",
+			Run{Expect: ExpectSafe, RecoveryMs: &recovered, History: restart(HistoryCheck{Violations: oversold})}, false, StatusUnsafe},
+	}
+	for _, tc := range cases {
+		r := tc.run
+		r.judge(scenarioByName(tc.scenario))
+		if r.Pass != tc.pass || r.Status != tc.status {
+			t.Errorf("%s (expect %s): pass = %v, status %q, failures %v; want pass = %v, status %q",
+				tc.name, r.Expect, r.Pass, r.Status, r.Failures, tc.pass, tc.status)
+		}
+	}
+}
+
+// TestChaosRecorderRetryAnswerSettlesOnlyWhatItSettles: the recorder ends
+// an operation on an answer only if it settles what became of every
+// attempt (client.Outcome.Settled), or answers the first attempt. A 409
+// stale_fence or insufficient_stock to a same-key retry, after an attempt
+// that went unanswered and commits later, settles nothing: recorded as a
+// refusal, it made the checker blame the service for the order the first
+// attempt committed. Retried until the replay, the operation is OK; with
+// the attempts run out on such an answer, unknown. A first attempt's
+// refusal is still one.
+func TestChaosRecorderRetryAnswerSettlesOnlyWhatItSettles(t *testing.T) {
+	const orderID = "0190a3e4-7c1d-7b2a-9f00-000000000001"
+	order := func(status string) string {
+		return `{"order_id":"` + orderID + `","status":"` + status + `","lines":[{"sku":"s","quantity":2,"fence_token":9}],"expires_at":"2030-01-01T00:00:00Z"}`
+	}
+	refused := func(code string) string {
+		return `{"error":{"code":"` + code + `","message":"refused","request_id":"r"}}`
+	}
+	type answer struct {
+		status int
+		body   string
+		slow   bool // past the client's timeout: the attempt goes unanswered
+	}
+	reserved := answer{http.StatusCreated, order("reserved"), false}
+	unanswered := answer{http.StatusCreated, order("reserved"), true}
+	conflict := func(code string) answer { return answer{http.StatusConflict, refused(code), false} }
+	cases := []struct {
+		name    string
+		kind    history.Kind
+		answers []answer // the last repeats
+		want    history.Result
+		code    string
+	}{
+		{"place: stale_fence after an unanswered attempt, then the replay", history.Place,
+			[]answer{unanswered, conflict("stale_fence"), reserved}, history.OK, ""},
+		{"place: insufficient_stock after an unanswered attempt, then the replay", history.Place,
+			[]answer{unanswered, conflict("insufficient_stock"), reserved}, history.OK, ""},
+		{"place: insufficient_stock to every retry after an unanswered attempt", history.Place,
+			[]answer{unanswered, conflict("insufficient_stock")}, history.Unknown, "insufficient_stock"},
+		{"place: stale_fence to the first attempt", history.Place,
+			[]answer{conflict("stale_fence")}, history.Failed, "stale_fence"},
+		{"confirm: stale_fence after an unanswered attempt, then confirmed", history.Confirm,
+			[]answer{{http.StatusOK, order("confirmed"), true}, conflict("stale_fence"), {http.StatusOK, order("confirmed"), false}}, history.OK, ""},
+		{"cancel: invalid_transition after an unanswered attempt", history.Cancel,
+			[]answer{{http.StatusOK, order("cancelled"), true}, conflict("invalid_transition")}, history.Failed, "invalid_transition"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var attempts atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				a := tc.answers[min(int(attempts.Add(1)), len(tc.answers))-1]
+				if a.slow {
+					time.Sleep(400 * time.Millisecond)
+				}
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(a.status)
+				_, _ = io.WriteString(w, a.body)
+			}))
+			t.Cleanup(srv.Close)
+			c := client.New(4, "", 150*time.Millisecond)
+			t.Cleanup(c.Close)
+			r := &histRecorder{urls: []string{srv.URL}, skus: []string{"s"}, stock: 10, runID: "t", client: c}
+			var out history.Outcome
+			if tc.kind == history.Place {
+				out = r.place(t.Context(), 0, 0, []history.Line{{SKU: "s", Quantity: 2}}, 0)
+			} else {
+				out = r.transition(t.Context(), 0, 0, tc.kind, orderID)
+			}
+			if out.Result != tc.want || out.Code != tc.code {
+				t.Errorf("recorded %s %q after %d attempts, want %s %q", out.Result, out.Code, attempts.Load(), tc.want, tc.code)
+			}
+		})
 	}
 }

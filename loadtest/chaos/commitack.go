@@ -69,7 +69,7 @@ func lostCommitAckScenario() *scenario {
 			}
 			return lostAcksShort(*h.LostAcks)
 		},
-		check: func(r *Run) []string {
+		always: func(r *Run) []string {
 			h := r.History
 			if h == nil || h.LostAcks == nil {
 				return nil // exercised said so
@@ -203,8 +203,10 @@ func (e *chaosEnv) lostAckRound(ctx context.Context, rec *histRecorder, proxy *p
 	// The client does not trust any first answer here: it asks again with
 	// the same key, as it must after a 503, and compares.
 	var got []client.Outcome
+	settled := false
 	for _, to := range []int{inst, 0} {
-		out := rec.attempts(ctx, to, func(ctx context.Context, url string, _ int) client.Outcome {
+		var out client.Outcome
+		out, settled = rec.attempts(ctx, to, history.Place, 1, func(ctx context.Context, url string, _ int) client.Outcome {
 			return rec.client.PlaceOrder(ctx, url, key, body)
 		})
 		got = append(got, out)
@@ -224,7 +226,7 @@ func (e *chaosEnv) lostAckRound(ctx context.Context, rec *histRecorder, proxy *p
 		la.Mismatched++
 	}
 	// One operation for all attempts: the checker sees the key once.
-	rec.h.Complete(id, rec.outcome(final))
+	rec.h.Complete(id, rec.outcome(final, settled))
 	return nil
 }
 

@@ -17,8 +17,8 @@ import (
 )
 
 // Bounds of one recorded operation's retries: a client resends with its
-// Idempotency-Key until it has a definite answer, as the API asks of it,
-// but not forever.
+// Idempotency-Key until an answer settles the operation, as the API asks
+// of it, but not forever.
 const (
 	histAttempts   = 12
 	histRetryLimit = 45 * time.Second
@@ -37,7 +37,7 @@ const histExpiry = "holds outlive the run (hold_seconds 900, reaper off): no ord
 // a history for the checker: orders on SKUs of their own (the steady load
 // never touches them, so the final read sees only recorded operations),
 // confirms and cancels of their own orders, each operation retried with
-// its key until it has a definite answer.
+// its key until an answer settles it.
 type histRecorder struct {
 	h      history.History
 	client *client.Client
@@ -148,13 +148,13 @@ func (r *histRecorder) place(ctx context.Context, c, inst int, lines []history.L
 	}
 	key := fmt.Sprintf("%s-k%07d", r.runID, r.seq.Add(1))
 	id := r.h.Invoke(history.Op{Client: c, Kind: history.Place, Key: key, Lines: lines})
-	out := r.attempts(ctx, inst, func(ctx context.Context, url string, attempt int) client.Outcome {
+	out, settled := r.attempts(ctx, inst, history.Place, 0, func(ctx context.Context, url string, attempt int) client.Outcome {
 		if attempt == 0 && pause > 0 {
 			ctx = withChaosPause(ctx, pause)
 		}
 		return r.client.PlaceOrder(ctx, url, key, body)
 	})
-	res := r.outcome(out)
+	res := r.outcome(out, settled)
 	if res.Result == history.OK {
 		for _, l := range out.Order.Lines {
 			res.Lines = append(res.Lines, history.Line{SKU: l.SKU, Quantity: int64(l.Quantity)})
@@ -170,20 +170,24 @@ func (r *histRecorder) place(ctx context.Context, c, inst int, lines []history.L
 // transition records a confirm or cancel of order and its retries.
 func (r *histRecorder) transition(ctx context.Context, c, inst int, kind history.Kind, order string) history.Outcome {
 	id := r.h.Invoke(history.Op{Client: c, Kind: kind, OrderID: order})
-	out := r.attempts(ctx, inst, func(ctx context.Context, url string, _ int) client.Outcome {
+	out, settled := r.attempts(ctx, inst, kind, 0, func(ctx context.Context, url string, _ int) client.Outcome {
 		if kind == history.Confirm {
 			return r.client.ConfirmOrder(ctx, url, order)
 		}
 		return r.client.CancelOrder(ctx, url, order)
 	})
-	res := r.outcome(out)
+	res := r.outcome(out, settled)
 	r.h.Complete(id, res)
 	return res
 }
 
-// attempts sends until the answer is definite, the next attempt to the next
-// instance (a client behind a load balancer), waiting as Retry-After asks.
-func (r *histRecorder) attempts(ctx context.Context, inst int, send func(ctx context.Context, url string, attempt int) client.Outcome) client.Outcome {
+// attempts sends an operation of kind until an answer settles it, the next
+// attempt to the next instance (a client behind a load balancer), waiting
+// as Retry-After asks; sent is how many attempts went out before (a probe's
+// own first one). It returns the last answer and whether it settled the
+// operation: when the attempts or the time run out first it did not.
+func (r *histRecorder) attempts(ctx context.Context, inst int, kind history.Kind, sent int,
+	send func(ctx context.Context, url string, attempt int) client.Outcome) (client.Outcome, bool) {
 	deadline := time.Now().Add(histRetryLimit)
 	var out client.Outcome
 	for attempt := 0; attempt < histAttempts; attempt++ {
@@ -192,12 +196,15 @@ func (r *histRecorder) attempts(ctx context.Context, inst int, send func(ctx con
 		}
 		out = send(ctx, r.urls[(inst+attempt)%len(r.urls)], attempt)
 		r.note(out)
-		if definite(out) || ctx.Err() != nil || time.Now().After(deadline) {
-			return out
+		if settles(kind, out, sent+attempt == 0) {
+			return out, true
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			break
 		}
 		run.Sleep(ctx, backoff(out))
 	}
-	return out
+	return out, false
 }
 
 func (r *histRecorder) note(out client.Outcome) {
@@ -212,16 +219,24 @@ func (r *histRecorder) note(out client.Outcome) {
 	}
 }
 
-// definite reports whether an answer settles the operation: a success, or a
+// settles reports whether an answer settles an operation of kind, given
+// whether it answers the operation's first attempt: a success, or a
 // refusal that says nothing happened. 503s (lock, store, overload, deadline)
 // and 500s ask for a retry; a lock_unavailable may be a lease lost around
-// the write.
-func definite(out client.Outcome) bool {
+// the write. After an attempt that went unanswered (it may still commit),
+// only an answer that settles what became of every attempt will do
+// (client.Outcome.Settled): a 409 stale_fence may be the earlier attempt
+// overtaking this one, and an insufficient_stock says nothing of an earlier
+// attempt still waiting for stock, which the recorded clients' cancels
+// return.
+func settles(kind history.Kind, out client.Outcome, first bool) bool {
 	switch {
-	case out.Kind == client.KindUnknown, out.Status >= 500:
+	case first:
+		return out.Answered()
+	case kind == history.Place && out.Kind == client.KindInsufficient:
 		return false
 	}
-	return true
+	return out.Settled()
 }
 
 // backoff is the Retry-After of the answer, capped, or a short pause.
@@ -233,12 +248,13 @@ func backoff(out client.Outcome) time.Duration {
 }
 
 // outcome classifies the last answer for the history: only a success or a
-// definite refusal is known; anything else may or may not have happened.
-func (r *histRecorder) outcome(out client.Outcome) history.Outcome {
+// refusal that settled the operation is known; anything else may or may
+// not have happened.
+func (r *histRecorder) outcome(out client.Outcome, settled bool) history.Outcome {
 	switch {
 	case out.Kind == client.KindReserved && out.Order != nil:
 		return history.Outcome{Result: history.OK, OrderID: out.Order.OrderID}
-	case definite(out):
+	case settled:
 		return history.Outcome{Result: history.Failed, Code: out.Code}
 	}
 	return history.Outcome{Result: history.Unknown, Code: out.Code}

@@ -29,7 +29,10 @@ var (
 			// Without the partition the watchdog, or the session's
 			// keepalive, would keep the lease through the stall: its loss
 			// is the cut's doing.
-			if r.Metrics[metricVictimLeasesLost] == 0 {
+			switch lost, read := r.Metrics[metricVictimLeasesLost]; {
+			case !read:
+				return []string{"the partitioned instance's lost leases are unknown: its metrics could not be read"}
+			case lost <= 0:
 				return []string{"the partitioned instance never saw its lease lost"}
 			}
 			return nil

@@ -157,7 +157,8 @@ func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 	if err != nil {
 		out.Notes = append(out.Notes, "metrics before the load: "+err.Error())
 	}
-	e.victimLost = baseline[e.victim()][metricLockLeasesL]
+	victimBase, victimBaseRead := baseline[e.victim()][metricLockLeasesL]
+	e.victimLost = victimBase
 	out.StartedAt = time.Now().UTC()
 	e.load.run(ctx, e.cc.Concurrency, e.cc.Seed)
 	run.Sleep(ctx, e.cc.Warmup)
@@ -215,7 +216,11 @@ func (e *chaosEnv) execute(ctx context.Context, out *Run) error {
 	}
 	e.fill(out, v, total, loadFor)
 	if e.net != nil {
-		out.Metrics[metricVictimLeasesLost] = each[e.victim()][metricLockLeasesL] - e.victimLost
+		// A failed scrape (either one) leaves the count unknown, not
+		// negative: without it the run never shows its fault.
+		if lost, read := each[e.victim()][metricLockLeasesL]; read && victimBaseRead {
+			out.Metrics[metricVictimLeasesLost] = lost - e.victimLost
+		}
 	}
 	if faultErr != nil {
 		return fmt.Errorf("fault: %w", faultErr)
@@ -292,8 +297,10 @@ const (
 )
 
 // judge lists what the run failed to show, given what it had to: in every
-// mode that its fault happened (sc.exercised), fenced that it was safe
-// (sc.check and the verification), unfenced in a race scenario the damage.
+// mode that its fault happened (sc.exercised) and that the promises the
+// fence plays no part in held (sc.always, the history's fence-free rules),
+// fenced that it was safe (sc.check and the verification), unfenced in a
+// race scenario the damage.
 func (r *Run) judge(sc *scenario) {
 	var f []string
 	if r.Error != "" {
@@ -301,6 +308,9 @@ func (r *Run) judge(sc *scenario) {
 	}
 	if r.Error == "" && sc.exercised != nil {
 		f = append(f, sc.exercised(r)...)
+	}
+	if r.Error == "" && sc.always != nil {
+		f = append(f, sc.always(r)...)
 	}
 	damage := r.Units.Oversold + r.Units.Lost
 	switch r.Expect {
@@ -343,10 +353,12 @@ func runStatus(r *Run) string {
 	return StatusSafe
 }
 
-// unsafe reports whether a run that had to be safe shows damage: units
-// oversold or lost, sources that disagree, or a history violation.
+// unsafe reports whether a run shows damage where none was allowed: in
+// every mode a broken promise of the history (a key with two orders, a
+// fence-free rule violated); in a run that had to be safe also units
+// oversold or lost, sources that disagree, or any history violation.
 func (r *Run) unsafe() bool {
-	return r.Expect == ExpectSafe &&
+	return r.History.promiseBroken() || r.Expect == ExpectSafe &&
 		(r.Units.Oversold+r.Units.Lost > 0 || r.Verification.DisagreementCount > 0 || r.History.violated())
 }
 

@@ -69,6 +69,11 @@ type scenario struct {
 	// instance saw expire): without it neither "safe" nor "no damage"
 	// means anything.
 	exercised func(r *Run) []string
+	// always lists what a run, fenced or not, must show of the promises
+	// the fence plays no part in: a same-key retry returns the first
+	// order, one key makes one order (the unique index on the key decides
+	// that, not the lock).
+	always func(r *Run) []string
 	// check lists what else a fenced run must show: that the fence held
 	// and the service came through (a stale write refused, orders served
 	// during the fault, recovery after it).

@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// DefaultTimeout bounds the linearizability check of a whole history unless
-// WithTimeout says otherwise; a SKU whose check is still running when it
-// passes is reported undecided, not passed.
+// DefaultTimeout bounds the check of a whole history unless WithTimeout
+// says otherwise; a SKU whose linearizability check is still running when
+// it passes is reported undecided, not passed.
 const DefaultTimeout = 10 * time.Second
 
 // ErrInvalidHistory is returned for a history Check cannot judge (an
@@ -78,7 +78,9 @@ type config struct {
 	visualDir string
 }
 
-// WithTimeout bounds the linearizability check (default DefaultTimeout).
+// WithTimeout bounds the check (default DefaultTimeout): the other rules
+// take time linear in the history, and the linearizability search gets
+// what they leave of the bound.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithVisualization writes porcupine's HTML visualization of each SKU that
@@ -93,6 +95,7 @@ func Check(ops []Op, final Final, stock map[string]int64, opts ...Option) (Repor
 	for _, o := range opts {
 		o(&cfg)
 	}
+	deadline := time.Now().Add(cfg.timeout)
 	x, err := newIndex(ops, final, stock)
 	if err != nil {
 		return Report{}, err
@@ -102,7 +105,7 @@ func Check(ops []Op, final Final, stock map[string]int64, opts ...Option) (Repor
 	x.checkOrders(&r)
 	x.checkUnits(&r)
 	x.checkTransitions(&r)
-	x.checkLinearizable(&r, cfg)
+	x.checkLinearizable(&r, deadline, cfg.visualDir)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].SKU < r.Violations[j].SKU })
 	return r, nil
 }
@@ -113,6 +116,9 @@ type index struct {
 	final Final
 	stock map[string]int64
 	skus  []string // sorted
+	// t0 is the first invocation (every one precedes the final read), or
+	// the final read without operations: the origin of a report's times.
+	t0 time.Time
 
 	finalByID  map[string][]int // order id → indexes in final.Orders
 	finalByKey map[string][]int
@@ -132,7 +138,11 @@ func newIndex(ops []Op, final Final, stock map[string]int64) (*index, error) {
 		x.skus = append(x.skus, sku)
 	}
 	slices.Sort(x.skus)
+	x.t0 = final.At
 	for i, op := range ops {
+		if op.Invoke.Before(x.t0) {
+			x.t0 = op.Invoke
+		}
 		if err := x.validate(op); err != nil {
 			return nil, fmt.Errorf("%w: operation %d (client %d %s): %w", ErrInvalidHistory, i, op.Client, op.Kind, err)
 		}
@@ -297,18 +307,5 @@ func (x *index) describeOperation(i int) string {
 
 // rel formats t relative to the first invocation.
 func (x *index) rel(t time.Time) string {
-	return fmt.Sprintf("%.3fs", t.Sub(x.start()).Seconds())
-}
-
-func (x *index) start() time.Time {
-	var t0 time.Time
-	for _, op := range x.ops {
-		if t0.IsZero() || op.Invoke.Before(t0) {
-			t0 = op.Invoke
-		}
-	}
-	if t0.IsZero() {
-		t0 = x.final.At
-	}
-	return t0
+	return fmt.Sprintf("%.3fs", t.Sub(x.t0).Seconds())
 }

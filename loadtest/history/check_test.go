@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -323,4 +324,44 @@ func TestRecorder(t *testing.T) {
 			t.Errorf("client %d: %+v", op.Client, op)
 		}
 	}
+}
+
+// TestCheckBoundedByTimeoutOnALongHistory: WithTimeout bounds the whole
+// check, not the linearizability search alone. A long nemesis run records
+// tens of thousands of operations; rules that scan the history once per
+// acknowledged order would run for many times the bound on them.
+func TestCheckBoundedByTimeoutOnALongHistory(t *testing.T) {
+	const n = 20_000
+	skus := []string{"a", "b", "c"}
+	stock := map[string]int64{}
+	held := map[string]int64{}
+	final := history.Final{At: at(n + 1000)}
+	var ops []history.Op
+	for i := range n {
+		sku := skus[i%len(skus)]
+		id, key := fmt.Sprintf("o%06d", i), fmt.Sprintf("k%06d", i)
+		ops = append(ops, place(i%6, key, lines(sku, 1), i, i, ok(id)))
+		final.Orders = append(final.Orders, order(id, key, history.StatusReserved, lines(sku, 1)))
+		stock[sku]++
+		held[sku]++
+	}
+	for _, s := range skus {
+		final.SKUs = append(final.SKUs, history.FinalSKU{SKU: s, Held: held[s]})
+	}
+	const bound = time.Second
+	start := time.Now()
+	r, err := history.Check(ops, final, stock, history.WithTimeout(bound))
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() {
+		t.Fatalf("correct history rejected:\n%s", r)
+	}
+	// Slack for a busy or race-instrumented machine; the old rules took
+	// ten times the bound here.
+	if took > 5*bound {
+		t.Errorf("Check of %d operations took %v with WithTimeout(%v)", n, took.Round(time.Millisecond), bound)
+	}
+	t.Logf("%d operations checked in %v, undecided %v", n, took.Round(time.Millisecond), r.Undecided)
 }

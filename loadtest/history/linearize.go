@@ -15,9 +15,9 @@ const (
 	maxCandidates  = 8  // operations shown that could not come next
 )
 
-// checkLinearizable runs porcupine on each SKU, sharing cfg.timeout.
-func (x *index) checkLinearizable(r *Report, cfg config) {
-	deadline := time.Now().Add(cfg.timeout)
+// checkLinearizable runs porcupine on each SKU until deadline; a SKU it
+// fails is drawn into visualDir unless that is "".
+func (x *index) checkLinearizable(r *Report, deadline time.Time, visualDir string) {
 	for _, sku := range x.skus {
 		if _, ok := x.finalSKU(sku); !ok {
 			// Without the row there is no final state to explain, and a
@@ -46,8 +46,8 @@ func (x *index) checkLinearizable(r *Report, cfg config) {
 		res, info := porcupine.CheckOperationsVerbose(m, ops, max(time.Until(deadline), time.Second))
 		if res == porcupine.Illegal {
 			msg += "\n" + explain(ops, init, info)
-			if cfg.visualDir != "" {
-				path := filepath.Join(cfg.visualDir, sku+".html")
+			if visualDir != "" {
+				path := filepath.Join(visualDir, sku+".html")
 				if err := porcupine.VisualizePath(m, info, path); err != nil {
 					msg += fmt.Sprintf("\n(visualization not written: %v)", err)
 				} else {
@@ -63,8 +63,7 @@ func (x *index) checkLinearizable(r *Report, cfg config) {
 // state. Times are nanoseconds since the first invocation; an operation
 // with an unknown outcome may take effect until just before the final read.
 func (x *index) skuOperations(sku string) ([]porcupine.Operation, state) {
-	t0 := x.start()
-	rel := func(t time.Time) int64 { return t.Sub(t0).Nanoseconds() }
+	rel := func(t time.Time) int64 { return t.Sub(x.t0).Nanoseconds() }
 	readAt := rel(x.final.At)
 	orderIdx := map[int]int{} // place op → order index in state.st
 	var ops []porcupine.Operation

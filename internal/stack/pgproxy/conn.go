@@ -10,7 +10,7 @@ import (
 )
 
 // conn is one proxied client connection and its upstream connection. The
-// frontend goroutine owns stmts, portals and inTxn; mu guards the rest.
+// frontend goroutine owns stmts and portals; mu guards the rest.
 type conn struct {
 	proxy  *Proxy
 	id     uint64
@@ -18,11 +18,15 @@ type conn struct {
 
 	stmts   map[string]string // prepared statement name → text
 	portals map[string]string // portal name → statement text
-	inTxn   bool              // an explicit transaction is open (BEGIN seen)
 
-	mu         sync.Mutex
-	server     net.Conn
-	closed     bool
+	mu     sync.Mutex
+	server net.Conn
+	closed bool
+	// txnStatus is the status byte of the last ReadyForQuery forwarded to
+	// the client (txnIdle, ...; 0 before the first): the server's word on
+	// whether a transaction is open, which statement text cannot give (a
+	// BEGIN in a multi-statement Query, or behind a comment).
+	txnStatus  byte
 	syncPoints int // start-up, Query, FunctionCall and Sync messages forwarded: each gets one ReadyForQuery
 	readyCount int // ReadyForQuery messages seen from the server
 	// dropAfter is -1, or the number of ReadyForQuery messages to forward
@@ -31,6 +35,8 @@ type conn struct {
 	dropAfter int
 	drop      *Drop
 	dropOnce  sync.Once
+	// ackTimer ends the wait for a dropped statement's answer.
+	ackTimer *time.Timer
 }
 
 // maxStatements bounds the prepared statements and portals remembered per
@@ -65,6 +71,23 @@ func (c *conn) serve() {
 	c.frontend(bufio.NewReader(c.client), server)
 	c.closeBoth()
 	<-done
+	c.settleDrop()
+}
+
+// settleDrop records a drop still waiting for its answer when the
+// connection ended (the server or Proxy.Close cut it) as unknown, and stops
+// its timer: serve returns with the drop recorded, so nothing is recorded
+// after Close.
+func (c *conn) settleDrop() {
+	c.mu.Lock()
+	timer, pending := c.ackTimer, c.drop != nil
+	c.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	if pending {
+		c.finishDrop("", 0) // a no-op once the answer or the timer has finished it
+	}
 }
 
 func (c *conn) closeBoth() {
@@ -189,18 +212,21 @@ func (c *conn) startup(r *bufio.Reader, w *bufio.Writer) bool {
 	}
 }
 
-// statement tracks one statement about to be forwarded and, if it commits
-// by itself (outside an explicit transaction) and the proxy is armed for
-// it, starts dropping: it reports whether its answer will be dropped.
+// statement looks at one statement about to be forwarded and, if it
+// would commit by itself (the server last said no transaction was open)
+// and the proxy is armed for it, starts dropping: it reports whether its
+// answer will be dropped. A statement sent before the server's
+// ReadyForQuery for the one before it may still land in a transaction
+// (a pipeline, a multi-statement Query): the answer's own ReadyForQuery
+// tells, and Drop.Committed heeds it.
 func (c *conn) statement(sql string) bool {
-	if sql == "" {
+	if sql == "" || endsOrStartsTxn(sql) {
 		return false
 	}
-	switch {
-	case endsOrStartsTxn(sql):
-		c.inTxn = startsTxn(sql)
-		return false
-	case c.inTxn:
+	c.mu.Lock()
+	idle := c.txnStatus == txnIdle
+	c.mu.Unlock()
+	if !idle {
 		return false
 	}
 	commit := Commit{Conn: c.id, Statement: sql}
@@ -212,19 +238,20 @@ func (c *conn) statement(sql string) bool {
 	// overtake the decision.
 	c.dropAfter = c.syncPoints
 	c.drop = &Drop{Commit: commit}
+	c.ackTimer = time.AfterFunc(c.proxy.cfg.ackTimeout, func() { c.finishDrop("", 0) })
 	c.mu.Unlock()
-	time.AfterFunc(c.proxy.cfg.ackTimeout, func() { c.finishDrop("") })
 	return true
 }
 
-// finishDrop records the dropped statement with the server's answer and closes
-// both connections; the first call wins.
-func (c *conn) finishDrop(answer string) {
+// finishDrop records the dropped statement with the server's answer and
+// the transaction status that ended it, and closes both connections; the
+// first call wins.
+func (c *conn) finishDrop(answer string, status byte) {
 	c.dropOnce.Do(func() {
 		c.mu.Lock()
 		d := *c.drop
 		c.mu.Unlock()
-		d.Answer = answer
+		d.Answer, d.TxnStatus = answer, status
 		d.At = time.Now()
 		// Recorded before the connections close: a client that sees its
 		// connection end must find the drop in Dropped.
@@ -245,10 +272,28 @@ func (c *conn) backend(r *bufio.Reader, client net.Conn) {
 		}
 		c.mu.Lock()
 		suppress := c.dropAfter >= 0 && c.readyCount >= c.dropAfter
-		if h.typ == 'Z' {
-			c.readyCount++
-		}
 		c.mu.Unlock()
+		if h.typ == 'Z' {
+			status, ok := c.ready(r, h)
+			if !ok {
+				return
+			}
+			if suppress {
+				// Flush what was forwarded before the drop started, then cut.
+				_ = w.Flush()
+				c.finishDrop(answer, status)
+				return
+			}
+			if _, err := w.Write(append(h.bytes(), status)); err != nil {
+				return
+			}
+			if r.Buffered() == 0 {
+				if err := w.Flush(); err != nil {
+					return
+				}
+			}
+			continue
+		}
 		if !suppress {
 			if _, err := w.Write(h.bytes()); err != nil {
 				return
@@ -280,13 +325,26 @@ func (c *conn) backend(r *bufio.Reader, client net.Conn) {
 			}
 		case 'E':
 			answer = "error: " + errorMessage(payload)
-		case 'Z':
-			// Flush what was forwarded before the drop started, then cut.
-			_ = w.Flush()
-			c.finishDrop(answer)
-			return
 		}
 	}
+}
+
+// ready reads the payload of a ReadyForQuery, its transaction status byte,
+// and counts it; the status is kept before the message is forwarded, so
+// the client's next statement finds it. ok is false for a malformed one.
+func (c *conn) ready(r *bufio.Reader, h header) (status byte, ok bool) {
+	if h.n != 1 {
+		return 0, false
+	}
+	status, err := r.ReadByte()
+	if err != nil {
+		return 0, false
+	}
+	c.mu.Lock()
+	c.readyCount++
+	c.txnStatus = status
+	c.mu.Unlock()
+	return status, true
 }
 
 // errorMessage extracts the message field ('M') of an ErrorResponse.

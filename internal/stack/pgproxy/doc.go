@@ -11,10 +11,13 @@
 //
 // The proxy reads the frontend protocol just enough to recognise the
 // statements: the text of a simple-protocol Query, and that of the
-// prepared statement behind an extended-protocol Execute. It follows BEGIN,
-// COMMIT, ROLLBACK and their spellings to know when an explicit
-// transaction is open, whose statements it never drops. Everything else is
-// forwarded unchanged. The proxy answers an SSL or GSS encryption request
+// prepared statement behind an extended-protocol Execute. Whether an
+// explicit transaction is open it learns from the transaction status of
+// the server's ReadyForQuery: it drops no statement sent inside one, and a
+// dropped answer counts as committed only if the ReadyForQuery after it
+// says no transaction is open (a BEGIN it could not see, earlier in the
+// same Query or pipeline, leaves one open and the write is rolled back).
+// Everything else is forwarded unchanged. The proxy answers an SSL or GSS encryption request
 // with "no" itself, so the stream it reads is never encrypted: use
 // sslmode=disable or prefer.
 package pgproxy

@@ -18,6 +18,10 @@ const maxMessage = 1 << 30
 // longer messages of the inspected kinds are forwarded uninspected.
 const maxParsed = 1 << 20
 
+// txnIdle is ReadyForQuery's transaction status outside a transaction
+// block ('T' is inside one, 'E' inside a failed one).
+const txnIdle = 'I'
+
 // Request codes of the untyped start-up messages.
 const (
 	sslRequestCode    = 80877103
@@ -101,9 +105,9 @@ var commitStatements = map[string]bool{
 	"end":                 true, "end work": true, "end transaction": true,
 }
 
-// endsOrStartsTxn reports whether sql begins or ends a transaction: it
-// commits nothing by itself, and the statements after it run inside a
-// transaction or not.
+// endsOrStartsTxn reports whether sql begins or ends a transaction: not a
+// statement of its own to drop. Whether a transaction is open is the
+// server's to say (ReadyForQuery), not this text's.
 func endsOrStartsTxn(sql string) bool {
 	s := normalize(sql)
 	switch {
@@ -114,10 +118,4 @@ func endsOrStartsTxn(sql string) bool {
 		return true
 	}
 	return false
-}
-
-// startsTxn reports whether sql opens an explicit transaction.
-func startsTxn(sql string) bool {
-	s := normalize(sql)
-	return s == "begin" || strings.HasPrefix(s, "begin ") || strings.HasPrefix(s, "start transaction")
 }

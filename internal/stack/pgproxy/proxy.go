@@ -34,8 +34,9 @@ type config struct {
 // DefaultAckTimeout).
 func WithAckTimeout(d time.Duration) Option { return func(c *config) { c.ackTimeout = d } }
 
-// Commit describes a statement sent outside an explicit transaction, which
-// commits by itself when it completes, for a predicate to decide on.
+// Commit describes a statement sent while the server said no transaction
+// was open, which commits by itself when it completes, for a predicate to
+// decide on.
 type Commit struct {
 	// Conn numbers the client connection (1, 2, ... in accept order).
 	Conn uint64
@@ -51,14 +52,23 @@ type Drop struct {
 	// when no answer came within the ack timeout (the outcome is then
 	// unknown to the proxy too).
 	Answer string
+	// TxnStatus is the transaction status of the server's ReadyForQuery
+	// after the answer: 'I' when no transaction is open any more, 'T' or
+	// 'E' when the statement ran inside one (a BEGIN earlier in the same
+	// Query, say), which the server rolls back as the proxy cuts the
+	// connection; 0 without an answer.
+	TxnStatus byte
 	// At is when the connections were closed.
 	At time.Time
 }
 
 // Committed reports whether the server committed the dropped statement:
-// it completed, with no error.
+// it completed with no error, and no transaction was left open after it
+// (nor rolled back by it: a COMMIT of a failed transaction answers
+// ROLLBACK).
 func (d Drop) Committed() bool {
-	return d.Answer != "" && !strings.HasPrefix(d.Answer, "error: ")
+	return d.TxnStatus == txnIdle && d.Answer != "" && d.Answer != "ROLLBACK" &&
+		!strings.HasPrefix(d.Answer, "error: ")
 }
 
 // Proxy forwards connections from its listen address to one upstream
