@@ -64,8 +64,10 @@ func queryOrders(ctx context.Context, c *pgx.Conn, q string, args ...any) ([]*in
 	_, err = pgx.ForEachRow(rows, []any{&r.ID, &r.IdempotencyKey, &r.RequestHash, &r.Status, &r.ExpiresAt, &r.CreatedAt,
 		&l.SKU, &l.Quantity, &l.FenceToken}, func() error {
 		if len(out) == 0 || out[len(out)-1].ID != r.ID {
-			out = append(out, &inventory.Order{ID: r.ID, Status: inventory.Status(r.Status), ExpiresAt: r.ExpiresAt,
-				CreatedAt: r.CreatedAt, IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash})
+			// pgx reads times in the process's zone: in UTC, an order reads
+			// the same from every instance, and as it was first answered.
+			out = append(out, &inventory.Order{ID: r.ID, Status: inventory.Status(r.Status), ExpiresAt: r.ExpiresAt.UTC(),
+				CreatedAt: r.CreatedAt.UTC(), IdempotencyKey: r.IdempotencyKey.String, RequestHash: r.RequestHash})
 		}
 		o := out[len(out)-1]
 		o.Lines = append(o.Lines, inventory.Line{SKU: l.SKU, Quantity: l.Quantity, FenceToken: uint64(l.FenceToken)})

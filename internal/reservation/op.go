@@ -46,8 +46,9 @@ func placeOp(o *inventory.Order, hold time.Duration, now func() time.Time) *op {
 		if err := l.Reserve(o); err != nil {
 			return err
 		}
-		// Postgres keeps microseconds: a replay must read back what the first answer said.
-		o.CreatedAt = now().Truncate(time.Microsecond)
+		// Postgres keeps microseconds, and UTC is every instance's zone: a
+		// replay, on any instance, must read back what the first answer said.
+		o.CreatedAt = now().UTC().Truncate(time.Microsecond)
 		o.ExpiresAt = o.CreatedAt.Add(hold)
 		w.Orders = append(w.Orders, o)
 		return nil

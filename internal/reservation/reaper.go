@@ -1,6 +1,7 @@
 package reservation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -54,6 +55,9 @@ func newReaper(s *Service, interval time.Duration) *reaper {
 type retry struct {
 	next time.Time
 	wait time.Duration
+	// due is the order's place in the listing: only a page that spans it
+	// can tell, by leaving it out, that the order is no longer due.
+	due inventory.DueCursor
 }
 
 // reapPage is how many due orders the reaper lists and expires at once.
@@ -108,15 +112,17 @@ func (r *reaper) page(ctx context.Context, after inventory.DueCursor) (listed in
 	if len(orders) > 0 {
 		last = inventory.Due(orders[len(orders)-1])
 	}
-	// An order due again that the listing left out has left the reserved
-	// state (confirmed, cancelled, expired elsewhere) or is past this
-	// page's limit: either way its backoff can go.
+	// An order due again that this page spans but left out has left the
+	// reserved state (confirmed, cancelled, expired elsewhere): its backoff
+	// can go. One past a full page's end may be on the next page: forgetting
+	// its backoff there would retry it at once and warn of it as new.
 	seen := make(map[uuid.UUID]bool, len(orders))
 	for _, o := range orders {
 		seen[o.ID] = true
 	}
+	full := len(orders) == reapPage
 	for id, f := range r.failing {
-		if !now.Before(f.next) && !seen[id] {
+		if !now.Before(f.next) && !seen[id] && dueBefore(after, f.due) && (!full || !dueBefore(last, f.due)) {
 			delete(r.failing, id)
 		}
 	}
@@ -146,6 +152,7 @@ func (r *reaper) page(ctx context.Context, after inventory.DueCursor) (listed in
 		}
 		f.wait = min(max(2*f.wait, r.interval), maxReapBackoff)
 		f.next = now.Add(f.wait)
+		f.due = inventory.Due(orders[i])
 		r.failing[id] = f
 		level := r.s.log.Debug
 		if !known {
@@ -154,6 +161,15 @@ func (r *reaper) page(ctx context.Context, after inventory.DueCursor) (listed in
 		level("reaper: expire order", "order_id", id, "retry_in", f.wait, "err", err)
 	}
 	return len(orders), last, overloaded
+}
+
+// dueBefore reports whether a comes before b in the listing of due orders,
+// by (expires_at, id) as the store orders them: uuids byte by byte.
+func dueBefore(a, b inventory.DueCursor) bool {
+	if !a.ExpiresAt.Equal(b.ExpiresAt) {
+		return a.ExpiresAt.Before(b.ExpiresAt)
+	}
+	return bytes.Compare(a.ID[:], b.ID[:]) < 0
 }
 
 // forgetSoonest drops the remembered failure due soonest.

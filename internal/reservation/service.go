@@ -186,9 +186,10 @@ func (s *Service) Place(ctx context.Context, req inventory.PlaceRequest) (o *inv
 		// yet). Its key may be held by an earlier request (a replay,
 		// refused by the write as *KeyTakenError, or by the ledger if the
 		// stock has gone since) or by one that another instance placed
-		// while this one waited: answer as a repeat of it.
+		// while this one waited: answer as a repeat of it. Held by o, the
+		// write whose answer was lost landed after all: o is new.
 		if first, found, ferr := s.replayKey(ctx, o); found || ferr != nil {
-			return first, ferr == nil, ferr
+			return first, ferr == nil && first.ID != o.ID, ferr
 		}
 	}
 	if err != nil {
@@ -217,11 +218,17 @@ func (s *Service) stored(ctx context.Context, id uuid.UUID) bool {
 }
 
 // replayKey answers o from the order that holds its idempotency key, if one
-// does (found): that order's replay, or ErrIdempotencyReused.
+// does (found): that order's replay, or ErrIdempotencyReused; or o itself
+// when the order holding the key is o.
 func (s *Service) replayKey(ctx context.Context, o *inventory.Order) (first *inventory.Order, found bool, err error) {
 	prev, err := s.keys.find(ctx, o.IdempotencyKey)
 	if err != nil || prev == nil {
 		return nil, false, err
+	}
+	if prev.ID == o.ID {
+		// o's own write, its answer lost, committed after stored looked:
+		// this request placed it, so it is no replay of an earlier one.
+		return o, true, nil
 	}
 	first, err = replay(prev, o.RequestHash)
 	return first, true, err

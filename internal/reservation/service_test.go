@@ -3,11 +3,17 @@ package reservation_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 	"github.com/stockguard/stockguard/internal/reservation"
@@ -75,4 +81,149 @@ func labelled(t *testing.T, key, value string) int {
 		}
 	}
 	return n
+}
+
+// lateWrite is the real store with one write whose answer is lost
+// (ErrOutcomeUnknown, as when the connection breaks while the statement
+// runs) and which commits a moment later: right after the service's
+// read-back of the order has looked, as a statement still running when its
+// client's connection broke does.
+type lateWrite struct {
+	inventory.Store
+	armed   atomic.Bool
+	release chan struct{}
+	landed  chan error
+}
+
+func (s *lateWrite) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
+	if len(w.Orders) == 0 || !s.armed.CompareAndSwap(true, false) {
+		return s.Store.Write(ctx, fences, w)
+	}
+	go func() {
+		<-s.release
+		s.landed <- s.Store.Write(context.Background(), fences, w)
+	}()
+	return fmt.Errorf("fake store: write: connection reset: %w: %w", inventory.ErrStoreUnavailable, inventory.ErrOutcomeUnknown)
+}
+
+func (s *lateWrite) Order(ctx context.Context, id uuid.UUID) (*inventory.Order, error) {
+	o, err := s.Store.Order(ctx, id)
+	select {
+	case s.release <- struct{}{}: // the read-back has looked: now the write lands
+		if werr := <-s.landed; werr != nil {
+			return nil, werr
+		}
+	default:
+	}
+	return o, err
+}
+
+// TestOwnOrderLandingLateIsNoReplay: a keyed order sent once, whose write's
+// answer was lost and which committed only after the read-back looked, is
+// found holding its key; it is this request's own order, answered as new,
+// not as the replay of an earlier request (a client skips the follow-up of
+// a replay: payment, mail). A retry then replays it.
+func TestOwnOrderLandingLateIsNoReplay(t *testing.T) {
+	for _, c := range []reservation.Coalescing{{}, {Disabled: true}} {
+		t.Run(fmt.Sprintf("disabled=%v", c.Disabled), func(t *testing.T) {
+			f := newFixture(t, c)
+			ctx := context.Background()
+			f.stock("a", 10)
+			late := &lateWrite{Store: f.store.Store, release: make(chan struct{}), landed: make(chan error, 1)}
+			late.armed.Store(true)
+			f.store.Store = late
+			o, replayed, err := f.svc.Place(ctx, req("k-1", line("a", 1)))
+			if err != nil || replayed {
+				t.Fatalf("the only request with its key, landed late = %+v, replayed %v, %v; want its order, not replayed", o, replayed, err)
+			}
+			if late.armed.Load() {
+				t.Fatal("the write was never cut off: the test proved nothing")
+			}
+			stored, err := f.svc.Order(ctx, o.ID.String())
+			if err != nil || stored.Status != inventory.StatusReserved {
+				t.Fatalf("order %s = %+v, %v; want it stored, reserved", o.ID, stored, err)
+			}
+			again, replayed, err := f.svc.Place(ctx, req("k-1", line("a", 1)))
+			if err != nil || !replayed || again.ID != o.ID {
+				t.Fatalf("retry = %+v, replayed %v, %v; want a replay of %s", again, replayed, err, o.ID)
+			}
+			if a := f.audit("a"); !a.Consistent || a.Held != 1 {
+				t.Fatalf("audit = %+v, want 1 held", a)
+			}
+		})
+	}
+}
+
+// TestAnswersInUTC: an order reads the same from every instance, whatever
+// the process's time zone: as placed, replayed and read back, its times are
+// in UTC, so the JSON the API renders is byte for byte the first answer.
+func TestAnswersInUTC(t *testing.T) {
+	local := time.Local
+	t.Cleanup(func() { time.Local = local })
+	time.Local = time.FixedZone("JST", 9*60*60)
+	f := newFixture(t, reservation.Coalescing{})
+	ctx := context.Background()
+	f.stock("a", 10)
+	placed, _, err := f.svc.Place(ctx, req("k-1", line("a", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replayed, _, err := f.svc.Place(ctx, req("k-1", line("a", 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, err := f.svc.Order(ctx, placed.ID.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := answer(t, placed)
+	if !strings.HasSuffix(first["expires_at"].(string), "Z") {
+		t.Fatalf("placed with time.Local %s: expires_at %q, want UTC", time.Local, first["expires_at"])
+	}
+	for what, o := range map[string]*inventory.Order{"replayed": replayed, "read back": read} {
+		if got := answer(t, o); got["expires_at"] != first["expires_at"] {
+			t.Errorf("%s: expires_at %q, want the first answer's %q", what, got["expires_at"], first["expires_at"])
+		}
+	}
+	for what, at := range map[string]time.Time{"placed": placed.CreatedAt, "read back": read.CreatedAt} {
+		if at.Location() != time.UTC {
+			t.Errorf("%s: created_at in %s, want UTC", what, at.Location())
+		}
+	}
+}
+
+// answer is o as the API renders it.
+func answer(t *testing.T, o *inventory.Order) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestKeysWithArrayLiteralCharacters: keys with the characters an array
+// literal quotes or escapes, or reads as NULL, are written, found and
+// replayed as themselves.
+func TestKeysWithArrayLiteralCharacters(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	ctx := context.Background()
+	f.stock("a", 100)
+	for _, k := range []string{`"`, `\`, `{}`, `NULL`, `a,b`, `a b`, `'`, `%`, `_`, `$1`, `~!`} {
+		first, replayed, err := f.svc.Place(ctx, req(k, line("a", 1)))
+		if err != nil || replayed {
+			t.Fatalf("key %q: first = %+v, replayed %v, %v", k, first, replayed, err)
+		}
+		again, replayed, err := f.svc.Place(ctx, req(k, line("a", 1)))
+		if err != nil || !replayed || again.ID != first.ID {
+			t.Fatalf("key %q: repeat = %+v, replayed %v, %v; want a replay of %s", k, again, replayed, err, first.ID)
+		}
+		if _, _, err := f.svc.Place(ctx, req(k, line("a", 2))); !errors.Is(err, inventory.ErrIdempotencyReused) {
+			t.Fatalf("key %q with another order = %v, want ErrIdempotencyReused", k, err)
+		}
+	}
 }
