@@ -63,6 +63,10 @@ func TestLockOutageDoesNotCascade(t *testing.T) {
 	if st != 200 || body["status"] != "ready" || lock["healthy"] != false || lock["backend"] != "redlock" || lock["error"] == "" {
 		t.Fatalf("/readyz with the lock servers down: %d %v, want 200 ready with lock.healthy false", st, body)
 	}
+	// /readyz answers anyone: the reason, not the error naming every node.
+	if lock["error"] != "lock: backend unavailable" {
+		t.Errorf("/readyz's lock.error = %q, want %q (the nodes' addresses and dial errors are for the log)", lock["error"], "lock: backend unavailable")
+	}
 	if l := metricLine(t, down.url, "stockguard_lock_backend_up{"); l != `stockguard_lock_backend_up{backend="redlock"} 0` {
 		t.Errorf("metric: %q", l)
 	}

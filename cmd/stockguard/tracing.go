@@ -18,7 +18,7 @@ const traceFlushTimeout = 5 * time.Second
 // startTracing builds the tracer provider the OTEL_* variables ask for and
 // returns the function that flushes it at exit.
 func startTracing(ctx context.Context, getenv func(string) string, log *slog.Logger) (*tracing.Provider, func(), error) {
-	p, err := tracing.New(ctx, getenv, readVersion().Version)
+	p, err := tracing.New(ctx, getenv, readVersion().Version, log)
 	if err != nil {
 		if errors.Is(err, tracing.ErrConfig) {
 			err = fmt.Errorf("%w: %w", errUsage, err)

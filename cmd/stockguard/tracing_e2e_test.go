@@ -53,6 +53,39 @@ func TestServeExportsTraces(t *testing.T) {
 	}
 }
 
+// TestBadResourceAttributesWarns: an OTEL_RESOURCE_ATTRIBUTES entry the SDK
+// cannot read (no '=') is no reason to stop: serve warns, starts, and its
+// spans carry the entries it could read.
+func TestBadResourceAttributesWarns(t *testing.T) {
+	col := tracingtest.NewCollector(t)
+	env := append(backendEnv(t), "OTEL_EXPORTER_OTLP_ENDPOINT="+col.URL,
+		"OTEL_RESOURCE_ATTRIBUTES=deployment.environment,team=stock")
+	in := startInstance(t, env, "--lock=local")
+	if st, _ := call(t, "PUT", in.url+"/v1/skus/traced-attrs", `{"available":5}`); st != 200 {
+		t.Fatalf("PUT answered %d", st)
+	}
+	if err := in.stop(t); err != nil {
+		t.Fatalf("exit after SIGTERM: %v\n%s", err, in.log())
+	}
+	if !strings.Contains(in.log(), `"level":"WARN","msg":"OTEL_RESOURCE_ATTRIBUTES honoured in part"`) {
+		t.Errorf("no warning of the entry dropped:\n%s", in.log())
+	}
+	var team []string
+	reqs, _ := col.Requests()
+	for _, req := range reqs {
+		for _, rs := range req.GetResourceSpans() {
+			for _, kv := range rs.GetResource().GetAttributes() {
+				if kv.GetKey() == "team" {
+					team = append(team, kv.GetValue().GetStringValue())
+				}
+			}
+		}
+	}
+	if len(team) == 0 || team[0] != "stock" {
+		t.Errorf("exported resources' team = %v, want stock", team)
+	}
+}
+
 // TestTracingUsageError: an OTEL_* value this build cannot honour stops
 // serve at start with the usage exit status, before it touches any server.
 func TestTracingUsageError(t *testing.T) {

@@ -126,24 +126,43 @@ var orderFields = map[string]bool{"lines": true, "hold_seconds": true, "sku": tr
 func (s *server) placeOrder(c *gin.Context) {
 	o, replayed, err := s.place(c)
 	if err != nil {
-		_, body := classify(err)
-		s.countOrder(body.Code)
 		fail(c, err)
 		return
 	}
 	if replayed {
-		s.countOrder("replayed")
-		c.Header("Idempotent-Replayed", "true")
-	} else {
-		s.countOrder("created")
+		c.Header(replayedHeader, "true")
 	}
 	c.Header("Location", "/v1/orders/"+o.ID.String())
 	c.JSON(http.StatusCreated, o)
 }
 
-func (s *server) countOrder(code string) {
-	if s.Metrics != nil {
-		s.Metrics.Order(code)
+const replayedHeader = "Idempotent-Replayed"
+
+// countOrder counts each order placement in stockguard_orders_total by its
+// outcome. It runs first on the route, so the orders refused before
+// placeOrder (media type, body size, in-flight bound, a panic) are counted
+// with the code they are answered with, as the others are.
+func (s *server) countOrder(c *gin.Context) {
+	if s.Metrics == nil {
+		c.Next()
+		return
+	}
+	answered := false
+	defer func() {
+		if !answered { // a panic: recover, outside, answers 500 internal
+			s.Metrics.Order("internal")
+		}
+	}()
+	c.Next()
+	answered = true
+	switch {
+	case len(c.Errors) > 0:
+		_, body := classify(c.Errors[0].Err)
+		s.Metrics.Order(body.Code)
+	case c.Writer.Header().Get(replayedHeader) != "":
+		s.Metrics.Order("replayed")
+	default:
+		s.Metrics.Order("created")
 	}
 }
 

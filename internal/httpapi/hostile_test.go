@@ -400,6 +400,80 @@ func TestPanicIsCountedAndAnswered(t *testing.T) {
 	}
 }
 
+// TestOrdersTotalCountsEveryOutcome: stockguard_orders_total counts each
+// order once, under the code it was answered with, those refused before
+// the handler (media type, body size, in-flight bound, a panic) and those
+// whose client went away included.
+func TestOrdersTotalCountsEveryOutcome(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	release, entered := make(chan struct{}), make(chan struct{})
+	svc := &recorder{place: func(ctx context.Context, req inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		switch req.Lines[0].SKU {
+		case "hold":
+			close(entered)
+			<-release
+		case "replay":
+			return &inventory.Order{ID: uuid.New()}, true, nil
+		case "short":
+			return nil, false, fmt.Errorf("place: %w", inventory.ErrInsufficientStock)
+		case "gone":
+			<-ctx.Done()
+			return nil, false, fmt.Errorf("waiting for locks: %w", ctx.Err())
+		case "bug":
+			panic("a bug")
+		}
+		return &inventory.Order{ID: uuid.New()}, false, nil
+	}}
+	h := httpapi.New(httpapi.Config{Service: svc, Metrics: metrics.New(reg, "test"), Gatherer: reg, MaxInFlight: 1})
+	order := func(sku string) string { return `{"lines":[{"sku":"` + sku + `","quantity":1}]}` }
+
+	var wg sync.WaitGroup
+	wg.Go(func() { hostileReq{"POST", "/v1/orders", order("hold"), nil}.serve(h) }) // created, once released
+	<-entered
+	overloaded := hostileReq{"POST", "/v1/orders", oneLine, nil}.serve(h)
+	close(release)
+	wg.Wait()
+	if code := errorCode(t, overloaded); code != "overloaded" {
+		t.Fatalf("order over the in-flight bound: %d %q", overloaded.Code, code)
+	}
+	hostileReq{"POST", "/v1/orders", order("replay"), nil}.serve(h)
+	hostileReq{"POST", "/v1/orders", order("short"), nil}.serve(h)
+	hostileReq{"POST", "/v1/orders", order("bug"), nil}.serve(h)
+	hostileReq{"POST", "/v1/orders", oneLine, http.Header{"Content-Type": {"text/plain"}}}.serve(h)
+	big := `{"lines":[{"sku":"a","quantity":1}],"x":"` + strings.Repeat("x", 70<<10) + `"}`
+	hostileReq{"POST", "/v1/orders", big, nil}.serve(h)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := httptest.NewRequestWithContext(ctx, "POST", "/v1/orders", strings.NewReader(order("gone")))
+	req.Header.Set("Content-Type", "application/json")
+	h.ServeHTTP(httptest.NewRecorder(), req)
+
+	counts := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "stockguard_orders_total" {
+			for _, m := range mf.GetMetric() {
+				counts[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	for _, code := range []string{"created", "overloaded", "replayed", "insufficient_stock", "internal",
+		"unsupported_media_type", "body_too_large", "client_closed_request"} {
+		if n, ok := counts[code]; n != 1 {
+			t.Errorf(`one order answered %s: stockguard_orders_total{code=%q} = %v (series exists: %v), want 1`, code, code, n, ok)
+		}
+		delete(counts, code)
+	}
+	for code, n := range counts {
+		if n != 0 {
+			t.Errorf(`stockguard_orders_total{code=%q} = %v, want 0`, code, n)
+		}
+	}
+}
+
 // TestReadyzHidesTheCause: /readyz answers anyone, so a database that is
 // down is "not ready: database" there, and the driver's words (user, host,
 // port) go to the log only.

@@ -37,7 +37,7 @@ func (s *server) routes(r *gin.Engine) {
 	v1.PUT("/skus/:sku", s.admin, jsonBody, answerLater, body, inFlight, until, s.putSKU)
 	v1.GET("/skus/:sku", answerLater, body, inFlight, until, s.getSKU)
 	v1.GET("/skus/:sku/audit", answerLater, body, inFlight, until, s.auditSKU)
-	v1.POST("/orders", jsonBody, answerLater, body, inFlight, until, s.placeOrder)
+	v1.POST("/orders", s.countOrder, jsonBody, answerLater, body, inFlight, until, s.placeOrder)
 	v1.GET("/orders/:id", answerLater, body, inFlight, until, s.getOrder)
 	v1.POST("/orders/:id/confirm", answerLater, body, inFlight, until, s.confirmOrder)
 	v1.POST("/orders/:id/cancel", answerLater, body, inFlight, until, s.cancelOrder)

@@ -50,6 +50,30 @@ type requestTracer struct {
 	prop propagation.TraceContext
 }
 
+// traceHeaders reads the W3C trace context headers as lists (RFC 9110
+// §5.3), where propagation.HeaderCarrier reads only a header's first field:
+// tracestate sent in several fields is one list, all of it continued, and
+// traceparent sent twice is none, as W3C Trace Context's test suite has it:
+// the request starts a trace of its own, since which field counts would be
+// up to every proxy on the way.
+type traceHeaders http.Header
+
+func (h traceHeaders) Get(key string) string {
+	vs := http.Header(h).Values(key)
+	switch {
+	case len(vs) == 1:
+		return vs[0]
+	case len(vs) > 1 && strings.EqualFold(key, "tracestate"):
+		return strings.Join(vs, ",")
+	}
+	return ""
+}
+
+// Set and Keys complete propagation.TextMapCarrier; Extract only calls Get.
+func (h traceHeaders) Set(key, value string) { http.Header(h).Set(key, value) }
+
+func (h traceHeaders) Keys() []string { return propagation.HeaderCarrier(h).Keys() }
+
 // handle makes one server span per request, named by its route template
 // ("POST /v1/orders"), continuing the trace the client's traceparent
 // names. It runs first, so the span covers every other middleware.
@@ -79,7 +103,7 @@ func (t requestTracer) handle(c *gin.Context) {
 	path = strings.ToValidUTF8(path, "\uFFFD")
 	attrs = append(attrs, semconv.URLPath(path))
 
-	ctx := t.prop.Extract(c.Request.Context(), propagation.HeaderCarrier(c.Request.Header))
+	ctx := t.prop.Extract(c.Request.Context(), traceHeaders(c.Request.Header))
 	ctx, span := t.tracer.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
 	defer span.End()
 	c.Request = c.Request.WithContext(ctx)

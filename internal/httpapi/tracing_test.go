@@ -160,6 +160,42 @@ func TestHostileTraceparent(t *testing.T) {
 	}
 }
 
+// TestTraceContextHeaderLists: the W3C trace context headers are read as
+// lists (the W3C suite's test_traceparent_duplicated and
+// test_tracestate_multiple_headers_different_keys): traceparent sent twice
+// starts a new trace, as a doubled X-Request-Id or Authorization is none,
+// and tracestate sent in two fields is continued whole.
+func TestTraceContextHeaderLists(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	svc := &recorder{place: func(context.Context, inventory.PlaceRequest) (*inventory.Order, bool, error) {
+		return &inventory.Order{Status: inventory.StatusReserved}, false, nil
+	}}
+	h := httpapi.New(httpapi.Config{Service: svc, TracerProvider: tp})
+	parent := func(header http.Header) trace.SpanContext {
+		t.Helper()
+		before := len(rec.Ended())
+		hostileReq{"POST", "/v1/orders", oneLine, header}.serve(h)
+		ended := rec.Ended()[before:]
+		if len(ended) != 1 {
+			t.Fatalf("%d spans, want 1", len(ended))
+		}
+		return ended[0].Parent()
+	}
+
+	if p := parent(http.Header{"Traceparent": {
+		"00-" + remoteTrace + "-" + remoteSpan + "-01",
+		"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+	}}); p.IsValid() {
+		t.Errorf("two traceparent fields: span continues trace %s, want a new root trace", p.TraceID())
+	}
+	p := parent(http.Header{"Traceparent": {"00-" + remoteTrace + "-" + remoteSpan + "-01"}, "Tracestate": {"foo=1", "bar=2"}})
+	if p.TraceID().String() != remoteTrace || p.TraceState().String() != "foo=1,bar=2" {
+		t.Errorf("tracestate sent as foo=1 and bar=2 in two fields: continued trace %s with %q, want %s with both members",
+			p.TraceID(), p.TraceState(), remoteTrace)
+	}
+}
+
 // TestTracedPathIsUTF8: a path a client percent-encoded into bytes that are
 // not UTF-8 (or that the length cap cuts inside a character) is still a
 // valid attribute, since one invalid string fails the exporter's whole

@@ -2,18 +2,25 @@ package metrics
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/stockguard/stockguard/internal/lock"
 )
 
 // LockHealth is the lock backend's health as /readyz reports it.
 type LockHealth struct {
 	Backend string `json:"backend"`
 	Healthy bool   `json:"healthy"`
-	Error   string `json:"error,omitempty"`
+	// Reason is why the ping failed, in words that name no server: /readyz
+	// answers anyone, and a ping's error names every lock node's address.
+	Reason string `json:"error,omitempty"`
+	// Error is the ping's error whole, for the log only.
+	Error string `json:"-"`
 	// CheckedAt is when the ping answered, or gave up.
 	CheckedAt time.Time `json:"checked_at,omitzero"`
 }
@@ -60,8 +67,8 @@ func NewLockProbe(reg prometheus.Registerer, backend string, ping func(context.C
 
 // Check pings the backend, or joins the ping already in flight, sets the
 // gauge and returns the result: within the probe's timeout (unhealthy if
-// the ping has not answered by then), or sooner when ctx ends (unhealthy,
-// with ctx's error).
+// the ping has not answered by then, and so are the gauge and Last until
+// it does), or sooner when ctx ends (unhealthy, with ctx's error).
 func (p *LockProbe) Check(ctx context.Context) LockHealth {
 	p.mu.Lock()
 	c := p.inflight
@@ -80,10 +87,30 @@ func (p *LockProbe) Check(ctx context.Context) LockHealth {
 	case <-c.done:
 		return c.h
 	case <-t.C:
-		return LockHealth{Backend: p.backend, Error: fmt.Sprintf("health ping unanswered after %v", p.timeout)}
+		return p.unanswered(c)
 	case <-ctx.Done():
-		return LockHealth{Backend: p.backend, Error: "health check cut short: " + ctx.Err().Error()}
+		// Says nothing of the backend: the gauge and last stay as they are.
+		msg := "health check cut short: " + ctx.Err().Error()
+		return LockHealth{Backend: p.backend, Reason: msg, Error: msg}
 	}
+}
+
+// unanswered is the answer to a check whose ping outlived the timeout. The
+// ping may hang far longer (a server that accepts and never replies, a
+// client call that ignores its context), and until it returns the gauge
+// and /readyz must say down, not what the ping before it said. A ping that
+// has just returned has the last word: its answer is the one kept.
+func (p *LockProbe) unanswered(c *check) LockHealth {
+	msg := fmt.Sprintf("health ping unanswered after %v", p.timeout)
+	h := LockHealth{Backend: p.backend, Reason: msg, Error: msg, CheckedAt: time.Now()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflight != c {
+		return c.h // run set it before it took mu
+	}
+	p.up.Set(0)
+	p.last = h
+	return h
 }
 
 func (p *LockProbe) run(ctx context.Context, c *check) {
@@ -91,19 +118,33 @@ func (p *LockProbe) run(ctx context.Context, c *check) {
 	defer cancel()
 	c.h = LockHealth{Backend: p.backend, Healthy: true}
 	if err := p.ping(ctx); err != nil {
-		c.h.Healthy, c.h.Error = false, err.Error()
+		c.h.Healthy, c.h.Reason, c.h.Error = false, reason(err, p.timeout), err.Error()
 	}
 	c.h.CheckedAt = time.Now()
+	// Under mu, as unanswered's: the gauge and last then always say the same.
+	p.mu.Lock()
 	if c.h.Healthy {
 		p.up.Set(1)
 	} else {
 		p.up.Set(0)
 	}
-	p.mu.Lock()
 	p.inflight = nil
 	p.last = c.h
 	p.mu.Unlock()
 	close(c.done)
+}
+
+// reason is the public text of a failed ping: one of a few fixed phrases,
+// never the error's own text, which names the lock servers and how dialing
+// them failed.
+func reason(err error, timeout time.Duration) string {
+	switch {
+	case errors.Is(err, lock.ErrUnavailable):
+		return lock.ErrUnavailable.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Sprintf("health ping unanswered after %v", timeout)
+	}
+	return "health ping failed"
 }
 
 // Last returns the last check's answer without waiting for a ping, so

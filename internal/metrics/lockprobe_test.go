@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -10,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/stockguard/stockguard/internal/lock"
 )
 
 func TestLockProbe(t *testing.T) {
@@ -151,5 +155,81 @@ func TestLockProbeLastDoesNotWait(t *testing.T) {
 	start := time.Now()
 	if h := p.Last(context.Background()); !h.Healthy || time.Since(start) > 100*time.Millisecond {
 		t.Fatalf("Last while a ping hangs: %+v after %v; want the last answer at once", h, time.Since(start))
+	}
+}
+
+// TestLockProbeHungPingCountsDown: once a ping outlives its timeout (a lock
+// server that accepts and never replies, a client call that ignores its
+// context), the gauge and Last, which /readyz shows, say down for as long
+// as it hangs; when it returns at last, its own answer is the one kept.
+func TestLockProbeHungPingCountsDown(t *testing.T) {
+	var hang atomic.Bool
+	block := make(chan struct{})
+	ping := func(ctx context.Context) error {
+		if hang.Load() {
+			<-block // ignores ctx
+		}
+		return nil
+	}
+	p := NewLockProbe(prometheus.NewRegistry(), "zookeeper", ping, 50*time.Millisecond)
+	if h := p.Check(context.Background()); !h.Healthy {
+		t.Fatalf("first check: %+v", h)
+	}
+	first := p.Last(context.Background()).CheckedAt
+	hang.Store(true)
+	for i := range 3 {
+		if h := p.Check(context.Background()); h.Healthy || h.CheckedAt.IsZero() {
+			t.Fatalf("check %d while the ping hangs: %+v, want unhealthy, with when it gave up", i, h)
+		}
+	}
+	if g := testutil.ToFloat64(p.up); g != 0 {
+		t.Errorf("while the ping hangs: stockguard_lock_backend_up = %v, want 0", g)
+	}
+	if h := p.Last(context.Background()); h.Healthy || !strings.Contains(h.Reason, "unanswered") || !h.CheckedAt.After(first) {
+		t.Errorf("while the ping hangs: Last() = %+v, want unhealthy, unanswered, checked after the first check", h)
+	}
+
+	hang.Store(false)
+	close(block) // the hung ping returns: the server answered after all
+	for deadline := time.Now().Add(5 * time.Second); !p.Last(context.Background()).Healthy; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the late ping's answer never replaced the timeout's: %+v", p.Last(context.Background()))
+		}
+	}
+	if g := testutil.ToFloat64(p.up); g != 1 {
+		t.Errorf("after the late ping answered: stockguard_lock_backend_up = %v, want 1", g)
+	}
+}
+
+// TestLockHealthNamesNoServer: /readyz answers anyone, so the lock part of
+// its body says why the ping failed without the error's text, which names
+// every lock node and how dialing it failed; that text stays in Error, for
+// the log.
+func TestLockHealthNamesNoServer(t *testing.T) {
+	nodeErr := fmt.Errorf("redlock: ping: no quorum (0/3): %w: %w", lock.ErrUnavailable,
+		&lock.NodeError{Node: "10.0.0.7:6379", Err: errors.New("dial tcp 10.0.0.7:6379: connect: connection refused")})
+	for _, tc := range []struct {
+		name   string
+		err    error
+		reason string
+	}{
+		{"backend unavailable", nodeErr, "lock: backend unavailable"},
+		{"ping's own deadline", fmt.Errorf("etcd: ping: %w", context.DeadlineExceeded), "health ping unanswered after 1s"},
+		{"anything else", errors.New("zk: could not connect to 10.0.0.8:2181"), "health ping failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := NewLockProbe(prometheus.NewRegistry(), "redlock", func(context.Context) error { return tc.err }, time.Second)
+			h := p.Check(context.Background())
+			if h.Healthy || h.Reason != tc.reason || h.Error != tc.err.Error() {
+				t.Errorf("Check = %+v, want reason %q and the error whole", h, tc.reason)
+			}
+			b, err := json.Marshal(p.Last(context.Background()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(string(b), "10.0.0.") || strings.Contains(string(b), "dial") || !strings.Contains(string(b), `"error":"`+tc.reason+`"`) {
+				t.Errorf("what /readyz shows: %s, want error %q and no server named", b, tc.reason)
+			}
+		})
 	}
 }

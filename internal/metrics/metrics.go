@@ -25,7 +25,7 @@ const (
 // so that a rate over the first event of each is not lost.
 var orderCodes = []string{"created", "replayed", "invalid_request", "unknown_sku", "insufficient_stock",
 	"stale_fence", "idempotency_key_in_flight", "idempotency_key_reused", "body_too_large",
-	"unsupported_media_type", "lock_unavailable", "store_unavailable", "overloaded", "timeout", "internal"}
+	"unsupported_media_type", "lock_unavailable", "store_unavailable", "overloaded", "timeout", "client_closed_request", "internal"}
 
 // storeCalls are the values of stockguard_store_call_seconds's call label,
 // reservation.StoreClaim and reservation.StoreWrite (metrics does not

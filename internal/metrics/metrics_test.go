@@ -25,6 +25,9 @@ func TestSeriesExistBeforeTheFirstEvent(t *testing.T) {
 	for _, want := range []string{
 		`stockguard_orders_total{code="created"} 0`,
 		`stockguard_orders_total{code="lock_unavailable"} 0`,
+		`stockguard_orders_total{code="client_closed_request"} 0`,
+		`stockguard_orders_total{code="overloaded"} 0`,
+		`stockguard_orders_total{code="internal"} 0`,
 		`stockguard_reaper_orders_total{outcome="expired"} 0`,
 		`stockguard_reaper_orders_total{outcome="failed"} 0`,
 		`stockguard_leases_lost_total{backend="redlock"} 0`,

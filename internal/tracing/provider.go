@@ -10,7 +10,9 @@ package tracing
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -32,8 +34,10 @@ type Provider struct {
 // not cover (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION, the TLS
 // files, OTEL_TRACES_SAMPLER, OTEL_BSP_*, OTEL_SPAN_*_LIMIT,
 // OTEL_RESOURCE_ATTRIBUTES) the SDK and the exporter read from the process
-// environment themselves, as the spec has them.
-func New(ctx context.Context, getenv func(string) string, version string) (*Provider, error) {
+// environment themselves, as the spec has them. What the SDK can honour only
+// in part (an OTEL_RESOURCE_ATTRIBUTES entry without '=') is warned of on
+// log, and the rest kept, as the spec has the SDK do.
+func New(ctx context.Context, getenv func(string) string, version string, log *slog.Logger) (*Provider, error) {
 	s, err := ParseEnv(getenv)
 	if err != nil {
 		return nil, err
@@ -52,14 +56,18 @@ func New(ctx context.Context, getenv func(string) string, version string) (*Prov
 		return nil, fmt.Errorf("tracing: otlp exporter: %w", err)
 	}
 	res, err := newResource(ctx, s.ServiceName, version)
-	if err != nil {
+	if errors.Is(err, resource.ErrPartialResource) {
+		log.Warn("OTEL_RESOURCE_ATTRIBUTES honoured in part", "err", err)
+	} else if err != nil {
 		return nil, err
 	}
 	return &Provider{settings: s, sdk: sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))}, nil
 }
 
 // newResource describes this process. OTEL_RESOURCE_ATTRIBUTES may add to
-// it; the service's name and version are ours to say, after it.
+// it; the service's name and version are ours to say, after it. An error
+// that wraps resource.ErrPartialResource comes with the resource made of
+// what could be read.
 func newResource(ctx context.Context, name, version string) (*resource.Resource, error) {
 	attrs := []resource.Option{resource.WithSchemaURL(semconv.SchemaURL), resource.WithTelemetrySDK(),
 		resource.WithFromEnv(), resource.WithAttributes(semconv.ServiceName(name))}
@@ -68,7 +76,7 @@ func newResource(ctx context.Context, name, version string) (*resource.Resource,
 	}
 	res, err := resource.New(ctx, attrs...)
 	if err != nil {
-		return nil, fmt.Errorf("tracing: resource: %w", err)
+		return res, fmt.Errorf("tracing: resource: %w", err)
 	}
 	return res, nil
 }
