@@ -206,3 +206,59 @@ func TestSIGTERMWithATricklingClientExitsZero(t *testing.T) {
 		t.Fatalf("exited %s after SIGTERM, shutdown timeout %s", d, shutdownTimeout)
 	}
 }
+
+// TestUnreadBodyEndsTheConnection: a route that reads no body answers at
+// once and the connection ends right after, not when --read-timeout ends
+// a declared body that never comes (net/http reads up to 256 KiB of an
+// unread body after the answer).
+func TestUnreadBodyEndsTheConnection(t *testing.T) {
+	in := startInstance(t, append(backendEnv(t), "STOCKGUARD_READ_TIMEOUT=4s"), "--lock=local")
+	for _, path := range []string{"/healthz", "/nowhere"} {
+		conn := dial(t, in)
+		fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n", path)
+		start := time.Now()
+		_ = conn.SetReadDeadline(start.Add(8 * time.Second))
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		answered := time.Since(start)
+		_, err = br.ReadByte()
+		if closed := time.Since(start); !res.Close || err != io.EOF || closed > answered+time.Second {
+			t.Errorf("%s: answered %d after %s (Connection: close %v), connection ended after %s (%v); want a clean close right after the answer",
+				path, res.StatusCode, answered.Round(time.Millisecond), res.Close, closed.Round(time.Millisecond), err)
+		}
+	}
+}
+
+// TestHTTP10ChunkedRequestEndsTheConnection: Go's server deletes the
+// Transfer-Encoding of an HTTP/1.0 request and frames it by its
+// Content-Length; a proxy that honours the chunks would have sent the
+// bytes after that length as part of the body (RFC 9112 §6.1). The answer
+// closes the connection, and those bytes are never served as a request.
+func TestHTTP10ChunkedRequestEndsTheConnection(t *testing.T) {
+	in := startInstance(t, backendEnv(t), "--lock=local")
+	conn := dial(t, in)
+	body := `{"available":5}`
+	fmt.Fprintf(conn, "PUT /v1/skus/te10 HTTP/1.0\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n"+
+		"Transfer-Encoding: chunked\r\nContent-Length: %d\r\n\r\n%sGET /smuggled HTTP/1.0\r\n\r\n", len(body), body)
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(conn)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if !res.Close {
+		t.Errorf("answer %d with Connection %q, want close", res.StatusCode, res.Header.Get("Connection"))
+	}
+	if second, err := http.ReadResponse(br, nil); err == nil {
+		b, _ := io.ReadAll(second.Body)
+		second.Body.Close()
+		t.Fatalf("the bytes after the Content-Length were served as a request: %d %s", second.StatusCode, b)
+	}
+}

@@ -79,7 +79,7 @@ func (l *serverLimits) register(fs *flag.FlagSet) {
 	fs.DurationVar(&l.idleTimeout, "idle-timeout", defaultIdleTimeout, "how long an idle keep-alive connection stays open")
 	fs.DurationVar(&l.shutdownTimeout, "shutdown-timeout", defaultShutdownTimeout,
 		"how long SIGTERM waits for in-flight requests before it closes the connections left")
-	fs.IntVar(&l.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "most bytes of request line and headers (beyond: 431), 1024 to 1048576")
+	fs.IntVar(&l.maxHeaderBytes, "max-header-bytes", defaultMaxHeaderBytes, "most bytes of request line and headers (beyond, after about 4 KiB of net/http's slack: 431), 1024 to 1048576")
 	fs.IntVar(&l.maxInFlight, "max-in-flight", defaultMaxInFlight, "most /v1 requests served at once, at most 1048576 (beyond: 503 overloaded)")
 	fs.StringVar(&l.metricsAddr, "metrics-addr", "", "serve /metrics on this address only (empty: on --addr with the API)")
 }

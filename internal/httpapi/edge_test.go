@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -290,6 +292,87 @@ func TestBodyOnRoutesThatReadNone(t *testing.T) {
 			if !ok || a.status != want || !a.closedAfter {
 				t.Errorf("%s with %d bytes declared, none sent = %v %d %q, Connection: close %v, after %s; want %d at once with Connection: close",
 					tc.req, length, ok, a.status, a.code, a.closedAfter, time.Since(start).Round(time.Millisecond), want)
+			}
+		}
+	}
+}
+
+// TestHTTP10ClosesTheConnection: Go's server deletes the
+// Transfer-Encoding of an HTTP/1.0 request before the handler sees it and
+// frames the body by its Content-Length, where a proxy that honours the
+// chunks frames it otherwise (RFC 9112 §6.1: faultily framed). So every
+// HTTP/1.0 request is answered with Connection: close, keep-alive asked or
+// not, and what follows it on the wire is not served.
+func TestHTTP10ClosesTheConnection(t *testing.T) {
+	svc := &recorder{}
+	addr := listen(t, httpapi.Config{Service: svc}, 5*time.Second)
+	next := "GET /v1/orders/" + orderID + " HTTP/1.0\r\n\r\n"
+	for _, tc := range []struct {
+		name, req string
+		status    int
+	}{
+		{"order, chunked", fmt.Sprintf("POST /v1/orders HTTP/1.0\r\nContent-Type: application/json\r\nConnection: keep-alive\r\n"+
+			"Transfer-Encoding: chunked\r\nContent-Length: %d\r\n\r\n%s", len(oneLine), oneLine), http.StatusCreated},
+		{"healthz, chunked", "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\n", http.StatusOK},
+		{"healthz", "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", http.StatusOK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := dialRaw(t, addr)
+			c.send(tc.req + next)
+			a, ok := c.answer(2 * time.Second)
+			if !ok || a.status != tc.status || a.header.Get("Connection") != "close" {
+				t.Fatalf("answer = %v %d %q, Connection %q; want %d with Connection: close", ok, a.status, a.code, a.header.Get("Connection"), tc.status)
+			}
+			if b, ok := c.answer(time.Second); ok {
+				t.Fatalf("the request after it was served: %d", b.status)
+			}
+		})
+	}
+}
+
+// TestUnreadBodyEndsTheConnectionSoon: after an answer over a body left
+// unread (a route that reads none, or a refusal before the body), the
+// connection ends within moments, not when the read timeout ends a body
+// that never comes: net/http reads up to 256 KiB of it after the answer.
+// A body sent right behind its headers is still read, so the close is
+// clean: closing over unread bytes resets the connection, which can take
+// the answer with it.
+func TestUnreadBodyEndsTheConnectionSoon(t *testing.T) {
+	const readTimeout = 10 * time.Second
+	addr := listen(t, httpapi.Config{Service: &recorder{}, Gatherer: noMetrics{}, AdminToken: "s3cret"}, readTimeout)
+	for _, tc := range []struct {
+		name, head string
+		length     int
+		status     int
+	}{
+		{"probe", "GET /healthz HTTP/1.1\r\n", 100, http.StatusOK},
+		{"unknown path", "GET /nowhere HTTP/1.1\r\n", 100, http.StatusNotFound},
+		{"no admin token", "PUT /v1/skus/a HTTP/1.1\r\nContent-Type: application/json\r\n", 100, http.StatusUnauthorized},
+		{"not JSON", "POST /v1/orders HTTP/1.1\r\nContent-Type: text/plain\r\n", 100, http.StatusUnsupportedMediaType},
+		{"declared too large", "POST /v1/orders HTTP/1.1\r\nContent-Type: application/json\r\n", 100_000, http.StatusRequestEntityTooLarge},
+	} {
+		for _, sent := range []bool{false, true} {
+			c := dialRaw(t, addr)
+			req := fmt.Sprintf("%sHost: x\r\nContent-Length: %d\r\n\r\n", tc.head, tc.length)
+			if sent {
+				req += strings.Repeat("b", tc.length)
+			}
+			start := time.Now()
+			c.send(req)
+			a, ok := c.answer(2 * time.Second)
+			if !ok || a.status != tc.status || !a.closedAfter {
+				t.Fatalf("%s (body sent %v) = %v %d %q, Connection: close %v; want %d with Connection: close",
+					tc.name, sent, ok, a.status, a.code, a.closedAfter, tc.status)
+			}
+			_ = c.conn.SetReadDeadline(time.Now().Add(readTimeout))
+			_, err := c.r.ReadByte()
+			took := time.Since(start)
+			switch {
+			case took > 2*time.Second:
+				t.Errorf("%s (body sent %v): the connection ended %s after the request; want within moments of the answer",
+					tc.name, sent, took.Round(time.Millisecond))
+			case !errors.Is(err, io.EOF):
+				t.Errorf("%s (body sent %v): the connection ended with %v, want a clean close (EOF)", tc.name, sent, err)
 			}
 		}
 	}

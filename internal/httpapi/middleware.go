@@ -51,8 +51,14 @@ func (s *server) requestID(c *gin.Context) {
 // chunked request ends its connection: this API's clients send JSON of a
 // known length, and chunked requests are rare enough that a new connection
 // for each costs nothing that matters.
+//
+// Every HTTP/1.0 request ends its connection too: Go's server deletes a
+// Transfer-Encoding sent with one before the handler sees it and frames
+// the body by Content-Length, the reverse of a proxy that honours the
+// chunks (TE.CL), and RFC 9112 §6.1 calls such a message faultily framed.
+// Only HTTP/1.0 keep-alive clients pay, with a connection per request.
 func closeFramed(c *gin.Context) {
-	if c.Request.TransferEncoding != nil {
+	if r := c.Request; r.TransferEncoding != nil || !r.ProtoAtLeast(1, 1) {
 		c.Header("Connection", "close")
 	}
 	c.Next()

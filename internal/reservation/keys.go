@@ -17,14 +17,15 @@ import (
 // refused with a *KeyTakenError and its request answered from the first.
 //
 // Around that, each instance keeps the keys of the requests it is running:
-// a repeat while the first still runs here is refused at once, and no batch
-// ever holds one key twice. Nothing is looked up before an order queues: a
-// statement per order, even shared, cost more than the batch's write did
-// (ZooKeeper's hot SKU went from 1,840 to 2,370 orders/s without it). A key
-// is looked up only for a request that did not go through, where the order
-// holding the key, if any, is the answer: a replay is refused by the write
-// (*KeyTakenError), or by the ledger once the stock has gone. Lookups made
-// while one is in flight share the next statement.
+// a repeat while the first still runs here, of the same request or another,
+// is refused at once as in flight, and no batch ever holds one key twice.
+// Nothing is looked up before an order queues: a statement per order, even
+// shared, cost more than the batch's write did (ZooKeeper's hot SKU went
+// from 1,840 to 2,370 orders/s without it). A key is looked up only for a
+// request that did not go through, where the order holding the key, if
+// any, is the answer: a replay is refused by the write (*KeyTakenError), or
+// by the ledger once the stock has gone. Lookups made while one is in
+// flight share the next statement.
 type keys struct {
 	store inventory.Store
 
@@ -57,13 +58,15 @@ func newKeys(store inventory.Store) *keys {
 
 // enter marks key as running here for the request with this hash, and
 // returns the function that ends that. A key already running here is
-// refused: in flight for the same request, reused for another.
+// refused as in flight, for another request too: the first may yet fail
+// and free the key, so the other is not told the key is reused, which is
+// final; only an order placed with the key can say that (replay).
 func (k *keys) enter(key, hash string) (leave func(), err error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if h, ok := k.running[key]; ok {
 		if h != hash {
-			return nil, inventory.ErrIdempotencyReused
+			return nil, fmt.Errorf("%w: the first request with this key, for another order, is still running", inventory.ErrIdempotencyInFlight)
 		}
 		return nil, fmt.Errorf("%w: the first request with this key is still running", inventory.ErrIdempotencyInFlight)
 	}

@@ -185,10 +185,10 @@ func (f *Service) placeOrder(w http.ResponseWriter, r *http.Request) {
 	if e := f.idem[key]; key != "" && e != nil {
 		f.mu.Unlock()
 		switch {
+		case !e.done: // whatever the body: the first may yet fail and free the key
+			writeErr(w, 409, "idempotency_key_in_flight")
 		case e.hash != hash:
 			writeErr(w, 422, "idempotency_key_reused")
-		case !e.done:
-			writeErr(w, 409, "idempotency_key_in_flight")
 		default:
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(e.status)
