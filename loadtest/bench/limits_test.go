@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -113,12 +114,14 @@ func TestNaiveLoops(t *testing.T) {
 }
 
 // unlockFailsLocker is a local lock per key whose first fail releases
-// report an error after releasing, as go-redsync's does when a majority
-// of masters did not confirm in time; the error even wraps ErrLockFailed.
+// report an error after releasing: with expires, as go-redsync's does
+// when a majority of masters did not confirm in time (the lock's TTL frees
+// it); without, a release that may have left the key held.
 type unlockFailsLocker struct {
-	keys  sync.Map // key → *sync.Mutex
-	fail  int64
-	calls atomic.Int64
+	keys    sync.Map // key → *sync.Mutex
+	fail    int64
+	expires bool
+	calls   atomic.Int64
 }
 
 func (l *unlockFailsLocker) Name() string { return "unlock-fails" }
@@ -129,7 +132,10 @@ func (l *unlockFailsLocker) Lock(ctx context.Context, key string) (func() error,
 	return func() error {
 		m.(*sync.Mutex).Unlock()
 		if l.calls.Add(1) <= l.fail {
-			return fmt.Errorf("%w: unlock: lock was already expired", naive.ErrLockFailed)
+			if l.expires {
+				return fmt.Errorf("%w: lock was already expired", naive.ErrUnlockExpires)
+			}
+			return errors.New("unlock: connection closed")
 		}
 		return nil
 	}, nil
@@ -146,7 +152,7 @@ func TestNaiveUnlockFailureStillCountsTheOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tbl.Close()
-	lk := &unlockFailsLocker{fail: 3}
+	lk := &unlockFailsLocker{fail: 3, expires: true}
 	r, err := tbl.Run(ctx, lk, naive.Config{Goroutines: 4, Keys: 4, Window: 300 * time.Millisecond, Seed: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -161,6 +167,24 @@ func TestNaiveUnlockFailureStillCountsTheOrder(t *testing.T) {
 	printLimits(&b, &Result{Limits: []Limits{{Backend: "redlock", NaiveHot: &r}}})
 	if !strings.Contains(b.String(), "lock/unlock failures") || !strings.Contains(b.String(), " 0/3 ") {
 		t.Errorf("the limits table does not show the unlock failures beside the lock failures:\n%s", b.String())
+	}
+}
+
+// TestNaiveUnlockFailureWithoutTTLStopsTheLoop: a failed release of a lock
+// that does not expire (zk.Lock's node lives as long as its session) may
+// hold its key for good, so the loop stops with an error rather than go on
+// into a wait without end.
+func TestNaiveUnlockFailureWithoutTTLStopsTheLoop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	tbl, err := naive.OpenTable(ctx, migratedDatabase(t, ctx), 4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tbl.Close()
+	_, err = tbl.Run(ctx, &unlockFailsLocker{fail: 1}, naive.Config{Goroutines: 4, Keys: 4, Window: 300 * time.Millisecond, Seed: 1})
+	if err == nil {
+		t.Error("a release that failed without a TTL behind it: Run = nil, want the loop stopped with an error")
 	}
 }
 

@@ -236,11 +236,18 @@ func (l *Loop) loop(ctx context.Context, g int) {
 		}
 		l.mu.Unlock()
 		switch {
-		case err == nil:
+		case err == nil && (unlockErr == nil || errors.Is(unlockErr, ErrUnlockExpires)):
 			l.orders.Add(1)
 			if unlockErr != nil {
 				l.unlockFailures.Add(1)
 			}
+		case err == nil: // placed, but its key may stay held: no loop can go on
+			l.orders.Add(1)
+			l.unlockFailures.Add(1)
+			l.errs[g] = unlockErr
+			l.failed.Store(true)
+			l.halt()
+			return
 		case errors.Is(err, ErrLockFailed):
 			l.failures.Add(1)
 		case ctx.Err() != nil:
@@ -353,3 +360,9 @@ func (t *Table) reserved(ctx context.Context) (int64, error) {
 
 // ErrLockFailed marks an acquisition the library gave up on.
 var ErrLockFailed = errors.New("lock not acquired")
+
+// ErrUnlockExpires marks a release that failed on a lock whose TTL frees
+// it anyway (redsync's). Any other failed release may hold its key for
+// good (zk.Lock's node lives as long as its session, and its Lock waits
+// without a deadline), so the loop stops on it.
+var ErrUnlockExpires = errors.New("unlock failed; the lock expires on its own")

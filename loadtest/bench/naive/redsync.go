@@ -60,7 +60,7 @@ func (r *Redsync) Lock(ctx context.Context, key string) (func() error, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		defer cancel()
 		if _, err := m.UnlockContext(ctx); err != nil {
-			return fmt.Errorf("naive redsync: unlock: %w", err)
+			return fmt.Errorf("naive redsync: %w: %w", ErrUnlockExpires, err)
 		}
 		return nil
 	}, nil

@@ -86,7 +86,16 @@ func (z *ZooKeeper) Lock(ctx context.Context, key string) (func() error, error) 
 	if err := l.Lock(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrLockFailed, err)
 	}
-	return l.Unlock, nil
+	return func() error {
+		if err := l.Unlock(); err != nil {
+			// The node lives as long as its session, and the next Lock of
+			// its key waits for it without a deadline: the session goes,
+			// taking the node along (the loop stops on this error).
+			c.Close()
+			return fmt.Errorf("naive zookeeper: unlock: %w (its session closed)", err)
+		}
+		return nil
+	}, nil
 }
 
 // Close deletes the lock nodes' parents it created and closes the
