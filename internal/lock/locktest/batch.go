@@ -42,9 +42,12 @@ func keysOf(s lock.Set) []string {
 }
 
 // testBatch: every free key is obtained once, in key order, each lease as if
-// acquired alone; released, each key is free again.
+// acquired alone: released one at a time, each frees its own key only (the
+// others stay held, as another Locker sees); released, each key is free
+// again.
 func testBatch(t *testing.T, c Config) {
 	l := newLocker(t, c)
+	other := another(t, c, l)
 	base := Key(t)
 	b := MustBatch(t, l, []string{base + "-c", base + "-a", base + "-b", base + "-a"})
 	if want := []string{base + "-a", base + "-b", base + "-c"}; !slices.Equal(keysOf(b.Leases), want) || len(b.Held) != 0 {
@@ -63,7 +66,18 @@ func testBatch(t *testing.T, c Config) {
 		}
 		ids[lease.ID().String()] = true
 	}
-	mustReleaseSet(t, b.Leases)
+	// The middle one first: a release may not free a key before or after
+	// its own.
+	for i, n := range []int{1, 2, 0} {
+		MustRelease(t, b.Leases[n])
+		for _, rest := range []int{1, 2, 0}[i+1:] {
+			lease := b.Leases[rest]
+			if c.Exclusive && !isHeld(t, other, lease.Key()) {
+				t.Errorf("%s free once the batch's lease on %s was released, while its own lease says held (Err %v)",
+					lease.Key(), b.Leases[n].Key(), lease.Err())
+			}
+		}
+	}
 	for _, k := range keysOf(b.Leases) {
 		MustRelease(t, MustAcquire(t, l, k, lock.TryOnce()))
 	}
@@ -77,11 +91,15 @@ func testBatch(t *testing.T, c Config) {
 }
 
 // testBatchHeld: a key someone else holds is reported, never obtained; the
-// batch does not wait for it, and the rest are obtained.
-func testBatchHeld(t *testing.T, c Config) {
-	holder, l := newLocker(t, c), newLocker(t, c)
-	if !c.Distributed {
-		l = holder // local excludes only within one Locker
+// batch does not wait for it, and the rest are obtained. With same, the
+// holder is the batch's own Locker (another request of one instance), and
+// the other way round a key the batch holds is held for that Locker's
+// Acquire too.
+func testBatchHeld(t *testing.T, c Config, same bool) {
+	holder := newLocker(t, c)
+	l := holder // local excludes only within one Locker
+	if c.Distributed && !same {
+		l = newLocker(t, c)
 	}
 	base := Key(t)
 	held := MustAcquire(t, holder, base+"-b")
@@ -101,6 +119,9 @@ func testBatchHeld(t *testing.T, c Config) {
 	}
 	if l.Fenced() && again.Leases[0].Token() <= held.Token() {
 		t.Errorf("token %d after the holder's %d", again.Leases[0].Token(), held.Token())
+	}
+	if l == holder && !isHeld(t, l, base+"-b") {
+		t.Errorf("%s-b: the Locker's own try got a key its batch holds", base)
 	}
 	mustReleaseSet(t, again.Leases)
 }

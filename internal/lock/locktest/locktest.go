@@ -36,6 +36,7 @@ type Config struct {
 	Expiring bool
 	// Lose, when set, ends the lease for real from outside (expires the
 	// session, kills the connection); the suite checks that Done closes.
+	// The lease is from Acquire or, the key first of two, AcquireBatch.
 	Lose func(t *testing.T, l lock.Locker, lease *lock.Lease)
 }
 
@@ -56,7 +57,10 @@ func Run(t *testing.T, c Config) {
 	t.Run("Handover", func(t *testing.T) { testHandover(t, c) })
 	t.Run("HandoverCancelledReleases", func(t *testing.T) { testHandoverCancelled(t, c) })
 	if c.Exclusive {
-		t.Run("BatchReportsHeld", func(t *testing.T) { testBatchHeld(t, c) })
+		t.Run("BatchReportsHeld", func(t *testing.T) { testBatchHeld(t, c, false) })
+		if c.Distributed {
+			t.Run("BatchReportsHeldBySameLocker", func(t *testing.T) { testBatchHeld(t, c, true) })
+		}
 		t.Run("BatchExclusion", func(t *testing.T) { testBatchExclusion(t, c) })
 	}
 	if c.Exclusive {
@@ -84,14 +88,17 @@ func Run(t *testing.T, c Config) {
 		t.Run("BatchTokensIncrease", func(t *testing.T) { testBatchTokens(t, c) })
 	}
 	if c.Expiring {
-		t.Run("ExpiryWithoutWatchdog", func(t *testing.T) { testExpiry(t, c) })
+		t.Run("ExpiryWithoutWatchdog", func(t *testing.T) { testExpiry(t, c, alone) })
+		t.Run("BatchExpiryWithoutWatchdog", func(t *testing.T) { testExpiry(t, c, inBatch) })
 		t.Run("WatchdogExtends", func(t *testing.T) { testWatchdog(t, c) })
 	}
 	if c.Lose != nil {
-		t.Run("DoneClosesOnLoss", func(t *testing.T) { testLoss(t, c) })
+		t.Run("DoneClosesOnLoss", func(t *testing.T) { testLoss(t, c, alone) })
+		t.Run("BatchDoneClosesOnLoss", func(t *testing.T) { testLoss(t, c, inBatch) })
 	}
 	if c.Lose != nil && c.Distributed && c.Exclusive {
-		t.Run("ReleaseAfterLossHarmless", func(t *testing.T) { testReleaseAfterLoss(t, c) })
+		t.Run("ReleaseAfterLossHarmless", func(t *testing.T) { testReleaseAfterLoss(t, c, alone) })
+		t.Run("BatchReleaseAfterLossHarmless", func(t *testing.T) { testReleaseAfterLoss(t, c, inBatch) })
 	}
 	t.Run("CloseLosesLeases", func(t *testing.T) { testClose(t, c) })
 }
@@ -123,6 +130,33 @@ func MustRelease(tb testing.TB, lease *lock.Lease) {
 	if err := lease.Release(ctx); err != nil {
 		tb.Fatalf("release %q: %v", lease.Key(), err)
 	}
+}
+
+// form is how a case takes the lease it checks: alone, or as a key of a
+// batch, which its holder lets go with Set.Release (a backend may release a
+// batch's leases together, by another path than Lease.Release).
+type form bool
+
+const (
+	alone   form = false
+	inBatch form = true
+)
+
+// take acquires key in l in form f within 10 s, or fails the test; it
+// returns the lease and how its holder lets it go: Lease.Release, or
+// Set.Release of the whole batch (key and key+"-other").
+func take(t *testing.T, l lock.Locker, key string, f form, opts ...lock.Option) (*lock.Lease, func(context.Context) error) {
+	t.Helper()
+	if f == alone {
+		lease := MustAcquire(t, l, key, opts...)
+		return lease, lease.Release
+	}
+	b := MustBatch(t, l, []string{key, key + "-other"}, opts...)
+	lease := b.Leases.Lease(key)
+	if lease == nil || len(b.Leases) != 2 {
+		t.Fatalf("batch of %q and its -other got %q, held %q; want both", key, keysOf(b.Leases), b.Held)
+	}
+	return lease, b.Leases.Release
 }
 
 func closed(ch <-chan struct{}) bool {
@@ -292,16 +326,21 @@ func testCancelledAcquire(t *testing.T, c Config) {
 
 	pre, cancel := context.WithCancel(context.Background())
 	cancel()
+	start := time.Now()
 	if _, err := l.Acquire(pre, key); !errors.Is(err, context.Canceled) {
 		t.Errorf("Acquire with a cancelled context = %v, want context.Canceled", err)
 	}
+	returnedInTime(t, "Acquire with a cancelled context", start, 0)
 	for range 3 {
-		ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		const d = 150 * time.Millisecond
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		start := time.Now()
 		_, err := l.Acquire(ctx, key)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Acquire past its deadline = %v, want context.DeadlineExceeded", err)
 		}
+		returnedInTime(t, "Acquire past its deadline", start, d)
 	}
 	MustRelease(t, held)
 	// The abandoned waiters must not stand in the queue: the key is free now.
@@ -356,15 +395,16 @@ func testTokensIncrease(t *testing.T, c Config) {
 // backend's default TTL, so a backend that ignores WithTTL fails), and
 // nobody else gets the key before that deadline: a holder that watches
 // Deadline or Done stops in time. b waits for the key from the start, and
-// the check is on timestamps, so a busy scheduler cannot fail it.
-func testExpiry(t *testing.T, c Config) {
+// the check is on timestamps, so a busy scheduler cannot fail it. Its
+// holder's late release, in form f, must not free the key's new holder.
+func testExpiry(t *testing.T, c Config, f form) {
 	const ttl = 300 * time.Millisecond
 	a, b := newLocker(t, c), newLocker(t, c)
 	if !c.Distributed {
 		b = a
 	}
 	key := Key(t)
-	old := MustAcquire(t, a, key, lock.WithTTL(ttl), lock.WithoutWatchdog())
+	old, release := take(t, a, key, f, lock.WithTTL(ttl), lock.WithoutWatchdog())
 	acquired := time.Now()
 	deadline := old.Deadline()
 	if deadline.IsZero() {
@@ -408,7 +448,11 @@ func testExpiry(t *testing.T, c Config) {
 		t.Fatalf("token after expiry %d <= expired holder's %d", got.lease.Token(), old.Token())
 	}
 	// The expired holder's release must not free the new holder's lock.
-	MustRelease(t, old)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := release(ctx); err != nil {
+		t.Fatalf("release of the expired lease: %v", err)
+	}
 	if _, err := a.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
 		t.Fatalf("key free after the expired holder released: %v", err)
 	}
@@ -461,12 +505,12 @@ func testWatchdog(t *testing.T, c Config) {
 	MustRelease(t, MustAcquire(t, b, key, lock.TryOnce()))
 }
 
-func testLoss(t *testing.T, c Config) {
-	l, key, lease := lostLease(t, c)
+func testLoss(t *testing.T, c Config, f form) {
+	l, key, lease, release := lostLease(t, c, f)
 	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
 		t.Fatalf("Err() after loss = %v, want ErrLeaseLost", lease.Err())
 	}
-	_ = lease.Release(context.Background()) // must not panic or hang
+	_ = release(context.Background()) // must not panic or hang
 	other := newLocker(t, c)
 	next := MustAcquire(t, other, key)
 	if l.Fenced() && next.Token() <= lease.Token() {
@@ -475,46 +519,66 @@ func testLoss(t *testing.T, c Config) {
 	MustRelease(t, next)
 }
 
-// lostLease acquires a key in a new Locker and has the backend lose the
-// lease (Config.Lose), waiting for its Done.
-func lostLease(t *testing.T, c Config) (lock.Locker, string, *lock.Lease) {
+// lostLease acquires a key in a new Locker, in form f, and has the backend
+// lose the lease (Config.Lose), waiting for its Done; it returns how the
+// holder lets the lease go, as take does.
+func lostLease(t *testing.T, c Config, f form) (lock.Locker, string, *lock.Lease, func(context.Context) error) {
 	t.Helper()
 	l := newLocker(t, c)
 	key := Key(t)
-	lease := MustAcquire(t, l, key)
+	lease, release := take(t, l, key, f)
 	c.Lose(t, l, lease)
 	select {
 	case <-lease.Done():
 	case <-time.After(15 * time.Second):
 		t.Fatal("Done not closed 15 s after the lease was lost")
 	}
-	return l, key, lease
+	return l, key, lease, release
 }
 
-// testClose: Close loses the leases still held: Done closes, promptly, Err
-// wraps ErrLeaseLost, Release after it returns, and (where Lockers exclude
-// each other) another Locker gets the key.
+// testClose: Close loses the leases still held, alone or from a batch: Done
+// closes, at the latest when the contract allows (the lease's next
+// extension, before its deadline) plus closeGrace, Err wraps ErrLeaseLost,
+// Release after it returns, and (where Lockers exclude each other) another
+// Locker gets the keys.
 func testClose(t *testing.T, c Config) {
 	l := c.New(t)
 	t.Cleanup(func() { _ = l.Close() })
 	key := Key(t)
-	lease := MustAcquire(t, l, key)
+	leases := lock.Set{MustAcquire(t, l, key)}
+	b := MustBatch(t, l, []string{key + "-b1", key + "-b2"})
+	if len(b.Leases) != 2 {
+		t.Fatalf("batch got %q, held %q; want both keys", keysOf(b.Leases), b.Held)
+	}
+	leases = append(leases, b.Leases...)
+	closedAt := time.Now()
 	if err := l.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	select {
-	case <-lease.Done():
-	case <-time.After(5 * time.Second):
-		t.Fatal("Done not closed 5 s after the Locker was closed")
-	}
-	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
-		t.Fatalf("Err() after Close = %v, want ErrLeaseLost", lease.Err())
+	for _, lease := range leases {
+		bound := closeGrace + max(lease.Deadline().Sub(closedAt), 0)
+		select {
+		case <-lease.Done():
+		case <-time.After(time.Until(closedAt.Add(bound))):
+			t.Fatalf("%s: Done not closed %v after the Locker was closed", lease.Key(), bound)
+		}
+		if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
+			t.Fatalf("%s: Err() after Close = %v, want ErrLeaseLost", lease.Key(), lease.Err())
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = lease.Release(ctx) // the connections are gone: it may fail, but returns
+	// The connections are gone: these may fail, but return.
+	_ = leases[0].Release(ctx)
+	_ = b.Leases.Release(ctx)
 	if c.Distributed && c.Exclusive {
 		other := newLocker(t, c)
-		MustRelease(t, MustAcquire(t, other, key))
+		for _, lease := range leases {
+			MustRelease(t, MustAcquire(t, other, lease.Key()))
+		}
 	}
 }
+
+// closeGrace is how long past what the contract allows testClose waits for
+// a lost lease's Done: room for a loaded machine.
+const closeGrace = 5 * time.Second

@@ -166,44 +166,89 @@ func testBusyKeyNotStarved(t *testing.T, c Config) {
 
 // testWakeOnRelease: a waiter in another Locker gets the key as soon as
 // its holder lets go, however long it waited, not at the end of a pause.
-// The median of five hand-offs must be under 50 ms (a few ms is usual; the
-// Redis backends' fallback pause, with no wake-up, is 80–240 ms), and none
-// over a second.
+// Hand-offs after holds of 0.1 to 2 s run side by side, a key each (2 s in
+// all): their median must be under 50 ms and each under handoffBound. A
+// wake-up that lapses after a while into polling fails it.
 func testWakeOnRelease(t *testing.T, c Config) {
+	holds := []time.Duration{100 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond,
+		time.Second, 1500 * time.Millisecond, 2 * time.Second}
 	l := newLocker(t, c)
 	w := another(t, c, l)
-	var lat []time.Duration
-	for _, hold := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second, 100 * time.Millisecond, 400 * time.Millisecond} {
-		key := Key(t)
-		held := MustAcquire(t, l, key)
-		got := make(chan time.Time, 1)
-		go func() {
+	held := make([]*lock.Lease, len(holds))
+	for i := range holds {
+		held[i] = MustAcquire(t, l, Key(t))
+	}
+	start := time.Now()
+	released, got := make([]time.Time, len(holds)), make([]time.Time, len(holds))
+	var wg sync.WaitGroup
+	for i, lease := range held {
+		wg.Go(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			lease, err := w.Acquire(ctx, key)
+			next, err := w.Acquire(ctx, lease.Key())
 			if err != nil {
-				t.Errorf("waiter for %q: %v", key, err)
-				got <- time.Time{}
+				t.Errorf("waiter for %q: %v", lease.Key(), err)
 				return
 			}
-			got <- time.Now()
-			_ = lease.Release(context.Background())
-		}()
-		time.Sleep(hold)
-		released := time.Now()
-		MustRelease(t, held)
-		at := <-got
-		if at.IsZero() {
-			t.FailNow()
+			got[i] = time.Now()
+			if err := next.Release(context.Background()); err != nil {
+				t.Errorf("waiter's release of %q: %v", lease.Key(), err)
+			}
+		})
+	}
+	for i, hold := range holds { // in increasing order
+		time.Sleep(time.Until(start.Add(hold)))
+		released[i] = time.Now()
+		// Not MustRelease: the waiters must be waited for before the test ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := held[i].Release(ctx); err != nil {
+			t.Errorf("release %q: %v", held[i].Key(), err)
 		}
-		lat = append(lat, at.Sub(released))
+		cancel()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	lat := make([]time.Duration, len(holds))
+	for i := range holds {
+		lat[i] = got[i].Sub(released[i])
+		if lat[i] > handoffBound {
+			t.Errorf("after a hold of %v the waiter got the key %v after its release (bound %v): woken by polling, not by the release",
+				holds[i], lat[i], handoffBound)
+		}
 	}
 	sorted := slices.Clone(lat)
 	slices.Sort(sorted)
-	t.Logf("hand-offs after holds of 0.1, 0.4, 1, 0.1, 0.4 s: %v", lat)
-	if sorted[len(sorted)/2] > 50*time.Millisecond || sorted[len(sorted)-1] > time.Second {
+	t.Logf("hand-offs after holds of %v: %v", holds, lat)
+	if sorted[len(sorted)/2] > 50*time.Millisecond {
 		t.Errorf("waiters got the key %v after its release (median %v): woken by polling, not by the release",
 			lat, sorted[len(sorted)/2])
+	}
+}
+
+// handoffBound is the longest hand-off testWakeOnRelease accepts: a few ms
+// is usual on every backend, under -race on a loaded two-core machine too
+// (46 ms the worst of 162 measured); a wake-up missed and made up by the
+// Redis backends' fallback pause (80–240 ms) with a scheduler's hiccup on
+// top stays under it, a poll of half a second does not.
+const handoffBound = 300 * time.Millisecond
+
+// returnSlack is how long after its context ends a waiting Acquire may
+// return: a round trip to clean up its waiter, which zookeeper and etcd
+// give at most 200 ms before they say lock.ErrCleanupPending and go on in
+// the background, and room for a loaded machine (every backend returned
+// within 1 ms of its context's end in the suite under -race). A backend
+// that first sleeps out a retry pause, or waits for a reply it no longer
+// needs, returns later.
+const returnSlack = 200 * time.Millisecond
+
+// returnedInTime fails t when a call begun at start, whose context ended d
+// later, returned more than returnSlack after that.
+func returnedInTime(t *testing.T, what string, start time.Time, d time.Duration) {
+	t.Helper()
+	if took := time.Since(start); took > d+returnSlack {
+		t.Errorf("%s: returned %v after its context ended %v in (slack %v)", what, took, d, returnSlack)
 	}
 }
 
@@ -212,7 +257,6 @@ func testWakeOnRelease(t *testing.T, c Config) {
 // cancel), with its error; the AcquireAll leaves its first key free for a
 // third Locker.
 func testWaitDeadline(t *testing.T, c Config) {
-	const slack = 500 * time.Millisecond
 	l := newLocker(t, c)
 	w, third := another(t, c, l), another(t, c, l)
 	base := Key(t)
@@ -229,14 +273,10 @@ func testWaitDeadline(t *testing.T, c Config) {
 			defer cancel()
 		}
 		start := time.Now()
-		err := wait(ctx)
-		took := time.Since(start)
-		if !errors.Is(err, want) {
+		if err := wait(ctx); !errors.Is(err, want) {
 			t.Errorf("%s: %v, want %v", what, err, want)
 		}
-		if took > after+slack {
-			t.Errorf("%s: returned %v after its context ended %v in", what, took, after)
-		}
+		returnedInTime(t, what, start, after)
 	}
 	acquire := func(ctx context.Context) error {
 		_, err := w.Acquire(ctx, base+"-2")
@@ -300,13 +340,14 @@ func testNoDeadlockOverlapping(t *testing.T, c Config) {
 	wg.Wait()
 }
 
-// testReleaseAfterLoss: a lost lease released after another Locker took
-// its key leaves the new holder holding it, as a third Locker sees.
-func testReleaseAfterLoss(t *testing.T, c Config) {
-	_, key, lease := lostLease(t, c)
+// testReleaseAfterLoss: a lost lease released (in form f) after another
+// Locker took its key leaves the new holder holding it, as a third Locker
+// sees.
+func testReleaseAfterLoss(t *testing.T, c Config, f form) {
+	_, key, _, release := lostLease(t, c, f)
 	next := MustAcquire(t, newLocker(t, c), key)
-	_ = lease.Release(context.Background()) // may say the lease was lost
-	if err := lease.Release(context.Background()); err != nil {
+	_ = release(context.Background()) // may say the lease was lost
+	if err := release(context.Background()); err != nil {
 		t.Errorf("second Release of a lost lease: %v", err)
 	}
 	third := newLocker(t, c)
@@ -332,19 +373,24 @@ func testCancelledWaiterThirdLocker(t *testing.T, c Config) {
 	pending := false
 	for _, d := range []time.Duration{20 * time.Millisecond, 150 * time.Millisecond, 400 * time.Millisecond} {
 		ctx, cancel := context.WithTimeout(context.Background(), d)
+		start := time.Now()
 		_, err := w.Acquire(ctx, key)
 		cancel()
 		if !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("waiter past its %v deadline: %v", d, err)
 		}
+		returnedInTime(t, "waiter past its deadline", start, d)
 		pending = pending || errors.Is(err, lock.ErrCleanupPending)
 	}
+	const after = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(100*time.Millisecond, cancel)
+	time.AfterFunc(after, cancel)
+	start := time.Now()
 	_, err := w.Acquire(ctx, key)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled waiter: %v", err)
 	}
+	returnedInTime(t, "cancelled waiter", start, after)
 	pending = pending || errors.Is(err, lock.ErrCleanupPending)
 	MustRelease(t, held)
 	if pending {
