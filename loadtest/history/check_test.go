@@ -365,3 +365,110 @@ func TestCheckBoundedByTimeoutOnALongHistory(t *testing.T) {
 	}
 	t.Logf("%d operations checked in %v, undecided %v", n, took.Round(time.Millisecond), r.Undecided)
 }
+
+// unknownsHistory is a chaos-recorder-like history on one SKU that never
+// runs out: 6 clients place 1 unit each per 100 ms, n places in all. k of
+// them end Unknown, every other one of which took effect (the final read
+// has its order by its key); and k confirms of acknowledged orders end
+// Unknown, every other one of which took effect.
+func unknownsHistory(n, k int) ([]history.Op, history.Final, map[string]int64) {
+	const stock = 10_000
+	var ops []history.Op
+	final := history.Final{At: at((n/6)*100 + 1000)}
+	var held, sold int64
+	places, confirms := k, k
+	for i := range n {
+		from := (i / 6) * 100
+		id, key := fmt.Sprintf("o%06d", i), fmt.Sprintf("k%06d", i)
+		if i%7 == 3 && places > 0 {
+			places--
+			ops = append(ops, place(i%6, key, lines("a", 1), from, from+90, unknown))
+			if places%2 == 0 {
+				final.Orders = append(final.Orders, order(id, key, history.StatusReserved, lines("a", 1)))
+				held++
+			}
+			continue
+		}
+		ops = append(ops, place(i%6, key, lines("a", 1), from, from+90, ok(id)))
+		status := history.StatusReserved
+		if i%7 == 5 && confirms > 0 {
+			confirms--
+			ops = append(ops, act(i%6, history.Confirm, id, from+95, from+99, unknown))
+			if confirms%2 == 0 {
+				status = history.StatusConfirmed
+			}
+		}
+		final.Orders = append(final.Orders, order(id, key, status, lines("a", 1)))
+		if status == history.StatusConfirmed {
+			sold++
+		} else {
+			held++
+		}
+	}
+	final.SKUs = []history.FinalSKU{{SKU: "a", Available: stock - held - sold, Held: held, Sold: sold}}
+	return ops, final, map[string]int64{"a": stock}
+}
+
+// TestUnknownOutcomesSettledByFinalRead: each Unknown operation may take
+// effect at any moment up to the final read, which doubles the states of
+// the search; a dozen on one SKU used to leave it undecided within the
+// chaos suite's 20 s bound. The final read settles them (an order's key is
+// there or not, a confirm's order ended confirmed or not), so histories
+// with 12 and 16 of each are decided at once.
+func TestUnknownOutcomesSettledByFinalRead(t *testing.T) {
+	for _, k := range []int{12, 16} {
+		ops, final, stock := unknownsHistory(600, k)
+		start := time.Now()
+		if r := check(t, ops, final, stock); !r.OK() {
+			t.Fatalf("%d unknown places and confirms: correct history rejected:\n%s", k, r)
+		}
+		t.Logf("%d unknown places and confirms: decided in %v", k, time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestSettledUnknownsStillJudged: settling Unknown operations is for the
+// search alone, and what it settles is still checked. An Unknown place
+// whose key made two orders is still a doubled order; an Unknown confirm of
+// an order that ended cancelled is no transition violation; an Unknown
+// place and confirm the final read shows took effect must still explain
+// its counters.
+func TestSettledUnknownsStillJudged(t *testing.T) {
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 0, unknown),
+		place(1, "k2", lines("a", 1), 10, 20, ok("o2")),
+		act(1, history.Confirm, "o2", 30, 0, unknown),
+		act(2, history.Cancel, "o2", 30, 40, done),
+	}
+	final := history.Final{
+		At: at(1000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusReserved, lines("a", 1)),
+			order("o9", "k1", history.StatusReserved, lines("a", 1)),
+			order("o2", "k2", history.StatusCancelled, lines("a", 1)),
+		},
+		SKUs: []history.FinalSKU{{SKU: "a", Available: 3, Held: 2}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 5})
+	mustFind(t, r, "a", history.RuleOrders, "one placement made 2 orders", `key "k1"`)
+	for _, v := range r.Violations {
+		if v.Rule == history.RuleTransitions {
+			t.Errorf("an unknown confirm of a cancelled order judged: %s", v)
+		}
+	}
+
+	ops = []history.Op{
+		place(0, "k1", lines("a", 1), 0, 0, unknown),
+		act(1, history.Confirm, "o1", 10, 0, unknown),
+	}
+	final = history.Final{
+		At:     at(1000),
+		Orders: []history.FinalOrder{order("o1", "k1", history.StatusConfirmed, lines("a", 1))},
+		SKUs:   []history.FinalSKU{{SKU: "a", Available: 4, Sold: 1}},
+	}
+	if r := check(t, ops, final, map[string]int64{"a": 5}); !r.OK() {
+		t.Fatalf("unknown place and confirm that both took effect:\n%s", r)
+	}
+	final.SKUs[0] = history.FinalSKU{SKU: "a", Available: 4, Held: 1}
+	mustFind(t, check(t, ops, final, map[string]int64{"a": 5}), "a", history.RuleLinearizable,
+		"does not match", "confirm o1 ×1 → ok (unknown; the final read says it took effect)")
+}

@@ -29,5 +29,8 @@
 // from a client that saw one, are checked as recorded). Unknown outcomes are
 // modelled as porcupine expects of a nondeterministic model: the operation
 // may take effect or not, at any moment between its invocation and the
-// final read.
+// final read. For the search alone, the final read settles the ones it
+// decides (a place whose key has no order never happened; a confirm of an
+// order that ended cancelled never took effect), since each one left open
+// doubles the states porcupine carries.
 package history

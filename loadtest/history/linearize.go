@@ -42,8 +42,15 @@ func (x *index) checkLinearizable(r *Report, deadline time.Time, visualDir strin
 		}
 		msg := fmt.Sprintf("no order of the %d operations explains every answer (stock %d)", len(ops), x.stock[sku])
 		// The verbose run repeats the search to collect the partial
-		// linearizations; it gets what is left of the bound.
-		res, info := porcupine.CheckOperationsVerbose(m, ops, max(time.Until(deadline), time.Second))
+		// linearizations; it gets what is left of the bound and no more
+		// (porcupine takes a timeout of 0 as none at all).
+		left = time.Until(deadline)
+		if left <= 0 {
+			msg += "\n(not explained: the time bound ran out)"
+			r.Violations = append(r.Violations, Violation{SKU: sku, Rule: RuleLinearizable, Message: msg})
+			continue
+		}
+		res, info := porcupine.CheckOperationsVerbose(m, ops, left)
 		if res == porcupine.Illegal {
 			msg += "\n" + explain(ops, init, info)
 			if visualDir != "" {
@@ -61,7 +68,8 @@ func (x *index) checkLinearizable(r *Report, deadline time.Time, visualDir strin
 
 // skuOperations builds the porcupine history of one SKU and its initial
 // state. Times are nanoseconds since the first invocation; an operation
-// with an unknown outcome may take effect until just before the final read.
+// with an unknown outcome may take effect until just before the final read,
+// unless the final read settles it (see settle).
 func (x *index) skuOperations(sku string) ([]porcupine.Operation, state) {
 	rel := func(t time.Time) int64 { return t.Sub(x.t0).Nanoseconds() }
 	readAt := rel(x.final.At)
@@ -70,11 +78,23 @@ func (x *index) skuOperations(sku string) ([]porcupine.Operation, state) {
 	add := func(in input, out output, call, ret int64) {
 		ops = append(ops, porcupine.Operation{ClientId: max(in.client, 0), Input: in, Call: call, Output: out, Return: ret})
 	}
-	span := func(op Op) (int64, int64) {
-		if op.Outcome.Result == Unknown {
-			return rel(op.Invoke), max(readAt-1, rel(op.Invoke))
+	// outcome is what the search takes op's answer to be, and when it
+	// completed; ok is false for an operation the final read shows never
+	// took effect, which the search leaves out.
+	outcome := func(op Op) (out output, call, ret int64, ok bool) {
+		call, ret = rel(op.Invoke), rel(op.Complete)
+		out = output{result: op.Outcome.Result, code: op.Outcome.Code}
+		if op.Outcome.Result != Unknown {
+			return out, call, ret, true
 		}
-		return rel(op.Invoke), rel(op.Complete)
+		ret = max(readAt-1, call)
+		switch x.settle(op) {
+		case OK:
+			return output{result: OK, settled: true}, call, ret, true
+		case Failed:
+			return output{}, 0, 0, false
+		}
+		return out, call, ret, true
 	}
 	for i, op := range x.ops {
 		if op.Kind != Place {
@@ -84,10 +104,12 @@ func (x *index) skuOperations(sku string) ([]porcupine.Operation, state) {
 		if q == 0 {
 			continue
 		}
+		out, call, ret, ok := outcome(op)
+		if !ok {
+			continue
+		}
 		orderIdx[i] = len(orderIdx)
-		out := output{result: op.Outcome.Result, code: op.Outcome.Code,
-			insufficient: op.Outcome.Code == CodeInsufficientStock && op.Outcome.SKU == sku}
-		call, ret := span(op)
+		out.insufficient = op.Outcome.Code == CodeInsufficientStock && op.Outcome.SKU == sku
 		add(input{kind: Place, order: orderIdx[i], qty: q, label: x.label(i), client: op.Client}, out, call, ret)
 	}
 	init := state{avail: x.stock[sku], st: strings.Repeat(string(rune(stNone)), len(orderIdx))}
@@ -104,9 +126,12 @@ func (x *index) skuOperations(sku string) ([]porcupine.Operation, state) {
 		if op.Kind == Expire && op.Outcome.Result == OK {
 			expired[p] = true
 		}
-		call, ret := span(op)
+		out, call, ret, ok := outcome(op)
+		if !ok {
+			continue
+		}
 		add(input{kind: op.Kind, order: idx, qty: quantity(x.linesOf(p), sku), label: x.label(p), client: op.Client},
-			output{result: op.Outcome.Result, code: op.Outcome.Code}, call, ret)
+			out, call, ret)
 	}
 	read := init
 	for p, idx := range orderIdx {
@@ -139,6 +164,50 @@ func (x *index) skuOperations(sku string) ([]porcupine.Operation, state) {
 		ops[i].Metadata = i
 	}
 	return ops, init
+}
+
+// settle decides, for the linearizability search alone, an Unknown
+// operation that the final read decides: OK if it surely took effect,
+// Failed if it surely did not, else Unknown. The other rules judge the
+// history as recorded. Each Unknown left open may take effect at any moment
+// up to the final read, which doubles the states porcupine carries, so a
+// dozen on one SKU would leave it undecided within the bound. Settling is
+// sound because the final read comes after every instance stopped, orders
+// are never deleted, one key makes at most one order, and confirmed,
+// cancelled and expired are final:
+//   - a place whose key has no order in the final read never took effect;
+//     one whose key has exactly one order did, before the read;
+//   - a confirm (cancel, expire) of an order that ended otherwise never took
+//     effect; a confirm of an order that ended confirmed either did, or,
+//     taken as OK just before the read, changes nothing (confirming twice
+//     answers 200), so OK until the read admits the same orders of
+//     operations; likewise a cancel. An expire is not idempotent: it stays
+//     Unknown.
+func (x *index) settle(op Op) Result {
+	if op.Kind == Place {
+		if op.Key == "" {
+			return Unknown
+		}
+		switch len(x.finalByKey[op.Key]) {
+		case 0:
+			return Failed
+		case 1:
+			return OK
+		}
+		return Unknown // a doubled key: checkOrders reports it
+	}
+	o, ok := x.finalOrder(op.OrderID)
+	if !ok {
+		return Unknown
+	}
+	final := map[Kind]string{Confirm: StatusConfirmed, Cancel: StatusCancelled, Expire: StatusExpired}[op.Kind]
+	switch {
+	case o.Status != final:
+		return Failed
+	case op.Kind == Expire:
+		return Unknown
+	}
+	return OK
 }
 
 // orderID is the id of the order place operation i made, if known.

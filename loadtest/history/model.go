@@ -56,6 +56,7 @@ type output struct {
 	result       Result
 	code         string
 	insufficient bool // an insufficient_stock failure naming this SKU
+	settled      bool // recorded Unknown, OK by the final read (settle)
 	read         state
 }
 
@@ -173,6 +174,9 @@ func describeOp(in input, out output) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "client %d %s %s ×%d → %s", in.client, in.kind, in.label, in.qty, out.result)
+	if out.settled {
+		b.WriteString(" (unknown; the final read says it took effect)")
+	}
 	if out.code != "" {
 		fmt.Fprintf(&b, " %s", out.code)
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 // conn is one proxied client connection and its upstream connection. The
-// frontend goroutine owns stmts and portals; mu guards the rest.
+// frontend goroutine owns stmts, portals and execs; mu guards the rest.
 type conn struct {
 	proxy  *Proxy
 	id     uint64
@@ -18,6 +18,7 @@ type conn struct {
 
 	stmts   map[string]string // prepared statement name → text
 	portals map[string]string // portal name → statement text
+	execs   int               // Executes forwarded since the last Sync
 
 	mu     sync.Mutex
 	server net.Conn
@@ -30,11 +31,15 @@ type conn struct {
 	syncPoints int // start-up, Query, FunctionCall and Sync messages forwarded: each gets one ReadyForQuery
 	readyCount int // ReadyForQuery messages seen from the server
 	// dropAfter is -1, or the number of ReadyForQuery messages to forward
-	// before the dropped statement's answer starts: from there on nothing
-	// reaches the client.
+	// before the answers of the dropped statement's group start: from there
+	// on nothing reaches the client.
 	dropAfter int
-	drop      *Drop
-	dropOnce  sync.Once
+	// dropSkip is the number of statements of the dropped one's group
+	// answered before it: the Executes before it since the last Sync, 0 for
+	// a Query (which the proxy sees as one statement).
+	dropSkip int
+	drop     *Drop
+	dropOnce sync.Once
 	// ackTimer ends the wait for a dropped statement's answer.
 	ackTimer *time.Timer
 }
@@ -86,7 +91,7 @@ func (c *conn) settleDrop() {
 		timer.Stop()
 	}
 	if pending {
-		c.finishDrop("", 0) // a no-op once the answer or the timer has finished it
+		c.finishDrop(nil, 0) // a no-op once the answer or the timer has finished it
 	}
 }
 
@@ -125,7 +130,7 @@ func (c *conn) frontend(r *bufio.Reader, server net.Conn) {
 		switch h.typ {
 		case 'Q':
 			if s, ok := cstrings(payload, 1); ok {
-				stopNow = c.statement(s[0])
+				stopNow = c.statement(s[0], 0)
 			}
 		case 'P':
 			if s, ok := cstrings(payload, 2); ok {
@@ -136,11 +141,14 @@ func (c *conn) frontend(r *bufio.Reader, server net.Conn) {
 				remember(c.portals, s[0], c.stmts[s[1]])
 			}
 		case 'E':
-			if s, ok := cstrings(payload, 1); ok && c.statement(c.portals[s[0]]) {
+			if s, ok := cstrings(payload, 1); ok && c.statement(c.portals[s[0]], c.execs) {
 				// The server answers an Execute after the Sync that ends its
 				// group; the Sync still has to reach it.
 				stopAtSync = true
 			}
+			c.execs++
+		case 'S':
+			c.execs = 0
 		case 'C':
 			if len(payload) > 1 {
 				if s, ok := cstrings(payload[1:], 1); ok {
@@ -212,21 +220,24 @@ func (c *conn) startup(r *bufio.Reader, w *bufio.Writer) bool {
 	}
 }
 
-// statement looks at one statement about to be forwarded and, if it
-// would commit by itself (the server last said no transaction was open)
-// and the proxy is armed for it, starts dropping: it reports whether its
-// answer will be dropped. A statement sent before the server's
-// ReadyForQuery for the one before it may still land in a transaction
-// (a pipeline, a multi-statement Query): the answer's own ReadyForQuery
-// tells, and Drop.Committed heeds it.
-func (c *conn) statement(sql string) bool {
+// statement looks at one statement about to be forwarded, with skip
+// statements of its group before it, and, if it would commit by itself (the
+// server last said no transaction was open) and the proxy is armed for it,
+// starts dropping: it reports whether its answer will be dropped. A
+// statement sent before the server's ReadyForQuery for the one before it
+// may still land in a transaction (a pipeline, a multi-statement Query), or
+// be rolled back later in its group: the group's answers and its
+// ReadyForQuery tell, and Drop.Committed heeds them.
+func (c *conn) statement(sql string, skip int) bool {
 	if sql == "" || endsOrStartsTxn(sql) {
 		return false
 	}
 	c.mu.Lock()
-	idle := c.txnStatus == txnIdle
+	// One drop per connection: the connection ends with the first one's
+	// group, and a second would overwrite its record and timer.
+	idle, dropping := c.txnStatus == txnIdle, c.drop != nil
 	c.mu.Unlock()
-	if !idle {
+	if !idle || dropping {
 		return false
 	}
 	commit := Commit{Conn: c.id, Statement: sql}
@@ -236,22 +247,25 @@ func (c *conn) statement(sql string) bool {
 	c.mu.Lock()
 	// Set before the statement goes upstream, so the server's answer cannot
 	// overtake the decision.
-	c.dropAfter = c.syncPoints
+	c.dropAfter, c.dropSkip = c.syncPoints, skip
 	c.drop = &Drop{Commit: commit}
-	c.ackTimer = time.AfterFunc(c.proxy.cfg.ackTimeout, func() { c.finishDrop("", 0) })
+	c.ackTimer = time.AfterFunc(c.proxy.cfg.ackTimeout, func() { c.finishDrop(nil, 0) })
 	c.mu.Unlock()
 	return true
 }
 
-// finishDrop records the dropped statement with the server's answer and
-// the transaction status that ended it, and closes both connections; the
-// first call wins.
-func (c *conn) finishDrop(answer string, status byte) {
+// finishDrop records the dropped statement with the server's answers and
+// the transaction status that ended its group, and closes both
+// connections; the first call wins.
+func (c *conn) finishDrop(answers []string, status byte) {
 	c.dropOnce.Do(func() {
 		c.mu.Lock()
 		d := *c.drop
 		c.mu.Unlock()
-		d.Answer, d.TxnStatus = answer, status
+		d.Answers, d.TxnStatus = answers, status
+		if len(answers) > 0 {
+			d.Answer = answers[len(answers)-1]
+		}
 		d.At = time.Now()
 		// Recorded before the connections close: a client that sees its
 		// connection end must find the drop in Dropped.
@@ -260,11 +274,13 @@ func (c *conn) finishDrop(answer string, status byte) {
 	})
 }
 
-// backend forwards the server's messages to the client, except the answer
-// of a dropped statement, which it reads to learn the outcome and discards.
+// backend forwards the server's messages to the client, except the answers
+// of a dropped statement's group, which it reads to learn the outcome and
+// discards.
 func (c *conn) backend(r *bufio.Reader, client net.Conn) {
 	w := bufio.NewWriter(client)
-	answer := ""
+	var answers []string
+	answered := 0 // statements of the dropped one's group answered so far
 	for {
 		h, err := readHeader(r)
 		if err != nil {
@@ -272,6 +288,7 @@ func (c *conn) backend(r *bufio.Reader, client net.Conn) {
 		}
 		c.mu.Lock()
 		suppress := c.dropAfter >= 0 && c.readyCount >= c.dropAfter
+		skip := c.dropSkip
 		c.mu.Unlock()
 		if h.typ == 'Z' {
 			status, ok := c.ready(r, h)
@@ -281,7 +298,7 @@ func (c *conn) backend(r *bufio.Reader, client net.Conn) {
 			if suppress {
 				// Flush what was forwarded before the drop started, then cut.
 				_ = w.Flush()
-				c.finishDrop(answer, status)
+				c.finishDrop(answers, status)
 				return
 			}
 			if _, err := w.Write(append(h.bytes(), status)); err != nil {
@@ -320,11 +337,19 @@ func (c *conn) backend(r *bufio.Reader, client net.Conn) {
 		}
 		switch h.typ {
 		case 'C':
-			if s, ok := cstrings(payload, 1); ok {
-				answer = s[0]
+			// A statement before the dropped one says nothing of it: a
+			// ROLLBACK there ended an earlier transaction.
+			if s, ok := cstrings(payload, 1); ok && answered >= skip {
+				answers = append(answers, s[0])
 			}
+			answered++
+		case 'I', 's': // EmptyQueryResponse, PortalSuspended
+			answered++
 		case 'E':
-			answer = "error: " + errorMessage(payload)
+			// Wherever it comes in the group, an error rolls the group's
+			// implicit transaction back, or skips the dropped statement.
+			answers = append(answers, "error: "+errorMessage(payload))
+			answered++
 		}
 	}
 }

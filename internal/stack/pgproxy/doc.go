@@ -13,10 +13,12 @@
 // statements: the text of a simple-protocol Query, and that of the
 // prepared statement behind an extended-protocol Execute. Whether an
 // explicit transaction is open it learns from the transaction status of
-// the server's ReadyForQuery: it drops no statement sent inside one, and a
-// dropped answer counts as committed only if the ReadyForQuery after it
-// says no transaction is open (a BEGIN it could not see, earlier in the
-// same Query or pipeline, leaves one open and the write is rolled back).
+// the server's ReadyForQuery: it drops no statement sent inside one. A
+// dropped answer counts as committed only if no answer from the statement
+// to the end of its Query or Sync group is an error or a ROLLBACK, and the
+// ReadyForQuery that ends the group says no transaction is open (a BEGIN
+// it could not see, earlier in the same Query or pipeline, leaves one open
+// and the write is rolled back); see Drop.Committed.
 // Everything else is forwarded unchanged. The proxy answers an SSL or GSS encryption request
 // with "no" itself, so the stream it reads is never encrypted: use
 // sslmode=disable or prefer.

@@ -47,14 +47,19 @@ type Commit struct {
 // Drop records a statement whose answer the proxy dropped.
 type Drop struct {
 	Commit
-	// Answer is what the server answered, which the client never saw: the
-	// command tag ("INSERT 0 1"), "error: ..." for an error response, or ""
-	// when no answer came within the ack timeout (the outcome is then
-	// unknown to the proxy too).
+	// Answers are what the server answered, which the client never saw,
+	// from the dropped statement to the end of its group (its Query, or the
+	// Executes up to its Sync), in order: command tags ("INSERT 0 1"), and
+	// "error: ..." for an error response anywhere in the group. A Query is
+	// one statement to the proxy: all its answers are there. Empty when no
+	// answer came within the ack timeout (the outcome is then unknown to
+	// the proxy too).
+	Answers []string
+	// Answer is the last of Answers, or "".
 	Answer string
 	// TxnStatus is the transaction status of the server's ReadyForQuery
-	// after the answer: 'I' when no transaction is open any more, 'T' or
-	// 'E' when the statement ran inside one (a BEGIN earlier in the same
+	// that ended the group: 'I' when no transaction is open any more, 'T'
+	// or 'E' when the statement ran inside one (a BEGIN earlier in the same
 	// Query, say), which the server rolls back as the proxy cuts the
 	// connection; 0 without an answer.
 	TxnStatus byte
@@ -62,13 +67,25 @@ type Drop struct {
 	At time.Time
 }
 
-// Committed reports whether the server committed the dropped statement:
-// it completed with no error, and no transaction was left open after it
-// (nor rolled back by it: a COMMIT of a failed transaction answers
-// ROLLBACK).
+// Committed reports whether the server committed the dropped statement,
+// judged from its group's answers: some answer came; none is an error (an
+// error rolls the group's implicit transaction back, or the statement never
+// ran) nor a ROLLBACK tag (which rolls it back too, and is also what a
+// COMMIT of a failed transaction answers); and the group's ReadyForQuery
+// says no transaction is open. It errs towards not committed when a COMMIT
+// in the group made the statement durable before a later error or
+// ROLLBACK.
 func (d Drop) Committed() bool {
-	return d.TxnStatus == txnIdle && d.Answer != "" && d.Answer != "ROLLBACK" &&
-		!strings.HasPrefix(d.Answer, "error: ")
+	if d.TxnStatus != txnIdle || d.Answer == "" {
+		return false
+	}
+	// Answer alone, in a Drop built without Answers, is judged the same.
+	for _, a := range append([]string{d.Answer}, d.Answers...) {
+		if a == "ROLLBACK" || strings.HasPrefix(a, "error: ") {
+			return false
+		}
+	}
+	return true
 }
 
 // Proxy forwards connections from its listen address to one upstream
@@ -115,8 +132,10 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // statement when match is nil), replacing any earlier arming. Such a
 // statement commits by itself when it completes, so losing its answer is a
 // lost commit acknowledgement: the one a single-statement write, which
-// never sends COMMIT, can suffer. ArmAutocommit(0, nil) disarms; match runs
-// on a connection's goroutine and must not block.
+// never sends COMMIT, can suffer. A connection loses one answer at most:
+// statements after the dropped one in its Sync group go upstream with it,
+// unrecorded, and spend no arming. ArmAutocommit(0, nil) disarms; match
+// runs on a connection's goroutine and must not block.
 func (p *Proxy) ArmAutocommit(n int, match func(Commit) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
