@@ -12,7 +12,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -309,11 +308,16 @@ func serverWriter(w http.ResponseWriter) http.ResponseWriter {
 // and closes the connection after the answer: what is left of the body on
 // the wire must not be read as the next request, nor waited for before the
 // answer goes out (net/http reads up to 256 KiB of an unread body first
-// on a connection it keeps), nor after it (stopReading).
+// on a connection it keeps). After the answer net/http still reads and
+// drops what of the body comes, up to 256 KiB within the read timeout,
+// before it closes, and that stays: a close over body bytes still arriving
+// resets the connection, which can take the answer with it (RFC 9112
+// §9.6; cutting the read 0.5 s after the answer lost answers to slow
+// uploads), while a body that never comes costs its connection no more
+// than a slow body does, the read timeout.
 func refuseBody(c *gin.Context, err error) {
 	if b := c.Request.Body; b != nil && b != http.NoBody {
 		c.Header("Connection", "close")
-		stopReading(c) // the answer follows at once: renderErrors
 	}
 	_ = c.Error(err)
 	c.Abort()
@@ -333,30 +337,8 @@ func noBody(c *gin.Context) {
 	}
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 		c.Header("Connection", "close")
-		// After the handler, however long it takes: the time left to read
-		// is for bytes already on their way when the answer goes out.
-		defer stopReading(c)
 	}
 	c.Next()
-}
-
-// lingerUnread is how long the server still reads, and drops, a body left
-// unread once the answer is written: net/http's own wait before it closes a
-// connection over an unread body (rstAvoidanceDelay).
-const lingerUnread = 500 * time.Millisecond
-
-// stopReading ends, lingerUnread from now, the reading of a body left
-// unread on a connection that closes after the answer. net/http reads up
-// to 256 KiB of it once the handler is done, until the read timeout for a
-// body that never comes, holding the connection and its goroutine. Not at
-// once: a close with bytes unread resets the connection, which can take
-// the answer with it on the client's side (RFC 9112 §9.6; a 200 KB answer
-// to a client that sent its 60 KB body with its headers was lost 3 times
-// in 4 on loopback), so the bytes sent right behind the headers are still
-// read, and the close that follows is clean.
-func stopReading(c *gin.Context) {
-	// A writer without a connection (a test's recorder) has nothing to stop.
-	_ = http.NewResponseController(c.Writer).SetReadDeadline(time.Now().Add(lingerUnread))
 }
 
 // requestBody is the body readBody read, nil when the request had none.
