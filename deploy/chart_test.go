@@ -133,6 +133,11 @@ func TestChartDefaults(t *testing.T) {
 	if !slices.Contains(c.Args, "--migrate=false") {
 		t.Errorf("the service's args %q: instances must not own the schema", c.Args)
 	}
+	noJob := decode(t, helm(t, "template", "sg", chart, kubeVersion,
+		"--set", "database.url=postgres://u:p@db:5432/stockguard,adminToken.value=s3cret,migration.enabled=false,"+redlockAddrs))
+	if a := noJob.deployments[0].Spec.Template.Spec.Containers[0].Args; len(noJob.jobs) != 0 || !slices.Contains(a, "--migrate=true") {
+		t.Errorf("migration.enabled=false: %d jobs, the service's args %q; want no job and the replicas migrating on start", len(noJob.jobs), a)
+	}
 	if p := c.LivenessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
 		t.Errorf("liveness probe %+v, want GET /healthz", p)
 	}

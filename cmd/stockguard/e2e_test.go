@@ -327,3 +327,51 @@ func TestUsageErrors(t *testing.T) {
 		t.Fatalf("unknown command = %v", err)
 	}
 }
+
+// TestRepeatedSIGTERMStillDrains: `timeout(1)`, and any supervisor that
+// signals the process and then its group, delivers SIGTERM twice within
+// microseconds; the second is the same request again, not "kill at once"
+// (only a second SIGINT is), so the in-flight order is still answered and
+// serve exits 0.
+func TestRepeatedSIGTERMStillDrains(t *testing.T) {
+	env := backendEnv(t)
+	in := startInstance(t, env, "--lock=local", "--chaos")
+	if st, _ := call(t, "PUT", in.url+"/v1/skus/drain2", `{"available":5}`); st != 200 {
+		t.Fatal("PUT failed")
+	}
+	type answer struct {
+		status int
+		err    error
+	}
+	result := make(chan answer, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", in.url+"/v1/orders", strings.NewReader(`{"lines":[{"sku":"drain2","quantity":1}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Chaos-Pause", "800ms")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			result <- answer{0, err}
+			return
+		}
+		res.Body.Close()
+		result <- answer{res.StatusCode, nil}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	// What `timeout 1h stockguard serve` does on its own SIGTERM: the
+	// child, then the process group.
+	for range 2 {
+		if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	a := <-result
+	err := <-in.done
+	in.done <- err
+	if a.status != 201 {
+		t.Errorf("in-flight order during shutdown: status %d, err %v; want 201 (drained)", a.status, a.err)
+	}
+	if err != nil {
+		t.Errorf("exit after SIGTERM (sent twice): %v, want exit 0\n%s", err, in.log())
+	}
+}

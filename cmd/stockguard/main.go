@@ -32,10 +32,15 @@ func main() {
 		// short from the keyboard, and what it leaves is harmless (the
 		// processes in the namespaces die with this one, the rules live
 		// only inside them) and swept.
+		//
+		// Only SIGINT escalates: a repeated SIGTERM is a supervisor
+		// signalling the process and then its group (timeout(1) does), the
+		// same request again, and the stop it asked for is bounded
+		// (serve's --shutdown-timeout); one that will not wait sends SIGKILL.
 		<-sigs
 		cancel()
 		for sig := range sigs {
-			if guard.Hold(os.Stderr) {
+			if sig == syscall.SIGTERM || guard.Hold(os.Stderr) {
 				continue
 			}
 			// The default action, as if the signal had never been caught.
