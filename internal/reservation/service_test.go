@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	_ "time/tzdata" // the child below runs in Asia/Tokyo, tzdata installed or not
 
 	"github.com/google/uuid"
 
@@ -158,9 +161,19 @@ func TestOwnOrderLandingLateIsNoReplay(t *testing.T) {
 // the process's time zone: as placed, replayed and read back, its times are
 // in UTC, so the JSON the API renders is byte for byte the first answer.
 func TestAnswersInUTC(t *testing.T) {
-	local := time.Local
-	t.Cleanup(func() { time.Local = local })
-	time.Local = time.FixedZone("JST", 9*60*60)
+	// In a child whose zone is UTC+9 from its start: setting time.Local in
+	// the test would race with every goroutine that reads it (pgx's).
+	if os.Getenv("STOCKGUARD_TEST_TZ_CHILD") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestAnswersInUTC$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "TZ=Asia/Tokyo", "STOCKGUARD_TEST_TZ_CHILD=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("with TZ=Asia/Tokyo: %v\n%s", err, out)
+		}
+		return
+	}
+	if _, off := time.Now().Zone(); off != 9*60*60 {
+		t.Fatalf("TZ=Asia/Tokyo not in effect: %s", time.Local)
+	}
 	f := newFixture(t, reservation.Coalescing{})
 	ctx := context.Background()
 	f.stock("a", 10)
