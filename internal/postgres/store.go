@@ -80,8 +80,12 @@ func Open(ctx context.Context, url string, opts ...Option) (*Store, error) {
 		// Each statement we send is either alone (and autocommits) or inside
 		// an explicit transaction; gorm's implicit one would only add round trips.
 		SkipDefaultTransaction: true,
-		PrepareStmt:            true,
-		Logger:                 gl,
+		// No gorm statement cache: its callers of one query wait for the
+		// first one's prepare without their own context and share its error
+		// (a client gone failed another's request as a 499). pgx's driver
+		// already caches prepared statements per connection.
+		PrepareStmt: false,
+		Logger:      gl,
 		// gorm's ping takes no context: against a server that accepts the
 		// connection and never answers it would block Open, and a start
 		// stopped by SIGTERM, for good. The ping below honours ctx.
