@@ -336,13 +336,7 @@ func TestReleaseDuringKeepalive(t *testing.T) {
 	l.mu.Unlock()
 	// The keepalive (at TTL/3) holds the session while its statement waits
 	// on the paused backend.
-	waitFor(t, "the keepalive's statement in flight", func() bool {
-		if s.mu.TryLock() {
-			s.mu.Unlock()
-			return false
-		}
-		return true
-	})
+	waitFor(t, "the keepalive's statement in flight", func() bool { return busy(s) })
 	time.AfterFunc(200*time.Millisecond, resume)
 	if err := lease.Release(ctx); err != nil {
 		t.Fatalf("release during the keepalive: %v; want released", err)

@@ -546,6 +546,84 @@ func TestSilentServerBatchReturnsAtDeadline(t *testing.T) {
 	}
 }
 
+// TestReleaseDuringSilentKeepaliveReturnsAtDeadline: a lease released
+// while its keepalive waits on a server fallen silent returns about when
+// the release's context ends, not at the lease's deadline (TTL*2/3 later at
+// the watchdog's step), with lock.ErrCleanupPending: the session is ended
+// instead, its socket closed, so the batch's other lease on it is lost
+// (and its release harmless), and once the server hears again both keys
+// are free.
+func TestReleaseDuringSilentKeepaliveReturnsAtDeadline(t *testing.T) {
+	const ttl = 3 * time.Second
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	l, other := newLocker(t, p.url, WithTTL(ttl)), newLocker(t, url)
+	base := locktest.Key(t)
+	keys := []string{base + "-1", base + "-2"}
+	b := locktest.MustBatch(t, l, keys)
+	s := liveSession(t, l)
+	// The watchdog extends at TTL/3: freeze just before.
+	time.Sleep(ttl/3 - 100*time.Millisecond)
+	p.freeze()
+	defer p.thaw()
+	waitFor(t, "the keepalive's statement in flight", func() bool { return busy(s) })
+
+	const deadline = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	err := b.Leases[0].Release(ctx)
+	took := time.Since(start)
+	if took > deadline+cancelGrace {
+		t.Fatalf("Release with a %v deadline, a keepalive in flight to a silent server, returned after %v: %v", deadline, took, err)
+	}
+	if !errors.Is(err, lock.ErrCleanupPending) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release during a keepalive to a silent server = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+	rest := b.Leases[1]
+	select {
+	case <-rest.Done():
+	case <-time.After(time.Second):
+		t.Fatal("the session's other lease still open after its session was ended")
+	}
+	if !errors.Is(rest.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("the session's other lease: Err() = %v, want ErrLeaseLost", rest.Err())
+	}
+	locktest.MustRelease(t, rest)
+
+	p.thaw()
+	for _, k := range keys {
+		waitFor(t, k+" free for another instance", func() bool {
+			lease, err := other.Acquire(context.Background(), k, lock.TryOnce())
+			if err != nil {
+				return false
+			}
+			locktest.MustRelease(t, lease)
+			return true
+		})
+	}
+	if got := l.pool.Stat().AcquiredConns(); got != 0 {
+		t.Fatalf("%d pooled connections still in use", got)
+	}
+}
+
+// liveSession is l's only session.
+func liveSession(t *testing.T, l *Locker) *session {
+	t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.live) != 1 {
+		t.Fatalf("%d live sessions, want 1", len(l.live))
+	}
+	for s := range l.live {
+		return s
+	}
+	return nil
+}
+
+// busy reports whether a statement, or a release or an end, has s's turn.
+func busy(s *session) bool { return len(s.turn) == 1 }
+
 // TestCloseEndsBackgroundCancels: Close neither leaves behind nor waits
 // out (up to cancelGiveUp) the cancel an acquisition left to the
 // background: it closes that connection and returns at once.

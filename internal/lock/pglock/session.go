@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -17,13 +16,22 @@ import (
 // holds: one for a lone Acquire, every key of a batch or of a multi-key
 // AcquireAll. Each lease releases its own key; the connection goes back to
 // the pool with the last. The session lives and dies as one: when it ends
-// (a failed keepalive or unlock, a lost lease, Close), every lease on it is
-// lost, since the server freed all its locks at once.
+// (a failed keepalive or unlock, a lost lease, a release that stopped
+// waiting for it, Close), every lease on it is lost, since the server
+// freed all its locks at once.
 type session struct {
 	l   *Locker
 	ttl time.Duration
 
-	mu     sync.Mutex // serialises every use of conn
+	// turn serialises every use of conn and guards the fields below. It
+	// is a one-slot semaphore, not a mutex, so that a release can stop
+	// waiting for a statement in flight (a keepalive to a server fallen
+	// silent) when its context ends.
+	turn chan struct{}
+	// dying ends with the session (and with Close): it aborts the statement
+	// in flight, so that ending a session never waits on a silent server.
+	dying  context.Context
+	kill   context.CancelFunc
 	conn   *pgxpool.Conn
 	leases map[*handle]struct{}
 	alive  time.Time // when the last statement that restarted the idle timer was sent
@@ -46,14 +54,15 @@ var _ lock.Extender = (*handle)(nil)
 // were sent: the server's idle timer started no earlier. On error the
 // caller still owns c and must end it: it holds the locks.
 func (l *Locker) grant(c *pgxpool.Conn, keys []string, ids []uuid.UUID, tokens []int64, sent time.Time, o lock.Options) (lock.Set, error) {
-	s := &session{l: l, ttl: o.TTL, conn: c, alive: sent, leases: make(map[*handle]struct{}, len(keys))}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil, errClosed
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s := &session{l: l, ttl: o.TTL, turn: make(chan struct{}, 1), conn: c, alive: sent, leases: make(map[*handle]struct{}, len(keys))}
+	s.dying, s.kill = context.WithCancel(l.closing)
+	s.turn <- struct{}{} // free: nobody else knows s yet
+	defer s.leave()
 	set := make(lock.Set, len(keys))
 	for i, key := range keys {
 		h := &handle{s: s, key: key}
@@ -83,7 +92,7 @@ func (l *Locker) grant(c *pgxpool.Conn, keys []string, ids []uuid.UUID, tokens [
 // that never LISTENs is sent nothing else: the read ends only with the
 // session (a FATAL error or EOF) or when a statement needs the connection
 // (stopWatch), and a cancelled read leaves the connection usable (pgx sets
-// a socket deadline, then clears it). The caller holds s.mu.
+// a socket deadline, then clears it). The caller has s's turn.
 func (s *session) watch() {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -97,7 +106,7 @@ func (s *session) watch() {
 		for err == nil {
 			err = pg.WaitForNotification(ctx)
 		}
-		close(done) // before end, which stops the watch under s.mu
+		close(done) // before end, which stops the watch in its turn
 		if ctx.Err() == nil {
 			s.end(fmt.Errorf("%w: the server ended the session: %w", lock.ErrLeaseLost, err))
 		}
@@ -105,11 +114,41 @@ func (s *session) watch() {
 }
 
 // stopWatch stops the watch, if one runs, before a statement or the end of
-// the session. The caller holds s.mu.
+// the session. The caller has s's turn.
 func (s *session) stopWatch() {
 	if s.unwatch != nil {
 		s.unwatch()
 		s.unwatch = nil
+	}
+}
+
+// enter takes s's turn, or returns ctx's error if ctx ends first. A free
+// turn is taken even when ctx has ended: a release with an expired context
+// still unlocks a session that answers.
+func (s *session) enter(ctx context.Context) error {
+	select {
+	case s.turn <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case s.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// leave gives s's turn back.
+func (s *session) leave() { <-s.turn }
+
+// bound returns a child of ctx that ends with the session too.
+func (s *session) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.dying, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
 	}
 }
 
@@ -122,31 +161,62 @@ func (s *session) stopWatch() {
 // The statement runs to its end, bounded by ctx's deadline but deaf to its
 // cancellation: a release cancels its lease's keepalive, and a statement
 // cancelled in flight makes pgx close the connection, which ends the
-// session and frees every lock on it, the other leases' too. The release
-// waits for the keepalive instead (a round trip). Close still ends it.
+// session and frees every lock on it, the other leases' too. Extend itself
+// returns when ctx is cancelled, so that the release goes on at once; the
+// release then waits for the statement in its own turn, as long as its own
+// context allows (see unlock). Close and the session's end still abort it.
 func (h *handle) Extend(ctx context.Context) (time.Time, error) {
 	s := h.s
-	ectx := context.WithoutCancel(ctx)
-	if d, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ectx, cancel = context.WithDeadline(ectx, d)
-		defer cancel()
+	if err := s.enter(ctx); err != nil {
+		return time.Time{}, fmt.Errorf("pglock: %w: keepalive: waiting for the session: %w", lock.ErrLeaseLost, err)
 	}
-	ctx, stop := s.l.bind(ectx)
-	defer stop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.conn == nil {
+		s.leave()
 		return time.Time{}, fmt.Errorf("pglock: %w: connection already closed", lock.ErrLeaseLost)
 	}
 	if time.Since(s.alive) < s.ttl/refreshAfter {
-		return validUntil(s.alive, s.ttl), nil
+		d := validUntil(s.alive, s.ttl)
+		s.leave()
+		return d, nil
 	}
+	type extended struct {
+		until time.Time
+		err   error
+	}
+	done := make(chan extended, 1)
+	go func() {
+		until, err := s.keepalive(ctx)
+		if err != nil {
+			// Whatever the cause, the session can no longer be shown alive
+			// before the deadline; a released lease's keepalive loop, gone
+			// by now, would not report it.
+			s.end(err)
+		}
+		done <- extended{until, err}
+	}()
+	select {
+	case e := <-done:
+		return e.until, e.err
+	case <-ctx.Done():
+		return time.Time{}, fmt.Errorf("pglock: keepalive left running: %w", ctx.Err())
+	}
+}
+
+// keepalive runs the keepalive statement in the turn Extend took, and
+// gives the turn back.
+func (s *session) keepalive(ctx context.Context) (time.Time, error) {
+	defer s.leave()
+	kctx := context.WithoutCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		kctx, cancel = context.WithDeadline(kctx, d)
+		defer cancel()
+	}
+	kctx, stop := s.bound(kctx)
+	defer stop()
 	s.stopWatch()
 	sent := time.Now()
-	if _, err := s.conn.Exec(ctx, keepaliveSQL); err != nil {
-		// Whatever the cause, the session can no longer be shown alive before
-		// the deadline; the lease ends and onLost ends the session.
+	if _, err := s.conn.Exec(kctx, keepaliveSQL); err != nil {
 		return time.Time{}, fmt.Errorf("pglock: %w: keepalive: %w", lock.ErrLeaseLost, err)
 	}
 	s.alive = sent
@@ -174,11 +244,21 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 	return s.unlock(ctx, mine)
 }
 
-// unlock releases hs, leases of s, in one statement.
+// unlock releases hs, leases of s, in one statement. When ctx ends while
+// a statement in flight on the session (a keepalive to a server fallen
+// silent) keeps it waiting, unlock ends the session instead, which frees
+// the locks too once the server sees the socket close, and returns an
+// error wrapping lock.ErrCleanupPending.
 func (s *session) unlock(ctx context.Context, hs []*handle) error {
-	s.mu.Lock()
+	if err := s.enter(ctx); err != nil {
+		if !s.end(fmt.Errorf("%w: a release stopped waiting for the session: %w", lock.ErrLeaseLost, err)) {
+			return nil // lost, and the session already ended
+		}
+		return fmt.Errorf("pglock: %w: unlock: the session was busy until the context ended; it was ended instead, its socket closed: %w",
+			lock.ErrCleanupPending, err)
+	}
 	if s.conn == nil {
-		s.mu.Unlock()
+		s.leave()
 		return nil // lost, and the session already ended
 	}
 	keys := make([]string, 0, len(hs))
@@ -189,32 +269,35 @@ func (s *session) unlock(ctx context.Context, hs []*handle) error {
 		}
 	}
 	if len(keys) == 0 {
-		s.mu.Unlock()
+		s.leave()
 		return nil // released already
 	}
 	s.stopWatch()
 	c, last := s.conn, len(s.leases) == 0
+	qctx, stop := s.bound(ctx)
 	var unlocked bool
 	var err error
 	if last {
-		err = c.QueryRow(ctx, unlockSQL, keys, poolAppName).Scan(&unlocked, nil, nil)
+		err = c.QueryRow(qctx, unlockSQL, keys, poolAppName).Scan(&unlocked, nil, nil)
 	} else {
-		err = c.QueryRow(ctx, unlockKeysSQL, keys).Scan(&unlocked)
+		err = c.QueryRow(qctx, unlockKeysSQL, keys).Scan(&unlocked)
 	}
+	stop()
 	if err == nil && unlocked {
 		if last {
 			s.conn = nil
+			s.kill()
 		} else {
 			s.watch()
 		}
-		s.mu.Unlock()
+		s.leave()
 		if last {
 			s.l.forget(s)
 			c.Release()
 		}
 		return nil
 	}
-	s.mu.Unlock()
+	s.leave()
 	if err == nil {
 		// Cannot happen while the session lives; do not reuse a session in a
 		// state we do not understand.
@@ -239,15 +322,19 @@ func (h *handle) onLost(err error) {
 }
 
 // end closes the session's connection, if it still has one, and loses
-// every lease still on it with cause (which wraps lock.ErrLeaseLost).
-func (s *session) end(cause error) {
-	s.mu.Lock()
+// every lease still on it with cause (which wraps lock.ErrLeaseLost). It
+// aborts the statement in flight first, so it never waits on a silent
+// server. It reports whether it ended the session: false when the session
+// had ended before.
+func (s *session) end(cause error) bool {
+	s.kill()
+	s.turn <- struct{}{}
 	s.stopWatch()
 	c := s.conn
 	s.conn = nil
 	leases := s.leases
 	s.leases = nil
-	s.mu.Unlock()
+	s.leave()
 	if c != nil {
 		destroy(c)
 	}
@@ -255,6 +342,7 @@ func (s *session) end(cause error) {
 	for h := range leases {
 		h.lose(fmt.Errorf("pglock: %q: session ended: %w", h.key, cause))
 	}
+	return c != nil
 }
 
 // destroy takes a connection out of the pool and closes it. Ending the
