@@ -2,6 +2,7 @@ package redislock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -139,15 +140,20 @@ func (l *Locker) cleanup(ctx context.Context, holds []redisnode.Hold, written []
 }
 
 // cleanupPending is cause, joined by the error of the clean-up that followed
-// it, if any: the keys may then look held until that clean-up lands (or
-// their TTL ends), and the contract (lock.Locker) says so with
-// lock.ErrCleanupPending. The clean-up's own errors are not wrapped: cause
+// it, if any. Where that clean-up goes on in the background
+// (redisnode.ErrPending) the keys may look held until it lands (or their
+// TTL ends), and the contract (lock.Locker) says so with
+// lock.ErrCleanupPending; a clean-up that ended otherwise left nothing
+// going on to say it of. The clean-up's own errors are not wrapped: cause
 // says why the call failed.
 func cleanupPending(cause, cerr error) error {
-	if cerr == nil {
+	switch {
+	case cerr == nil:
 		return cause
+	case errors.Is(cerr, redisnode.ErrPending):
+		return fmt.Errorf("%w (%w: %v)", cause, lock.ErrCleanupPending, cerr)
 	}
-	return fmt.Errorf("%w (%w: %v)", cause, lock.ErrCleanupPending, cerr)
+	return fmt.Errorf("%w (clean-up: %v)", cause, cerr)
 }
 
 // granted is what an attempt's reply said of each key: set where it got a

@@ -81,11 +81,13 @@ func (l *Locker) Fenced() bool { return true }
 func (l *Locker) Addr() string { return l.node.Addr() }
 
 // Ping implements lock.Locker: the server must answer PING within the node
-// timeout.
+// timeout. The first Ping it answers also checks that it cannot evict lock
+// keys (redisnode.Node.WarnEviction).
 func (l *Locker) Ping(ctx context.Context) error {
 	if err := l.node.Ping(ctx); err != nil {
 		return fmt.Errorf("redis: ping: %w: %w", lock.ErrUnavailable, l.nodeErr(err))
 	}
+	l.node.WarnEviction(ctx, l.cfg.log, "redis")
 	return nil
 }
 

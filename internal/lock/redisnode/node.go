@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +34,8 @@ type Node struct {
 	slots chan struct{}
 	// bg goes on with the deletes a Release could not confirm (see settle).
 	bg settling
+	// evictionChecked: WarnEviction has run, or is running.
+	evictionChecked atomic.Bool
 }
 
 // Bounds of AwaitRelease: the longest one pop blocks, and how many may
@@ -115,6 +119,37 @@ func (n *Node) Ping(ctx context.Context) error {
 	ctx, cancel := n.ctx(ctx)
 	defer cancel()
 	return n.c.Ping(ctx).Err()
+}
+
+// WarnEviction logs a warning, once per Node, if the server may evict keys:
+// with maxmemory set and a maxmemory-policy other than noeviction, memory
+// pressure can delete a held lock (every lock key has a TTL, so even the
+// volatile-* policies pick them) and, under allkeys-*, its fence counter,
+// tokens starting again at 1: another lease is then granted the key while
+// ours is valid, and only the store's fence check keeps the data right. A
+// warning, not a failure: managed Redis services often refuse CONFIG,
+// which is logged at debug level. A call that gets no reply leaves the
+// check to the next.
+func (n *Node) WarnEviction(ctx context.Context, log *slog.Logger, backend string) {
+	if !n.evictionChecked.CompareAndSwap(false, true) {
+		return
+	}
+	ctx, cancel := n.ctx(ctx)
+	defer cancel()
+	conf, err := n.c.ConfigGet(ctx, "maxmemory*").Result()
+	var rerr goredis.Error
+	switch {
+	case errors.As(err, &rerr):
+		log.Debug(backend+": cannot check the server's maxmemory-policy", "node", n.addr, "err", err)
+		return
+	case err != nil:
+		n.evictionChecked.Store(false)
+		return
+	}
+	if policy, limit := conf["maxmemory-policy"], conf["maxmemory"]; limit != "" && limit != "0" && policy != "noeviction" {
+		log.Warn(backend+": the server may evict lock keys: a held lock can vanish and two leases hold one key; set maxmemory-policy noeviction, or no maxmemory",
+			"node", n.addr, "maxmemory-policy", policy, "maxmemory", limit)
+	}
 }
 
 // Hold is one key under one lease id, the unit of every batch call: each
@@ -424,9 +459,12 @@ var ErrPending = errors.New("delete not confirmed: it goes on in the background"
 // a delete whose reply was lost, the repeat finds nothing of ours), and a
 // server busy for a moment (two saturated cores) is the usual cause. What
 // is still unconfirmed after them, or once ctx is done, goes on in the
-// background and err wraps ErrPending; any other error (a closed Node, an
-// error reply) ends it. Release returns by the time ctx is done: pass
-// context.WithoutCancel(ctx) to have it make its tries whatever ctx does.
+// background and err wraps ErrPending. An error reply that turned the
+// delete away unrun (notRun: a server busy with another client's script,
+// or loading its dataset after a restart) is such a failed try, and no
+// answer; any other error (a closed Node, another error reply) ends it.
+// Release returns by the time ctx is done: pass context.WithoutCancel(ctx)
+// to have it make its tries whatever ctx does.
 // A release whose every delete is confirmed at once (the node answered
 // the first call, and no write was Unknown) costs one call, as ever.
 func (n *Node) Release(ctx context.Context, holds []Hold, wake []Wake, written []Written, ttl time.Duration) (deleted int, woke []bool, err error) {
@@ -658,25 +696,46 @@ const (
 )
 
 // retryable reports whether a failed call may succeed if sent again: a
-// timeout or a connection error, not a closed client or an error reply.
+// timeout, a connection error, or an error reply that turned the call away
+// unrun (notRun); not a closed client or any other error reply, which a
+// repeat would only meet again.
 func retryable(err error) bool {
 	if errors.Is(err, goredis.ErrClosed) {
 		return false
 	}
 	var rerr goredis.Error
-	return !errors.As(err, &rerr) // a reply from Redis (an error reply) is final
+	return !errors.As(err, &rerr) || notRun(err)
 }
 
-// Unsent reports whether a failed call surely never reached the server:
-// no connection could be made (a refused or timed-out dial), the pool had
-// none to give, or the Node is closed. Its writes are then known absent.
-// Any other failure (a timeout on an open connection) leaves them Unknown.
+// notRun reports whether err is an error reply by which the server refused
+// to run the call in a state that passes: BUSY (another client's script is
+// past busy-reply-threshold), LOADING (a restart reading its dataset from
+// disk, as a persistent Redis does), TRYAGAIN, MASTERDOWN, CLUSTERDOWN.
+// Nothing of the call ran, and a later send may run it.
+func notRun(err error) bool {
+	var rerr goredis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	code, _, _ := strings.Cut(rerr.Error(), " ")
+	switch code {
+	case "BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN":
+		return true
+	}
+	return false
+}
+
+// Unsent reports whether a failed call surely never ran on the server: no
+// connection could be made (a refused or timed-out dial), the pool had
+// none to give, the Node is closed, or the server turned it away unrun
+// (notRun). Its writes are then known absent. Any other failure (a timeout
+// on an open connection) leaves them Unknown.
 func Unsent(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
 	}
-	return errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrClosed)
+	return errors.Is(err, goredis.ErrPoolTimeout) || errors.Is(err, goredis.ErrClosed) || notRun(err)
 }
 
 // Extend resets the lock's TTL to ttl if it holds id; it returns ErrNotHeld

@@ -170,8 +170,8 @@ func (s *settling) len() int {
 }
 
 // settleOnce sends one delete for every hold of batch and counts its answer
-// (see Release); a failure that no repeat can mend (an error reply, a
-// closed Node) gives them up.
+// (see Release); a failure that no repeat can mend (an error reply other
+// than a notRun one, a closed Node) gives them up.
 func (n *Node) settleOnce(ctx context.Context, batch []settle) error {
 	holds, wake := make([]Hold, len(batch)), make([]Wake, len(batch))
 	var last time.Time // no call for these holds comes after it

@@ -116,9 +116,16 @@ func (l *Locker) Quorum() int { return l.quorum }
 
 // Ping implements lock.Locker: a majority of nodes must answer PING within
 // the node timeout, else the error wraps lock.ErrUnavailable and names the
-// nodes that did not answer.
+// nodes that did not answer. The first Ping a node answers also checks
+// that it cannot evict lock keys (redisnode.Node.WarnEviction).
 func (l *Locker) Ping(ctx context.Context) error {
-	results := l.each(allNodes(len(l.nodes)), func(i int) error { return l.nodes[i].Ping(ctx) })
+	results := l.each(allNodes(len(l.nodes)), func(i int) error {
+		err := l.nodes[i].Ping(ctx)
+		if err == nil {
+			l.nodes[i].WarnEviction(ctx, l.cfg.log, "redlock")
+		}
+		return err
+	})
 	ok, errs := 0, []error(nil)
 	for range l.nodes {
 		r := <-results

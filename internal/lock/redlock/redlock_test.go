@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -478,5 +479,53 @@ func TestRefusalByAHolderIsNoSplit(t *testing.T) {
 	_, err := other.Acquire(t.Context(), key, lock.TryOnce())
 	if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, retry.ErrSplit) {
 		t.Fatalf("TryOnce against a key held on every node = %v, want ErrNotAcquired without ErrSplit", err)
+	}
+}
+
+// lockedBuffer is a log destination safe to write from the Locker's node
+// goroutines while the test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *lockedBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *lockedBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestPingWarnsOfEvictingNode: a node whose maxmemory-policy may evict the
+// lock keys gets one warning naming it and its policy, at the first Ping
+// it answers; the others get none.
+func TestPingWarnsOfEvictingNode(t *testing.T) {
+	c := startCluster(t, 3)
+	raw := rawClients(t, c.addrs)
+	for k, v := range map[string]string{"maxmemory": "64mb", "maxmemory-policy": "volatile-ttl"} {
+		if err := raw[1].ConfigSet(t.Context(), k, v).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs lockedBuffer
+	l := newLocker(t, c.addrs, redlock.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	for range 2 {
+		if err := l.Ping(t.Context()); err != nil {
+			t.Fatalf("Ping: %v", err)
+		}
+	}
+	// Ping returns at a quorum: the last node's check may still be running.
+	for deadline := time.Now().Add(time.Second); !strings.Contains(logs.String(), "level=WARN") && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // room for a wrong second warning
+	got := logs.String()
+	if strings.Count(got, "level=WARN") != 1 || !strings.Contains(got, c.addrs[1]) || !strings.Contains(got, "volatile-ttl") {
+		t.Errorf("two Pings logged %q; want one warning, naming node %s and volatile-ttl", got, c.addrs[1])
 	}
 }
