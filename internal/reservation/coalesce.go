@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -119,6 +120,9 @@ type coalescer struct {
 	// filled are the gatherers waiting out a window, each woken once the
 	// intake holds as many orders as its last batch (await).
 	filled []filler
+	// storing counts the gatherers inside a store call, for the orders
+	// waiting in the intake (pending.storing).
+	storing atomic.Int32
 }
 
 // filler is a gatherer in await: ch is closed once the intake holds n.
@@ -135,6 +139,9 @@ type queue struct {
 	items []*pending
 	// batched counts the orders its leader has taken into batches.
 	batched int
+	// storing is 1 while its leader is inside a store call, for the orders
+	// waiting in it (pending.storing).
+	storing atomic.Int32
 }
 
 // place queues p and waits for its batch's answer.
@@ -153,20 +160,64 @@ func (c *coalescer) place(ctx context.Context, p *pending) error {
 				p.leave()
 				return fmt.Errorf("reservation: order left its queue undecided: %w", ctx.Err())
 			}
-			// Decided already: it stands or falls with its batch, which
-			// answers within one write.
-			return <-p.answer
+			return decidedLate(ctx, p)
 		case <-wait.C:
 			if p.move(stateQueued, stateDropped) {
 				p.leave()
-				if p.lookup.Load() {
-					return slowLookup(c.s.lockWait)
-				}
-				return notAcquired(c.s.lockWait, context.DeadlineExceeded)
+				return waitedOut(p, c.s.lockWait)
 			}
-			// Its batch holds the leases: the answer is near.
+			// Its batch holds the leases: it answers, or the request's
+			// deadline does (decidedLate).
 		}
 	}
+}
+
+// decidedGrace is how long an order already decided into its batch still
+// waits for the batch's answer once its request has ended: long enough
+// for a batch's write (milliseconds) about to answer, short enough that
+// Place's read-back of an unknown outcome (detached, 3 s) still answers
+// before the server's write deadline, 5 s after the request's.
+const decidedGrace = 200 * time.Millisecond
+
+// decidedLate is the answer of p, decided into its batch, when its
+// request ends first. The batch may be inside a claim and a write (and
+// rewrites), each bounded only by the store's timeouts, which can outlast
+// the server's write deadline: the connection would close with no answer.
+// So after decidedGrace p is answered that its outcome is unknown (the
+// batch may still write it; a keyed retry replays it), and the batch's
+// answer, sent later, lands unread in p's buffered channel.
+func decidedLate(ctx context.Context, p *pending) error {
+	grace := time.NewTimer(decidedGrace)
+	defer grace.Stop()
+	select {
+	case err := <-p.answer:
+		return err
+	case <-grace.C:
+		return fmt.Errorf("reservation: the order's batch had not answered when its request ended: %w (%w)",
+			inventory.ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// waitedOut is the answer of p, still queued when its lock wait of wait
+// ran out, saying what the wait was spent on; nothing was written for it.
+// Only a wait in which a lock call was made for p is the lock's
+// (lock_unavailable): the alerts on that send whoever is on call to the
+// lock servers. One spent behind its server's store call (a claim or a
+// write for the batch ahead, bounded only by the store's timeouts) is the
+// database's, as a slow lookup of its SKUs is (slowLookup); one spent in
+// line behind other batches is the instance's load.
+func waitedOut(p *pending, wait time.Duration) error {
+	switch storing := p.storing.Load(); {
+	case p.lookup.Load():
+		return slowLookup(wait)
+	case p.tried.Load():
+		return notAcquired(wait, context.DeadlineExceeded)
+	case storing != nil && storing.Load() > 0:
+		return fmt.Errorf("reservation: waited the whole lock wait (%s) behind a store call of another batch, no lock tried for it: %w",
+			wait, inventory.ErrStoreUnavailable)
+	}
+	return fmt.Errorf("reservation: waited the whole lock wait (%s) in line behind other batches, no lock tried for it: %w",
+		wait, inventory.ErrOverloaded)
 }
 
 // enqueue hands p to the queue of its lowest SKU when one runs (a hot SKU:
@@ -254,6 +305,7 @@ func (c *coalescer) enqueueLocked(ctx context.Context, p *pending) error {
 			return fmt.Errorf("reservation: %d orders queued for %q: %w", len(q.items), key, inventory.ErrOverloaded)
 		}
 		q.items = append(q.items, p)
+		p.storing.Store(&q.storing)
 		return nil
 	}
 	if len(c.queues) >= c.cfg.MaxQueues {
@@ -264,6 +316,7 @@ func (c *coalescer) enqueueLocked(ctx context.Context, p *pending) error {
 		return err
 	}
 	q = &queue{c: c, key: key, items: []*pending{p}}
+	p.storing.Store(&q.storing)
 	c.queues[key] = q
 	go func() {
 		defer done()
@@ -366,6 +419,8 @@ func (q *queue) keep(h *hold) bool {
 }
 
 func (*queue) tries() bool { return false }
+
+func (q *queue) storeCalls() *atomic.Int32 { return &q.storing }
 
 func (*queue) handsOver(*hold) bool { return false }
 

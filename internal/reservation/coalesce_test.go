@@ -371,6 +371,80 @@ func TestQueuedLockWait(t *testing.T) {
 	}
 }
 
+// TestWaitInLineIsOverload: an order queued behind its own instance's
+// batch, which holds the key through a chaos pause longer than the
+// order's lock wait, is answered overloaded when the wait ends: it waited
+// in line, no lock was tried for it, and neither the lock servers nor the
+// database had any part in the wait.
+func TestWaitInLineIsOverload(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	f.stock("a", 10)
+	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 300 * time.Millisecond})
+	paused := make(chan error, 1)
+	go func() {
+		_, _, err := svc.Place(reservation.WithPause(context.Background(), time.Second), req("", line("a", 1)))
+		paused <- err
+	}()
+	waitFor(t, "the paused batch", func() bool { return reservation.Leading(svc, "a") && reservation.Queued(svc, "a") == 0 })
+	asked := f.locker.tried.Load() + f.locker.waited.Load()
+	_, _, err := svc.Place(context.Background(), req("", line("a", 1)))
+	if n := f.locker.tried.Load() + f.locker.waited.Load() - asked; n != 0 {
+		t.Errorf("the locker was asked %d times for the order in line", n)
+	}
+	if !errors.Is(err, inventory.ErrOverloaded) || errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
+		t.Fatalf("lock wait over in line: %v, want ErrOverloaded", err)
+	}
+	if err := <-paused; err != nil {
+		t.Fatalf("paused order = %v", err)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 1 {
+		t.Fatalf("audit = %+v, want only the paused order held", a)
+	}
+}
+
+// TestDecidedOrderAnswersAtItsDeadline: an order already decided into its
+// batch when its request's deadline passes, the batch stuck in a claim the
+// database does not answer (another session holds the row), is answered
+// at its deadline (and a short grace), not when the claim and the write
+// are done: they are bounded only by the store's timeouts, past the HTTP
+// server's write deadline. The batch may still write it, so the answer is
+// a timeout whose outcome is unknown; once written, a retry with its key
+// replays it, and it is held once.
+func TestDecidedOrderAnswersAtItsDeadline(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	f.stock("a", 5)
+	letGo := f.lockRow("a")
+	claiming := make(chan struct{})
+	var once sync.Once
+	f.store.mu.Lock()
+	f.store.beforeClaim = func([]inventory.Fence) { once.Do(func() { close(claiming) }) }
+	f.store.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err := f.svc.Place(ctx, req("k-late", line("a", 1)))
+	took := time.Since(start)
+	select {
+	case <-claiming:
+	default:
+		t.Fatalf("answered %v before its batch's claim", err)
+	}
+	if !errors.Is(err, inventory.ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("decided order past its deadline = %v, want DeadlineExceeded with ErrOutcomeUnknown", err)
+	}
+	if took > 1500*time.Millisecond {
+		t.Fatalf("answered after %s, its deadline 500ms: it waited for its batch's claim", took)
+	}
+	letGo()
+	o, replayed, err := f.svc.Place(context.Background(), req("k-late", line("a", 1)))
+	if err != nil || !replayed {
+		t.Fatalf("retry with the key = %+v, replayed %v, %v; want the late batch's order, replayed", o, replayed, err)
+	}
+	if a := f.audit("a"); !a.Consistent || a.Held != 1 {
+		t.Fatalf("audit = %+v, want the order held once", a)
+	}
+}
+
 // TestCoalescedHammer is the three-instance hammer inside one process:
 // three Services share one fenced lock and one database, 64 clients order
 // one unit of one hot SKU, a few give up early. Exactly the stock is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -52,6 +53,7 @@ func (c *coalescer) gather(ctx context.Context, p *pending) error {
 		return fmt.Errorf("reservation: %d orders gathering: %w", len(c.intake), inventory.ErrOverloaded)
 	}
 	c.intake = append(c.intake, p)
+	p.storing.Store(&c.storing)
 	c.wakeFilled()
 	if c.gatherers >= c.cfg.Gatherers {
 		return nil
@@ -219,6 +221,8 @@ func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pe
 
 func (*gathered) keep(*hold) bool { return false }
 func (*gathered) tries() bool     { return true }
+
+func (g *gathered) storeCalls() *atomic.Int32 { return &g.c.storing }
 
 // handsOver keeps the leases for the next gathered batch while orders wait
 // in the intake, where the backend lets them go in the round of its try

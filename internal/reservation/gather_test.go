@@ -458,9 +458,10 @@ func TestSlowLookupIsTheStores(t *testing.T) {
 
 // TestLookupPastTheLockWait: an order whose lock wait is over before its
 // SKUs are looked up (spent in a queue, behind another batch; here a lock
-// wait of 1 ns) is answered lock_unavailable, as its own timer answers it,
-// asking no one: not the store, which a lookup on an ended context would
-// blame (store_unavailable) for a wait it had no part in, nor the locker.
+// wait of 1 ns) is answered overloaded, as its own timer answers an order
+// that waited in line, asking no one: not the store, which a lookup on an
+// ended context would blame (store_unavailable) for a wait it had no part
+// in, nor the locker, which lock_unavailable would blame.
 func TestLookupPastTheLockWait(t *testing.T) {
 	for _, c := range []reservation.Coalescing{{}, {Disabled: true}} {
 		t.Run(fmt.Sprintf("disabled=%v", c.Disabled), func(t *testing.T) {
@@ -474,8 +475,8 @@ func TestLookupPastTheLockWait(t *testing.T) {
 			f.store.mu.Unlock()
 			asked := f.locker.tried.Load() + f.locker.waited.Load()
 			_, _, err := svc.Place(context.Background(), req("", line("late", 1)))
-			if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
-				t.Errorf("lock wait over before the lookup: %v, want ErrNotAcquired", err)
+			if !errors.Is(err, inventory.ErrOverloaded) || errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
+				t.Errorf("lock wait over before the lookup: %v, want ErrOverloaded", err)
 			}
 			if n := lookups.Load(); n != 0 {
 				t.Errorf("the store was asked %d times", n)
@@ -484,5 +485,54 @@ func TestLookupPastTheLockWait(t *testing.T) {
 				t.Errorf("the locker was asked %d times", n)
 			}
 		})
+	}
+}
+
+// TestWaitBehindAStoreCallIsTheStores: an order waiting in the intake while
+// the instance's only gatherer is inside a claim the database does not
+// answer (another session holds the row) is answered store_unavailable when
+// its lock wait ends, not lock_unavailable: no lock was tried for it, and
+// the lock servers, which the alert on lock_unavailable blames, did
+// nothing wrong. Nothing was written for it, so the answer is definite.
+func TestWaitBehindAStoreCallIsTheStores(t *testing.T) {
+	f := newFixture(t, reservation.Coalescing{})
+	ctx := context.Background()
+	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: time.Second})
+	for _, s := range []string{"stuck", "behind"} {
+		if _, err := svc.SetStock(ctx, s, 5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	letGo := f.lockRow("stuck")
+	claiming := make(chan struct{})
+	var once sync.Once
+	f.store.mu.Lock()
+	f.store.beforeClaim = func([]inventory.Fence) { once.Do(func() { close(claiming) }) }
+	f.store.mu.Unlock()
+	first := make(chan error, 1)
+	go func() {
+		_, _, err := svc.Place(ctx, req("", line("stuck", 1)))
+		first <- err
+	}()
+	<-claiming
+	asked := f.locker.tried.Load() + f.locker.waited.Load()
+	start := time.Now()
+	_, _, err := svc.Place(ctx, req("", line("behind", 1)))
+	took := time.Since(start)
+	if n := f.locker.tried.Load() + f.locker.waited.Load() - asked; n != 0 {
+		t.Errorf("the locker was asked %d times for the order behind", n)
+	}
+	letGo()
+	if err := <-first; err != nil {
+		t.Errorf("the stuck order, once its row is free: %v", err)
+	}
+	if !errors.Is(err, inventory.ErrStoreUnavailable) || errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrOutcomeUnknown) {
+		t.Fatalf("lock wait over behind a stuck claim: %v, want ErrStoreUnavailable, outcome known", err)
+	}
+	if took < time.Second || took > 3*time.Second {
+		t.Errorf("answered after %s; the lock wait is 1s", took)
+	}
+	if a := f.audit("behind"); !a.Consistent || a.Held != 0 {
+		t.Errorf("audit of the order's SKU = %+v, want nothing held", a)
 	}
 }

@@ -269,6 +269,23 @@ func (f *fixture) hold(sku string) func() {
 	return func() { _ = l.Release(context.Background()) }
 }
 
+// lockRow holds sku's row in a session of the test's own, as a
+// transaction stuck in the database does: a claim of it waits until the
+// returned func lets it go (or the statement times out).
+func (f *fixture) lockRow(sku string) func() {
+	f.t.Helper()
+	ctx := context.Background()
+	tx, err := f.store.Store.(*postgres.Store).DB().BeginTx(ctx, nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.t.Cleanup(func() { _ = tx.Rollback() })
+	if _, err := tx.ExecContext(ctx, `SELECT 1 FROM skus WHERE sku = $1 FOR UPDATE`, sku); err != nil {
+		f.t.Fatal(err)
+	}
+	return func() { _ = tx.Rollback() }
+}
+
 type result struct {
 	o        *inventory.Order
 	replayed bool

@@ -97,7 +97,7 @@ func (k *knownSKUs) unknown(ctx context.Context, ask []string) (map[string]bool,
 // locked for it. When that wait is over already (spent in a queue, behind
 // another batch), the store is not asked: the lookup could only fail, and
 // blame the database for a wait it had no part in. Each is answered as its
-// own timer would answer it (lock_unavailable), and nothing is locked.
+// own timer would answer it (waitedOut), and nothing is locked.
 func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, waiting []*pending) ([]string, []*pending) {
 	// An acquisition of SKUs all seen before (every one of a hot SKU's)
 	// touches no order here.
@@ -109,10 +109,9 @@ func (s *Service) dropUnknown(ctx context.Context, want []string, ask []string, 
 		deadline = later(deadline, p.deadline)
 	}
 	if !time.Now().Before(deadline) {
-		err := notAcquired(s.lockWait, context.DeadlineExceeded)
 		for _, p := range waiting {
 			if p.move(stateQueued, stateDecided) {
-				p.answer <- err
+				p.answer <- waitedOut(p, s.lockWait)
 			}
 		}
 		return nil, nil

@@ -138,6 +138,13 @@ type pending struct {
 	// exist (known.go): a lock wait that runs out then was spent waiting
 	// on the database, and is answered as its fault, not the lock's.
 	lookup atomic.Bool
+	// tried is set once a lock call is made for p's keys (acquire): a lock
+	// wait that runs out before then was not spent on the lock servers
+	// (waitedOut).
+	tried atomic.Bool
+	// storing counts the store calls in progress of the server p waits
+	// for: the intake's gatherers or its queue's leader (waitedOut).
+	storing atomic.Pointer[atomic.Int32]
 	// rode is set once a gathered batch found one of p's keys held
 	// elsewhere and p went on to the next gathered batch (gathered.next);
 	// guarded by coalescer.mu.
@@ -231,6 +238,8 @@ func (*single) keep(*hold) bool { return false }
 func (*single) tries() bool     { return false }
 
 func (*single) handsOver(*hold) bool { return false }
+
+func (*single) storeCalls() *atomic.Int32 { return nil }
 
 // isHoldExpired reports whether err is holdExpired's refusal.
 func isHoldExpired(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -44,6 +45,11 @@ type source interface {
 	// per lock server as it takes its own keys (lock.HandoverBatch), rather
 	// than released now.
 	handsOver(h *hold) bool
+	// storeCalls counts the section's store calls in progress for the
+	// source, which the orders waiting for it read when their lock wait
+	// runs out (waitedOut); nil for a batch of one, which has no other
+	// order to wait behind.
+	storeCalls() *atomic.Int32
 }
 
 // hold is the leases a section runs batches under, kept across batches
@@ -72,6 +78,20 @@ type hold struct {
 	spare lock.Set
 	// handover is set when the hold outlives its source (handsOver).
 	handover bool
+	// storeCalls is the count of the source whose batch runs under h
+	// (source.storeCalls); nil for none.
+	storeCalls *atomic.Int32
+}
+
+// inStore counts a store call of h's batch in or out of storeCalls.
+func (h *hold) inStore(in bool) {
+	switch {
+	case h.storeCalls == nil:
+	case in:
+		h.storeCalls.Add(1)
+	default:
+		h.storeCalls.Add(-1)
+	}
 }
 
 // keepOnly moves the leases of h that no op of batch needs to h.spare, so
@@ -168,6 +188,7 @@ func (s *Service) acquire(ctx context.Context, want []string, waiting []*pending
 	deadline, paused := waiting[0].deadline, false
 	var reqs []trace.SpanContext
 	for _, p := range waiting {
+		p.tried.Store(true)
 		deadline = later(deadline, p.deadline)
 		paused = paused || p.unwatched
 		if s.tracer != nil {
@@ -230,6 +251,7 @@ type verdict struct {
 func (s *Service) run(ctx context.Context, src source, h *hold, batch []*pending) *hold {
 	h.batches++
 	ctx = h.ctx
+	h.storeCalls = src.storeCalls()
 	var decided []*pending
 	for _, p := range batch {
 		// An op whose client left before its decision is dropped here;
@@ -452,7 +474,9 @@ func (s *Service) write(ctx context.Context, h *hold, decided []*pending, stalle
 	}
 	wctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	began := time.Now()
+	h.inStore(true)
 	err := s.store.Write(wctx, fences, w)
+	h.inStore(false)
 	s.storeCall(StoreWrite, began)
 	cancel()
 	if err != nil {
@@ -526,7 +550,9 @@ func (s *Service) claim(ctx context.Context, h *hold, decided []*pending) error 
 		}
 		cctx, cancel := context.WithTimeout(lctx, storeTimeout)
 		began := time.Now()
+		h.inStore(true)
 		skus, err := s.store.Claim(cctx, fences, create)
+		h.inStore(false)
 		s.storeCall(StoreClaim, began)
 		cancel()
 		if aside := s.setAside(err, create, h); len(aside) > 0 {
