@@ -20,8 +20,9 @@ func NewIdempotencyKey() string { return uuid.NewString() }
 // over the orders placed in between (received moves by the change in
 // available), so SetStock is retried only after a 503 lock_unavailable or
 // overloaded, which say nothing was written. After any other failure (no
-// answer, store_unavailable, timeout) it may or may not have been applied:
-// read the SKU before setting it again.
+// answer, store_unavailable, timeout) it may or may not have been applied,
+// and the error matches ErrOutcomeUnknown: read the SKU before setting it
+// again.
 func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SKU, error) {
 	return c.setStock(ctx, sku, available, nil)
 }
@@ -45,9 +46,8 @@ func (c *Client) SetStock(ctx context.Context, sku string, available int64) (*SK
 // after a 503 and after an attempt that got no answer. The client cannot
 // tell whether ErrStockChanged answers another writer's change or the
 // call's own earlier attempt, which landed without its answer reaching the
-// client: when an attempt may have been lost (the error counts more than
-// one, or an Observer saw one end without an answer or with
-// store_unavailable or timeout), read the SKU to learn whether it landed.
+// client: when an attempt may have been lost, the error matches
+// ErrOutcomeUnknown as well; read the SKU to learn whether it landed.
 func (c *Client) SetStockIf(ctx context.Context, sku string, available int64, seen SKU) (*SKU, error) {
 	return c.setStock(ctx, sku, available, &seen)
 }
@@ -128,9 +128,11 @@ type lineBody struct {
 // retry after a lost answer replays the order instead of placing it twice;
 // the key is in the returned Order, and in the error (IdempotencyKeyOf). A
 // call that fails without an answer that settles it (no answer,
-// store_unavailable, timeout, or idempotency_key_in_flight after the
-// client's waits) leaves the outcome unknown: call again with the same
-// key, which answers with the order if it was placed and places it if not.
+// store_unavailable, timeout, idempotency_key_in_flight after the client's
+// waits, or any failure after an attempt whose answer was lost, a 503
+// overloaded included: see ErrOutcomeUnknown) leaves the outcome unknown,
+// and its error matches ErrOutcomeUnknown: call again with the same key,
+// which answers with the order if it was placed and places it if not.
 // Order.Replayed and Order.ReplayedAfterLostAnswer tell a replay of an
 // earlier call from one that may be of this call's own lost attempt.
 func (c *Client) PlaceOrder(ctx context.Context, req OrderRequest) (*Order, error) {

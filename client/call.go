@@ -17,6 +17,11 @@ import (
 // beyond it is an error, never a silent cut: /metrics is returned as read.
 const maxAnswer = 1 << 20
 
+// maxAnswerHeader bounds an answer's headers in the default transport
+// (net/http's own bound is 10 MiB); the service's come to a few hundred
+// bytes. Longer headers are an attempt that got no answer.
+const maxAnswerHeader = 64 << 10
+
 // Attempt is one HTTP exchange of a call, as reported to an Observer.
 type Attempt struct {
 	// Op is the API operation (its operationId in api/openapi.yaml, such
@@ -88,16 +93,28 @@ type callError struct {
 	// an unknown outcome it is the only way to learn the order's fate, and
 	// PlaceOrder may have made it (IdempotencyKeyOf).
 	key string
+	// unknown is set when the call may have been applied (ErrOutcomeUnknown).
+	unknown bool
 }
 
 func (e *callError) Error() string {
+	s := "client: " + e.op + ": "
 	if e.attempts > 1 {
-		return fmt.Sprintf("client: %s: %d attempts: %v", e.op, e.attempts, e.err)
+		s += fmt.Sprintf("%d attempts: ", e.attempts)
 	}
-	return fmt.Sprintf("client: %s: %v", e.op, e.err)
+	if e.unknown {
+		s += "outcome unknown: "
+	}
+	return s + e.err.Error()
 }
 
+// Unwrap returns the last attempt's error alone, ErrOutcomeUnknown being
+// matched by Is: a single chain keeps the *APIError one unwrap away for
+// those who walk it without errors.As.
 func (e *callError) Unwrap() error { return e.err }
+
+// Is matches ErrOutcomeUnknown when the call may have been applied.
+func (e *callError) Is(target error) bool { return e.unknown && target == ErrOutcomeUnknown }
 
 // answered is what do learnt of a call besides its error.
 type answered struct {
@@ -127,6 +144,25 @@ func mayHaveApplied(err error) bool {
 	}
 }
 
+// outcomeUnknown tells whether cl, whose last attempt failed with err, may
+// have been applied all the same (ErrOutcomeUnknown): that attempt may
+// have been, or the key's first request still runs, or an earlier attempt
+// may have been (lostBefore) and err does not settle it. A read writes
+// nothing to be unknown.
+func (cl call) outcomeUnknown(err error, lostBefore bool) bool {
+	if cl.method == http.MethodGet {
+		return false
+	}
+	if mayHaveApplied(err) {
+		return true
+	}
+	ae, _ := err.(*APIError)
+	if ae == nil { // not sent
+		return false
+	}
+	return ae.Code == ErrIdempotencyKeyInFlight.Error() || lostBefore && !ae.settles()
+}
+
 // do runs c's attempts until one succeeds, one fails for good, the retries
 // are spent or ctx is done.
 func (c *Client) do(ctx context.Context, cl call) (answered, error) {
@@ -149,14 +185,14 @@ func (c *Client) do(ctx context.Context, cl call) (answered, error) {
 			return a, nil
 		}
 		if !retry {
-			return a, &callError{op: cl.op, attempts: n, err: err, key: cl.key}
+			return a, &callError{op: cl.op, attempts: n, err: err, key: cl.key, unknown: cl.outcomeUnknown(err, a.lostBefore)}
 		}
 		a.lostBefore = a.lostBefore || mayHaveApplied(err)
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return a, &callError{op: cl.op, key: cl.key,
+			return a, &callError{op: cl.op, key: cl.key, unknown: cl.outcomeUnknown(err, a.lostBefore),
 				err: fmt.Errorf("%w (after %d attempts, the last: %w)", ctx.Err(), n, err)}
 		case <-t.C:
 		}

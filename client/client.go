@@ -19,11 +19,14 @@
 // moved by the change it made) and is retried as reads are.
 //
 // Errors the service answered are *APIError values that match the sentinel
-// of their code with errors.Is. A request the client can tell the service
-// would refuse (a SKU name off the pattern, an Idempotency-Key that is not
-// 1..255 bytes of printable ASCII or that starts or ends with a space, a
-// quantity, stock level, hold or line count out of range) is not sent: its
-// error matches ErrInvalidRequest too, and is no *APIError. So is an order
+// of their code with errors.Is. A write that may have been applied though
+// it failed (no answer, a lost commit acknowledgement, or any failure after
+// an attempt whose answer was lost) also matches ErrOutcomeUnknown. A
+// request the client can tell the service would refuse (a SKU name off the
+// pattern, an Idempotency-Key that is not 1..255 bytes of printable ASCII or
+// that starts or ends with a space, a quantity, stock level, hold or line
+// count out of range) is not sent: its error matches ErrInvalidRequest too,
+// and is no *APIError. So is an order
 // id that is no uuid, such as "": the service would answer 404, which reads
 // as an order that vanished rather than the caller's bug.
 package client
@@ -82,8 +85,11 @@ type Client struct {
 type Option func(*Client)
 
 // WithHTTPClient replaces the http.Client. The default has no timeout of its
-// own (each call's context bounds it) and keeps up to 64 idle connections
-// per host, so concurrent callers reuse connections.
+// own (each call's context bounds it), keeps up to 64 idle connections per
+// host, so concurrent callers reuse connections, and reads at most 64 KiB
+// of an answer's headers (past that, the attempt got no answer), as the
+// client reads at most 1 MiB of its body. A replacement keeps its own
+// bounds: http.Transport's MaxResponseHeaderBytes is 10 MiB unless set.
 func WithHTTPClient(h *http.Client) Option { return func(c *Client) { c.http = h } }
 
 // WithAdminToken sends Authorization: Bearer token on the calls a service
@@ -170,5 +176,6 @@ func defaultHTTPClient() *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 256
 	t.MaxIdleConnsPerHost = 64
+	t.MaxResponseHeaderBytes = maxAnswerHeader
 	return &http.Client{Transport: t}
 }

@@ -12,8 +12,9 @@ import (
 // Sentinels of the API's error codes: errors.Is(err, ErrInsufficientStock)
 // holds for an *APIError with that code. ErrIdempotencyKeyInFlight, once
 // the client's waits for it are over (WithInFlightWait), means the first
-// request with the key still ran: the order's outcome is unknown. Retry with
-// the same key to learn it; a new key could place the order twice.
+// request with the key still ran: the order's outcome is unknown, and the
+// error matches ErrOutcomeUnknown too. Retry with the same key to learn it;
+// a new key could place the order twice.
 // ErrStockChanged is SetStockIf's refusal: the SKU's counters were not the
 // ones the caller read, and nothing was written (see SetStockIf for when
 // it may follow the call's own write).
@@ -39,6 +40,25 @@ var (
 	ErrTimeout                = errors.New("timeout")
 	ErrInternal               = errors.New("internal")
 )
+
+// ErrOutcomeUnknown matches the error of a write (an order, a confirm or
+// cancel, a stock level) that may have been applied though the call
+// failed: its last attempt got no answer, none it could read, or a 5xx
+// other than 503 lock_unavailable and overloaded (store_unavailable,
+// timeout: a commit whose acknowledgement was lost); an order's key was
+// still in flight once the waits were over; or an earlier attempt ended so
+// and the last answer does not settle what became of it. Only a 4xx that
+// any attempt of the same request would get does (unknown_sku,
+// idempotency_key_reused, unauthorized, ...): a 503 overloaded or
+// lock_unavailable says only that the last attempt wrote nothing, and an
+// insufficient_stock, stale_fence, stock_changed or invalid_request may
+// answer the last attempt alone while an earlier one lands or has landed.
+// The error still matches the last answer's sentinel, and errors.As finds
+// its *APIError. Place the order again under IdempotencyKeyOf(err), which
+// answers with it if it was placed and places it if not; repeat a confirm
+// or cancel; read the SKU before setting its stock again. A read (a GET)
+// changes nothing, and its error never matches.
+var ErrOutcomeUnknown = errors.New("client: outcome unknown")
 
 // IdempotencyKeyOf returns the Idempotency-Key that the failed call behind
 // err sent on every attempt, the one PlaceOrder made included, and "" for
@@ -114,6 +134,27 @@ func (e *APIError) Unwrap() error { return codes[e.Code] }
 // retryable tells whether the service said a later attempt may succeed, as
 // every 503 does (a key in flight is waited out apart: see retryWait).
 func (e *APIError) retryable() bool { return e.Status == http.StatusServiceUnavailable }
+
+// settles tells whether the answer, a 4xx, is one that every attempt of
+// the call's request would get, so that it tells what became of an earlier
+// attempt whose answer was lost too: nothing. Not so a key in flight, a
+// stale_fence (the earlier attempt may hold the newer lease, on another
+// instance), an insufficient_stock (the earlier attempt may have taken the
+// stock, or still wait for stock that a cancel returns), a stock_changed
+// (the earlier attempt may have made the change) nor an invalid_request,
+// which the service also answers to a body that did not arrive within its
+// read timeout; nor a 4xx without the API's error body, a proxy's.
+func (e *APIError) settles() bool {
+	if e.Status < 400 || e.Status >= 500 || e.Code == "" {
+		return false
+	}
+	switch e.Code {
+	case ErrIdempotencyKeyInFlight.Error(), ErrStaleFence.Error(), ErrInsufficientStock.Error(),
+		ErrStockChanged.Error(), ErrInvalidRequest.Error():
+		return false
+	}
+	return true
+}
 
 // unwritten tells whether the answer says the request wrote nothing: it
 // was turned away on arrival (overloaded), or its locks were not had or

@@ -54,7 +54,10 @@ type fixture struct {
 	tr   *validatingTransport
 }
 
-func newFixture(t *testing.T) *fixture {
+// fixtureOption changes the service's configuration from the fixture's.
+type fixtureOption func(*reservation.Config, *httpapi.Config)
+
+func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	// The local lock issues no tokens: the store runs unfenced, as serve
@@ -70,11 +73,14 @@ func newFixture(t *testing.T) *fixture {
 	}
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, lk.Name())
-	svc := reservation.New(reservation.Config{Store: store, Locker: lk, Observer: m, LockWait: lockWait})
-	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg,
-		AdminToken: adminToken, Chaos: true, ZKSession: func() (int64, []byte, bool) {
-			return zkSessionID, []byte("0123456789abcdef"), true
-		}}))
+	rc := reservation.Config{Store: store, Locker: lk, Observer: m, LockWait: lockWait}
+	hc := httpapi.Config{Metrics: m, Gatherer: reg, AdminToken: adminToken, Chaos: true,
+		ZKSession: func() (int64, []byte, bool) { return zkSessionID, []byte("0123456789abcdef"), true }}
+	for _, o := range opts {
+		o(&rc, &hc)
+	}
+	hc.Service = reservation.New(rc)
+	srv := httptest.NewServer(httpapi.New(hc))
 	t.Cleanup(srv.Close)
 	tr := &validatingTransport{t: t, v: specValidator(t), next: srv.Client().Transport}
 	return &fixture{t: t, url: srv.URL, locker: lk, http: &http.Client{Transport: tr}, tr: tr}

@@ -87,6 +87,32 @@ func TestMetricsNeverCut(t *testing.T) {
 	}
 }
 
+// TestAnswerHeadersBounded: the default transport reads 64 KiB of an
+// answer's headers, not net/http's 10 MiB: a broken server or proxy that
+// sends megabytes of them with each answer is an attempt without an
+// answer, whose headers no error keeps. Headers of 60 KiB still come.
+func TestAnswerHeadersBounded(t *testing.T) {
+	for size, ok := range map[int]bool{60 << 10: true, 8 << 20: false} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("X-Junk", strings.Repeat("x", size))
+			w.Header().Set("Retry-After", "0")
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error":{"code":"lock_unavailable","message":"x"}}`))
+		}))
+		c, err := client.New(srv.URL, client.WithRetries(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.SKU(context.Background(), "a")
+		srv.Close()
+		var ae *client.APIError
+		if got := errors.As(err, &ae); got != ok || got && len(ae.Header.Get("X-Junk")) != size {
+			t.Fatalf("a 503 with %d bytes of headers = %.200v; want the answer %v", size, err, ok)
+		}
+	}
+}
+
 func TestGetJSON(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()

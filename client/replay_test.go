@@ -6,6 +6,7 @@ package client_test
 // first answer.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,11 +15,14 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stockguard/stockguard/client"
+	"github.com/stockguard/stockguard/internal/httpapi"
+	"github.com/stockguard/stockguard/internal/reservation"
 )
 
 // losingTransport loses the answers to the next lose order requests after
@@ -218,8 +222,8 @@ func TestKeyOfUnknownOutcome(t *testing.T) {
 	req := client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 3}}}
 	_, err := f.losing(2, client.WithRetries(1)).PlaceOrder(ctx, req)
 	key := client.IdempotencyKeyOf(err)
-	if err == nil || key == "" {
-		t.Fatalf("every answer lost = %v, key %q; want an error that carries the key", err, key)
+	if !errors.Is(err, client.ErrOutcomeUnknown) || key == "" {
+		t.Fatalf("every answer lost = %v, key %q; want an unknown outcome that carries the key", err, key)
 	}
 	for _, x := range f.tr.exchanges() {
 		if x.path == "/v1/orders" && x.idempotencyKey != key {
@@ -244,8 +248,9 @@ func TestKeyOfUnknownOutcome(t *testing.T) {
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	_, err = mustNew(t, url, client.WithInFlightBackoff(time.Millisecond)).PlaceOrderJSON(short, "", oneLine)
-	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrIdempotencyKeyInFlight) || client.IdempotencyKeyOf(err) == "" {
-		t.Fatalf("out of time = %v, key %q; want the deadline, the 409 and the key", err, client.IdempotencyKeyOf(err))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, client.ErrIdempotencyKeyInFlight) ||
+		!errors.Is(err, client.ErrOutcomeUnknown) || client.IdempotencyKeyOf(err) == "" {
+		t.Fatalf("out of time = %v, key %q; want the deadline, the 409, an unknown outcome and the key", err, client.IdempotencyKeyOf(err))
 	}
 	if _, err := c.PlaceOrderJSON(ctx, "mine", oneLine); client.IdempotencyKeyOf(err) != "mine" {
 		t.Fatalf("with the caller's key = %v, key %q", err, client.IdempotencyKeyOf(err))
@@ -255,5 +260,72 @@ func TestKeyOfUnknownOutcome(t *testing.T) {
 	}
 	if k := client.IdempotencyKeyOf(nil); k != "" {
 		t.Fatalf("IdempotencyKeyOf(nil) = %q", k)
+	}
+}
+
+// TestLostAnswerThenShedIsUnknown: the first attempt places the order and
+// its answer is lost; every retry is answered 503 overloaded, which the
+// service sends before it looks the key up. That answer says only that the
+// retry wrote nothing: the call's error is an unknown outcome (still the
+// 503, and carrying the key), not the "nothing written" that overloaded
+// alone means, and placing the order again under the key answers with the
+// order the lost attempt placed.
+func TestLostAnswerThenShedIsUnknown(t *testing.T) {
+	// One request at a time, and a lock wait long enough for a blocked
+	// order to keep that slot through every retry.
+	f := newFixture(t, func(rc *reservation.Config, hc *httpapi.Config) {
+		hc.MaxInFlight, rc.LockWait = 1, 3*time.Second
+	})
+	ctx := context.Background()
+	admin := f.newClient()
+	mustStock(t, admin, "a", 10)
+	mustStock(t, admin, "b", 10)
+	release := f.hold("b")
+	probe := f.newClient(client.WithRetries(0))
+	blocked := make(chan struct{})
+	lt := &landedTransport{next: f.tr, method: http.MethodPost, between: func() {
+		// An order of b waits for the lock the test holds, in the only
+		// slot; sent again if a probe had the slot when it came.
+		go func() {
+			defer close(blocked)
+			for {
+				res, raw := f.raw(http.MethodPost, "/v1/orders", `{"lines":[{"sku":"b","quantity":1}]}`)
+				if res == nil || !bytes.Contains(raw, []byte(`"overloaded"`)) {
+					return
+				}
+			}
+		}()
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if _, err := probe.SKU(ctx, "a"); errors.Is(err, client.ErrOverloaded) {
+				return // the slot is taken
+			}
+			if time.Now().After(deadline) {
+				t.Error("the blocked order never took the slot")
+				return
+			}
+		}
+	}}
+	c := f.newClient(client.WithHTTPClient(&http.Client{Transport: lt}), client.WithRetries(3),
+		client.WithMaxRetryWait(20*time.Millisecond), client.WithInFlightBackoff(time.Millisecond))
+	req := client.OrderRequest{Lines: []client.Line{{SKU: "a", Quantity: 1}}, IdempotencyKey: client.NewIdempotencyKey()}
+	_, err := c.PlaceOrder(ctx, req)
+	release()
+	<-blocked
+	var ae *client.APIError
+	if !errors.Is(err, client.ErrOutcomeUnknown) || !errors.Is(err, client.ErrOverloaded) || !errors.As(err, &ae) ||
+		client.IdempotencyKeyOf(err) != req.IdempotencyKey || !strings.Contains(err.Error(), "4 attempts: outcome unknown") {
+		t.Fatalf("lost, then shed = %v, key %q; want an unknown outcome after 4 attempts, the 503 overloaded and the key",
+			err, client.IdempotencyKeyOf(err))
+	}
+	if a, err := admin.Audit(ctx, "a"); err != nil || a.Held != 1 {
+		t.Fatalf("audit %+v, %v: want the lost attempt's order held", a, err)
+	}
+	req.IdempotencyKey = client.IdempotencyKeyOf(err)
+	o, err := admin.PlaceOrder(ctx, req)
+	if err != nil || !o.Replayed {
+		t.Fatalf("placed again under the key = %+v, %v; want the order the lost attempt placed", o, err)
+	}
+	if a, err := admin.Audit(ctx, "a"); err != nil || a.Held != 1 {
+		t.Fatalf("audit %+v, %v: want the order placed once", a, err)
 	}
 }

@@ -105,6 +105,92 @@ func TestInFlightLeavesRetries(t *testing.T) {
 	}
 }
 
+// TestOutcomeUnknownUnlessSettled: an order's error matches
+// ErrOutcomeUnknown when the order may have been placed: its last attempt
+// may have placed it, or its key was still in flight, or an earlier
+// attempt got no answer and the last answer does not tell what became of
+// that one. Only a 4xx any attempt of the same order would get does: a 503
+// overloaded or lock_unavailable, a stale_fence, an insufficient_stock or
+// an invalid_request may answer the last attempt alone. The error still
+// matches the last answer and carries the key.
+func TestOutcomeUnknownUnlessSettled(t *testing.T) {
+	answer := func(status int, code string) func(*testing.T, http.ResponseWriter) {
+		return func(_ *testing.T, w http.ResponseWriter) { answerError(w, status, code, "0") }
+	}
+	unread := func(_ *testing.T, w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, `<html>proxy page</html>`)
+	}
+	proxy429 := func(_ *testing.T, w http.ResponseWriter) { w.WriteHeader(http.StatusTooManyRequests) }
+	cases := []struct {
+		name    string
+		first   func(*testing.T, http.ResponseWriter) // nil: as the others
+		last    func(*testing.T, http.ResponseWriter)
+		code    string // of the last answer, "" for none
+		unknown bool
+	}{
+		{"lost, then overloaded", noAnswer, answer(503, "overloaded"), "overloaded", true},
+		{"lost, then lock_unavailable", noAnswer, answer(503, "lock_unavailable"), "lock_unavailable", true},
+		{"lost, then stale_fence", noAnswer, answer(409, "stale_fence"), "stale_fence", true},
+		{"lost, then insufficient_stock", noAnswer, answer(409, "insufficient_stock"), "insufficient_stock", true},
+		{"lost, then in flight", noAnswer, answer(409, "idempotency_key_in_flight"), "idempotency_key_in_flight", true},
+		{"lost, then invalid_request", noAnswer, answer(400, "invalid_request"), "invalid_request", true},
+		{"lost, then a proxy's 429", noAnswer, proxy429, "", true},
+		{"lost, then key reused", noAnswer, answer(422, "idempotency_key_reused"), "idempotency_key_reused", false},
+		{"lost, then unknown_sku", noAnswer, answer(404, "unknown_sku"), "unknown_sku", false},
+		{"lost, then unauthorized", noAnswer, answer(401, "unauthorized"), "unauthorized", false},
+		{"store_unavailable, then lock_unavailable", answer(503, "store_unavailable"), answer(503, "lock_unavailable"), "lock_unavailable", true},
+		{"a 201 unread, then overloaded", unread, answer(503, "overloaded"), "overloaded", true},
+		{"overloaded throughout", nil, answer(503, "overloaded"), "overloaded", false},
+		{"lock_unavailable, then insufficient_stock", answer(503, "lock_unavailable"), answer(409, "insufficient_stock"), "insufficient_stock", false},
+		{"stale_fence", nil, answer(409, "stale_fence"), "stale_fence", false},
+		{"store_unavailable throughout", nil, answer(503, "store_unavailable"), "store_unavailable", true},
+		{"timeout throughout", nil, answer(503, "timeout"), "timeout", true},
+		{"in flight throughout", nil, answer(409, "idempotency_key_in_flight"), "idempotency_key_in_flight", true},
+		{"no answer throughout", nil, noAnswer, "", true},
+		{"a 201 unread throughout", nil, unread, "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			url, _ := scripted(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+				if n == 1 && tc.first != nil {
+					tc.first(t, w)
+					return
+				}
+				tc.last(t, w)
+			})
+			c := mustNew(t, url, client.WithRetries(1), client.WithInFlightBackoff(time.Millisecond),
+				client.WithInFlightWait(20*time.Millisecond))
+			_, err := c.PlaceOrderJSON(context.Background(), "k", oneLine)
+			var ae *client.APIError
+			if err == nil || errors.Is(err, client.ErrOutcomeUnknown) != tc.unknown || client.IdempotencyKeyOf(err) != "k" {
+				t.Fatalf("err = %v, key %q; want an unknown outcome %v, key k", err, client.IdempotencyKeyOf(err), tc.unknown)
+			}
+			if tc.code != "" && (!errors.As(err, &ae) || ae.Code != tc.code) {
+				t.Fatalf("err = %v, want the last answer, %s", err, tc.code)
+			}
+			if strings.Contains(err.Error(), "outcome unknown") != tc.unknown {
+				t.Fatalf("message %q", err)
+			}
+		})
+	}
+
+	// A read writes nothing, and a request never sent wrote nothing.
+	url, _ := scripted(t, func(_ int, w http.ResponseWriter, _ *http.Request) { noAnswer(t, w) })
+	c := mustNew(t, url, client.WithRetries(1), client.WithInFlightBackoff(time.Millisecond))
+	if _, err := c.SKU(context.Background(), "a"); err == nil || errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("a read without an answer = %v, want no unknown outcome", err)
+	}
+	if _, err := c.PlaceOrderJSON(context.Background(), " k", oneLine); !errors.Is(err, client.ErrInvalidRequest) ||
+		errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("an order not sent = %v, want invalid_request, no unknown outcome", err)
+	}
+	if _, err := c.Confirm(context.Background(), "0f8c6f0e-6f3e-4d1a-9a57-3c4f1d2b7e10"); !errors.Is(err, client.ErrOutcomeUnknown) {
+		t.Fatalf("a confirm without an answer = %v, want an unknown outcome", err)
+	}
+}
+
 // TestSetStockRepeatsOnlyWhatWroteNothing: SetStock sets an absolute value,
 // so it is retried after a 503 that says nothing was written, never after
 // no answer or one that may come after a write.

@@ -41,7 +41,10 @@ func New(idlePerHost int, adminToken string, requestTimeout time.Duration) *Clie
 		MaxIdleConnsPerHost:   idlePerHost,
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: requestTimeout,
-		DisableCompression:    true,
+		// As the public client's own transport: no answer of the service
+		// nears it, and net/http's default would buffer 10 MiB.
+		MaxResponseHeaderBytes: 64 << 10,
+		DisableCompression:     true,
 	}
 	return &Client{
 		http:           &http.Client{Transport: tr},

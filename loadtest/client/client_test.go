@@ -67,8 +67,10 @@ func TestOrderKinds(t *testing.T) {
 		{"not the API's body", &canned{status: 502, body: "<html>bad gateway</html>"}, KindUnknown, "http_502", "", false},
 		{"gateway timeout", &canned{status: 504, body: "<html>gateway timeout</html>"}, KindUnknown, "http_504", "", false},
 		{"proxy's 503", &canned{status: 503, body: "<html>unavailable</html>"}, KindUnknown, "http_503", "", false},
-		{"unreadable 201", &canned{status: 201, body: "<html>"}, KindError, "bad_201_body", "", true},
-		{"201 without an id", &canned{status: 201, body: `{"status":"reserved","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`}, KindError, "bad_201_body", "", true},
+		// Placed, but which order is not known: a resend with the key tells.
+		{"unreadable 201", &canned{status: 201, body: "<html>"}, KindUnknown, "bad_201_body", "", false},
+		{"201 without an id", &canned{status: 201, body: `{"status":"reserved","lines":[],"expires_at":"2026-12-01T14:00:00Z"}`}, KindUnknown, "bad_201_body", "", false},
+		{"201 cut short", &canned{status: 201, body: `{"order_id":"0b8f3c1e-6f1a-4c55-9a8e-2d1f0c9b7a6e","status":"res`}, KindUnknown, "bad_201_body", "", false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -82,6 +84,9 @@ func TestOrderKinds(t *testing.T) {
 			}
 			if out.Settled() != tc.settled {
 				t.Fatalf("Settled() = %v, want %v", out.Settled(), tc.settled)
+			}
+			if tc.kind == KindUnknown && out.Answered() {
+				t.Fatal("an unknown outcome reads as Answered()")
 			}
 			if (out.Err == nil) != (tc.kind == KindReserved) {
 				t.Fatalf("err = %v", out.Err)
@@ -135,6 +140,63 @@ func TestNoAnswer(t *testing.T) {
 	}
 	if out := c.PlaceOrder(ctx, "127.0.0.1:8080", "k", []byte(orderBody)); out.Kind != KindError || out.Code != "bad_url" {
 		t.Errorf("a base without a scheme: %+v", out)
+	}
+}
+
+// TestUnreadableSettleIsUnknown: a 200 to a confirm or a cancel says it was
+// applied; one whose order cannot be read is no refusal, but unknown.
+func TestUnreadableSettleIsUnknown(t *testing.T) {
+	srv := httptest.NewServer(&canned{status: 200, body: "<html>"})
+	t.Cleanup(srv.Close)
+	c := New(2, "", 5*time.Second)
+	t.Cleanup(c.Close)
+	const id = "0b8f3c1e-6f1a-4c55-9a8e-2d1f0c9b7a6e"
+	for name, out := range map[string]Outcome{
+		"confirm": c.ConfirmOrder(context.Background(), srv.URL, id),
+		"cancel":  c.CancelOrder(context.Background(), srv.URL, id),
+	} {
+		if out.Kind != KindUnknown || out.Status != 200 || out.Code != "bad_200_body" || out.Settled() || out.Answered() {
+			t.Errorf("%s answered 200 <html> = %+v, want unknown, bad_200_body, neither settled nor answered", name, out)
+		}
+	}
+}
+
+// TestNotSent: what the public client refuses to send (a key or an order
+// id the service would refuse) had no attempt: a settled error, nothing
+// applied, never an unknown outcome to resend.
+func TestNotSent(t *testing.T) {
+	srv := httptest.NewServer(&canned{status: 201, body: `{}`})
+	t.Cleanup(srv.Close)
+	c := New(2, "", 5*time.Second)
+	t.Cleanup(c.Close)
+	ctx := context.Background()
+	for name, out := range map[string]Outcome{
+		"a key ending in a space": c.PlaceOrder(ctx, srv.URL, "k-1 ", []byte(orderBody)),
+		"a confirm of no uuid":    c.ConfirmOrder(ctx, srv.URL, "not-a-uuid"),
+		"a cancel of \"\"":        c.CancelOrder(ctx, srv.URL, ""),
+	} {
+		if out.Kind != KindError || out.Code != "not_sent" || out.Status != 0 || out.Err == nil || !out.Settled() || !out.Answered() {
+			t.Errorf("%s = %+v, want a settled error not_sent", name, out)
+		}
+	}
+	if n := srv.Config.Handler.(*canned).n.Load(); n != 0 {
+		t.Fatalf("%d requests reached the server", n)
+	}
+}
+
+// TestAnswerHeadersBounded: the transport reads 64 KiB of an answer's
+// headers, not net/http's 10 MiB; past that, the attempt got no answer.
+func TestAnswerHeadersBounded(t *testing.T) {
+	for size, kind := range map[int]Kind{60 << 10: KindLockUnavailable, 8 << 20: KindUnknown} {
+		srv := httptest.NewServer(&canned{status: 503, body: apiErr("lock_unavailable"),
+			header: http.Header{"Retry-After": {"1"}, "X-Junk": {strings.Repeat("x", size)}}})
+		c := New(2, "", 5*time.Second)
+		out := c.PlaceOrder(context.Background(), srv.URL, "k-1", []byte(orderBody))
+		c.Close()
+		srv.Close()
+		if out.Kind != kind {
+			t.Fatalf("a 503 with %d bytes of headers = %v %q, want %v", size, out.Kind, out.Code, kind)
+		}
 	}
 }
 

@@ -18,12 +18,12 @@ type Kind int
 
 // The kinds of order answers the runner counts separately.
 const (
-	KindUnknown         Kind = iota // no definite answer: transport error, timeout, the key still in flight, or any 5xx but a 503 lock_unavailable or overloaded
+	KindUnknown         Kind = iota // no definite answer: transport error, timeout, the key still in flight, any 5xx but a 503 lock_unavailable or overloaded, or a 201 (200) whose order cannot be read
 	KindReserved                    // 201
 	KindInsufficient                // 409 insufficient_stock
 	KindStaleFence                  // 409 stale_fence
 	KindLockUnavailable             // 503 lock_unavailable
-	KindError                       // any other answer, among them 503 overloaded (nothing placed)
+	KindError                       // any other answer, among them 503 overloaded (nothing placed), and a request never sent (Status 0)
 )
 
 func (k Kind) String() string {
@@ -66,16 +66,21 @@ type Outcome struct {
 // instance, about to commit. An insufficient_stock settles it only because
 // a load test's stock never grows while it runs (no cancels, holds that
 // outlast the run): an earlier attempt still waiting would find no more.
+//
+// A request never sent (Status 0: not_sent, bad_url) settles it too: it
+// applied nothing, and every resend would be refused alike.
 func (o Outcome) Settled() bool {
 	if o.Kind == KindUnknown || o.Kind == KindStaleFence {
 		return false
 	}
-	return o.Status >= 200 && o.Status < 500
+	return o.Status < 500
 }
 
-// Answered reports whether the service decided this attempt: anything but
-// no answer, a key still in flight, or a 5xx. A 409 stale_fence is one,
-// though it settles nothing about another attempt (Settled).
+// Answered reports whether this attempt was decided: by the service,
+// anything but no answer, an answer that cannot be read, a key still in
+// flight, or a 5xx; or by the client, which never sent it. A 409
+// stale_fence is one, though it settles nothing about another attempt
+// (Settled).
 func (o Outcome) Answered() bool {
 	return o.Kind == KindStaleFence || o.Settled()
 }
@@ -83,9 +88,12 @@ func (o Outcome) Answered() bool {
 // outcome classifies the public client's answer to one order call; ok is
 // the call's success status.
 func outcome(o *api.Order, err error, ok int) Outcome {
+	// A success status whose order cannot be read says the order was
+	// placed (confirmed, cancelled), not what it is: unknown, for a resend
+	// with the key to tell.
 	if err == nil {
 		if o.ID == "" {
-			return Outcome{Kind: KindError, Status: ok, Code: badBody(ok),
+			return Outcome{Kind: KindUnknown, Status: ok, Code: badBody(ok),
 				Err: fmt.Errorf("%d answer without an order_id: %+v", ok, *o)}
 		}
 		return Outcome{Kind: KindReserved, Status: ok, Order: response(o)}
@@ -94,7 +102,11 @@ func outcome(o *api.Order, err error, ok int) Outcome {
 	switch {
 	case ae != nil:
 	case errors.Is(err, api.ErrBadAnswer):
-		return Outcome{Kind: KindError, Status: ok, Code: badBody(ok), Err: err}
+		return Outcome{Kind: KindUnknown, Status: ok, Code: badBody(ok), Err: err}
+	case errors.Is(err, api.ErrInvalidRequest):
+		// Refused by the public client before it was sent (a key or an
+		// order id the service would refuse): nothing was applied.
+		return Outcome{Kind: KindError, Code: "not_sent", Err: err}
 	default:
 		return Outcome{Kind: KindUnknown, Code: transportClass(err), Err: err}
 	}
