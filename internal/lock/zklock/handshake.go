@@ -15,10 +15,14 @@ import (
 //   - Every read tells the session when the server was last heard from
 //     (heard), and the first frame, the connect response, what the
 //     handshake negotiated (handshook).
-//   - Every request written is kept, with the time its write began, until
-//     its reply comes; a reply tells the session that the servers heard
-//     from it no earlier than that (answered), which bounds when they can
-//     expire the session: a timeout after they last heard from it.
+//   - Every request written is kept, with the time its write began and
+//     whether its reply must pass through the leader, until its reply
+//     comes. Any reply tells the session that its server heard from it no
+//     earlier than that (answered). Only a successful reply to a write or a
+//     sync tells it the leader, which expires sessions, was still in touch
+//     (confirmed): a follower cut off from the quorum answers pings and
+//     reads on its own for syncLimit × tickTime, while the leader, hearing
+//     nothing of the session, expires it.
 //   - Until the connect response is in, no deadline is later than the
 //     handshake's budget (handshakeBudget), so a server that accepts and
 //     never answers is left for the next one within a share of the timeout.
@@ -48,8 +52,34 @@ type trackedConn struct {
 
 // sentReq is one request written on a connection.
 type sentReq struct {
-	xid int32
-	at  int64 // since born: when its write began
+	xid   int32
+	at    int64 // since born: when its write began
+	viaLd bool  // its success reply comes only once the leader has had it
+}
+
+// Opcodes whose requests a follower forwards to the leader and answers only
+// once the leader has processed them: writes (a transaction), and sync.
+const (
+	opCreate          = 1
+	opDelete          = 2
+	opSetData         = 5
+	opSetACL          = 7
+	opSync            = 9
+	opCheck           = 13
+	opMulti           = 14
+	opCreate2         = 15
+	opReconfig        = 16
+	opCreateContainer = 19
+	opCreateTTL       = 21
+)
+
+func viaLeader(op int32) bool {
+	switch op {
+	case opCreate, opDelete, opSetData, opSetACL, opSync, opCheck, opMulti,
+		opCreate2, opReconfig, opCreateContainer, opCreateTTL:
+		return true
+	}
+	return false
 }
 
 // handshakeBudget is how long one server gets to answer a new connection,
@@ -114,7 +144,8 @@ func (c *trackedConn) wrote(fr zkwire.Frame, at int64) {
 	if fr.Index == 0 {
 		c.connectSent = at
 	} else if xid, ok := fr.Xid(); ok {
-		c.sent = append(c.sent, sentReq{xid, at})
+		op, _ := fr.Op()
+		c.sent = append(c.sent, sentReq{xid: xid, at: at, viaLd: viaLeader(op)})
 	}
 }
 
@@ -153,7 +184,10 @@ func (c *trackedConn) replied(fr zkwire.Frame) {
 			c.mu.Lock()
 			at := c.connectSent
 			c.mu.Unlock()
+			// A follower re-attaching a session asks the leader first
+			// (revalidation), and a new session is a transaction.
 			c.s.answered(at)
+			c.s.confirmed(at)
 		}
 		return
 	}
@@ -167,10 +201,10 @@ func (c *trackedConn) replied(fr zkwire.Frame) {
 	// with this xid, whichever it is (pings, all -2, are answered in order
 	// among themselves, and an earlier ping's send time is the safe side).
 	c.mu.Lock()
-	at, found := int64(0), false
+	at, found, viaLd := int64(0), false, false
 	for i := c.head; i < len(c.sent); i++ {
 		if c.sent[i].xid == xid {
-			at, found = c.sent[i].at, true
+			at, found, viaLd = c.sent[i].at, true, c.sent[i].viaLd
 			c.head = i + 1 // anything older was answered, or never will be
 			break
 		}
@@ -183,7 +217,13 @@ func (c *trackedConn) replied(fr zkwire.Frame) {
 		c.sent, c.head = c.sent[:n], 0
 	}
 	c.mu.Unlock()
-	if found {
-		c.s.answered(at)
+	if !found {
+		return
+	}
+	c.s.answered(at)
+	// An error may be the follower's own (a read-only server refusing a
+	// write): only success proves the leader had the request.
+	if code, ok := fr.Err(); ok && code == 0 && viaLd {
+		c.s.confirmed(at)
 	}
 }

@@ -15,9 +15,6 @@ import (
 	"github.com/stockguard/stockguard/internal/lock"
 )
 
-// opMulti is the protocol's opcode of a multi request.
-const opMulti = 14
-
 // replyDropper is a dialer whose connections, once armed, lose the reply to
 // the next multi request: the request reaches the server, which applies it,
 // and the connection dies before the answer is read.

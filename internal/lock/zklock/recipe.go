@@ -75,8 +75,10 @@ func (s *session) acquire(ctx context.Context, key string, o lock.Options) (*loc
 	return leases[0], nil
 }
 
-// grant turns granted nodes into leases, registered all at once. If the
-// session was disconnected or given up since the verdict, no lease is
+// grant turns granted nodes into leases, registered all at once, once the
+// leader is known to have heard from the session lately (confirm). If the
+// leader cannot confirm it, or the session was disconnected or given up
+// since the verdict, no lease is
 // handed out (it would be born lost): the nodes are deleted, or are gone
 // with the session, and the attempt starts over; a delete still pending
 // (lock.ErrCleanupPending) is in the error, for the caller to hear of if
@@ -95,8 +97,12 @@ func (s *session) grant(ctx context.Context, nodes []*node) (lock.Set, error) {
 			OnLost: func(error) { s.l.m.Lost() },
 		})
 	}
-	if err := s.register(hs, loses); err != nil {
-		if errors.Is(err, errDisconnected) {
+	err := s.confirm(ctx)
+	if err == nil {
+		err = s.register(hs, loses)
+	}
+	if err != nil {
+		if !errors.Is(err, errSessionGone) {
 			if aerr := s.abandon(ctx, nodes...); aerr != nil {
 				err = fmt.Errorf("%w (%w)", err, aerr)
 			}

@@ -35,9 +35,14 @@ type session struct {
 	// servers answered (the connect request included); they heard from the
 	// session no earlier, so they cannot expire it before a timeout later.
 	lastAnswered atomic.Int64
-	timeout      atomic.Int64                // negotiated session timeout, ns
-	id           atomic.Int64                // session id from the last handshake
-	tc           atomic.Pointer[trackedConn] // the connection dialled last
+	// since born, in ns: the same for the latest request answered only once
+	// the leader had it (a write, a sync, the connect request). The leader
+	// expires sessions; a follower cut off from it answers anything else on
+	// its own for a while, so only this bounds when a lease is lost.
+	lastConfirmed atomic.Int64
+	timeout       atomic.Int64                // negotiated session timeout, ns
+	id            atomic.Int64                // session id from the last handshake
+	tc            atomic.Pointer[trackedConn] // the connection dialled last
 
 	// creds is the last handshake in full: SessionCredentials needs the
 	// password, which go-zookeeper keeps to itself.
@@ -51,6 +56,7 @@ type session struct {
 	suspends  uint64      // bumped on every disconnect, so a stale timer knows it is stale
 	timer     *time.Timer // gives the session up if it stays disconnected
 	watch     *time.Timer // while connected: suspends the session if the servers go silent
+	syncing   bool        // a sync sent by the watchdog is awaiting its reply
 	gone      bool
 	leases    map[*handle]func(error)
 }
@@ -97,6 +103,33 @@ func (s *session) answered(sent int64) {
 	}
 }
 
+// confirmed records that a request whose write began at sent (since born)
+// went through the leader.
+func (s *session) confirmed(sent int64) {
+	for {
+		last := s.lastConfirmed.Load()
+		if sent <= last || s.lastConfirmed.CompareAndSwap(last, sent) {
+			return
+		}
+	}
+}
+
+// leasesEnd is when the session's leases must be lost at the latest: a
+// timeout, less the drift allowance, after the write began of the latest
+// request that went through the leader, the earliest the leader could
+// expire the session.
+func (s *session) leasesEnd() time.Time {
+	timeout := time.Duration(s.timeout.Load())
+	return s.at(s.lastConfirmed.Load()).Add(timeout - retry.Drift(timeout))
+}
+
+// syncDue is when the watchdog of a session holding leases asks the leader
+// to confirm it (a sync): a third of the timeout after the last request
+// that went through the leader, as often as go-zookeeper pings.
+func (s *session) syncDue() time.Time {
+	return s.at(s.lastConfirmed.Load()).Add(time.Duration(s.timeout.Load()) / 3)
+}
+
 // expiresAfter is the earliest the servers could expire the session, less
 // the clock drift allowance of the other backends: a timeout after the
 // write of the latest request they answered began. It is a send time, not
@@ -110,14 +143,18 @@ func (s *session) expiresAfter() time.Time {
 // silentAt is when a connected session is suspended if the servers say
 // nothing more: two thirds of the timeout after the last read, when the
 // Java client (and go-zookeeper's read deadline) calls the connection
-// dead, and in any case before the servers could expire the session.
+// dead, and in any case before the servers could expire the session, or,
+// while it holds leases, before the leader could (leasesEnd); l.mu is held.
 func (s *session) silentAt() time.Time {
 	timeout := time.Duration(s.timeout.Load())
-	byRead := s.at(s.lastRead.Load()).Add(timeout * 2 / 3)
-	if byAnswer := s.expiresAfter(); byAnswer.Before(byRead) {
-		return byAnswer
+	at := s.at(s.lastRead.Load()).Add(timeout * 2 / 3)
+	if byAnswer := s.expiresAfter(); byAnswer.Before(at) {
+		at = byAnswer
 	}
-	return byRead
+	if byLeader := s.leasesEnd(); len(s.leases) > 0 && byLeader.Before(at) {
+		at = byLeader
+	}
+	return at
 }
 
 // watchLocked arms the watchdog at silentAt; l.mu is held.
@@ -133,9 +170,16 @@ func (s *session) silentAt() time.Time {
 // whatever its I/O is doing, and closes the socket when it passes; so does
 // this watchdog (checkSilent). Reads cost it nothing: they store their
 // time (heard), and the timer, when it fires, looks at the latest one and
-// re-arms itself, about every third of the timeout.
+// re-arms itself, about every third of the timeout. While the session
+// holds leases it also wakes at syncDue to send a sync (confirmLeases),
+// one in flight at a time, so that leasesEnd keeps moving while the leader
+// hears from the session and stops when only a cut-off follower does.
 func (l *Locker) watchLocked(s *session) {
-	d := max(time.Until(s.silentAt()), 0)
+	at := s.silentAt()
+	if due := s.syncDue(); len(s.leases) > 0 && !s.syncing && due.Before(at) {
+		at = due
+	}
+	d := max(time.Until(at), 0)
 	if s.watch == nil {
 		s.watch = time.AfterFunc(d, func() { l.checkSilent(s) })
 		return
@@ -143,10 +187,10 @@ func (l *Locker) watchLocked(s *session) {
 	s.watch.Reset(d)
 }
 
-// checkSilent runs at silentAt: if nothing was read since it was armed, it
-// suspends the session, by the path a disconnect takes, and closes the
-// connection, so that go-zookeeper reconnects now instead of at the end of
-// a blocked write.
+// checkSilent runs at silentAt, or earlier at syncDue: once silentAt has
+// passed it suspends the session, by the path a disconnect takes, and
+// closes the connection, so that go-zookeeper reconnects now instead of at
+// the end of a blocked write; before, it sends the sync that is due.
 func (l *Locker) checkSilent(s *session) {
 	l.mu.Lock()
 	if s.gone || !s.connected {
@@ -154,7 +198,12 @@ func (l *Locker) checkSilent(s *session) {
 		return
 	}
 	if at := s.silentAt(); time.Now().Before(at) {
-		s.watch.Reset(time.Until(at))
+		if len(s.leases) > 0 && !s.syncing && !time.Now().Before(s.syncDue()) {
+			s.syncing = true
+			l.bg.Add(1) // under l.mu, so it happens before Close waits
+			go l.confirmLeases(s)
+		}
+		l.watchLocked(s)
 		l.mu.Unlock()
 		return
 	}
@@ -167,13 +216,36 @@ func (l *Locker) checkSilent(s *session) {
 	// ever resume it).
 	tc := s.tc.Load()
 	timeout := time.Duration(s.timeout.Load())
-	lastRead := s.at(s.lastRead.Load())
-	after := l.suspendLocked(s, fmt.Sprintf("nothing read for %v of a %v session timeout",
-		time.Since(lastRead).Round(time.Millisecond), timeout))
+	why := fmt.Sprintf("nothing read for %v of a %v session timeout",
+		time.Since(s.at(s.lastRead.Load())).Round(time.Millisecond), timeout)
+	if len(s.leases) > 0 && !time.Now().Before(s.leasesEnd()) {
+		why = fmt.Sprintf("no request through the leader answered in the %v since the last one was sent, of a %v session timeout",
+			time.Since(s.at(s.lastConfirmed.Load())).Round(time.Millisecond), timeout)
+	}
+	after := l.suspendLocked(s, why)
 	l.mu.Unlock()
 	after()
 	if tc != nil {
 		_ = tc.Conn.Close()
+	}
+}
+
+// confirmLeases sends a sync, which a follower answers only once the
+// leader has answered it; its reply moves leasesEnd (confirmed). Sync
+// takes no context: it returns when answered, or with the connection
+// (go-zookeeper fails a connection's pending requests when it drops, and
+// every request when the Conn is closed).
+func (l *Locker) confirmLeases(s *session) {
+	defer l.bg.Done()
+	_, err := s.conn.Sync("/")
+	l.mu.Lock()
+	s.syncing = false
+	if !s.gone && s.connected {
+		l.watchLocked(s)
+	}
+	l.mu.Unlock()
+	if err != nil {
+		l.log.Debug("zookeeper: sync confirming the session's leases failed", "err", err)
 	}
 }
 
@@ -394,7 +466,32 @@ func (s *session) register(hs []*handle, loses []func(error)) error {
 	for i, h := range hs {
 		s.leases[h] = loses[i]
 	}
+	s.l.watchLocked(s) // leases bring leasesEnd and syncDue into it
 	return nil
+}
+
+// confirm makes sure, before leases are handed out, that the leader heard
+// from the session lately: a waiter may have been granted after a long
+// wait, its verdict read from a follower that may be cut off from the
+// leader. A sync is sent unless a request that went through the leader was
+// sent within the last third of the timeout.
+func (s *session) confirm(ctx context.Context) error {
+	if time.Now().Before(s.syncDue()) {
+		return nil
+	}
+	err := s.run(ctx, func() error {
+		_, err := s.conn.Sync("/")
+		return err
+	})
+	switch {
+	case err == nil || errors.Is(err, ctx.Err()):
+		return err
+	case errors.Is(s.classify(err), errSessionGone):
+		return errSessionGone
+	case cutOff(err):
+		return fmt.Errorf("%w: sync: %w", errDisconnected, err)
+	}
+	return fmt.Errorf("zookeeper: sync: %w", err)
 }
 
 // unregister forgets a released lease. False when there is nothing left to

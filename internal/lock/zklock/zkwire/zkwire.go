@@ -51,11 +51,17 @@ func ParseConnectResponse(b []byte) (ConnectResponse, error) {
 // 40 bytes (a 16-byte password).
 const maxHandshake = 1024
 
+// headerSize is the longest header kept of a frame after the first: a
+// reply's (int32 xid, int64 zxid, int32 error code); a request's is its
+// first 8 bytes (int32 xid, int32 opcode).
+const headerSize = 16
+
 // Frames finds the frames in one direction of a client connection (each a
 // 4-byte big-endian length, then that many bytes of body), however the
 // stream is cut into reads or writes, and keeps the start of each: all of
 // the first frame's body (the connect request or response), up to
-// maxHandshake bytes; the first four bytes of every later one, its xid.
+// maxHandshake bytes; the header of every later one (a request's xid and
+// opcode, a reply's xid, zxid and error code), up to headerSize bytes.
 // The zero value is ready to use; it is not safe for concurrent use (one
 // direction of a connection is read, or written, by one goroutine at a
 // time).
@@ -81,6 +87,24 @@ func (f Frame) Xid() (int32, bool) {
 	return int32(binary.BigEndian.Uint32(f.Start)), true
 }
 
+// Op returns the opcode of a request (a frame the client wrote, after the
+// first).
+func (f Frame) Op() (int32, bool) {
+	if f.Index == 0 || len(f.Start) < 8 {
+		return 0, false
+	}
+	return int32(binary.BigEndian.Uint32(f.Start[4:])), true
+}
+
+// Err returns the error code of a reply (a frame the client read, after
+// the first): 0 for success.
+func (f Frame) Err() (int32, bool) {
+	if f.Index == 0 || len(f.Start) < 16 {
+		return 0, false
+	}
+	return int32(binary.BigEndian.Uint32(f.Start[12:])), true
+}
+
 // Next consumes p up to the end of the next frame's start and returns the
 // rest of p; ok reports that a frame's start is complete, in fr. Callers
 // loop while rest is not empty. It allocates only for the first frame.
@@ -99,7 +123,7 @@ func (f *Frames) Next(p []byte) (rest []byte, fr Frame, ok bool) {
 		}
 	}
 	size := int(binary.BigEndian.Uint32(f.head))
-	want := min(size, 4)
+	want := min(size, headerSize)
 	if f.n == 0 {
 		want = min(size, maxHandshake)
 	}
