@@ -624,6 +624,129 @@ func liveSession(t *testing.T, l *Locker) *session {
 // busy reports whether a statement, or a release or an end, has s's turn.
 func busy(s *session) bool { return len(s.turn) == 1 }
 
+// heldElsewhere reports whether other cannot take key at once.
+func heldElsewhere(t *testing.T, other *Locker, key string) bool {
+	t.Helper()
+	lease, err := other.Acquire(context.Background(), key, lock.TryOnce())
+	if err != nil {
+		return true
+	}
+	locktest.MustRelease(t, lease)
+	return false
+}
+
+// TestReleaseToSilentServerReportsCleanupPending: a release whose unlock
+// to a server fallen silent is cut short by its context ends the session,
+// but the server holds the key until it hears the socket close: Release
+// says so with lock.ErrCleanupPending and the context's error, not nil.
+func TestReleaseToSilentServerReportsCleanupPending(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	l, other := newLocker(t, p.url, WithTTL(10*time.Second)), newLocker(t, url)
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, l, key)
+	p.freeze()
+	defer p.thaw()
+
+	const deadline = 200 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	start := time.Now()
+	err := lease.Release(ctx)
+	if took := time.Since(start); took > deadline+cancelGrace {
+		t.Fatalf("Release with a %v deadline to a silent server returned after %v: %v", deadline, took, err)
+	}
+	if !errors.Is(err, lock.ErrCleanupPending) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Release to a silent server = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+	if !heldElsewhere(t, other, key) {
+		t.Fatal("the silent server freed the key before hearing the socket close; the test proves nothing")
+	}
+	p.thaw()
+	waitFor(t, "the key free once the server hears", func() bool { return !heldElsewhere(t, other, key) })
+}
+
+// TestReleaseOutlastingSilentKeepaliveReportsCleanupPending: a release
+// whose context outlasts the lease's deadline waits for the keepalive in
+// flight to a silent server, which fails at that deadline and ends the
+// session; the key is held until the server hears the socket close, so
+// Release wraps lock.ErrCleanupPending.
+func TestReleaseOutlastingSilentKeepaliveReportsCleanupPending(t *testing.T) {
+	const ttl = 3 * time.Second
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	l, other := newLocker(t, p.url, WithTTL(ttl)), newLocker(t, url)
+	key := locktest.Key(t)
+	lease := locktest.MustAcquire(t, l, key)
+	s := liveSession(t, l)
+	// The watchdog extends at TTL/3: freeze just before.
+	time.Sleep(ttl/3 - 100*time.Millisecond)
+	p.freeze()
+	defer p.thaw()
+	waitFor(t, "the keepalive's statement in flight", func() bool { return busy(s) })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*ttl)
+	defer cancel()
+	err := lease.Release(ctx)
+	if ctx.Err() != nil {
+		t.Fatalf("Release outlived its context: %v", err)
+	}
+	if !errors.Is(err, lock.ErrCleanupPending) {
+		t.Fatalf("Release after a keepalive to a silent server failed = %v; want lock.ErrCleanupPending", err)
+	}
+	if !heldElsewhere(t, other, key) {
+		t.Fatal("the silent server freed the key before hearing the socket close; the test proves nothing")
+	}
+	p.thaw()
+	waitFor(t, "the key free once the server hears", func() bool { return !heldElsewhere(t, other, key) })
+}
+
+// TestReleaseAbortedBySiblingReportsCleanupPending: two leases of one
+// session released at once while the server is silent. The impatient one
+// (short context) ends the session, which aborts the other's unlock in
+// flight: that release, its own context still running, reports
+// lock.ErrCleanupPending (the key is held until the server hears), not a
+// cancellation that is not its caller's.
+func TestReleaseAbortedBySiblingReportsCleanupPending(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	p := newFreezeProxy(t, url)
+	l, other := newLocker(t, p.url, WithTTL(10*time.Second)), newLocker(t, url)
+	base := locktest.Key(t)
+	keys := []string{base + "-1", base + "-2"}
+	b := locktest.MustBatch(t, l, keys)
+	s := liveSession(t, l)
+	p.freeze()
+	defer p.thaw()
+
+	patient := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := b.Leases[1].Release(ctx)
+		if ctx.Err() != nil {
+			err = fmt.Errorf("returned only at its own deadline: %w", err)
+		}
+		patient <- err
+	}()
+	waitFor(t, "the patient release's unlock in flight", func() bool { return busy(s) })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := b.Leases[0].Release(ctx); !errors.Is(err, lock.ErrCleanupPending) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("impatient Release = %v; want context.DeadlineExceeded with lock.ErrCleanupPending", err)
+	}
+	err := <-patient
+	if !errors.Is(err, lock.ErrCleanupPending) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("patient Release, its unlock aborted by the other's = %v; want lock.ErrCleanupPending and no context error", err)
+	}
+	if !heldElsewhere(t, other, keys[1]) {
+		t.Fatal("the silent server freed the key before hearing the socket close; the test proves nothing")
+	}
+	p.thaw()
+	for _, k := range keys {
+		waitFor(t, k+" free once the server hears", func() bool { return !heldElsewhere(t, other, k) })
+	}
+}
+
 // TestCloseEndsBackgroundCancels: Close neither leaves behind nor waits
 // out (up to cancelGiveUp) the cancel an acquisition left to the
 // background: it closes that connection and returns at once.

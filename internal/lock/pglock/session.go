@@ -123,8 +123,9 @@ func (s *session) stopWatch() {
 }
 
 // enter takes s's turn, or returns ctx's error if ctx ends first. A free
-// turn is taken even when ctx has ended: a release with an expired context
-// still unlocks a session that answers.
+// turn is taken even when ctx has ended, so that every caller sees the
+// session's state in its turn (a release of an ended session returns nil);
+// a statement then run with that ctx fails at once.
 func (s *session) enter(ctx context.Context) error {
 	select {
 	case s.turn <- struct{}{}:
@@ -244,21 +245,23 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 	return s.unlock(ctx, mine)
 }
 
-// unlock releases hs, leases of s, in one statement. When ctx ends while
-// a statement in flight on the session (a keepalive to a server fallen
-// silent) keeps it waiting, unlock ends the session instead, which frees
-// the locks too once the server sees the socket close, and returns an
-// error wrapping lock.ErrCleanupPending.
+// unlock releases hs, leases of s, in one statement. When it cannot (ctx
+// ends while a statement in flight on the session, a keepalive to a server
+// fallen silent, keeps it waiting; the statement fails; the session ends
+// meanwhile), the session is ended instead: see abandon.
 func (s *session) unlock(ctx context.Context, hs []*handle) error {
+	// A release that begins on an ended session has nothing to undo: its
+	// lease is lost already, and says so.
+	alive := s.dying.Err() == nil
 	if err := s.enter(ctx); err != nil {
-		if !s.end(fmt.Errorf("%w: a release stopped waiting for the session: %w", lock.ErrLeaseLost, err)) {
-			return nil // lost, and the session already ended
-		}
-		return fmt.Errorf("pglock: %w: unlock: the session was busy until the context ended; it was ended instead, its socket closed: %w",
-			lock.ErrCleanupPending, err)
+		return s.abandon(ctx, alive, fmt.Errorf("the session was busy until the context ended: %w", err))
 	}
 	if s.conn == nil {
+		ended := s.leases == nil // rather than handed back by its last release
 		s.leave()
+		if alive && ended {
+			return s.abandon(ctx, true, errors.New("the session ended while the release waited for it"))
+		}
 		return nil // lost, and the session already ended
 	}
 	keys := make([]string, 0, len(hs))
@@ -303,13 +306,29 @@ func (s *session) unlock(ctx context.Context, hs []*handle) error {
 		// state we do not understand.
 		err = errors.New("the session no longer held every lock")
 	}
-	s.end(fmt.Errorf("%w: unlock of %q on the same session failed: %w", lock.ErrLeaseLost, keys, err))
-	if ctx.Err() != nil {
-		// The caller would not wait for the unlock; ending the session
-		// frees the locks all the same.
+	return s.abandon(ctx, true, fmt.Errorf("unlock of %q failed: %w", keys, err))
+}
+
+// abandon ends s after a release could not unlock on it (why), and returns
+// the release's error. The server frees the session's locks only once it
+// hears the socket close, which a silent server may not do for a while, so
+// the error wraps lock.ErrCleanupPending, whatever ended the session: unless
+// the session had ended before the release began (alive false) and not by
+// this call, when the release had nothing left to undo and returns nil.
+func (s *session) abandon(ctx context.Context, alive bool, why error) error {
+	// Read before end: the session ended otherwise, and the statement's
+	// error (the cancellation of its bound) is not the caller's.
+	endedElsewhere := s.dying.Err() != nil && ctx.Err() == nil
+	if !s.end(fmt.Errorf("%w: a release failed: %w", lock.ErrLeaseLost, why)) && !alive {
 		return nil
 	}
-	return fmt.Errorf("pglock: %w: unlock: %w", lock.ErrLeaseLost, err)
+	switch cerr := ctx.Err(); {
+	case endedElsewhere:
+		why = errors.New("the session was ended by a concurrent release, a lost lease or Close")
+	case cerr != nil && !errors.Is(why, cerr):
+		why = fmt.Errorf("%w: %w", why, cerr)
+	}
+	return fmt.Errorf("pglock: %w: unlock: %w; the session's socket is closed, and the server frees its locks once it hears", lock.ErrCleanupPending, why)
 }
 
 // onLost is the lease's OnLost: count, log, and end the session so its
