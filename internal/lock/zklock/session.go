@@ -114,20 +114,27 @@ func (s *session) confirmed(sent int64) {
 	}
 }
 
-// leasesEnd is when the session's leases must be lost at the latest: a
-// timeout, less the drift allowance, after the write began of the latest
-// request that went through the leader, the earliest the leader could
-// expire the session.
+// leasesEnd is when the session's leases must be lost at the latest, the
+// earliest the leader could expire the session. A request that went
+// through the leader does not itself refresh the session there: a follower
+// reports its sessions' activity only in its answers to the leader's
+// pings, every tickTime/2 (at most a quarter of the timeout, ZooKeeper's
+// minSessionTimeout being two ticks), so a follower cut off just after
+// answering reported at best the activity a ping period before, which the
+// session's pings and syncs (a third of the timeout apart at most) put no
+// further back. Hence a timeout after the write of the latest confirmed
+// request began, less a third and a quarter of it, and the drift allowance.
 func (s *session) leasesEnd() time.Time {
 	timeout := time.Duration(s.timeout.Load())
-	return s.at(s.lastConfirmed.Load()).Add(timeout - retry.Drift(timeout))
+	return s.at(s.lastConfirmed.Load()).Add(timeout - timeout/3 - timeout/4 - retry.Drift(timeout))
 }
 
 // syncDue is when the watchdog of a session holding leases asks the leader
-// to confirm it (a sync): a third of the timeout after the last request
-// that went through the leader, as often as go-zookeeper pings.
+// to confirm it (a sync): a sixth of the timeout after the last request
+// that went through the leader, so that leasesEnd, 5/12 of the timeout
+// after it, stays ahead by more than a sync's round trip.
 func (s *session) syncDue() time.Time {
-	return s.at(s.lastConfirmed.Load()).Add(time.Duration(s.timeout.Load()) / 3)
+	return s.at(s.lastConfirmed.Load()).Add(time.Duration(s.timeout.Load()) / 6)
 }
 
 // expiresAfter is the earliest the servers could expire the session, less
@@ -474,7 +481,7 @@ func (s *session) register(hs []*handle, loses []func(error)) error {
 // from the session lately: a waiter may have been granted after a long
 // wait, its verdict read from a follower that may be cut off from the
 // leader. A sync is sent unless a request that went through the leader was
-// sent within the last third of the timeout.
+// sent within the last sixth of the timeout (syncDue).
 func (s *session) confirm(ctx context.Context) error {
 	if time.Now().Before(s.syncDue()) {
 		return nil

@@ -16,12 +16,16 @@
 // less a drift allowance: go-zookeeper's report can come a third of the
 // timeout later, after the servers expired the session. While the session
 // holds leases, the watchdog also suspends it when no request that went
-// through the leader (a write, or the sync it sends every third of the
-// timeout) was sent within the timeout less the drift allowance: a
+// through the leader (a write, or the sync it sends every sixth of the
+// timeout) was sent within 5/12 of the timeout less the drift allowance: a
 // follower cut off from the quorum answers pings and reads for syncLimit ×
 // tickTime, while the leader, which alone expires sessions, hears nothing
-// of this one. A lease is granted only after such a request was sent within
-// the last third of the timeout (a sync if none was).
+// of this one; and the leader learns of a session's activity only from the
+// follower's answers to its pings (every tickTime/2, at most a quarter of
+// the timeout), so a confirmed request vouches for the activity up to a
+// ping period and a ping or sync gap (a third of the timeout) before it
+// (leasesEnd). A lease is granted only after such a request was sent
+// within the last sixth of the timeout (a sync if none was).
 //
 // If the session reconnects before the servers could have expired it (a
 // timeout, less 1% and 2 ms, after the write of the last request they
