@@ -120,9 +120,9 @@ type coalescer struct {
 	// filled are the gatherers waiting out a window, each woken once the
 	// intake holds as many orders as its last batch (await).
 	filled []filler
-	// storing counts the gatherers inside a store call, for the orders
+	// storing is the gatherers' store calls in progress, for the orders
 	// waiting in the intake (pending.storing).
-	storing atomic.Int32
+	storing storeCalls
 }
 
 // filler is a gatherer in await: ch is closed once the intake holds n.
@@ -139,9 +139,9 @@ type queue struct {
 	items []*pending
 	// batched counts the orders its leader has taken into batches.
 	batched int
-	// storing is 1 while its leader is inside a store call, for the orders
+	// storing is its leader's store call in progress, for the orders
 	// waiting in it (pending.storing).
-	storing atomic.Int32
+	storing storeCalls
 }
 
 // place queues p and waits for its batch's answer.
@@ -199,25 +199,44 @@ func decidedLate(ctx context.Context, p *pending) error {
 }
 
 // waitedOut is the answer of p, still queued when its lock wait of wait
-// ran out, saying what the wait was spent on; nothing was written for it.
-// Only a wait in which a lock call was made for p is the lock's
-// (lock_unavailable): the alerts on that send whoever is on call to the
-// lock servers. One spent behind its server's store call (a claim or a
-// write for the batch ahead, bounded only by the store's timeouts) is the
-// database's, as a slow lookup of its SKUs is (slowLookup); one spent in
-// line behind other batches is the instance's load.
+// ran out; nothing was written for it. A wait spent whole behind one store
+// call of its server (a claim or a write for the batch ahead, bounded only
+// by the store's timeouts: a call in progress that began before p started
+// waiting) is the database's, as a slow lookup of its SKUs is
+// (slowLookup), and no lock was tried for p. Any other is the lock's
+// (lock_unavailable): a wait in line behind batches that each took their
+// turn at the lock and the database cannot be told apart from a lock wait
+// by a look at its end (blaming whichever call runs then gave a healthy
+// database most waits under load).
 func waitedOut(p *pending, wait time.Duration) error {
-	switch storing := p.storing.Load(); {
-	case p.lookup.Load():
+	if p.lookup.Load() {
 		return slowLookup(wait)
-	case p.tried.Load():
-		return notAcquired(wait, context.DeadlineExceeded)
-	case storing != nil && storing.Load() > 0:
+	}
+	if sc := p.storing.Load(); sc != nil && !p.tried.Load() && sc.behind(p.deadline.Add(-wait)) {
 		return fmt.Errorf("reservation: waited the whole lock wait (%s) behind a store call of another batch, no lock tried for it: %w",
 			wait, inventory.ErrStoreUnavailable)
 	}
-	return fmt.Errorf("reservation: waited the whole lock wait (%s) in line behind other batches, no lock tried for it: %w",
-		wait, inventory.ErrOverloaded)
+	return notAcquired(wait, context.DeadlineExceeded)
+}
+
+// storeCalls are a source's store calls in progress: how many, and when
+// the latest of them began (unix nanoseconds).
+type storeCalls struct {
+	n     atomic.Int32
+	began atomic.Int64
+}
+
+func (sc *storeCalls) enter() {
+	sc.began.Store(time.Now().UnixNano())
+	sc.n.Add(1)
+}
+
+func (sc *storeCalls) leave() { sc.n.Add(-1) }
+
+// behind reports whether every store call in progress began before since,
+// and one is: a wait that began at since was spent whole behind it.
+func (sc *storeCalls) behind(since time.Time) bool {
+	return sc.n.Load() > 0 && sc.began.Load() < since.UnixNano()
 }
 
 // enqueue hands p to the queue of its lowest SKU when one runs (a hot SKU:
@@ -420,7 +439,7 @@ func (q *queue) keep(h *hold) bool {
 
 func (*queue) tries() bool { return false }
 
-func (q *queue) storeCalls() *atomic.Int32 { return &q.storing }
+func (q *queue) storeCalls() *storeCalls { return &q.storing }
 
 func (*queue) handsOver(*hold) bool { return false }
 

@@ -371,12 +371,13 @@ func TestQueuedLockWait(t *testing.T) {
 	}
 }
 
-// TestWaitInLineIsOverload: an order queued behind its own instance's
+// TestWaitInLineIsTheLocks: an order queued behind its own instance's
 // batch, which holds the key through a chaos pause longer than the
-// order's lock wait, is answered overloaded when the wait ends: it waited
-// in line, no lock was tried for it, and neither the lock servers nor the
-// database had any part in the wait.
-func TestWaitInLineIsOverload(t *testing.T) {
+// order's lock wait, is answered lock_unavailable when the wait ends, as
+// a wait for the key: no lock was tried for it, but a wait in line cannot
+// be told apart from one for the lock by a look at its end, and no store
+// call held it.
+func TestWaitInLineIsTheLocks(t *testing.T) {
 	f := newFixture(t, reservation.Coalescing{})
 	f.stock("a", 10)
 	svc := reservation.New(reservation.Config{Store: f.store, Locker: f.locker, LockWait: 300 * time.Millisecond})
@@ -391,8 +392,8 @@ func TestWaitInLineIsOverload(t *testing.T) {
 	if n := f.locker.tried.Load() + f.locker.waited.Load() - asked; n != 0 {
 		t.Errorf("the locker was asked %d times for the order in line", n)
 	}
-	if !errors.Is(err, inventory.ErrOverloaded) || errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
-		t.Fatalf("lock wait over in line: %v, want ErrOverloaded", err)
+	if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
+		t.Fatalf("lock wait over in line: %v, want ErrNotAcquired", err)
 	}
 	if err := <-paused; err != nil {
 		t.Fatalf("paused order = %v", err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -222,7 +221,7 @@ func (g *gathered) next(h *hold) (batch []*pending, want []string, waiting []*pe
 func (*gathered) keep(*hold) bool { return false }
 func (*gathered) tries() bool     { return true }
 
-func (g *gathered) storeCalls() *atomic.Int32 { return &g.c.storing }
+func (g *gathered) storeCalls() *storeCalls { return &g.c.storing }
 
 // handsOver keeps the leases for the next gathered batch while orders wait
 // in the intake, where the backend lets them go in the round of its try

@@ -458,10 +458,9 @@ func TestSlowLookupIsTheStores(t *testing.T) {
 
 // TestLookupPastTheLockWait: an order whose lock wait is over before its
 // SKUs are looked up (spent in a queue, behind another batch; here a lock
-// wait of 1 ns) is answered overloaded, as its own timer answers an order
-// that waited in line, asking no one: not the store, which a lookup on an
-// ended context would blame (store_unavailable) for a wait it had no part
-// in, nor the locker, which lock_unavailable would blame.
+// wait of 1 ns) is answered lock_unavailable, as its own timer answers it,
+// asking no one: not the store, which a lookup on an ended context would
+// blame (store_unavailable) for a wait it had no part in, nor the locker.
 func TestLookupPastTheLockWait(t *testing.T) {
 	for _, c := range []reservation.Coalescing{{}, {Disabled: true}} {
 		t.Run(fmt.Sprintf("disabled=%v", c.Disabled), func(t *testing.T) {
@@ -475,8 +474,8 @@ func TestLookupPastTheLockWait(t *testing.T) {
 			f.store.mu.Unlock()
 			asked := f.locker.tried.Load() + f.locker.waited.Load()
 			_, _, err := svc.Place(context.Background(), req("", line("late", 1)))
-			if !errors.Is(err, inventory.ErrOverloaded) || errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
-				t.Errorf("lock wait over before the lookup: %v, want ErrOverloaded", err)
+			if !errors.Is(err, lock.ErrNotAcquired) || errors.Is(err, inventory.ErrStoreUnavailable) {
+				t.Errorf("lock wait over before the lookup: %v, want ErrNotAcquired", err)
 			}
 			if n := lookups.Load(); n != 0 {
 				t.Errorf("the store was asked %d times", n)

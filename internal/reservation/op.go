@@ -142,9 +142,9 @@ type pending struct {
 	// wait that runs out before then was not spent on the lock servers
 	// (waitedOut).
 	tried atomic.Bool
-	// storing counts the store calls in progress of the server p waits
-	// for: the intake's gatherers or its queue's leader (waitedOut).
-	storing atomic.Pointer[atomic.Int32]
+	// storing is the store calls in progress of the server p waits for:
+	// the intake's gatherers or its queue's leader (waitedOut).
+	storing atomic.Pointer[storeCalls]
 	// rode is set once a gathered batch found one of p's keys held
 	// elsewhere and p went on to the next gathered batch (gathered.next);
 	// guarded by coalescer.mu.
@@ -239,7 +239,7 @@ func (*single) tries() bool     { return false }
 
 func (*single) handsOver(*hold) bool { return false }
 
-func (*single) storeCalls() *atomic.Int32 { return nil }
+func (*single) storeCalls() *storeCalls { return nil }
 
 // isHoldExpired reports whether err is holdExpired's refusal.
 func isHoldExpired(err error) bool {

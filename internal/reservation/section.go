@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -49,7 +48,7 @@ type source interface {
 	// source, which the orders waiting for it read when their lock wait
 	// runs out (waitedOut); nil for a batch of one, which has no other
 	// order to wait behind.
-	storeCalls() *atomic.Int32
+	storeCalls() *storeCalls
 }
 
 // hold is the leases a section runs batches under, kept across batches
@@ -80,7 +79,7 @@ type hold struct {
 	handover bool
 	// storeCalls is the count of the source whose batch runs under h
 	// (source.storeCalls); nil for none.
-	storeCalls *atomic.Int32
+	storeCalls *storeCalls
 }
 
 // inStore counts a store call of h's batch in or out of storeCalls.
@@ -88,9 +87,9 @@ func (h *hold) inStore(in bool) {
 	switch {
 	case h.storeCalls == nil:
 	case in:
-		h.storeCalls.Add(1)
+		h.storeCalls.enter()
 	default:
-		h.storeCalls.Add(-1)
+		h.storeCalls.leave()
 	}
 }
 
