@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,30 +94,34 @@ func labelled(t *testing.T, key, value string) int {
 // client's connection broke does.
 type lateWrite struct {
 	inventory.Store
-	armed   atomic.Bool
-	release chan struct{}
-	landed  chan error
+	armed atomic.Bool
+	mu    sync.Mutex
+	// late is the write whose answer was lost, landed by the next read.
+	late func() error
 }
 
 func (s *lateWrite) Write(ctx context.Context, fences []inventory.Fence, w inventory.Write) error {
 	if len(w.Orders) == 0 || !s.armed.CompareAndSwap(true, false) {
 		return s.Store.Write(ctx, fences, w)
 	}
-	go func() {
-		<-s.release
-		s.landed <- s.Store.Write(context.Background(), fences, w)
-	}()
+	s.mu.Lock()
+	s.late = func() error { return s.Store.Write(context.Background(), fences, w) }
+	s.mu.Unlock()
 	return fmt.Errorf("fake store: write: connection reset: %w: %w", inventory.ErrStoreUnavailable, inventory.ErrOutcomeUnknown)
 }
 
+// Order reads, then lands the lost write: the read-back has looked, and
+// missed it. In this goroutine, so that no scheduling can reorder the two.
 func (s *lateWrite) Order(ctx context.Context, id uuid.UUID) (*inventory.Order, error) {
 	o, err := s.Store.Order(ctx, id)
-	select {
-	case s.release <- struct{}{}: // the read-back has looked: now the write lands
-		if werr := <-s.landed; werr != nil {
+	s.mu.Lock()
+	late := s.late
+	s.late = nil
+	s.mu.Unlock()
+	if late != nil {
+		if werr := late(); werr != nil {
 			return nil, werr
 		}
-	default:
 	}
 	return o, err
 }
@@ -132,7 +137,7 @@ func TestOwnOrderLandingLateIsNoReplay(t *testing.T) {
 			f := newFixture(t, c)
 			ctx := context.Background()
 			f.stock("a", 10)
-			late := &lateWrite{Store: f.store.Store, release: make(chan struct{}), landed: make(chan error, 1)}
+			late := &lateWrite{Store: f.store.Store}
 			late.armed.Store(true)
 			f.store.Store = late
 			o, replayed, err := f.svc.Place(ctx, req("k-1", line("a", 1)))
