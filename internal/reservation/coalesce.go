@@ -3,8 +3,8 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/inventory"
@@ -219,24 +219,36 @@ func waitedOut(p *pending, wait time.Duration) error {
 	return notAcquired(wait, context.DeadlineExceeded)
 }
 
-// storeCalls are a source's store calls in progress: how many, and when
-// the latest of them began (unix nanoseconds).
+// storeCalls are a source's store calls in progress, by the time each
+// began (unix nanoseconds): one a gatherer or a queue's leader, so a few.
 type storeCalls struct {
-	n     atomic.Int32
-	began atomic.Int64
+	mu    sync.Mutex
+	began []int64
 }
 
-func (sc *storeCalls) enter() {
-	sc.began.Store(time.Now().UnixNano())
-	sc.n.Add(1)
+// enter records a call beginning now; leave(t) its end, t what enter said.
+func (sc *storeCalls) enter() int64 {
+	t := time.Now().UnixNano()
+	sc.mu.Lock()
+	sc.began = append(sc.began, t)
+	sc.mu.Unlock()
+	return t
 }
 
-func (sc *storeCalls) leave() { sc.n.Add(-1) }
+func (sc *storeCalls) leave(t int64) {
+	sc.mu.Lock()
+	if i := slices.Index(sc.began, t); i >= 0 {
+		sc.began = slices.Delete(sc.began, i, i+1)
+	}
+	sc.mu.Unlock()
+}
 
-// behind reports whether every store call in progress began before since,
-// and one is: a wait that began at since was spent whole behind it.
+// behind reports whether a call in progress began before since: a wait
+// that began at since was spent whole behind it.
 func (sc *storeCalls) behind(since time.Time) bool {
-	return sc.n.Load() > 0 && sc.began.Load() < since.UnixNano()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return slices.ContainsFunc(sc.began, func(t int64) bool { return t < since.UnixNano() })
 }
 
 // enqueue hands p to the queue of its lowest SKU when one runs (a hot SKU:

@@ -44,7 +44,7 @@ type source interface {
 	// per lock server as it takes its own keys (lock.HandoverBatch), rather
 	// than released now.
 	handsOver(h *hold) bool
-	// storeCalls counts the section's store calls in progress for the
+	// storeCalls is the section's store calls in progress for the
 	// source, which the orders waiting for it read when their lock wait
 	// runs out (waitedOut); nil for a batch of one, which has no other
 	// order to wait behind.
@@ -77,19 +77,22 @@ type hold struct {
 	spare lock.Set
 	// handover is set when the hold outlives its source (handsOver).
 	handover bool
-	// storeCalls is the count of the source whose batch runs under h
-	// (source.storeCalls); nil for none.
+	// storeCalls is the store calls in progress of the source whose batch
+	// runs under h (source.storeCalls), nil for none; storeBegan is when
+	// h's own began.
 	storeCalls *storeCalls
+	storeBegan int64
 }
 
-// inStore counts a store call of h's batch in or out of storeCalls.
+// inStore records a store call of h's batch beginning or ending in
+// storeCalls: h makes one at a time.
 func (h *hold) inStore(in bool) {
 	switch {
 	case h.storeCalls == nil:
 	case in:
-		h.storeCalls.enter()
+		h.storeBegan = h.storeCalls.enter()
 	default:
-		h.storeCalls.leave()
+		h.storeCalls.leave(h.storeBegan)
 	}
 }
 

@@ -25,7 +25,9 @@
 // the timeout), so a confirmed request vouches for the activity up to a
 // ping period and a ping or sync gap (a third of the timeout) before it
 // (leasesEnd). A lease is granted only after such a request was sent
-// within the last sixth of the timeout (a sync if none was).
+// within the last sixth of the timeout (a sync if none was). The bound
+// holds for any tickTime; its price is that a sync unanswered for about a
+// quarter of the timeout (a leader stalled that long) ends the leases.
 //
 // If the session reconnects before the servers could have expired it (a
 // timeout, less 1% and 2 ms, after the write of the last request they
