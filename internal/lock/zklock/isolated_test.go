@@ -110,7 +110,55 @@ func TestIsolatedFollowerLosesLeaseDefaultTimeout(t *testing.T) {
 	isolatedFollower(t, 30, DefaultSessionTimeout)
 }
 
-func isolatedFollower(t *testing.T, syncLimit int, timeout time.Duration) {
+// isolatable is a private three-node ensemble whose node 1 reaches the
+// others only through proxies that can be frozen: a follower cut off from
+// the quorum, its clients still connected.
+type isolatable struct {
+	real    []stack.ZKPeer
+	proxies []*gateProxy
+}
+
+func (e *isolatable) addr(i int) string { return fmt.Sprintf("127.0.0.1:%d", e.real[i].ClientPort) }
+
+// cut freezes (or thaws) node 1's links to the others.
+func (e *isolatable) cut(on bool) {
+	for _, p := range e.proxies {
+		p.frozen.Store(on)
+	}
+}
+
+// serving waits until every node serves; it skips the test when node 1
+// leads, which the test needs a follower.
+func (e *isolatable) serving(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 3 {
+		for {
+			m, err := stack.ZKMode(ctx, e.addr(i))
+			if err == nil && (m == "leader" || m == "follower") {
+				if i == 0 && m == "leader" {
+					t.Skip("node 1 became the leader; this run needs it a follower")
+				}
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("node %d not serving: %v", i+1, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+}
+
+// pinned is a Locker option that dials a alone.
+func pinned(a string) Option {
+	return WithDialer(func(network, _ string, timeout time.Duration) (net.Conn, error) {
+		return net.DialTimeout(network, a, timeout)
+	})
+}
+
+// startIsolatable starts the ensemble, with syncLimit ticks (ZooKeeper's
+// 5 when 0), and waits until it serves.
+func startIsolatable(t *testing.T, syncLimit int) *isolatable {
 	real := make([]stack.ZKPeer, 3)
 	for i := range real {
 		real[i] = stack.ZKPeer{Host: "127.0.0.1", ClientPort: freePort(t), QuorumPort: freePort(t), ElectionPort: freePort(t)}
@@ -156,30 +204,14 @@ func isolatedFollower(t *testing.T, syncLimit int, timeout time.Duration) {
 		pid := cmd.Process.Pid
 		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL); _ = cmd.Wait() })
 	}
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", real[i].ClientPort) }
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for i := range 3 {
-		for {
-			m, err := stack.ZKMode(ctx, addr(i))
-			if err == nil && (m == "leader" || m == "follower") {
-				t.Logf("node %d: %s", i+1, m)
-				if i == 0 && m == "leader" {
-					t.Skip("node 1 became the leader; this run needs it a follower")
-				}
-				break
-			}
-			if ctx.Err() != nil {
-				t.Fatalf("node %d not serving: %v", i+1, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	pin := func(a string) Option {
-		return WithDialer(func(network, _ string, timeout time.Duration) (net.Conn, error) {
-			return net.DialTimeout(network, a, timeout)
-		})
-	}
+	e := &isolatable{real: real, proxies: proxies}
+	e.serving(t)
+	return e
+}
+
+func isolatedFollower(t *testing.T, syncLimit int, timeout time.Duration) {
+	e := startIsolatable(t, syncLimit)
+	addr, pin := e.addr, pinned
 	holder := mustLocker(t, []string{addr(0)}, pin(addr(0)), WithSessionTimeout(timeout))
 	waiter := mustLocker(t, []string{addr(1)}, pin(addr(1)), WithSessionTimeout(timeout))
 	k := key(t)
@@ -196,13 +228,9 @@ func isolatedFollower(t *testing.T, syncLimit int, timeout time.Duration) {
 	}()
 	time.Sleep(time.Second) // the waiter queued, sessions steady
 	start := time.Now()
-	for _, p := range proxies {
-		p.frozen.Store(true)
-	}
+	e.cut(true)
 	defer func() {
-		for _, p := range proxies {
-			p.frozen.Store(false)
-		}
+		e.cut(false)
 	}()
 	var granted *lock.Lease
 	select {

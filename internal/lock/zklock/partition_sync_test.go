@@ -2,17 +2,10 @@ package zklock
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stockguard/stockguard/internal/lock"
-	"github.com/stockguard/stockguard/internal/stack"
 )
 
 // TestPartitionRightAfterSyncLosesLeaseFirst: the leader does not refresh
@@ -27,74 +20,8 @@ import (
 func TestPartitionRightAfterSyncLosesLeaseFirst(t *testing.T) {
 	const syncLimit = 30
 	timeout := DefaultSessionTimeout
-	real := make([]stack.ZKPeer, 3)
-	for i := range real {
-		real[i] = stack.ZKPeer{Host: "127.0.0.1", ClientPort: freePort(t), QuorumPort: freePort(t), ElectionPort: freePort(t)}
-	}
-	var proxies []*gateProxy
-	proxied := func(p stack.ZKPeer) stack.ZKPeer {
-		q := newGateProxy(t, fmt.Sprintf("127.0.0.1:%d", p.QuorumPort))
-		e := newGateProxy(t, fmt.Sprintf("127.0.0.1:%d", p.ElectionPort))
-		proxies = append(proxies, q, e)
-		return stack.ZKPeer{Host: p.Host, ClientPort: p.ClientPort, QuorumPort: q.port(), ElectionPort: e.port()}
-	}
-	views := [][]stack.ZKPeer{
-		{real[0], proxied(real[1]), proxied(real[2])},
-		{proxied(real[0]), real[1], real[2]},
-		{proxied(real[0]), real[1], real[2]},
-	}
-	dir := t.TempDir()
-	for i := range 3 {
-		d := filepath.Join(dir, fmt.Sprintf("zk%d", i+1))
-		if err := stack.WriteZKConfig(d, i+1, views[i]); err != nil {
-			t.Fatal(err)
-		}
-		cfg := filepath.Join(d, "zoo.cfg")
-		b, err := os.ReadFile(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b = []byte(strings.Replace(string(b), "syncLimit=5", fmt.Sprintf("syncLimit=%d", syncLimit), 1))
-		if err := os.WriteFile(cfg, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cmd, err := stack.ZKCommand(d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		pid := cmd.Process.Pid
-		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL); _ = cmd.Wait() })
-	}
-	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", real[i].ClientPort) }
-	waitServing := func(first bool) {
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		for i := range 3 {
-			for {
-				m, err := stack.ZKMode(ctx, addr(i))
-				if err == nil && (m == "leader" || m == "follower") {
-					if i == 0 && m == "leader" {
-						t.Skip("node 1 became the leader; this run needs it a follower")
-					}
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("node %d not serving: %v", i+1, err)
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
-		}
-	}
-	pin := func(a string) Option {
-		return WithDialer(func(network, _ string, timeout time.Duration) (net.Conn, error) {
-			return net.DialTimeout(network, a, timeout)
-		})
-	}
-	waitServing(true)
+	e := startIsolatable(t, syncLimit)
+	addr, pin := e.addr, pinned
 	const trials = 2
 	for trial := 1; trial <= trials; trial++ {
 		holder := mustLocker(t, []string{addr(0)}, pin(addr(0)), WithSessionTimeout(timeout))
@@ -122,9 +49,7 @@ func TestPartitionRightAfterSyncLosesLeaseFirst(t *testing.T) {
 		for s.lastConfirmed.Load() == before {
 			time.Sleep(200 * time.Microsecond)
 		}
-		for _, p := range proxies {
-			p.frozen.Store(true)
-		}
+		e.cut(true)
 		start := time.Now()
 		T := s.at(s.lastConfirmed.Load())
 		lastRead := s.at(s.lastRead.Load())
@@ -159,15 +84,13 @@ func TestPartitionRightAfterSyncLosesLeaseFirst(t *testing.T) {
 		if granted != nil {
 			_ = granted.Release(context.Background())
 		}
-		for _, p := range proxies {
-			p.frozen.Store(false)
-		}
+		e.cut(false)
 		_ = holder.Close()
 		_ = waiter.Close()
 		if t.Failed() {
 			return
 		}
 		time.Sleep(2 * time.Second)
-		waitServing(false)
+		e.serving(t)
 	}
 }
