@@ -107,14 +107,10 @@ func (f *freezer) thaw() {
 	}
 }
 
-// TestConcurrentFirstCallsKeepTheirOwnDeadline: two first callers of one
-// of the store's gorm queries (KnownSKUs, SKU, Audit, whyMissing, Claim's
-// create) against a silent server: the second returns at its own deadline,
-// not the first one's. With gorm's statement cache (PrepareStmt) it waited
-// for the first caller's prepare without a context: 300 ms asked, about
-// 4 s taken.
-func TestConcurrentFirstCallsKeepTheirOwnDeadline(t *testing.T) {
-	ctx := context.Background()
+// frozenStore opens a store on a migrated scratch database through a
+// freezer, thawed and closed at the test's end.
+func frozenStore(t *testing.T, ctx context.Context) (*freezer, *postgres.Store) {
+	t.Helper()
 	dsn := stacktest.NewDatabase(t, ctx)
 	openMigrated(t, dsn)
 	fr, url := newFreezer(t, dsn)
@@ -123,6 +119,18 @@ func TestConcurrentFirstCallsKeepTheirOwnDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fr.thaw(); _ = s.Close() })
+	return fr, s
+}
+
+// TestConcurrentFirstCallsKeepTheirOwnDeadline: two first callers of one
+// of the store's gorm queries (KnownSKUs, SKU, Audit, whyMissing, Claim's
+// create) against a silent server: the second returns at its own deadline,
+// not the first one's. With gorm's statement cache (PrepareStmt) it waited
+// for the first caller's prepare without a context: 300 ms asked, about
+// 4 s taken.
+func TestConcurrentFirstCallsKeepTheirOwnDeadline(t *testing.T) {
+	ctx := context.Background()
+	fr, s := frozenStore(t, ctx)
 
 	fr.freeze()
 	// Request A: a generous budget (the service's store calls have 10 s).
@@ -152,14 +160,7 @@ func TestConcurrentFirstCallsKeepTheirOwnDeadline(t *testing.T) {
 // a 499 for a client that had not gone).
 func TestOneCallersCancelFailsNoOther(t *testing.T) {
 	ctx := context.Background()
-	dsn := stacktest.NewDatabase(t, ctx)
-	openMigrated(t, dsn)
-	fr, url := newFreezer(t, dsn)
-	s, err := postgres.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fr.thaw(); _ = s.Close() })
+	fr, s := frozenStore(t, ctx)
 
 	fr.freeze() // a hiccup: the server is silent for a moment
 	actx, acancel := context.WithCancel(ctx)
@@ -173,7 +174,7 @@ func TestOneCallersCancelFailsNoOther(t *testing.T) {
 	acancel() // A's client goes away
 	time.Sleep(100 * time.Millisecond)
 	fr.thaw() // the server answers again
-	err = <-berr
+	err := <-berr
 	t.Logf("B (10 s budget, server answering again): %v", err)
 	if err != nil {
 		t.Fatalf("KnownSKUs with 10 s left on a server that answers failed with another request's error: %v", err)

@@ -141,10 +141,10 @@ func (l *unlockFailsLocker) Lock(ctx context.Context, key string) (func() error,
 	}, nil
 }
 
-// TestNaiveUnlockFailureStillCountsTheOrder: an order whose UPDATE
-// committed is placed, whatever its release says; the failed release is
-// counted apart, not as a lock failure.
-func TestNaiveUnlockFailureStillCountsTheOrder(t *testing.T) {
+// runUnlockFails runs a naive loop of 4 goroutines on 4 keys for 300 ms
+// with lk, on a fresh table.
+func runUnlockFails(t *testing.T, lk *unlockFailsLocker) (naive.Result, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tbl, err := naive.OpenTable(ctx, migratedDatabase(t, ctx), 4, 4)
@@ -152,8 +152,14 @@ func TestNaiveUnlockFailureStillCountsTheOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tbl.Close()
-	lk := &unlockFailsLocker{fail: 3, expires: true}
-	r, err := tbl.Run(ctx, lk, naive.Config{Goroutines: 4, Keys: 4, Window: 300 * time.Millisecond, Seed: 1})
+	return tbl.Run(ctx, lk, naive.Config{Goroutines: 4, Keys: 4, Window: 300 * time.Millisecond, Seed: 1})
+}
+
+// TestNaiveUnlockFailureStillCountsTheOrder: an order whose UPDATE
+// committed is placed, whatever its release says; the failed release is
+// counted apart, not as a lock failure.
+func TestNaiveUnlockFailureStillCountsTheOrder(t *testing.T) {
+	r, err := runUnlockFails(t, &unlockFailsLocker{fail: 3, expires: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,14 +181,7 @@ func TestNaiveUnlockFailureStillCountsTheOrder(t *testing.T) {
 // hold its key for good, so the loop stops with an error rather than go on
 // into a wait without end.
 func TestNaiveUnlockFailureWithoutTTLStopsTheLoop(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	tbl, err := naive.OpenTable(ctx, migratedDatabase(t, ctx), 4, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tbl.Close()
-	_, err = tbl.Run(ctx, &unlockFailsLocker{fail: 1}, naive.Config{Goroutines: 4, Keys: 4, Window: 300 * time.Millisecond, Seed: 1})
+	_, err := runUnlockFails(t, &unlockFailsLocker{fail: 1})
 	if err == nil {
 		t.Error("a release that failed without a TTL behind it: Run = nil, want the loop stopped with an error")
 	}
