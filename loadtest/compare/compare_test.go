@@ -11,6 +11,7 @@ import (
 
 	"github.com/stockguard/stockguard/loadtest/report"
 	"github.com/stockguard/stockguard/loadtest/run"
+	"github.com/stockguard/stockguard/loadtest/tally"
 )
 
 func TestCompareReportsStartFailure(t *testing.T) {
@@ -123,5 +124,34 @@ func TestPrintTableInterruptedUnitsNotVerified(t *testing.T) {
 	line := strings.Split(buf.String(), "\n")[1]
 	if strings.Count(line, "not verified") != 3 || !strings.Contains(line, " 7 ") {
 		t.Errorf("row %q: want reserved 7, oversold and lost not verified", line)
+	}
+}
+
+// TestReportCountsInterruptedBackendNeitherSafeNorUnsafe: the partial
+// result of a backend cut short by Ctrl-C is not verified, even when a
+// same-key retry contradicted its first answer before the stop: the
+// report counts it neither safe nor unsafe, and the table calls no damage
+// expected.
+func TestReportCountsInterruptedBackendNeitherSafeNorUnsafe(t *testing.T) {
+	partial := &run.Result{
+		Verdict: "INTERRUPTED after 40 of 120 orders, while sending: not verified",
+		Units:   tally.UnitCounts{Stock: 100, Reserved: 60, Unverified: true},
+		Verification: run.Verification{Unverified: true, DisagreementCount: 1, Disagreements: []run.Disagreement{{
+			SKU: "lt0-s00000", Kind: "retry_not_replayed",
+			Detail: "key lt0-o0000028: first answer insufficient_stock (HTTP 409), same-key retry 201 01a25070-1a7f-74f8-a361-7707e092abff",
+		}}},
+	}
+	cr := &Result{Backends: []Entry{
+		{Backend: "none", Fencing: "off", ExpectedUnsafe: true, Result: partial, err: run.ErrInterrupted, Error: "run interrupted", Verdict: "ERROR: the run did not complete"},
+	}}
+	r := Report(cr)
+	if !strings.Contains(r.Summary, "0 backend(s) came out safe, 0 showed oversold or lost units") ||
+		!strings.Contains(r.Summary, "1 backend(s) could not be verified") {
+		t.Errorf("summary: %s", r.Summary)
+	}
+	var buf bytes.Buffer
+	PrintTable(&buf, cr)
+	if row := strings.Split(buf.String(), "\n")[1]; strings.Contains(row, "(expected)") || !strings.Contains(row, "not verified") {
+		t.Errorf("table row: %s", row)
 	}
 }

@@ -130,6 +130,31 @@ func TestReportIsSelfContained(t *testing.T) {
 	}
 }
 
+// TestRedactHidesConnectionPasswords: a Postgres connection string may
+// carry its password in the userinfo, as a query parameter or as a
+// keyword; the recorded setup must hide each and keep everything else.
+func TestRedactHidesConnectionPasswords(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"--database-url=postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable&password=s3cretpw",
+			"--database-url=postgres://postgres@127.0.0.1:5433/stockguard?sslmode=disable&password=<redacted>"},
+		{"--database-url=postgres://postgres:other@127.0.0.1:5433/stockguard?password=s3cretpw&sslpassword=s3cretpw#f",
+			"--database-url=postgres://postgres:<redacted>@127.0.0.1:5433/stockguard?password=<redacted>&sslpassword=<redacted>#f"},
+		{"--database-url=postgres://u:s3cretpw@h1:5432,h2:5432/db?target_session_attrs=read-write",
+			"--database-url=postgres://u:<redacted>@h1:5432,h2:5432/db?target_session_attrs=read-write"},
+		{"--database-url=host=127.0.0.1 port=5433 password=s3cretpw dbname=stockguard sslmode=disable",
+			"--database-url=host=127.0.0.1 port=5433 password=<redacted> dbname=stockguard sslmode=disable"},
+		{"--database-url=host=h  password = 's3cret \\' pw' sslpassword=s3cretpw user=u",
+			"--database-url=host=h  password = <redacted> sslpassword=<redacted> user=u"},
+		{"STOCKGUARD_ADMIN_TOKEN=s3cretpw", "STOCKGUARD_ADMIN_TOKEN=<redacted>"},
+		{"PATH=/usr/bin:/bin", "PATH=/usr/bin:/bin"},
+		{"--lock=redis", "--lock=redis"},
+	} {
+		if got := report.Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+}
+
 // TestReportRendersInChromium renders the report in headless Chromium and
 // checks the screenshot shows the verdict colours. Set
 // LOADTEST_SCREENSHOT_DIR to keep the PNG and HTML for a look.

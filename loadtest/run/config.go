@@ -65,6 +65,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("concurrency %d: want 1..10000", c.Concurrency)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("rate %v: want > 0", c.Rate)
+	case c.Duration < 0:
+		return fmt.Errorf("--duration=%v: want > 0", c.Duration)
 	case c.Rate > 0 && c.Duration <= 0:
 		return errors.New("--rate needs --duration")
 	case c.Rate == 0 && c.Duration > 0:
@@ -75,8 +77,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--timeout=%v is shorter than --duration=%v: the open loop would stop sending before its last orders are due", c.Timeout, c.Duration)
 	case c.RequestTimeout <= 0:
 		return fmt.Errorf("request-timeout %v: want > 0", c.RequestTimeout)
-	case c.HoldSeconds < 1 || c.HoldSeconds > 86400:
-		return fmt.Errorf("hold-seconds %d: want 1..86400", c.HoldSeconds)
+	case c.HoldSeconds < 1 || c.HoldSeconds > MaxHoldSeconds:
+		return fmt.Errorf("hold-seconds %d: want 1..%d", c.HoldSeconds, MaxHoldSeconds)
+	case MaxHoldSeconds*time.Second < c.verifiedWithin():
+		// No --hold-seconds could do: asking for a longer one would only
+		// send the user to a second refusal.
+		return c.tooLongToVerify()
 	case time.Duration(c.HoldSeconds)*time.Second < c.verifiedWithin():
 		need := c.verifiedWithin()
 		return fmt.Errorf("--hold-seconds=%d: the holds could expire before the run is verified, and their units be sold again: "+
@@ -92,7 +98,41 @@ func (c Config) Validate() error {
 	if n > MaxOrders {
 		return fmt.Errorf("%d orders: at most %d a run", n, MaxOrders)
 	}
+	if lines := n * c.Workload.Lines.Max; lines > MaxOrderLines {
+		return fmt.Errorf("%d orders (%s) of up to %d lines (--lines=%s) are %d order lines: at most %d a run, "+
+			"since every order's body is built before the first is sent; lower %[2]s or --lines",
+			n, c.ordersFlags(), c.Workload.Lines.Max, c.Workload.Lines, lines, MaxOrderLines)
+	}
 	return nil
+}
+
+// MaxHoldSeconds is the longest hold the service grants.
+const MaxHoldSeconds = 86400
+
+// tooLongToVerify is Validate's error for a run so long that even the
+// longest hold would expire before it is verified.
+func (c Config) tooLongToVerify() error {
+	overhead := c.verifiedWithin() - c.Timeout
+	longest := MaxHoldSeconds*time.Second - overhead
+	given, fix := fmt.Sprintf("--timeout=%v", c.Timeout), fmt.Sprintf("shorten --timeout to at most %v", longest)
+	switch {
+	case longest <= 0:
+		fix = "shorten --request-timeout"
+	case c.openLoop():
+		given = fmt.Sprintf("--duration=%v, %s", c.Duration, given)
+		fix = fmt.Sprintf("shorten --duration: --timeout may be at most %v", longest)
+	}
+	return fmt.Errorf("%s: even the longest hold (--hold-seconds=%d) would expire before the run is verified, "+
+		"%v after --timeout (the last requests, reconciling unknown outcomes, verifying): %s",
+		given, MaxHoldSeconds, overhead, fix)
+}
+
+// ordersFlags names the flags that set the number of orders.
+func (c Config) ordersFlags() string {
+	if c.openLoop() {
+		return "--rate × --duration"
+	}
+	return "--orders"
 }
 
 func (c Config) openLoop() bool { return c.Rate > 0 }

@@ -77,7 +77,6 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 	// not verified, since the servers' answers can no longer be waited for.
 	interrupted := func(during string) (*Result, error) {
 		res := r.result(started, elapsed, false, ledgerOnly(r.skus, int64(cfg.Workload.Stock), r.rc))
-		res.Safe = false
 		res.Verdict = fmt.Sprintf("INTERRUPTED after %d of %d orders, %s: not verified", res.Orders.Sent, r.cfg.orderCount(), during)
 		return res, fmt.Errorf("%w: %w", ErrInterrupted, ctx.Err())
 	}
@@ -104,7 +103,7 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 	if ctx.Err() != nil {
 		return interrupted("while reconciling unanswered orders")
 	}
-	ver, err := r.verify(ctx)
+	ver, verifiedFrom, err := r.verify(ctx, progressOut)
 	if err != nil {
 		if ctx.Err() != nil {
 			return interrupted("while verifying")
@@ -113,6 +112,7 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 	}
 	res := r.result(started, elapsed, timedOut, ver)
 	res.Orders.Reconciled, res.Orders.Unresolved = reconciled, unresolved
+	res.VerifyFromURL = verifiedFrom
 	return res, nil
 }
 
@@ -125,8 +125,24 @@ func NewRunID() string {
 // SKUName is the name of SKU i of a run; it fits the service's SKU pattern.
 func SKUName(runID string, i int) string { return fmt.Sprintf("%s-s%05d", runID, i) }
 
-// setup generates the orders and creates the SKUs with PUT.
+// setup prepares the orders and creates the SKUs with PUT.
 func (r *runner) setup(ctx context.Context) error {
+	if err := r.prepare(); err != nil {
+		return err
+	}
+	return ForEach(ctx, len(r.skus), 16, func(ctx context.Context, i int) error {
+		u := r.cfg.URLs[i%len(r.cfg.URLs)]
+		if _, err := r.client.PutSKU(ctx, u, r.skus[i], r.cfg.Workload.Stock); err != nil {
+			return fmt.Errorf("create SKUs on %s: %w", u, err)
+		}
+		return nil
+	})
+}
+
+// prepare generates the orders and encodes every body up front, before
+// the sending phase's clock starts; MaxOrders and MaxOrderLines bound what
+// that keeps in memory.
+func (r *runner) prepare() error {
 	w := r.cfg.Workload
 	orders, err := w.Generate(r.cfg.orderCount())
 	if err != nil {
@@ -146,13 +162,7 @@ func (r *runner) setup(ctx context.Context) error {
 		}
 		r.bodies[i] = b
 	}
-	return ForEach(ctx, len(r.skus), 16, func(ctx context.Context, i int) error {
-		u := r.cfg.URLs[i%len(r.cfg.URLs)]
-		if _, err := r.client.PutSKU(ctx, u, r.skus[i], w.Stock); err != nil {
-			return fmt.Errorf("create SKUs on %s: %w", u, err)
-		}
-		return nil
-	})
+	return nil
 }
 
 func (r *runner) request(o Order) client.OrderRequest {
@@ -284,13 +294,18 @@ const (
 // urls[start], until an answer settles what became of it
 // (client.Outcome.Settled: not no answer, a key still in flight or a 5xx,
 // which decide nothing about an earlier attempt still running) or ctx ends
-// (ok false). The waits between resends double from reconcileFirstBackoff.
+// (ok false). Then out is the last answer of a resend ctx did not cut
+// short, or the zero Outcome if there was none. The waits between resends
+// double from reconcileFirstBackoff.
 func Settle(ctx context.Context, c *client.Client, urls []string, start int, key string, body []byte) (out client.Outcome, ok bool) {
 	backoff := reconcileFirstBackoff
 	for try := 0; ctx.Err() == nil; try++ {
-		out = c.PlaceOrder(ctx, urls[(start+try)%len(urls)], key, body)
-		if out.Settled() {
-			return out, true
+		o := c.PlaceOrder(ctx, urls[(start+try)%len(urls)], key, body)
+		if o.Settled() {
+			return o, true
+		}
+		if ctx.Err() == nil {
+			out = o
 		}
 		Sleep(ctx, backoff)
 		backoff = min(2*backoff, reconcileMaxBackoff)
@@ -317,6 +332,13 @@ func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
 		i := todo[j]
 		out, ok := Settle(ctx, r.client, r.cfg.URLs, i, r.key(i), r.bodies[i])
 		if !ok {
+			// Still unknown, it is counted by its last answer's code; a
+			// stale_fence or a 503 overloaded settles no more than no
+			// answer does. Every answer names a code; the zero Outcome
+			// is no answer at all.
+			if out.Code != "" {
+				r.res[i].final = client.Outcome{Kind: client.KindUnknown, Status: out.Status, Code: out.Code, Err: out.Err}
+			}
 			return nil
 		}
 		if out.Kind == client.KindReserved {
@@ -337,9 +359,28 @@ func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
 }
 
 // verify reads every SKU's audit and counters and checks them against the
-// receipts; with --fencing=off the rows carry no token to check.
-func (r *runner) verify(ctx context.Context) (Verification, error) {
-	return Verify(ctx, r.client, r.cfg.URLs[0], r.skus, int64(r.cfg.Workload.Stock), r.rc, r.cfg.Fencing != "off")
+// receipts; with --fencing=off the rows carry no token to check. The
+// instances share one store, so it reads through the first that answers
+// them all: one that died during the run must not leave it unverified. It
+// returns the URL it read through, and notes on progressOut each one that
+// failed.
+func (r *runner) verify(ctx context.Context, progressOut io.Writer) (Verification, string, error) {
+	urls := r.cfg.URLs
+	var errs []error
+	for i, u := range urls {
+		v, err := Verify(ctx, r.client, u, r.skus, int64(r.cfg.Workload.Stock), r.rc, r.cfg.Fencing != "off")
+		if err == nil {
+			return v, u, nil
+		}
+		if ctx.Err() != nil {
+			return Verification{}, "", err
+		}
+		errs = append(errs, fmt.Errorf("through %s: %w", u, err))
+		if progressOut != nil && i+1 < len(urls) {
+			fmt.Fprintf(progressOut, "%s did not answer the verification (%v): verifying through %s\n", u, err, urls[i+1])
+		}
+	}
+	return Verification{}, "", fmt.Errorf("no instance answered the verification: %w", errors.Join(errs...))
 }
 
 // result tallies the attempts into a Result.

@@ -2,6 +2,7 @@ package run
 
 import (
 	"errors"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +178,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no orders", func(c *Config) { c.Orders = 0 }},
 		{"rate without duration", func(c *Config) { c.Rate = 10 }},
 		{"duration without rate", func(c *Config) { c.Duration = time.Second }},
+		{"negative duration", func(c *Config) { c.Duration = -time.Second }},
 		{"zero concurrency", func(c *Config) { c.Concurrency = 0 }},
 		{"too many orders", func(c *Config) { c.Orders, c.Rate, c.Duration = 0, 1e6, time.Hour }},
 		{"hold seconds", func(c *Config) { c.HoldSeconds = 0 }},
@@ -200,5 +202,82 @@ func TestConfigValidate(t *testing.T) {
 	ok.Orders, ok.Rate, ok.Duration, ok.Timeout = 0, 1, 5*time.Minute, 6*time.Minute
 	if err := ok.Validate(); err != nil {
 		t.Errorf("a 900 s hold outlasts a 6-minute open loop: %v", err)
+	}
+}
+
+// TestConfigValidateRunTooLongForAnyHold: a run that not even the longest
+// hold outlasts is refused as such, not with a --hold-seconds the flag
+// itself would refuse.
+func TestConfigValidateRunTooLongForAnyHold(t *testing.T) {
+	c := testConfig("http://127.0.0.1:8080")
+	c.Orders, c.Rate, c.Duration, c.Timeout = 0, 5, 87600*time.Hour, 87601*time.Hour
+	err := c.Validate()
+	if err == nil || strings.Contains(err.Error(), "want at least") ||
+		!strings.Contains(err.Error(), "shorten --duration: --timeout may be at most 23h") {
+		t.Fatalf("Validate() = %v", err)
+	}
+	c = testConfig("http://127.0.0.1:8080")
+	c.Timeout = 25 * time.Hour
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "shorten --timeout to at most 23h") {
+		t.Fatalf("closed loop: Validate() = %v", err)
+	}
+}
+
+// TestConfigValidateBoundsOrderLines: setup keeps every order and its
+// encoded body, so Validate bounds orders × lines, not orders alone. The
+// largest shapes it accepts fit in memory, extrapolated from what a sample
+// of each keeps, and the command lines of the README, the Makefile and
+// bench (MaxOrders one-line orders) pass.
+func TestConfigValidateBoundsOrderLines(t *testing.T) {
+	huge := testConfig("http://127.0.0.1:8080")
+	huge.Orders, huge.Workload.SKUs, huge.Workload.Lines = MaxOrders, 100_000, Range{100, 100}
+	if err := huge.Validate(); err == nil || !strings.Contains(err.Error(), "lower --orders or --lines") {
+		t.Errorf("%d orders of 100 lines: Validate() = %v", MaxOrders, err)
+	}
+	open := huge
+	open.Orders, open.Rate, open.Duration, open.Timeout = 0, 10_000, 100*time.Second, 101*time.Second
+	if err := open.Validate(); err == nil || !strings.Contains(err.Error(), "lower --rate × --duration or --lines") {
+		t.Errorf("open loop, 1,000,000 orders of 100 lines: Validate() = %v", err)
+	}
+	for _, tc := range []struct {
+		name          string
+		orders, lines int
+	}{
+		{"README run", 5000, 3}, {"README compare", 3000, 3}, {"make demo", 600, 1},
+		{"bench", MaxOrders, 1}, {"default lines", MaxOrders, 3}, {"most lines", MaxOrderLines / 100, 100},
+	} {
+		c := testConfig("http://127.0.0.1:8080")
+		c.Orders, c.Workload.SKUs, c.Workload.Lines = tc.orders, 100_000, Range{1, tc.lines}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+
+	// What prepare keeps for n orders of the given lines: the SKU names,
+	// a fixed cost, plus so much an order.
+	kept := func(n, lines int) float64 {
+		c := testConfig("http://127.0.0.1:8080")
+		c.Orders, c.Workload = n, Workload{SKUs: 100_000, Stock: 1_000_000_000, Lines: Range{lines, lines}, Qty: Range{1_000_000, 1_000_000}, Seed: 1}
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		r := &runner{cfg: c, runID: NewRunID()}
+		if err := r.prepare(); err != nil {
+			t.Fatal(err)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		runtime.KeepAlive(r)
+		return float64(after.HeapAlloc) - float64(before.HeapAlloc)
+	}
+	const sample, limit = 5000, 3 << 30
+	for _, lines := range []int{1, 3, 100} {
+		one, two := kept(sample, lines), kept(2*sample, lines)
+		perOrder := (two - one) / sample
+		accepted := min(MaxOrders, MaxOrderLines/lines)
+		if total := one + perOrder*float64(accepted-sample); total > limit {
+			t.Errorf("%d orders of %d lines are accepted and keep ≈ %.1f GiB (%.0f bytes an order) before the first is sent",
+				accepted, lines, total/(1<<30), perOrder)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package run
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -441,5 +443,116 @@ func TestRunRetryFiguresAddUp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRunUnresolvedCountedByLastAnswer: an order whose outcome stayed
+// unknown counts among the errors by the code of its last answer, and
+// stays unresolved whatever that answer, even one of a kind (stale_fence,
+// 503 overloaded) that settles nothing.
+func TestRunUnresolvedCountedByLastAnswer(t *testing.T) {
+	defer func(d time.Duration) { reconcileWait = d }(reconcileWait)
+	reconcileWait = 300 * time.Millisecond
+	for _, last := range []struct {
+		status int
+		code   string
+	}{
+		{http.StatusConflict, "idempotency_key_in_flight"},
+		{http.StatusConflict, "stale_fence"},
+		{http.StatusServiceUnavailable, "overloaded"},
+	} {
+		t.Run(last.code, func(t *testing.T) {
+			f := fakeservice.New("secret", false)
+			u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+				if n == 1 {
+					refuse(w, http.StatusServiceUnavailable, "store_unavailable")
+					return
+				}
+				refuse(w, last.status, last.code)
+			})
+			cfg := testConfig(u)
+			cfg.Orders, cfg.Workload.RetryShare, cfg.RequestTimeout = 10, 0, 100*time.Millisecond
+			res, err := Execute(fakeservice.Context(t), cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := res.Orders
+			if o.Unresolved != 10 || o.Errors != 10 || o.ErrorCodes[last.code] != 10 || len(o.ErrorCodes) != 1 ||
+				o.FirstAnswers.ErrorCodes["store_unavailable"] != 10 || res.Safe || res.Damaged() {
+				t.Fatalf("unresolved %d, errors %d by code %v (first answers %v): %s",
+					o.Unresolved, o.Errors, o.ErrorCodes, o.FirstAnswers.ErrorCodes, res.Verdict)
+			}
+		})
+	}
+}
+
+// TestRunInterruptedAfterContradictionIsNotDamaged: a run stopped before
+// its verification counts neither safe nor damaged, even when a same-key
+// retry contradicted its first answer before the stop.
+func TestRunInterruptedAfterContradictionIsNotDamaged(t *testing.T) {
+	ctx, cancel := context.WithCancel(fakeservice.Context(t))
+	defer cancel()
+	f := fakeservice.New("secret", false)
+	var firsts atomic.Int32
+	u := script(t, f, func(n int, w http.ResponseWriter, r *http.Request, next http.Handler) {
+		if n > 1 {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// One client: the orders before this one are done, each refused
+		// and then placed by its retry.
+		if firsts.Add(1) == 4 {
+			cancel()
+		}
+		refuse(w, http.StatusConflict, "insufficient_stock")
+	})
+	cfg := testConfig(u)
+	cfg.Orders, cfg.Concurrency, cfg.Workload.RetryShare, cfg.Workload.Stock = 40, 1, 1, 1000
+	res, err := Execute(ctx, cfg, nil)
+	if !errors.Is(err, ErrInterrupted) || res == nil {
+		t.Fatalf("err %v, result %v", err, res)
+	}
+	if res.Orders.RetryMismatch == 0 {
+		t.Fatalf("no retry contradicted its first answer before the stop: %+v", res.Orders)
+	}
+	if res.Safe || res.Damaged() || res.Verification.Safe() || res.Verification.Damaged() {
+		t.Errorf("safe %v damaged %v: %s", res.Safe, res.Damaged(), res.Verdict)
+	}
+}
+
+// TestRunVerifiesThroughAnotherInstance: when the first instance stops
+// answering before the verification, the run is verified through the
+// next; when none answers, the error names each one and why.
+func TestRunVerifiesThroughAnotherInstance(t *testing.T) {
+	f := fakeservice.New("secret", false)
+	dead := func() *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/skus/") {
+				// Gone mid-run: the connection drops without an answer.
+				conn, _, err := http.NewResponseController(w).Hijack()
+				if err == nil {
+					conn.Close()
+				}
+				return
+			}
+			f.ServeHTTP(w, r)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	a, b := dead(), f.Server(t)
+	var progressOut bytes.Buffer
+	res, err := Execute(fakeservice.Context(t), testConfig(a.URL, b.URL), &progressOut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Safe || res.VerifyFromURL != b.URL || !strings.Contains(progressOut.String(), a.URL+" did not answer the verification") {
+		t.Fatalf("safe %v, verified through %s: %s; progress:\n%s", res.Safe, res.VerifyFromURL, res.Verdict, progressOut.String())
+	}
+
+	c := dead()
+	_, err = Execute(fakeservice.Context(t), testConfig(a.URL, c.URL), nil)
+	if err == nil || !strings.Contains(err.Error(), "through "+a.URL+": ") || !strings.Contains(err.Error(), "through "+c.URL+": ") {
+		t.Fatalf("err = %v", err)
 	}
 }

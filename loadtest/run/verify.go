@@ -266,14 +266,17 @@ func (v *Verification) note(d Disagreement) {
 	}
 }
 
-// Safe reports whether nothing was oversold or lost, all sources agree and
-// every order's outcome is known.
-func (v Verification) Safe() bool { return !v.Damaged() && v.Unresolved == 0 }
+// Safe reports whether the run was verified, nothing was oversold or lost,
+// all sources agree and every order's outcome is known.
+func (v Verification) Safe() bool { return !v.Unverified && !v.Damaged() && v.Unresolved == 0 }
 
-// Damaged reports whether anything was oversold or lost or any source
-// disagrees. A verification neither Safe nor Damaged is inconclusive.
+// Damaged reports whether the verification found anything oversold or
+// lost, or sources that disagree. A run stopped before its verification is
+// never Damaged, whatever its answers contradicted until then: it counts
+// neither safe nor unsafe. A verification neither Safe nor Damaged is
+// unverified or inconclusive.
 func (v Verification) Damaged() bool {
-	return v.Oversold > 0 || v.Lost > 0 || v.DisagreementCount > 0
+	return !v.Unverified && (v.Oversold > 0 || v.Lost > 0 || v.DisagreementCount > 0)
 }
 
 func abs(x int64) int64 {

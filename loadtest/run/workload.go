@@ -11,9 +11,15 @@ import (
 	"strings"
 )
 
-// MaxOrders bounds how many orders one run may generate, so that a typo in
-// --orders or --rate cannot exhaust memory.
-const MaxOrders = 5_000_000
+// MaxOrders bounds how many orders one run may generate, and MaxOrderLines
+// their lines (the orders times --lines' hi), so that a typo in --orders,
+// --rate or --lines cannot exhaust memory: setup keeps every order and its
+// encoded body, some 250 bytes an order and 70 a line, so the bounds keep
+// that under 2.5 GB, and MaxOrders orders of the default 1..3 lines fit.
+const (
+	MaxOrders     = 5_000_000
+	MaxOrderLines = 15_000_000
+)
 
 // Range is an inclusive integer range, written "lo..hi" or just "n" on the
 // command line. It implements flag.Value.
