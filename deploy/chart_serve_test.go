@@ -79,6 +79,13 @@ func TestChartRendersOnlyWhatServeAccepts(t *testing.T) {
 			map[string]string{"STOCKGUARD_COALESCE": "off", "STOCKGUARD_MAX_IN_FLIGHT": "1000000", "STOCKGUARD_CHAOS": "true"}},
 		// Set twice, the later one would win past the chart's checks.
 		{"extra setting the chart owns", "extraEnv:\n  STOCKGUARD_LOCK_WAIT: 0s\n", "extraEnv.STOCKGUARD_LOCK_WAIT", nil},
+		{"metrics address as an extra setting", "extraEnv:\n  STOCKGUARD_METRICS_ADDR: 0.0.0.0:9090\n", "extraEnv.STOCKGUARD_METRICS_ADDR: the chart sets it from metrics.port", nil},
+		{"metrics on a port of its own", "metrics:\n  port: 9090\n", "", map[string]string{"STOCKGUARD_METRICS_ADDR": "0.0.0.0:9090"}},
+		{"metrics port as a string", "metrics:\n  port: \"9090\"\n", "", map[string]string{"STOCKGUARD_METRICS_ADDR": "0.0.0.0:9090"}},
+		// serve refuses two listeners on one port.
+		{"metrics on the API's port", "metrics:\n  port: 8080\n", "metrics.port", nil},
+		{"metrics port zero", "metrics:\n  port: 0\n", "metrics.port", nil},
+		{"metrics port out of range", "metrics:\n  port: 70000\n", "metrics.port", nil},
 		{"admin token", "adminToken:\n  value: s3cret\n", "", nil},
 		{"admin token from a block scalar", "adminToken:\n  value: |\n    s3cret\n", "adminToken.value", nil},
 		{"admin token a number", "adminToken:\n  value: 12345678901234567890\n", "adminToken.value", nil},

@@ -3,9 +3,11 @@ package deploy
 import (
 	"bytes"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -114,7 +116,7 @@ func strictAppend[T any](doc []byte, list []T) ([]T, error) {
 func TestChartLint(t *testing.T) {
 	helm(t, "lint", "--strict", kubeVersion, chart, "--set", "database.url=postgres://u:p@db:5432/stockguard,"+redlockAddrs)
 	helm(t, "lint", "--strict", kubeVersion, chart, "--set",
-		"database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true,"+redlockAddrs)
+		"database.existingSecret=db,adminToken.existingSecret=admin,serviceMonitor.enabled=true,metrics.port=9090,"+redlockAddrs)
 }
 
 func TestChartDefaults(t *testing.T) {
@@ -294,6 +296,94 @@ func TestChartLockSettings(t *testing.T) {
 }
 
 func isTrue(b *bool) bool { return b != nil && *b }
+
+// TestChartMetricsPort: the ServiceMonitor scrapes the listener serve
+// serves /metrics on. By default that is the API's; with metrics.port it
+// is serve's --metrics-addr alone (README, "Operating it": /metrics on
+// --addr is then 404), reached through a ClusterIP Service even when the
+// API's Service is a LoadBalancer, which would publish it.
+func TestChartMetricsPort(t *testing.T) {
+	for _, c := range []struct {
+		name, set string
+		listener  string // the variable serve reads the /metrics listener from
+		want      int32
+	}{
+		{"on the API's port", "service.port=8081", "STOCKGUARD_ADDR", 8081},
+		{"on a port of its own", "metrics.port=9090,service.type=LoadBalancer", "STOCKGUARD_METRICS_ADDR", 9090},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := decode(t, helm(t, "template", "sg", chart, kubeVersion, "--set",
+				"database.url=postgres://u:p@db:5432/stockguard,serviceMonitor.enabled=true,"+c.set+","+redlockAddrs))
+			if len(r.deployments) != 1 || len(r.serviceMonitor) != 1 {
+				t.Fatalf("rendered %d deployments, %d service monitors", len(r.deployments), len(r.serviceMonitor))
+			}
+			env := map[string]string{}
+			for _, e := range r.deployments[0].Spec.Template.Spec.Containers[0].Env {
+				env[e.Name] = e.Value
+			}
+			if _, set := env["STOCKGUARD_METRICS_ADDR"]; set != (c.listener == "STOCKGUARD_METRICS_ADDR") {
+				t.Errorf("STOCKGUARD_METRICS_ADDR = %q", env["STOCKGUARD_METRICS_ADDR"])
+			}
+			_, port, err := net.SplitHostPort(env[c.listener])
+			if err != nil || port != strconv.Itoa(int(c.want)) {
+				t.Fatalf("%s = %q, want port %d", c.listener, env[c.listener], c.want)
+			}
+			if ep := r.serviceMonitor[0].Spec.Endpoints; len(ep) != 1 || ep[0].Path != "/metrics" {
+				t.Fatalf("service monitor endpoints %+v", ep)
+			}
+			svc, got := scrapeTarget(t, r)
+			if got != c.want {
+				t.Errorf("the ServiceMonitor scrapes container port %d, serve listens for /metrics on %s (%s)", got, env[c.listener], c.listener)
+			}
+			if svc.Spec.Type != corev1.ServiceTypeClusterIP {
+				t.Errorf("the metrics are scraped through Service %s of type %s, want ClusterIP", svc.Name, svc.Spec.Type)
+			}
+		})
+	}
+}
+
+// scrapeTarget follows the ServiceMonitor's endpoint as the Prometheus
+// Operator does: to the Service port of that name on a Service it selects,
+// then to the pod's container port which that Service port targets. It
+// returns that Service and container port, and fails unless there is
+// exactly one.
+func scrapeTarget(t *testing.T, r rendered) (corev1.Service, int32) {
+	t.Helper()
+	sm := r.serviceMonitor[0]
+	pod := r.deployments[0].Spec.Template
+	var svcs []corev1.Service
+	var ports []int32
+	for _, svc := range r.services {
+		if !matchLabels(sm.Spec.Selector.MatchLabels, svc.Labels) || !matchLabels(svc.Spec.Selector, pod.Labels) {
+			continue
+		}
+		for _, sp := range svc.Spec.Ports {
+			if sp.Name != sm.Spec.Endpoints[0].Port {
+				continue
+			}
+			for _, cp := range pod.Spec.Containers[0].Ports {
+				if target := sp.TargetPort.String(); target == cp.Name || target == strconv.Itoa(int(cp.ContainerPort)) {
+					svcs, ports = append(svcs, svc), append(ports, cp.ContainerPort)
+				}
+			}
+		}
+	}
+	if len(ports) != 1 {
+		t.Fatalf("the ServiceMonitor's endpoint port %q (selector %v) reaches container ports %v, want one",
+			sm.Spec.Endpoints[0].Port, sm.Spec.Selector.MatchLabels, ports)
+	}
+	return svcs[0], ports[0]
+}
+
+// matchLabels reports whether a selector's match labels select labels.
+func matchLabels(sel, labels map[string]string) bool {
+	for k, v := range sel {
+		if labels[k] != v {
+			return false
+		}
+	}
+	return true
+}
 
 // TestChartJobPlacedAsTheReplicas: the migration Job's pod gets the
 // replicas' node selector, tolerations, pod labels and annotations: on a

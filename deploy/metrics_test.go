@@ -4,13 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"maps"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 	"sigs.k8s.io/yaml"
 
@@ -23,41 +27,76 @@ type fakePool struct{}
 
 func (fakePool) Stats() sql.DBStats { return sql.DBStats{MaxOpenConnections: 16} }
 
-// registered gathers a registry built as `stockguard serve` builds its own
-// and returns every series name it exposes, histogram and summary series
-// included.
-func registered(t *testing.T) map[string]bool {
+// freshRegistry is a registry built as `stockguard serve` builds its own,
+// with the redlock backend's collectors, on which nothing has happened yet.
+func freshRegistry(t *testing.T) *prometheus.Registry {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := metrics.New(reg, "redlock")
+	metrics.New(reg, "redlock")
 	metrics.RegisterBuildInfo(reg, metrics.BuildInfo{Version: "test", Backend: "redlock", Fencing: true, Coalesce: true})
 	metrics.RegisterPool(reg, fakePool{})
 	metrics.NewLockProbe(reg, "redlock", func(context.Context) error { return nil }, time.Second)
-	lm, err := lockmetrics.New(reg, "redlock")
+	if _, err := lockmetrics.New(reg, "redlock"); err != nil {
+		t.Fatal(err)
+	}
+	return reg
+}
+
+// exposed is every series a fresh registry exposes, as Prometheus stores a
+// scrape of it: a histogram as its _bucket (one per le), _sum and _count
+// series, a summary as its quantiles, _sum and _count.
+func exposed(t *testing.T) []labels.Labels {
+	t.Helper()
+	mfs, err := freshRegistry(t).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Series of vectors appear once they have a child: touch the ones the
-	// service creates on its first request.
-	m.HTTP("GET", "/healthz", 200, time.Millisecond)
-	m.Batch(1)
-	lm.Acquired(time.Millisecond)
-	lm.Failed(lockmetrics.ReasonNotAcquired)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	names := map[string]bool{}
+	var series []labels.Labels
 	for _, mf := range mfs {
-		n := mf.GetName()
-		names[n] = true
-		switch mf.GetType().String() {
-		case "HISTOGRAM":
-			names[n+"_bucket"], names[n+"_sum"], names[n+"_count"] = true, true, true
-		case "SUMMARY":
-			names[n+"_sum"], names[n+"_count"] = true, true
+		name := mf.GetName()
+		for _, m := range mf.GetMetric() {
+			b := labels.NewScratchBuilder(len(m.GetLabel()) + 2)
+			add := func(name string, extra ...string) {
+				b.Reset()
+				b.Add(labels.MetricName, name)
+				for _, l := range m.GetLabel() {
+					b.Add(l.GetName(), l.GetValue())
+				}
+				for i := 0; i+1 < len(extra); i += 2 {
+					b.Add(extra[i], extra[i+1])
+				}
+				b.Sort()
+				series = append(series, b.Labels())
+			}
+			switch mf.GetType().String() {
+			case "HISTOGRAM":
+				for _, bk := range m.GetHistogram().GetBucket() {
+					add(name+"_bucket", "le", strconv.FormatFloat(bk.GetUpperBound(), 'g', -1, 64))
+				}
+				add(name+"_bucket", "le", "+Inf")
+				add(name + "_sum")
+				add(name + "_count")
+			case "SUMMARY":
+				for _, q := range m.GetSummary().GetQuantile() {
+					add(name, "quantile", strconv.FormatFloat(q.GetQuantile(), 'g', -1, 64))
+				}
+				add(name + "_sum")
+				add(name + "_count")
+			default:
+				add(name)
+			}
 		}
+	}
+	return series
+}
+
+// registered returns every series name a fresh registry exposes.
+func registered(t *testing.T) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	for _, s := range exposed(t) {
+		names[s.Get(labels.MetricName)] = true
 	}
 	return names
 }
@@ -90,23 +129,33 @@ func loadRules(t *testing.T) ruleFile {
 	return rf
 }
 
-// selectors parses expr and returns the metric names it selects.
-func selectors(t *testing.T, where, expr string) []string {
+// vectorSelectors parses expr and returns the series selectors in it.
+func vectorSelectors(t *testing.T, where, expr string) []*parser.VectorSelector {
 	t.Helper()
 	e, err := parser.NewParser(parser.Options{}).ParseExpr(expr)
 	if err != nil {
 		t.Errorf("%s: %q does not parse as PromQL: %v", where, expr, err)
 		return nil
 	}
-	var names []string
+	var vss []*parser.VectorSelector
 	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
 		if vs, ok := n.(*parser.VectorSelector); ok {
-			names = append(names, vs.Name)
+			vss = append(vss, vs)
 		}
 		return nil
 	})
-	if len(names) == 0 {
+	if len(vss) == 0 {
 		t.Errorf("%s: %q selects no metric", where, expr)
+	}
+	return vss
+}
+
+// selectors parses expr and returns the metric names it selects.
+func selectors(t *testing.T, where, expr string) []string {
+	t.Helper()
+	var names []string
+	for _, vs := range vectorSelectors(t, where, expr) {
+		names = append(names, vs.Name)
 	}
 	return names
 }
@@ -159,6 +208,32 @@ type dashboard struct {
 	} `json:"panels"`
 }
 
+// panelQueries is every query of the dashboard, keyed by where it is, as
+// Prometheus receives it: Grafana replaces its variables first.
+func panelQueries(t *testing.T) map[string][]string {
+	t.Helper()
+	raw, err := os.ReadFile("grafana/stockguard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("stockguard.json: %v", err)
+	}
+	vars := strings.NewReplacer("$job", ".*", "$__rate_interval", "5m", "$__interval", "1m")
+	queries := map[string][]string{}
+	for _, p := range d.Panels {
+		where := "dashboard panel " + p.Title
+		if len(p.Targets) == 0 {
+			t.Errorf("%s has no query", where)
+		}
+		for _, tg := range p.Targets {
+			queries[where] = append(queries[where], vars.Replace(tg.Expr))
+		}
+	}
+	return queries
+}
+
 func TestDashboardQueries(t *testing.T) {
 	known := registered(t)
 	for _, g := range loadRules(t).Groups {
@@ -168,28 +243,60 @@ func TestDashboardQueries(t *testing.T) {
 			}
 		}
 	}
-	raw, err := os.ReadFile("grafana/stockguard.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d dashboard
-	if err := json.Unmarshal(raw, &d); err != nil {
-		t.Fatalf("stockguard.json: %v", err)
-	}
-	// Grafana replaces its variables before Prometheus sees the query.
-	vars := strings.NewReplacer("$job", ".*", "$__rate_interval", "5m", "$__interval", "1m")
 	queries := 0
-	for _, p := range d.Panels {
-		if len(p.Targets) == 0 {
-			t.Errorf("panel %q has no query", p.Title)
-		}
-		for _, tg := range p.Targets {
+	for where, exprs := range panelQueries(t) {
+		for _, expr := range exprs {
 			queries++
-			where := "dashboard panel " + p.Title
-			checkNames(t, where, selectors(t, where, vars.Replace(tg.Expr)), known)
+			checkNames(t, where, selectors(t, where, expr), known)
 		}
 	}
 	if queries == 0 {
 		t.Fatal("the dashboard has no queries")
 	}
+}
+
+// TestQueriedSeriesExistAtStart: every series a rule or a dashboard panel
+// selects is there on a fresh instance, before any event (README: "every
+// labelled series exists from the start at 0"). rate() and increase()
+// count an event only from a sample taken before it: a series born with
+// its first event loses that event (the first lock failure of a reason,
+// the first unready /readyz), and a panel over it reads No data on a
+// healthy instance.
+func TestQueriedSeriesExistAtStart(t *testing.T) {
+	series := exposed(t)
+	queries := map[string][]string{}
+	recorded := map[string]bool{}
+	for _, g := range loadRules(t).Groups {
+		for _, r := range g.Rules {
+			where := "rules.yml " + r.Record + r.Alert
+			queries[where] = append(queries[where], r.Expr)
+			if r.Record != "" {
+				recorded[r.Record] = true
+			}
+		}
+	}
+	maps.Copy(queries, panelQueries(t))
+	for where, exprs := range queries {
+		for _, expr := range exprs {
+			for _, vs := range vectorSelectors(t, where, expr) {
+				if recorded[vs.Name] {
+					continue // there when the series it is recorded from are
+				}
+				if !slices.ContainsFunc(series, func(s labels.Labels) bool { return selects(vs, s) }) {
+					t.Errorf("%s selects %s, which a fresh instance does not expose before its first event", where, vs)
+				}
+			}
+		}
+	}
+}
+
+// selects reports whether vs selects s as scraped. job and instance are
+// the scrape's own labels, which a registry does not have.
+func selects(vs *parser.VectorSelector, s labels.Labels) bool {
+	for _, m := range vs.LabelMatchers {
+		if m.Name != "job" && m.Name != "instance" && !m.Matches(s.Get(m.Name)) {
+			return false
+		}
+	}
+	return true
 }

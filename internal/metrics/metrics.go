@@ -27,6 +27,10 @@ var orderCodes = []string{"created", "replayed", "invalid_request", "unknown_sku
 	"stale_fence", "idempotency_key_in_flight", "idempotency_key_reused", "body_too_large",
 	"unsupported_media_type", "lock_unavailable", "store_unavailable", "overloaded", "timeout", "client_closed_request", "internal"}
 
+// readyzRoute is the readiness probe's route label, httpapi's route
+// pattern (metrics does not import the HTTP layer: it observes it).
+const readyzRoute = "/readyz"
+
 // storeCalls are the values of stockguard_store_call_seconds's call label,
 // reservation.StoreClaim and reservation.StoreWrite (metrics does not
 // import the service: the service's observer is this package's Metrics).
@@ -114,6 +118,13 @@ func New(reg prometheus.Registerer, backend string) *Metrics {
 	for _, c := range storeCalls {
 		m.storeCall.WithLabelValues(c)
 	}
+	// Of the HTTP series only the readiness probe's answers are known
+	// before any client comes: the kubelet calls it on every instance, and
+	// the readiness rules (stockguard:readyz_*) count its 200s and 503s.
+	for _, status := range []int{http.StatusOK, http.StatusServiceUnavailable} {
+		m.requests.WithLabelValues(http.MethodGet, readyzRoute, strconv.Itoa(status))
+	}
+	m.latency.WithLabelValues(http.MethodGet, readyzRoute)
 	return m
 }
 

@@ -36,6 +36,11 @@ func TestSeriesExistBeforeTheFirstEvent(t *testing.T) {
 		`stockguard_store_call_seconds_count{call="claim"} 0`,
 		`stockguard_store_call_seconds_count{call="write"} 0`,
 		`stockguard_http_requests_in_flight 0`,
+		// The readiness rules count the probe's answers, the first 503
+		// included.
+		`stockguard_http_requests_total{method="GET",route="/readyz",status="200"} 0`,
+		`stockguard_http_requests_total{method="GET",route="/readyz",status="503"} 0`,
+		`stockguard_http_request_duration_seconds_count{method="GET",route="/readyz"} 0`,
 	} {
 		if !strings.Contains(exposition(t, reg), want) {
 			t.Errorf("no %s before any event", want)

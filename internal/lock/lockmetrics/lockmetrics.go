@@ -107,14 +107,21 @@ func New(reg prometheus.Registerer, backend string) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	return &Metrics{
+	m := &Metrics{
 		acquire:  acquire.WithLabelValues(backend),
 		attempts: attempts.WithLabelValues(backend),
 		failures: failures.MustCurryWith(prometheus.Labels{"backend": backend}),
 		extendOK: extends.WithLabelValues(backend, "ok"),
 		extendNo: extends.WithLabelValues(backend, "failed"),
 		lost:     lost.WithLabelValues(backend),
-	}, nil
+	}
+	// Every reason's series exists from the start at 0, as the others
+	// above: rate() needs a sample before a reason's first failure to
+	// count it, and the dashboard's panel would read No data until then.
+	for _, r := range []string{ReasonInvalidKey, ReasonNotAcquired, ReasonUnavailable, ReasonCancelled} {
+		m.failures.WithLabelValues(r)
+	}
+	return m, nil
 }
 
 // Register registers c on reg, or returns the identical collector registered

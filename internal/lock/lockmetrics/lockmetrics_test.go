@@ -3,9 +3,11 @@ package lockmetrics
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/stockguard/stockguard/internal/lock"
 )
@@ -28,6 +30,25 @@ func TestReason(t *testing.T) {
 		if got := Reason(c.err); got != c.want {
 			t.Errorf("Reason(%v) = %s, want %s", c.err, got, c.want)
 		}
+	}
+}
+
+// TestSeriesExistBeforeTheFirstFailure: a failure reason whose series
+// appears with its first failure loses that failure to rate(), and the
+// dashboard's panel over it reads No data on a healthy instance.
+func TestSeriesExistBeforeTheFirstFailure(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	if _, err := New(reg, "redlock"); err != nil {
+		t.Fatal(err)
+	}
+	var want strings.Builder
+	want.WriteString("# HELP stockguard_lock_acquire_failures_total Acquire calls that returned an error, by reason (invalid_key, not_acquired, cancelled, unavailable).\n")
+	want.WriteString("# TYPE stockguard_lock_acquire_failures_total counter\n")
+	for _, r := range []string{ReasonCancelled, ReasonInvalidKey, ReasonNotAcquired, ReasonUnavailable} {
+		fmt.Fprintf(&want, "stockguard_lock_acquire_failures_total{backend=\"redlock\",reason=%q} 0\n", r)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want.String()), "stockguard_lock_acquire_failures_total"); err != nil {
+		t.Error(err)
 	}
 }
 

@@ -203,11 +203,25 @@ written in digits (see stockguard.int). */}}
 later definition would win, past the chart's checks, and --migrate=false on
 the command line would ignore STOCKGUARD_MIGRATE. */}}
 {{- define "stockguard.checkExtraEnv" -}}
-{{- $owned := dict "STOCKGUARD_ADDR" "service.port" "STOCKGUARD_LOCK" "lock.backend" "STOCKGUARD_FENCING" "lock.fencing" "STOCKGUARD_LOCK_TTL" "lock.ttl" "STOCKGUARD_LOCK_WAIT" "lock.wait" "STOCKGUARD_SHUTDOWN_TIMEOUT" "shutdown.drainSeconds" "STOCKGUARD_REDIS_ADDRS" "lock.redisAddrs" "STOCKGUARD_ZK_SERVERS" "lock.zkServers" "STOCKGUARD_ETCD_ENDPOINTS" "lock.etcdEndpoints" "STOCKGUARD_DB_MAX_CONNS" "database.maxConns" "STOCKGUARD_DATABASE_URL" "database.url or database.existingSecret" "STOCKGUARD_ADMIN_TOKEN" "adminToken" "STOCKGUARD_MIGRATE" "migration.enabled" -}}
+{{- $owned := dict "STOCKGUARD_ADDR" "service.port" "STOCKGUARD_LOCK" "lock.backend" "STOCKGUARD_FENCING" "lock.fencing" "STOCKGUARD_LOCK_TTL" "lock.ttl" "STOCKGUARD_LOCK_WAIT" "lock.wait" "STOCKGUARD_SHUTDOWN_TIMEOUT" "shutdown.drainSeconds" "STOCKGUARD_REDIS_ADDRS" "lock.redisAddrs" "STOCKGUARD_ZK_SERVERS" "lock.zkServers" "STOCKGUARD_ETCD_ENDPOINTS" "lock.etcdEndpoints" "STOCKGUARD_DB_MAX_CONNS" "database.maxConns" "STOCKGUARD_DATABASE_URL" "database.url or database.existingSecret" "STOCKGUARD_ADMIN_TOKEN" "adminToken" "STOCKGUARD_MIGRATE" "migration.enabled" "STOCKGUARD_METRICS_ADDR" "metrics.port" -}}
 {{- range $k, $v := .Values.extraEnv -}}
 {{- with get $owned $k -}}
 {{- fail (printf "extraEnv.%s: the chart sets it from %s; set that instead" $k .) -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* metrics.port in digits, or nothing when unset (/metrics on
+service.port). serve refuses a port already taken by --addr (exit 2), and
+the ServiceMonitor would scrape a listener that is not there. */}}
+{{- define "stockguard.metricsPort" -}}
+{{- $p := .Values.metrics.port -}}
+{{- if and (not (kindIs "invalid" $p)) (ne (toString $p) "") -}}
+{{- $n := include "stockguard.int" (list "metrics.port" $p 1 65535) -}}
+{{- if eq $n (include "stockguard.int" (list "service.port" .Values.service.port 1 65535)) -}}
+{{- fail (printf "metrics.port=%s is service.port's: serve listens once on each port; pick another, or leave metrics.port empty to serve /metrics with the API" $n) -}}
+{{- end -}}
+{{- $n -}}
 {{- end -}}
 {{- end -}}
 
