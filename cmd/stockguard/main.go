@@ -92,7 +92,7 @@ const usage = `usage: stockguard <command> [flags]
 
 commands:
   serve     run the HTTP service
-  migrate   apply database migrations and exit
+  migrate   apply database migrations and exit (--reset-fences: to change --lock)
   load      load tester: run, compare, chaos (stockguard load -h)
   version   print the version, commit and Go version
 

@@ -56,3 +56,39 @@ func TestSIGTERMWhileWaitingForMigrations(t *testing.T) {
 		t.Fatalf("exit %d after SIGTERM while waiting for the migration lock, want 0 and a log line:\n%s", got, logs)
 	}
 }
+
+// TestReaperWaitsForMigrations: serve --migrate=false on a database whose
+// migration job has not run yet says once that its reaper waits, not an
+// error every tick for the tables it cannot find, and expires holds once
+// the schema is there.
+func TestReaperWaitsForMigrations(t *testing.T) {
+	dbURL := stacktest.NewDatabase(t, context.Background())
+	in := startInstance(t, []string{"STOCKGUARD_DATABASE_URL=" + dbURL, "STOCKGUARD_LOG_LEVEL=info"},
+		"--lock=local", "--migrate=false", "--reap-interval=50ms")
+	time.Sleep(time.Second) // some twenty ticks
+	if logs := in.log(); strings.Contains(logs, `"level":"ERROR"`) || strings.Count(logs, "reaper: waiting for the migrations") != 1 {
+		t.Fatalf("before the migrations, want one warning of the reaper's wait and no error:\n%s", logs)
+	}
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"migrate", "--database-url", dbURL}, func(string) string { return "" }, &out, &errOut); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, errOut.String())
+	}
+	if st, body := call(t, "PUT", in.url+"/v1/skus/reap-after-migrate", `{"available":5}`); st != 200 {
+		t.Fatalf("PUT: %d %v", st, body)
+	}
+	st, o := call(t, "POST", in.url+"/v1/orders", `{"lines":[{"sku":"reap-after-migrate","quantity":1}],"hold_seconds":1}`)
+	if st != 201 {
+		t.Fatalf("order: %d %v", st, o)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, got := call(t, "GET", in.url+"/v1/orders/"+o["order_id"].(string), ""); got["status"] == "expired" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hold was not expired within 10 s of its end:\n%s", in.log())
+		}
+	}
+	if logs := in.log(); !strings.Contains(logs, "reaper: migrations applied") {
+		t.Errorf("no word that the reaper started:\n%s", logs)
+	}
+}

@@ -133,6 +133,9 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	reaped := make(chan struct{})
 	go func() {
 		defer close(reaped)
+		if !c.migrate {
+			awaitMigrations(reapCtx, store, c.reapInterval, log)
+		}
 		svc.Reap(reapCtx, c.reapInterval)
 	}()
 	probed := make(chan struct{})
@@ -188,6 +191,38 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
+// awaitMigrations returns once store's schema is current, or the check
+// fails otherwise (a fault the reaper then reports itself), or ctx ends.
+// Started with --migrate=false before its migration job has run, serve has
+// no tables yet: the reaper would log an error every tick until the job
+// runs, where one warning says what it waits for (/readyz answers
+// not_ready meanwhile).
+func awaitMigrations(ctx context.Context, store *postgres.Store, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	warned := false
+	for {
+		err := store.Ping(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case !errors.Is(err, postgres.ErrMigrationsPending):
+			if warned {
+				log.Info("reaper: migrations applied, expiring holds")
+			}
+			return
+		case !warned:
+			log.Warn("reaper: waiting for the migrations (--migrate=false: the migration job has not run yet); no hold expires until then")
+			warned = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // migrationWaitReport is how often serve repeats that it waits for the
 // migration lock.
 const migrationWaitReport = 10 * time.Second
@@ -205,15 +240,33 @@ func stoppedStarting(ctx context.Context, log *slog.Logger, step string, err err
 
 func migrate(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	var c config
+	var resetFences, confirmed bool
 	fs := cliflag.New("stockguard migrate", envPrefix, stdout, stderr)
-	fs.About("Applies the pending database migrations and exits (what serve does at start unless --migrate=false).")
+	fs.About("Applies the pending database migrations and exits (what serve does at start unless --migrate=false).\n\n" +
+		"--reset-fences then clears every SKU row's fence token, to move a deployment to another lock backend:\n" +
+		"tokens of different backends are not comparable, and rows fenced by the old one can refuse every write\n" +
+		"of the new one (409 stale_fence). Run it only with every replica stopped, and confirm that with --yes.")
 	fs.Example("stockguard migrate --database-url=postgres://stockguard@db:5432/stockguard")
+	fs.Example("stockguard migrate --reset-fences --yes   # every replica stopped, before starting them on another --lock")
 	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL")
+	fs.BoolVar(&resetFences, "reset-fences", false,
+		"after migrating, set every SKU row's fence token to 0 (for a change of --lock); needs --yes")
+	fs.BoolVar(&confirmed, "yes", false, "confirm --reset-fences: no replica of the service is running")
+	fs.CommandLineOnly("reset-fences", "yes")
 	if err := fs.Parse(args, getenv); err != nil {
 		return cliflag.Done(err)
 	}
 	if err := checkDatabaseURL(c.databaseURL); err != nil {
 		return fs.Reject(err)
+	}
+	// A replica still running on the old backend claims rows with its own
+	// tokens again, above the new backend's: the new one's writes are
+	// refused once more, and a lease of the old one that was overtaken
+	// while paused is no longer fenced out once the new backend has
+	// lowered the rows' tokens.
+	if resetFences && !confirmed {
+		return fs.Reject(fmt.Errorf("%w: --reset-fences needs --yes: run it only with every replica stopped (scale to 0); "+
+			"one still running on the old lock backend would stamp its tokens again, and its overtaken leases would pass the fence", errUsage))
 	}
 	store, err := postgres.Open(ctx, c.databaseURL)
 	if err != nil {
@@ -228,6 +281,14 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	for _, a := range applied {
 		fmt.Fprintln(stdout, " ", a)
 	}
+	if !resetFences {
+		return nil
+	}
+	n, err := store.ResetFences(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "reset the fence token of %d SKU row(s) to 0: start the replicas on the new --lock\n", n)
 	return nil
 }
 

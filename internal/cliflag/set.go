@@ -67,13 +67,23 @@ func (s *Set) ShareEnv(prefix string, names ...string) {
 	}
 }
 
+// CommandLineOnly makes the named flags read no variable: a confirmation
+// such as migrate's --yes must be typed for the one run it confirms, not
+// left in an environment that confirms every later run too.
+func (s *Set) CommandLineOnly(names ...string) {
+	for _, n := range names {
+		s.env[n] = ""
+	}
+}
+
 // EnvName is the variable of flag name under prefix: "STOCKGUARD_" and
 // "redis-addrs" give STOCKGUARD_REDIS_ADDRS.
 func EnvName(prefix, name string) string {
 	return prefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
-// EnvVar is the environment variable flag name reads.
+// EnvVar is the environment variable flag name reads, "" for none
+// (CommandLineOnly).
 func (s *Set) EnvVar(name string) string {
 	if v, ok := s.env[name]; ok {
 		return v
@@ -104,7 +114,10 @@ func (s *Set) Parse(args []string, getenv func(string) string) error {
 	var envErr error
 	s.VisitAll(func(f *flag.Flag) {
 		name := s.EnvVar(f.Name)
-		if v := getenv(name); v != "" && !given[f.Name] {
+		if name == "" || given[f.Name] {
+			return
+		}
+		if v := getenv(name); v != "" {
 			if err := s.Set(f.Name, v); err != nil {
 				envErr = errors.Join(envErr, fmt.Errorf("--%s (%s=%q): %w", f.Name, name, v, err))
 			}

@@ -156,3 +156,22 @@ func TestCommandLineWinsOverABadVariable(t *testing.T) {
 		t.Errorf("err %v, stderr %q", err, errOut.String())
 	}
 }
+
+func TestCommandLineOnlyReadsNoVariable(t *testing.T) {
+	var out, errOut strings.Builder
+	s, f := newTestSet(&out, &errOut)
+	s.CommandLineOnly("expect-unsafe")
+	if err := s.Parse(nil, env(map[string]string{"STOCKGUARD_LOAD_EXPECT_UNSAFE": "true"})); err != nil {
+		t.Fatal(err)
+	}
+	if f.on || s.IsSet("expect-unsafe") {
+		t.Error("a command-line-only flag was set by its variable")
+	}
+	if err := s.Parse([]string{"--expect-unsafe"}, env(nil)); err != nil || !f.on {
+		t.Errorf("on the command line: err %v, set %v", err, f.on)
+	}
+	s.PrintUsage(&out)
+	if !strings.Contains(out.String(), "default: false; env: none (command line only)") {
+		t.Errorf("usage does not say the flag reads no variable:\n%s", out.String())
+	}
+}

@@ -35,7 +35,11 @@ func (s *Set) PrintUsage(w io.Writer) {
 		} else if strings.ContainsAny(def, " ,") {
 			def = fmt.Sprintf("%q", def)
 		}
-		fmt.Fprintf(w, "        default: %s; env: %s\n", def, s.EnvVar(f.Name))
+		env := s.EnvVar(f.Name)
+		if env == "" {
+			env = "none (command line only)"
+		}
+		fmt.Fprintf(w, "        default: %s; env: %s\n", def, env)
 	})
 	if len(s.examples) > 0 {
 		fmt.Fprintf(w, "\nexamples:\n")

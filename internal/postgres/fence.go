@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -90,32 +89,73 @@ func (s *Store) Claim(ctx context.Context, fences []inventory.Fence, create bool
 	if len(out) == len(fences) {
 		return out, nil
 	}
-	return nil, s.whyMissing(ctx, names, out)
+	return nil, s.whyMissing(ctx, fences, names, out)
 }
 
 // whyMissing tells an unknown SKU from one fenced by a newer lease, for
-// every SKU the claim did not match.
-func (s *Store) whyMissing(ctx context.Context, skus []string, got map[string]inventory.SKU) error {
-	var existing []string
-	if err := s.db.WithContext(ctx).Raw(`SELECT sku FROM skus WHERE sku = ANY(?::text[])`, textArray(skus)).
+// every SKU the claim did not match (names: the fences' SKUs). A fenced
+// row's refusal names the row's token and the lease's, so that an operator
+// can tell a lease overtaken by the next one (13 against 12) from rows
+// fenced in another backend's token space (a ZooKeeper czxid against a new
+// Redis counter: every write refused until `migrate --reset-fences`).
+func (s *Store) whyMissing(ctx context.Context, fences []inventory.Fence, names []string, got map[string]inventory.SKU) error {
+	var existing []struct {
+		SKU        string
+		FenceToken int64
+	}
+	if err := s.db.WithContext(ctx).Raw(`SELECT sku, fence_token FROM skus WHERE sku = ANY(?::text[])`, textArray(names)).
 		Scan(&existing).Error; err != nil {
 		return translate(ctx, "claim", err)
 	}
+	rowFence := make(map[string]int64, len(existing))
+	for _, r := range existing {
+		rowFence[r.SKU] = r.FenceToken
+	}
 	var errs []error
-	for _, sku := range skus {
-		if _, ok := got[sku]; ok {
+	for _, f := range fences {
+		if _, ok := got[f.SKU]; ok {
 			continue
 		}
-		if !slices.Contains(existing, sku) {
-			errs = append(errs, &inventory.SKUError{SKU: sku, Err: inventory.ErrUnknownSKU})
+		if row, ok := rowFence[f.SKU]; !ok {
+			errs = append(errs, &inventory.SKUError{SKU: f.SKU, Err: inventory.ErrUnknownSKU})
 		} else {
-			errs = append(errs, &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence})
+			errs = append(errs, &inventory.SKUError{SKU: f.SKU,
+				Err: fmt.Errorf("%w: row fence %d, lease token %d", inventory.ErrStaleFence, row, f.Token)})
 		}
 	}
 	if len(errs) == 0 {
 		return fmt.Errorf("postgres: claim: %w", errNoRows)
 	}
 	return refusedRows(errs)
+}
+
+// ResetFences clears every SKU row's fence (token 0, no holder), so that the
+// first lease of any backend claims it, and returns how many rows carried
+// one. It is how a deployment moves to another lock backend: token spaces
+// are not comparable, and a row stamped by the old one (a ZooKeeper czxid
+// in the tens of billions) refuses every lease of a new one (a Redis
+// counter starting at 1) for good. Safe only with no instance running: one
+// still on the old backend would claim rows with its tokens again, and a
+// lease of it that was overtaken would pass the new backend's lower fences.
+// Order lines keep their tokens: they record which lease placed them, and
+// nothing compares them. It runs on a connection without the store's
+// statement timeout, as a migration does: it rewrites the whole table.
+func (s *Store) ResetFences(ctx context.Context) (int64, error) {
+	db, err := untimed(ctx, s.sqlDB)
+	if err != nil {
+		return 0, translate(ctx, "reset fences", err)
+	}
+	defer db.Close()
+	res, err := db.ExecContext(ctx, `UPDATE skus SET fence_token = 0, fence_holder = NULL, updated_at = now()
+		WHERE fence_token <> 0 OR fence_holder IS NOT NULL`)
+	if err != nil {
+		return 0, translate(ctx, "reset fences", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("postgres: reset fences: %w", err)
+	}
+	return n, nil
 }
 
 // refusedRows is the error naming every refused row (*inventory.SKUError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -92,6 +93,61 @@ func TestClaimRejectsOlderToken(t *testing.T) {
 	}
 	if _, err := s.Claim(ctx, []inventory.Fence{fence("nope", 9)}, false); !errors.Is(err, inventory.ErrUnknownSKU) {
 		t.Fatalf("claim of an unknown sku = %v, want ErrUnknownSKU", err)
+	}
+}
+
+// TestStaleClaimNamesBothTokens: a refused claim's error names the row's
+// token and the lease's, what tells an operator a lease overtaken by the
+// next from rows fenced by another backend's token space.
+func TestStaleClaimNamesBothTokens(t *testing.T) {
+	s := newStore(t)
+	mustStock(t, s, "sku-a", 10, 77309790185)
+	_, err := s.Claim(context.Background(), []inventory.Fence{fence("sku-a", 12)}, false)
+	var ke *inventory.SKUError
+	if !errors.Is(err, inventory.ErrStaleFence) || !errors.As(err, &ke) || ke.SKU != "sku-a" {
+		t.Fatalf("claim with token 12 of a row fenced at 77309790185 = %v, want ErrStaleFence on sku-a", err)
+	}
+	if want := "row fence 77309790185, lease token 12"; !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal %q does not say %q", err, want)
+	}
+}
+
+// TestResetFences: after ResetFences any lease claims every row, whatever
+// token space fenced it; the counters and the order lines' tokens stay.
+func TestResetFences(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	f := mustStock(t, s, "sku-a", 10, 77309790185)
+	claimed, err := s.Claim(ctx, []inventory.Fence{f}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOrder("sku-a", 3, f.Token)
+	if err := s.Write(ctx, []inventory.Fence{f}, decide(claimed["sku-a"], 3, o)); err != nil {
+		t.Fatal(err)
+	}
+	mustStock(t, s, "sku-b", 5, 9)
+	if n, err := s.ResetFences(ctx); err != nil || n != 2 {
+		t.Fatalf("ResetFences = %d, %v; want the 2 fenced rows", n, err)
+	}
+	got, err := s.Claim(ctx, []inventory.Fence{fence("sku-a", 1), fence("sku-b", 1)}, false)
+	if err != nil {
+		t.Fatalf("claim with token 1 after the reset: %v", err)
+	}
+	if k := got["sku-a"]; k.Available != 7 || k.Reserved != 3 || k.FenceToken != 1 {
+		t.Errorf("sku-a after the reset and a claim: %+v, want 7 available, 3 reserved, token 1", k)
+	}
+	if a := audit(t, s, "sku-a"); !a.Consistent || a.Held != 3 {
+		t.Errorf("audit of sku-a after the reset: %+v", a)
+	}
+	if placed, err := s.Order(ctx, o.ID); err != nil || placed.Lines[0].FenceToken != f.Token {
+		t.Errorf("order placed before the reset: %+v, %v; want its line's token %d kept", placed, err, f.Token)
+	}
+	if n, err := s.ResetFences(ctx); err != nil || n != 2 {
+		t.Errorf("ResetFences again = %d, %v; want the 2 rows claimed since", n, err)
+	}
+	if n, err := s.ResetFences(ctx); err != nil || n != 0 {
+		t.Errorf("ResetFences of reset rows = %d, %v; want 0", n, err)
 	}
 }
 
