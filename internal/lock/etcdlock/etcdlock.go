@@ -110,7 +110,8 @@ func New(endpoints []string, opts ...Option) (*Locker, error) {
 		// gRPC raises keepalive pings below 10 s to 10 s, so a frozen
 		// member's connection is found dead only some 11 s on, past the
 		// session TTL: the session's renewals do not wait for it (see
-		// session.keepAlive), other requests are bounded by their contexts.
+		// session.keepAlive), nor do watches (session.silence); other
+		// requests are bounded by their contexts or attempts (attempt).
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: time.Second,
 		Logger:               zap.NewNop(),

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
 	"github.com/stockguard/stockguard/internal/stack"
 )
@@ -191,6 +192,113 @@ func TestAcquireReturnsAtItsDeadline(t *testing.T) {
 	freeze(t, c.Member(leader))
 	freeze(t, c.Member((leader+2)%3))
 	acquire("every member frozen")
+}
+
+// TestFrozenMemberStallsNoWatch: a frozen member keeps its connection
+// open and cancels nothing; gRPC's keepalive drops it only some 11 s on.
+// Waiters whose predecessor watch (and their Locker's one watch stream)
+// sit on it must still get their keys, freed through a live member, within
+// the watches' silence bound (TTL/4) and a retried read, and a lease whose
+// key an operator deletes meanwhile must be lost as soon. Before the
+// bound, the waiters stuck on it waited out their context (8 s here),
+// though every key was free within milliseconds, and those leases stayed
+// held.
+func TestFrozenMemberStallsNoWatch(t *testing.T) {
+	const n = 6
+	const ttl = frozenTTL                           // as TestFrozenMembers: a TTL of freeze within seconds
+	bound := ttl/4 + attemptTimeout + 2*time.Second // silence, a read on the frozen member, slack
+	c, leader := privateCluster(t)
+	frozen, live := c.Member((leader+1)%3), c.Member((leader+2)%3)
+	holder := privateLocker(t, c.Member(leader))
+	insp := memberClient(t, c.Member(leader))
+	type result struct {
+		lease *lock.Lease
+		err   error
+		at    time.Time
+	}
+	var keys []string
+	var held, kept []*lock.Lease
+	var l *Locker // the last of the waiters' Lockers
+	results := make([]chan result, n)
+	for i := range n {
+		key := locktest.Key(t)
+		keys = append(keys, key)
+		held = append(held, locktest.MustAcquire(t, holder, key))
+		// The frozen member first: most Lockers open their watch stream on
+		// it, the first connection up.
+		w, err := New([]string{frozen.Addr(), live.Addr()}, WithSessionTTL(ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Close() })
+		kept = append(kept, locktest.MustAcquire(t, w, locktest.Key(t)))
+		results[i] = make(chan result, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+			defer cancel()
+			lease, err := w.Acquire(ctx, key)
+			results[i] <- result{lease, err, time.Now()}
+		}()
+		l = w
+	}
+	for _, k := range keys {
+		if !eventually(5*time.Second, func() bool { return len(waiters(t, insp, k)) == 2 }) {
+			t.Fatalf("%s: waiter not queued", k)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // the waiters' watches are set up
+	freeze(t, frozen)
+	freed := time.Now()
+	for _, lease := range held {
+		locktest.MustRelease(t, lease)
+	}
+	for _, lease := range kept {
+		if _, err := insp.Delete(context.Background(), prefix(lease.Key()), clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got []*lock.Lease
+	for i, ch := range results {
+		r := <-ch
+		took := r.at.Sub(freed)
+		t.Logf("waiter %d: %v after its key was freed (%v)", i, took.Round(time.Millisecond), r.err)
+		switch {
+		case r.err != nil:
+			t.Errorf("waiter %d: %v, %v after its key was freed with one member of three frozen", i, r.err, took.Round(time.Millisecond))
+		case took > bound:
+			t.Errorf("waiter %d got its key %v after it was freed, want within %v", i, took.Round(time.Millisecond), bound)
+		}
+		if r.lease != nil {
+			got = append(got, r.lease)
+		}
+	}
+	for i, lease := range kept {
+		select {
+		case <-lease.Done():
+		case <-time.After(time.Until(freed.Add(bound))):
+			t.Errorf("lease %d still held %v after an operator deleted its key with one member of three frozen",
+				i, time.Since(freed).Round(time.Millisecond))
+		}
+	}
+	// Two calls made together reach two members (see race): the retries of
+	// the waiters' reads and of the sessions' renewals are made so. One call
+	// alone lands on the frozen member every other turn, or every turn.
+	for i := range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+		_, err := race(ctx, 2, func(c context.Context) (*clientv3.GetResponse, error) {
+			return l.cli.Get(c, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		})
+		cancel()
+		if err != nil {
+			t.Errorf("two reads at once, round %d: %v", i, err)
+		}
+	}
+	if err := frozen.Cont(); err != nil {
+		t.Fatal(err)
+	}
+	for _, lease := range got {
+		locktest.MustRelease(t, lease)
+	}
 }
 
 // TestReleaseRetriesAfterLeaderKill: a Release sent just after the leader

@@ -2,6 +2,7 @@ package etcdlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -133,6 +134,9 @@ func (s *session) markLocked(path string, e *entry) func(error) {
 // watchRetry spaces the session watch's restarts.
 const watchRetry = 100 * time.Millisecond
 
+// errSilent ends a session watch that said nothing for s.silence().
+var errSilent = errors.New("session watch silent")
+
 // watchKeys follows every deletion under Root from revision from on, until
 // the session ends: one watch per session, requiring a leader (a member cut
 // off from the quorum cancels it rather than staying silent), only
@@ -141,13 +145,26 @@ const watchRetry = 100 * time.Millisecond
 // broken watch starts again from just after the last deletion seen; one
 // whose revision was compacted meanwhile reads every key of the session
 // (recheck) and goes on from that read's revision.
+//
+// A watch silent for s.silence() may sit on a frozen member, which cancels
+// nothing, and the next one would sit there too (see watchDelete): it
+// rechecks as well, so a deletion is noticed within the silence and a
+// retried read, frozen member or not. On a cluster where no key under Root
+// goes for that long, that costs a read of the session's keys (one
+// transaction per maxTxnOps keys) every s.silence().
 func (s *session) watchKeys(from int64) {
 	next := from
 	for {
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(s.ctx))
+		wctx, cancel := context.WithCancelCause(clientv3.WithRequireLeader(s.ctx))
+		// Armed before Watch, which waits for the watch's creation.
+		silent := time.AfterFunc(s.silence(), func() { cancel(errSilent) })
 		wch := s.l.cli.Watch(wctx, Root+"/", clientv3.WithPrefix(), clientv3.WithRev(next), clientv3.WithFilterPut())
-		next = s.follow(wch, next)
-		cancel()
+		next = s.follow(wch, next, func() { silent.Reset(s.silence()) })
+		silent.Stop()
+		if errors.Is(context.Cause(wctx), errSilent) {
+			next = s.resume(next)
+		}
+		cancel(nil)
 		t := time.NewTimer(watchRetry)
 		select {
 		case <-s.ctx.Done():
@@ -159,16 +176,13 @@ func (s *session) watchKeys(from int64) {
 }
 
 // follow hands the deletions wch reports to deleted until the watch ends,
-// and returns the revision to watch from next.
-func (s *session) follow(wch clientv3.WatchChan, next int64) int64 {
+// calling heard at each response, and returns the revision to watch from
+// next.
+func (s *session) follow(wch clientv3.WatchChan, next int64, heard func()) int64 {
 	for wr := range wch {
+		heard()
 		if wr.CompactRevision != 0 {
-			rev, err := s.recheck()
-			if err != nil {
-				s.l.log.Debug("etcd: session keys not rechecked; trying again", "err", err)
-				return next
-			}
-			return rev + 1
+			return s.resume(next)
 		}
 		if wr.Err() != nil {
 			return next
@@ -183,6 +197,17 @@ func (s *session) follow(wch clientv3.WatchChan, next int64) int64 {
 		}
 	}
 	return next
+}
+
+// resume rechecks the session's keys and returns the revision to watch
+// from next: just after the recheck's read, or next if it failed.
+func (s *session) resume(next int64) int64 {
+	rev, err := s.recheck()
+	if err != nil {
+		s.l.log.Debug("etcd: session keys not rechecked; trying again", "err", err)
+		return next
+	}
+	return rev + 1
 }
 
 // recheck reads every key of the session, as it stands, and marks those
@@ -201,7 +226,9 @@ func (s *session) recheck() (int64, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, cleanupTimeout)
 	defer cancel()
 	if len(paths) == 0 {
-		resp, err := s.l.cli.Get(ctx, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := attempt(ctx, s, func(c context.Context) (*clientv3.GetResponse, error) {
+			return s.l.cli.Get(c, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		})
 		if err != nil {
 			return 0, err
 		}
@@ -214,7 +241,9 @@ func (s *session) recheck() (int64, error) {
 		for i, p := range chunk {
 			ops[i] = clientv3.OpGet(p, clientv3.WithKeysOnly())
 		}
-		resp, err := s.l.cli.Txn(ctx).Then(ops...).Commit()
+		resp, err := attempt(ctx, s, func(c context.Context) (*clientv3.TxnResponse, error) {
+			return s.l.cli.Txn(c).Then(ops...).Commit()
+		})
 		if err != nil {
 			return 0, err
 		}

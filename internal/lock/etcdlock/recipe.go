@@ -78,10 +78,10 @@ const (
 	// writeTimeout bounds the put of a waiter key when the caller's context
 	// allows longer: no answer by then is the servers' failure.
 	writeTimeout = 2 * time.Second
-	// attemptTimeout bounds each attempt of a clean-up or release delete,
-	// which are retried: a member that lost its leader answers a request it
-	// forwarded to the dead one only at its own request timeout, some 6 s,
-	// while the next attempt reaches the new leader.
+	// attemptTimeout bounds each attempt of a clean-up, a release delete or
+	// a waiter's read, which are retried: a member that lost its leader
+	// answers a request it forwarded to the dead one only at its own request
+	// timeout, some 6 s, while the next attempt reaches the new leader.
 	attemptTimeout = time.Second
 	// cleanupTimeout bounds how long a failed call whose caller's context
 	// is still running waits for its clean-up.
@@ -91,7 +91,7 @@ const (
 	// confirms it, and far less than the second or two a frozen member
 	// holds a request. The clean-up goes on in the background after it.
 	cleanupGrace = 200 * time.Millisecond
-	// retryPause spaces the attempts of a clean-up that failed at once.
+	// retryPause spaces the attempts of a request that failed at once.
 	retryPause = 100 * time.Millisecond
 )
 
@@ -216,16 +216,22 @@ func (s *session) enqueue(ctx context.Context, w *waiter) (bool, error) {
 // one read-only transaction, then watches only that predecessor's key for
 // its deletion, from the revision just after the read, so no deletion in
 // between is missed. A key with a lower create revision can only disappear,
-// never appear, so when there is no predecessor left w is first.
+// never appear, so when there is no predecessor left w is first. The read
+// is bounded and retried (see attempt): a frozen member holds one attempt,
+// not the wait.
 func (s *session) wait(ctx context.Context, w *waiter) error {
+	s.l.m.waiting.Inc()
+	defer s.l.m.waiting.Dec()
 	predOpts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1), clientv3.WithKeysOnly())
 	for {
-		resp, err := s.l.cli.Txn(ctx).Then(
-			clientv3.OpGet(w.path, clientv3.WithKeysOnly()),
-			clientv3.OpGet(prefix(w.key), predOpts...),
-		).Commit()
+		resp, err := attempt(ctx, s, func(c context.Context) (*clientv3.TxnResponse, error) {
+			return s.l.cli.Txn(c).Then(
+				clientv3.OpGet(w.path, clientv3.WithKeysOnly()),
+				clientv3.OpGet(prefix(w.key), predOpts...),
+			).Commit()
+		})
 		if err != nil {
-			return s.classify(err)
+			return err
 		}
 		if len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
 			return s.classify(errKeyGone)
@@ -242,15 +248,18 @@ func (s *session) wait(ctx context.Context, w *waiter) error {
 
 // watchDelete returns when key is deleted at or after rev, or when the
 // watch ends for another reason (then the caller reads again), among them
-// w's own key deleted (the session's watch tells). The watch requires a
-// leader, so a member cut off from the quorum cancels it instead of keeping
-// us waiting on a deletion it will never hear of.
+// w's own key deleted (the session's watch tells) and s.silence() gone by.
+// The watch requires a leader, so a member cut off from the quorum cancels
+// it instead of keeping us waiting on a deletion it will never hear of. A
+// frozen member cancels nothing, nor answers the watch's creation, which
+// Watch waits for: the silence bound covers both, and the read that
+// follows, retried, reaches a live member. The next watch may well sit on
+// the frozen one again: the client carries the Locker's watches on one
+// stream, kept on its member until gRPC's keepalive drops the connection.
 func (s *session) watchDelete(ctx context.Context, w *waiter, key string, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), s.silence())
 	defer cancel()
 	wch := s.l.cli.Watch(wctx, key, clientv3.WithRev(rev), clientv3.WithFilterPut())
-	s.l.m.waiting.Inc()
-	defer s.l.m.waiting.Dec()
 	for {
 		select {
 		case wr, ok := <-wch:
@@ -258,7 +267,7 @@ func (s *session) watchDelete(ctx context.Context, w *waiter, key string, rev in
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				return nil // compacted, leader lost, stream broken: read again
+				return nil // silent, compacted, leader lost, stream broken: read again
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
@@ -354,35 +363,84 @@ func (s *session) cleanUp(ws []*waiter) error {
 	return nil
 }
 
-// retry runs op, a request safe to repeat, each attempt bounded by
-// attemptTimeout, until it succeeds, ctx ends, the session ends (its lease
-// takes the keys op would delete: nil) or the servers refuse it in a way no
-// retry can mend. It returns the last attempt's error.
+// retry runs op, a request safe to repeat and to run twice at once, as
+// attempt does, and takes the session's end for success: its lease takes
+// the keys op would delete.
 func (s *session) retry(ctx context.Context, op func(context.Context) error) error {
+	_, err := attempt(ctx, s, func(c context.Context) (struct{}, error) { return struct{}{}, op(c) })
+	if errors.Is(err, errSessionGone) {
+		return nil
+	}
+	return err
+}
+
+// attempt runs op, a request safe to repeat and to run twice at once, each
+// attempt bounded by attemptTimeout, until it succeeds, ctx ends, the
+// session ends (errSessionGone) or the servers refuse it in a way no retry
+// can mend; it returns the last attempt's error, classified. Every attempt
+// after the first is two calls at once (see race).
+func attempt[T any](ctx context.Context, s *session, op func(context.Context) (T, error)) (T, error) {
+	calls := 1
 	for {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		err := op(actx)
+		v, err := race(actx, calls, op)
 		cancel()
 		if err == nil {
-			return nil
+			return v, nil
 		}
-		switch err = s.classify(err); {
-		case errors.Is(err, errSessionGone):
-			return nil
-		case refused(err):
-			return err
-		case ctx.Err() != nil:
-			return err
+		if err = s.classify(err); errors.Is(err, errSessionGone) || refused(err) || ctx.Err() != nil {
+			return v, err
 		}
-		s.l.log.Debug("etcd: clean-up not answered yet; trying again", "err", err)
+		s.l.log.Debug("etcd: request not answered yet; trying again", "err", err)
+		calls = 2
 		t := time.NewTimer(retryPause)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return err
+			return v, err
 		case <-t.C:
 		}
 	}
+}
+
+// race makes n calls of op at once and returns the first success, or the
+// first error once every call failed; the calls still out are cancelled.
+// The client places calls round robin over the members, so a call made
+// after one that a frozen member held lands on that member again whenever
+// the Locker's other calls took the wrong number of turns in between (of
+// two members, an odd number), which calls at regular periods (renewals,
+// waiters' reads) do time after time: measured, waiters' reads went to the
+// frozen member of two or three for seconds on end and, of two, every
+// session's renewals did until it ended. Calls made together take
+// consecutive turns: two reach two members.
+func race[T any](ctx context.Context, n int, op func(context.Context) (T, error)) (T, error) {
+	if n == 1 {
+		return op(ctx)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type answer struct {
+		v   T
+		err error
+	}
+	answers := make(chan answer, n)
+	for range n {
+		go func() {
+			v, err := op(ctx)
+			answers <- answer{v, err}
+		}()
+	}
+	var first answer
+	for i := range n {
+		a := <-answers
+		if a.err == nil {
+			return a.v, nil
+		}
+		if i == 0 {
+			first = a
+		}
+	}
+	return first.v, first.err
 }
 
 // deleteUntilGone retries deleting w's key until it succeeds, the session

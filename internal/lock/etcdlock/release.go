@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -91,13 +92,15 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 			}
 			ops[i] = clientv3.OpDelete(w.path)
 		}
-		together := false
+		var together atomic.Bool // an attempt may run twice at once (see race)
 		err := s.retry(ctx, func(c context.Context) error {
 			resp, err := s.l.cli.Txn(c).If(cmps...).Then(ops...).Commit()
-			together = err == nil && resp.Succeeded
+			if err == nil && resp.Succeeded {
+				together.Store(true)
+			}
 			return err
 		})
-		if together {
+		if together.Load() {
 			continue
 		}
 		for _, w := range chunk {

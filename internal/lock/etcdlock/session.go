@@ -35,6 +35,17 @@ const revokeTimeout = 2 * time.Second
 // its timeout is followed by the next at once).
 const renewRetry = 50 * time.Millisecond
 
+// silence is how long a watch may say nothing before the Locker reads
+// what it would have told: a frozen member keeps its connection open and
+// cancels nothing, and the client's keepalive finds it dead only some 11 s
+// on (see New). TTL/4, the bound of a renewal call, so that a frozen member
+// costs a waiter, or the session's watch, about what it costs the
+// session: one call's bound, and a retried read. A watch silent because
+// nothing changed pays for that too: a waiter reads its line again (one
+// read-only transaction per waiter per TTL/4 of waiting), the session its
+// keys (see watchKeys).
+func (s *session) silence() time.Duration { return s.ttl / 4 }
+
 // session is one etcd lease, which the session renews itself (see
 // keepAlive), and the leases granted in it.
 type session struct {
@@ -141,16 +152,18 @@ func validUntil(sent time.Time, ttl time.Duration) time.Time {
 // Each renewal is a call of its own (KeepAliveOnce, a fresh stream the
 // balancer places on the next member) that may take TTL/4, so a frozen
 // member holds up one call and the next goes elsewhere, at least twice
-// before the deadline. One long-lived keepalive stream, concurrency.Session's,
-// stays on a frozen member until gRPC's keepalive gives up on the
-// connection, some 11 s later (gRPC raises pings below 10 s to 10 s), longer
-// than the TTL.
+// before the deadline: the one after a failed renewal is two calls at
+// once, which reach two members (see race). One long-lived keepalive
+// stream, concurrency.Session's, stays on a frozen member until gRPC's
+// keepalive gives up on the connection, some 11 s later (gRPC raises pings
+// below 10 s to 10 s), longer than the TTL.
 //
 // A renewal also goes out at once when the session's watch saw a key of
 // ours deleted (check): a revoked lease is then found at once, not at the
 // next renewal.
 func (s *session) keepAlive(sent time.Time) {
 	next := sent.Add(s.ttl / 3)
+	calls := 1
 	for {
 		deadline := s.validity()
 		t := time.NewTimer(time.Until(earlier(next, deadline)))
@@ -168,7 +181,9 @@ func (s *session) keepAlive(sent time.Time) {
 		}
 		sent := time.Now()
 		cctx, cancel := context.WithDeadline(s.ctx, earlier(sent.Add(s.ttl/4), deadline))
-		resp, err := s.l.cli.KeepAliveOnce(cctx, s.id)
+		resp, err := race(cctx, calls, func(c context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
+			return s.l.cli.KeepAliveOnce(c, s.id)
+		})
 		cancel()
 		switch {
 		case s.ctx.Err() != nil:
@@ -176,12 +191,14 @@ func (s *session) keepAlive(sent time.Time) {
 		case err == nil:
 			s.renew(validUntil(sent, time.Duration(resp.TTL)*time.Second))
 			next = sent.Add(s.ttl / 3)
+			calls = 1
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.l.giveUp(s, fmt.Errorf("session lease %x expired or was revoked", s.id))
 			return
 		default:
 			s.l.log.Debug("etcd: lease renewal failed; trying again", "lease", fmt.Sprintf("%x", s.id), "err", err)
 			next = time.Now().Add(renewRetry)
+			calls = 2
 		}
 	}
 }

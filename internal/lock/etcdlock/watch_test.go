@@ -184,7 +184,7 @@ func TestRecheck(t *testing.T) {
 	wch := make(chan clientv3.WatchResponse, 1)
 	wch <- clientv3.WatchResponse{CompactRevision: 2, Canceled: true}
 	close(wch)
-	rev := s.follow(wch, 2) - 1
+	rev := s.follow(wch, 2, func() {}) - 1
 	if rev < 2 {
 		t.Fatalf("follow resumed from %d", rev+1)
 	}
