@@ -130,12 +130,6 @@ func (wf *workloadFlags) register(fs *flag.FlagSet) {
 	fs.Var(&c.Progress, "progress", "progress bar on stderr: auto (terminal, or runs over 3s), on, off")
 }
 
-// openLoopGrace is how much longer than --duration an open loop's default
-// --timeout lets it send: orders due at the end may wait for a slot behind
-// --concurrency requests in flight. A fixed 2-minute default would cut any
-// longer --duration short without a word.
-const openLoopGrace = time.Minute
-
 // finish resolves defaults that depend on other flags; set says whether a
 // flag was given.
 func (wf *workloadFlags) finish(set func(name string) bool) error {
@@ -151,7 +145,7 @@ func (wf *workloadFlags) finish(set func(name string) bool) error {
 		}
 		c.Orders = 0
 		if !set("timeout") {
-			c.Timeout = c.Duration + openLoopGrace
+			c.Timeout = c.Duration + run.OpenLoopGrace
 		}
 	}
 	c.Concurrency = wf.concurrency

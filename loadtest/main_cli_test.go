@@ -140,8 +140,8 @@ func TestOpenLoopTimeoutFollowsDuration(t *testing.T) {
 		return wf.cfg, err
 	}
 	cfg, err := parse("--rate=10/s", "--duration=5m")
-	if err != nil || cfg.Timeout != 5*time.Minute+openLoopGrace {
-		t.Errorf("open loop of 5m: timeout %v (%v), want %v", cfg.Timeout, err, 5*time.Minute+openLoopGrace)
+	if err != nil || cfg.Timeout != 5*time.Minute+run.OpenLoopGrace {
+		t.Errorf("open loop of 5m: timeout %v (%v), want %v", cfg.Timeout, err, 5*time.Minute+run.OpenLoopGrace)
 	}
 	if cfg, err := parse("--orders=10"); err != nil || cfg.Timeout != 2*time.Minute {
 		t.Errorf("closed loop: timeout %v (%v), want 2m", cfg.Timeout, err)

@@ -140,7 +140,7 @@ func Execute(ctx context.Context, cc Config, stderr io.Writer) (*Result, error) 
 	}
 	token := strings.ReplaceAll(uuid.NewString(), "-", "")
 	out := &Result{Label: cc.Label, GeneratedAt: time.Now().UTC(), Seed: cc.Run.Workload.Seed, Instances: cc.Instances,
-		ServeFlags: cc.ServeFlags, SeedSettings: cc.Seed}
+		ServeFlags: redactAll(cc.ServeFlags), SeedSettings: cc.Seed}
 	for _, b := range cc.Backends {
 		if ctx.Err() != nil {
 			break

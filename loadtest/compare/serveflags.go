@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/stockguard/stockguard/loadtest/report"
 )
 
 // ownedServeFlags are the serve flags compare sets itself. A --serve-flag
@@ -25,4 +27,17 @@ func ValidateServeFlags(flags []string, owned ...string) error {
 		}
 	}
 	return nil
+}
+
+// redactAll is flags as the result records them: a --serve-flag may carry a
+// connection string with its password (--database-url=postgres://u:pw@…).
+func redactAll(flags []string) []string {
+	if flags == nil {
+		return nil
+	}
+	out := make([]string, len(flags))
+	for i, f := range flags {
+		out[i] = report.Redact(f)
+	}
+	return out
 }

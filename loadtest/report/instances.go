@@ -39,11 +39,13 @@ func isSecret(name string) bool {
 }
 
 // Redact returns a NAME=value environment entry or a --name=value flag with
-// its value hidden when the name says it is a secret. Otherwise a URL
-// value loses its password and every secret-named query parameter's value
-// (postgres://u@h/db?password=…), and a keyword/value connection string
-// (host=h password=…) every secret-named keyword's value; the rest is kept
-// byte for byte, so that the record still says what ran.
+// its value hidden when the name says it is a secret. Otherwise a value
+// that starts with a URL scheme loses each URL's password and every
+// secret-named query parameter's value (postgres://u@h/db?password=…, a
+// comma-separated list such as etcd's endpoints), and a keyword/value
+// connection string (host=h password=…) every secret-named keyword's
+// value; the rest is kept byte for byte, so that the record still says
+// what ran.
 func Redact(kv string) string {
 	name, value, ok := strings.Cut(kv, "=")
 	if !ok {
@@ -52,10 +54,83 @@ func Redact(kv string) string {
 	if isSecret(name) {
 		return name + "=" + Redacted
 	}
-	if strings.Contains(value, "://") {
-		return name + "=" + redactURL(value)
+	return name + "=" + redactValue(value)
+}
+
+// redactValue hides the secrets of a value that is not a secret as a
+// whole. Only a value that starts with a scheme is read as URLs: a
+// keyword/value string may hold "://" in another keyword's value
+// (application_name=http://…), and read as a URL it would keep its
+// password.
+func redactValue(v string) string {
+	if hasScheme(v) {
+		return redactURLs(v)
 	}
-	return name + "=" + redactKeywordValues(value)
+	if kv, ok := redactKeywordValues(v); ok {
+		return kv
+	}
+	return redactURLWords(v)
+}
+
+// hasScheme reports whether v starts with a URL scheme and "://"
+// (RFC 3986: a letter, then letters, digits, '+', '-' or '.').
+func hasScheme(v string) bool {
+	scheme, _, ok := strings.Cut(v, "://")
+	if !ok || scheme == "" || !isLetter(scheme[0]) {
+		return false
+	}
+	for i := 1; i < len(scheme); i++ {
+		if c := scheme[i]; !isLetter(c) && !('0' <= c && c <= '9') && c != '+' && c != '-' && c != '.' {
+			return false
+		}
+	}
+	return true
+}
+
+func isLetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
+
+// redactURLs hides the secrets of a URL or of a comma-separated list of
+// them (--etcd-endpoints=http://u:pw1@h1,http://u:pw2@h2). A comma may
+// also sit inside one URL (libpq's several hosts, a query value), so v is
+// read both ways, as a list split before each comma-led scheme and as one
+// URL, and what either reading takes for a secret is hidden: neither hides
+// anything the other would show.
+func redactURLs(v string) string {
+	var list strings.Builder
+	start := 0
+	for i := 0; i < len(v); i++ {
+		if v[i] == ',' && hasScheme(v[i+1:]) {
+			list.WriteString(redactURL(v[start:i]) + ",")
+			start = i + 1
+		}
+	}
+	list.WriteString(redactURL(v[start:]))
+	return redactURL(list.String())
+}
+
+// redactURLWords hides the secrets of every word of free text that
+// starts with a URL scheme, keeping the rest, spaces included, byte for
+// byte.
+func redactURLWords(v string) string {
+	var out strings.Builder
+	for i := 0; i < len(v); {
+		j := i
+		for j < len(v) && isSpace(v[j]) {
+			j++
+		}
+		out.WriteString(v[i:j])
+		i = j
+		for j < len(v) && !isSpace(v[j]) {
+			j++
+		}
+		if word := v[i:j]; hasScheme(word) {
+			out.WriteString(redactURLs(word))
+		} else {
+			out.WriteString(word)
+		}
+		i = j
+	}
+	return out.String()
 }
 
 // redactURL hides a URL's userinfo password and its secret-named query
@@ -98,12 +173,14 @@ func redactURL(v string) string {
 }
 
 // redactKeywordValues hides the secret-named keywords' values of a libpq
-// keyword/value connection string (host=h password='a b' dbname=d): a
-// keyword, '=' with optional spaces around it, then a value that is either
-// unquoted up to the next space or single-quoted with backslash escapes.
-// A value that does not parse as one is returned unchanged: no driver
-// would take a password from it either.
-func redactKeywordValues(v string) string {
+// keyword/value connection string (host=h password='a b' dbname=d), and
+// the secrets of any other keyword's value that starts with a URL scheme.
+// It reads the string as pgx and libpq do: a keyword, '=' with optional
+// spaces around it, then a value, unquoted up to the next space or
+// single-quoted; in either, a backslash escapes the next character
+// (password=a\ b is "a b"). ok is false when v does not parse as one: no
+// driver would take a password from it either.
+func redactKeywordValues(v string) (redacted string, ok bool) {
 	var out strings.Builder
 	i := 0
 	skipSpaces := func() {
@@ -116,7 +193,7 @@ func redactKeywordValues(v string) string {
 		skipSpaces()
 		if i == len(v) {
 			out.WriteString(v[start:])
-			return out.String()
+			return out.String(), true
 		}
 		keyStart := i
 		for i < len(v) && v[i] != '=' && !isSpace(v[i]) {
@@ -125,7 +202,7 @@ func redactKeywordValues(v string) string {
 		key := v[keyStart:i]
 		skipSpaces()
 		if key == "" || i == len(v) || v[i] != '=' {
-			return v
+			return v, false
 		}
 		i++
 		skipSpaces()
@@ -138,18 +215,24 @@ func redactKeywordValues(v string) string {
 				}
 			}
 			if i >= len(v) {
-				return v
+				return v, false
 			}
 			i++
 		} else {
-			for i < len(v) && !isSpace(v[i]) {
-				i++
+			for ; i < len(v) && !isSpace(v[i]); i++ {
+				// A trailing backslash escapes nothing: pgx drops it.
+				if v[i] == '\\' && i+1 < len(v) {
+					i++
+				}
 			}
 		}
-		if isSecret(key) {
+		switch value := v[valueStart:i]; {
+		case isSecret(key):
 			out.WriteString(Redacted)
-		} else {
-			out.WriteString(v[valueStart:i])
+		case hasScheme(value):
+			out.WriteString(redactURLs(value))
+		default:
+			out.WriteString(value)
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/stockguard/stockguard/loadtest/compare"
 	"github.com/stockguard/stockguard/loadtest/compare/seedtable"
 	"github.com/stockguard/stockguard/loadtest/report"
@@ -148,6 +150,86 @@ func TestRedactHidesConnectionPasswords(t *testing.T) {
 		{"STOCKGUARD_ADMIN_TOKEN=s3cretpw", "STOCKGUARD_ADMIN_TOKEN=<redacted>"},
 		{"PATH=/usr/bin:/bin", "PATH=/usr/bin:/bin"},
 		{"--lock=redis", "--lock=redis"},
+	} {
+		if got := report.Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestRedactReadsKeywordValuesAsPgxDoes: pgx, like libpq, takes a
+// backslash-escaped character (a space, say) into an unquoted value, and
+// reads as keyword/value a string that holds "://" in another keyword's
+// value. Whatever password pgx would read, the record must not keep any of
+// it.
+func TestRedactReadsKeywordValuesAsPgxDoes(t *testing.T) {
+	for _, tc := range []struct{ dsn, secret, want string }{
+		{`host=127.0.0.1 port=5433 user=u password=s3cret\ pw dbname=stockguard`, "s3cret",
+			"host=127.0.0.1 port=5433 user=u password=<redacted> dbname=stockguard"},
+		// After the escaped space the password looks like key=value.
+		{`host=127.0.0.1 user=u password=s3cret\ tail=leaked dbname=stockguard`, "tail=leaked",
+			"host=127.0.0.1 user=u password=<redacted> dbname=stockguard"},
+		{`host=h password=s3cret\`, "s3cret", "host=h password=<redacted>"},
+		{"host=127.0.0.1 user=u password=s3cret dbname=stockguard application_name=http://loadtest", "s3cret",
+			"host=127.0.0.1 user=u password=<redacted> dbname=stockguard application_name=http://loadtest"},
+	} {
+		cfg, err := pgx.ParseConfig(tc.dsn)
+		if err != nil {
+			t.Fatalf("pgx refuses %q: %v", tc.dsn, err)
+		}
+		got := report.Redact("--database-url=" + tc.dsn)
+		if strings.Contains(got, tc.secret) || got != "--database-url="+tc.want {
+			t.Errorf("pgx's password is %q; Redact(%q)\n = %q\nwant %q", cfg.Password, tc.dsn, got, "--database-url="+tc.want)
+		}
+	}
+}
+
+// TestRedactHidesEveryPasswordOfAURLList: a comma-separated list of URLs,
+// such as --etcd-endpoints (which serve accepts with userinfo), loses the
+// password of each, not of the first alone; libpq's several hosts in one
+// URL are not taken for a list.
+func TestRedactHidesEveryPasswordOfAURLList(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"--etcd-endpoints=http://u:pw1@127.0.0.1:2379,http://u:pw2@127.0.0.1:2380",
+			"--etcd-endpoints=http://u:<redacted>@127.0.0.1:2379,http://u:<redacted>@127.0.0.1:2380"},
+		{"--etcd-endpoints=http://127.0.0.1:2379,https://u:pw2@127.0.0.1:2380,http://v@h",
+			"--etcd-endpoints=http://127.0.0.1:2379,https://u:<redacted>@127.0.0.1:2380,http://v@h"},
+		// Read as one URL, the token runs to the end: more is hidden than
+		// a list needs, never less than one URL needs.
+		{"--etcd-endpoints=http://h1/?token=t,http://u:pw@h2",
+			"--etcd-endpoints=http://h1/?token=<redacted>"},
+		{"--database-url=postgres://u:pw@h1:5432,h2:5432/db?password=pw2&application_name=a,b",
+			"--database-url=postgres://u:<redacted>@h1:5432,h2:5432/db?password=<redacted>&application_name=a,b"},
+		// A comma and a scheme inside a query value: the query's password
+		// is still the URL's.
+		{"--database-url=postgres://h/db?application_name=a,http://x&password=pw",
+			"--database-url=postgres://h/db?application_name=a,http://x&password=<redacted>"},
+	} {
+		if got := report.Redact(tc.in); got != tc.want {
+			t.Errorf("Redact(%q)\n = %q\nwant %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestRedactKeepsTheRest: IPv6, percent-encoding, several hosts and values
+// that are no secret come through byte for byte; only the secrets change,
+// wherever a URL sits (a keyword's value, a word of free text).
+func TestRedactKeepsTheRest(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"--database-url=postgres://u:p%40ss@[::1]:5432,[fe80::1%25eth0]:5433/db?sslmode=verify-full&sslrootcert=%2Fca.pem",
+			"--database-url=postgres://u:<redacted>@[::1]:5432,[fe80::1%25eth0]:5433/db?sslmode=verify-full&sslrootcert=%2Fca.pem"},
+		{"--database-url=postgres://u:p@ss@h/db?pass%77ord=x&application_name=a%20b",
+			"--database-url=postgres://u:<redacted>@h/db?pass%77ord=<redacted>&application_name=a%20b"},
+		{"--database-url=postgres://[::1]/db", "--database-url=postgres://[::1]/db"},
+		{"--lock-ttl=5s", "--lock-ttl=5s"},
+		{"LANG=C.UTF-8", "LANG=C.UTF-8"},
+		{"--label=run key=3 b", "--label=run key=3 b"},
+		{"--label=see  http://u:pw@h/x  too ", "--label=see  http://u:<redacted>@h/x  too "},
+		{"--label=a://b c", "--label=a://b c"},
+		{"--serve-flag=--redis-password=x", "--serve-flag=--redis-password=<redacted>"},
+		{"--serve-flag=--database-url=postgres://u:pw@h/db", "--serve-flag=--database-url=postgres://u:<redacted>@h/db"},
+		{"--database-url=host=h password= dbname=d", "--database-url=host=h password= <redacted>"},
+		{`--database-url=host=h\ x  user='a b' password='p\' w'`, `--database-url=host=h\ x  user='a b' password=<redacted>`},
 	} {
 		if got := report.Redact(tc.in); got != tc.want {
 			t.Errorf("Redact(%q)\n = %q\nwant %q", tc.in, got, tc.want)

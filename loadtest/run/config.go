@@ -98,10 +98,15 @@ func (c Config) Validate() error {
 	if n > MaxOrders {
 		return fmt.Errorf("%d orders: at most %d a run", n, MaxOrders)
 	}
-	if lines := n * c.Workload.Lines.Max; lines > MaxOrderLines {
-		return fmt.Errorf("%d orders (%s) of up to %d lines (--lines=%s) are %d order lines: at most %d a run, "+
-			"since every order's body is built before the first is sent; lower %[2]s or --lines",
-			n, c.ordersFlags(), c.Workload.Lines.Max, c.Workload.Lines, lines, MaxOrderLines)
+	perOrder, given, lower := c.Workload.Lines.Max, fmt.Sprintf("--lines=%s", c.Workload.Lines), "--lines"
+	if c.Workload.SKUs < perOrder {
+		// Generate gives an order no more lines than there are SKUs.
+		perOrder, given, lower = c.Workload.SKUs, fmt.Sprintf("--lines=%s, --skus=%d", c.Workload.Lines, c.Workload.SKUs), "--skus"
+	}
+	if lines := n * perOrder; lines > MaxOrderLines {
+		return fmt.Errorf("%d orders (%s) of up to %d lines (%s) are %d order lines: at most %d a run, "+
+			"since every order's body is built before the first is sent; lower %[2]s or %[7]s",
+			n, c.ordersFlags(), perOrder, given, lines, MaxOrderLines, lower)
 	}
 	return nil
 }
@@ -115,17 +120,27 @@ func (c Config) tooLongToVerify() error {
 	overhead := c.verifiedWithin() - c.Timeout
 	longest := MaxHoldSeconds*time.Second - overhead
 	given, fix := fmt.Sprintf("--timeout=%v", c.Timeout), fmt.Sprintf("shorten --timeout to at most %v", longest)
-	switch {
-	case longest <= 0:
-		fix = "shorten --request-timeout"
-	case c.openLoop():
+	if c.openLoop() {
 		given = fmt.Sprintf("--duration=%v, %s", c.Duration, given)
-		fix = fmt.Sprintf("shorten --duration: --timeout may be at most %v", longest)
+	}
+	switch {
+	case longest <= 0 || c.openLoop() && longest <= OpenLoopGrace:
+		fix = "shorten --request-timeout"
+	case c.openLoop() && c.Duration+OpenLoopGrace > longest:
+		// A --timeout short enough would leave the last orders due no
+		// time to be sent: --duration is too long too.
+		fix = fmt.Sprintf("shorten --duration to at most %v and --timeout to at most %v, %v longer, for the last orders due to be sent",
+			longest-OpenLoopGrace, longest, OpenLoopGrace)
 	}
 	return fmt.Errorf("%s: even the longest hold (--hold-seconds=%d) would expire before the run is verified, "+
 		"%v after --timeout (the last requests, reconciling unknown outcomes, verifying): %s",
 		given, MaxHoldSeconds, overhead, fix)
 }
+
+// OpenLoopGrace is how much longer than --duration an open loop's
+// --timeout should let it send: orders due at the end may wait for a slot
+// behind --concurrency requests in flight.
+const OpenLoopGrace = time.Minute
 
 // ordersFlags names the flags that set the number of orders.
 func (c Config) ordersFlags() string {
@@ -137,10 +152,30 @@ func (c Config) ordersFlags() string {
 
 func (c Config) openLoop() bool { return c.Rate > 0 }
 
-// verifyMargin is verifiedWithin's allowance for reading every SKU's audit
-// and counters after the reconciliation, and for a clock that is not the
-// service's.
-const verifyMargin = time.Minute
+// verifyMargin is verifiedWithin's allowance for the verification: the
+// time to read every SKU's audit and counters after the reconciliation,
+// and holdClockMargin.
+const verifyMargin = verifyReads + holdClockMargin
+
+// verifyReads is the part of verifyMargin for reading every SKU's audit
+// and counters through one instance.
+const verifyReads = 50 * time.Second
+
+// holdClockMargin is how long before a hold could end, by the load
+// tester's clock from the first order, the verification stops reading. An
+// instance stamps a hold's expiry by its own clock and a reaper, on any
+// instance, compares it with its own: clocks that disagree expire a hold
+// early by as much. NTP keeps hosts well within a second of each other;
+// 10 s also covers a clock stepped or left to drift.
+const holdClockMargin = 10 * time.Second
+
+// holdsSafeUntil is when the verification of a run whose first order was
+// placed at first must have read everything: after it, a hold could have
+// expired and its units been sold again, and a safe service would look as
+// if it had lost them.
+func (c Config) holdsSafeUntil(first time.Time) time.Time {
+	return first.Add(time.Duration(c.HoldSeconds)*time.Second - holdClockMargin)
+}
 
 // reconcileBudget bounds the resending of orders of unknown outcome after
 // the sending phase.

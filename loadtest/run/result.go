@@ -139,7 +139,14 @@ func (r *Result) PrintTable(w io.Writer) {
 		row("  ledger", "%s", ledger)
 		row("  audit", "not read")
 		row("  counters", "not read")
-		row("disagreements", "not verified")
+		// Findings from the answers alone (a retry contradicting its first
+		// answer) were seen before the stop, but nothing was read back to
+		// weigh them: they are listed as such and damage nothing.
+		seen := ""
+		if n := r.Verification.DisagreementCount; n > 0 {
+			seen = fmt.Sprintf("; %d seen before the stop%s", n, summarizeKinds(r.Verification.Disagreements))
+		}
+		row("disagreements", "not verified%s", seen)
 	} else {
 		row("units", "stock %d  reserved %d  oversold %d  lost %d", r.Units.Stock, r.Units.Reserved, r.Units.Oversold, r.Units.Lost)
 		row("  ledger", "%s", ledger)
@@ -153,8 +160,12 @@ func (r *Result) PrintTable(w io.Writer) {
 	_ = tw.Flush()
 	listed := r.Verification.Disagreements
 	shown := min(len(listed), 10)
+	label := ""
+	if r.Verification.Unverified {
+		label = "seen before the stop (not verified): "
+	}
 	for _, d := range listed[:shown] {
-		fmt.Fprintf(w, "  %s %s: %s\n", d.SKU, d.Kind, d.Detail)
+		fmt.Fprintf(w, "  %s%s %s: %s\n", label, d.SKU, d.Kind, d.Detail)
 	}
 	// The JSON lists at most maxListedDisagreements; the count is exact.
 	var more []string

@@ -84,3 +84,32 @@ func TestPrintTableCountsUnlistedDisagreements(t *testing.T) {
 		t.Fatalf("JSON: %d listed of %d; table ends:\n%s\nwant %q", listed, m.Verification.Count, table.String()[max(0, table.Len()-300):], want)
 	}
 }
+
+// TestPrintTableLabelsFindingsOfAnInterruptedRun: an interrupted run whose
+// same-key retry already contradicted its first answer lists that finding
+// as seen before the stop, not verified, next to a "not verified" row that
+// counts it; the run stays undamaged, as nothing was read back.
+func TestPrintTableLabelsFindingsOfAnInterruptedRun(t *testing.T) {
+	r := &Result{
+		Verdict: "INTERRUPTED after 40 of 120 orders, while sending: not verified",
+		Verification: Verification{Unverified: true, DisagreementCount: 1, Disagreements: []Disagreement{{
+			SKU: "lt0-s00000", Kind: "retry_not_replayed",
+			Detail: "key lt0-o0000028: first answer insufficient_stock (HTTP 409), same-key retry 201 01a2",
+		}}},
+	}
+	r.Units.Unverified = true
+	var b strings.Builder
+	r.PrintTable(&b)
+	out := b.String()
+	for _, want := range []string{
+		"disagreements  not verified; 1 seen before the stop  (retry_not_replayed=1)\n",
+		"\n  seen before the stop (not verified): lt0-s00000 retry_not_replayed: key lt0-o0000028:",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if r.Damaged() {
+		t.Errorf("an interrupted run is damaged:\n%s", out)
+	}
+}

@@ -103,7 +103,7 @@ func Execute(ctx context.Context, cfg Config, progressOut io.Writer) (*Result, e
 	if ctx.Err() != nil {
 		return interrupted("while reconciling unanswered orders")
 	}
-	ver, verifiedFrom, err := r.verify(ctx, progressOut)
+	ver, verifiedFrom, err := r.verify(ctx, started, progressOut)
 	if err != nil {
 		if ctx.Err() != nil {
 			return interrupted("while verifying")
@@ -363,12 +363,25 @@ func (r *runner) reconcile(ctx context.Context) (reconciled, unresolved int) {
 // instances share one store, so it reads through the first that answers
 // them all: one that died during the run must not leave it unverified. It
 // returns the URL it read through, and notes on progressOut each one that
-// failed.
-func (r *runner) verify(ctx context.Context, progressOut io.Writer) (Verification, string, error) {
+// failed. Every read must end before a hold could expire
+// (Config.holdsSafeUntil; holdsFrom is when the first order was sent, no
+// later than any hold began): an attempt still reading then fails, and
+// the next instance is tried only while verifyReads, what Validate sized
+// the holds to leave the reads, is left. A run it cannot verify in time is
+// "not verified", never given a verdict on expired holds.
+func (r *runner) verify(ctx context.Context, holdsFrom time.Time, progressOut io.Writer) (Verification, string, error) {
+	safeUntil := r.cfg.holdsSafeUntil(holdsFrom)
+	inTime, cancel := context.WithDeadline(ctx, safeUntil)
+	defer cancel()
 	urls := r.cfg.URLs
 	var errs []error
 	for i, u := range urls {
-		v, err := Verify(ctx, r.client, u, r.skus, int64(r.cfg.Workload.Stock), r.rc, r.cfg.Fencing != "off")
+		if left := time.Until(safeUntil); i > 0 && left < verifyReads {
+			return Verification{}, "", fmt.Errorf("not verified: the holds could expire in %v (--hold-seconds=%d from the first order, less %v for the instances' clocks), "+
+				"less than the %v allowed for reading every SKU through %s: %w",
+				max(left, 0).Round(100*time.Millisecond), r.cfg.HoldSeconds, holdClockMargin, verifyReads, u, errors.Join(errs...))
+		}
+		v, err := Verify(inTime, r.client, u, r.skus, int64(r.cfg.Workload.Stock), r.rc, r.cfg.Fencing != "off")
 		if err == nil {
 			return v, u, nil
 		}
@@ -376,6 +389,10 @@ func (r *runner) verify(ctx context.Context, progressOut io.Writer) (Verificatio
 			return Verification{}, "", err
 		}
 		errs = append(errs, fmt.Errorf("through %s: %w", u, err))
+		if inTime.Err() != nil {
+			return Verification{}, "", fmt.Errorf("not verified: the holds could expire (--hold-seconds=%d from the first order, less %v for the instances' clocks) before the verification read every SKU: %w",
+				r.cfg.HoldSeconds, holdClockMargin, errors.Join(errs...))
+		}
 		if progressOut != nil && i+1 < len(urls) {
 			fmt.Fprintf(progressOut, "%s did not answer the verification (%v): verifying through %s\n", u, err, urls[i+1])
 		}

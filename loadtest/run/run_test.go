@@ -213,13 +213,34 @@ func TestConfigValidateRunTooLongForAnyHold(t *testing.T) {
 	c.Orders, c.Rate, c.Duration, c.Timeout = 0, 5, 87600*time.Hour, 87601*time.Hour
 	err := c.Validate()
 	if err == nil || strings.Contains(err.Error(), "want at least") ||
-		!strings.Contains(err.Error(), "shorten --duration: --timeout may be at most 23h") {
+		!strings.Contains(err.Error(), "shorten --duration to at most 23h56m50s and --timeout to at most 23h57m50s, 1m0s longer") {
 		t.Fatalf("Validate() = %v", err)
 	}
 	c = testConfig("http://127.0.0.1:8080")
 	c.Timeout = 25 * time.Hour
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "shorten --timeout to at most 23h") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "shorten --timeout to at most 23h57m50s") {
 		t.Fatalf("closed loop: Validate() = %v", err)
+	}
+}
+
+// TestConfigValidateTooLongOpenLoopBlamesTheRightFlag: an open loop whose
+// --duration and its grace fit the longest hold is told to shorten
+// --timeout, not --duration, which could not help; one whose --duration
+// does not leave the grace is told to shorten both.
+func TestConfigValidateTooLongOpenLoopBlamesTheRightFlag(t *testing.T) {
+	for _, tc := range []struct {
+		duration time.Duration
+		want     string
+	}{
+		{time.Minute, ": shorten --timeout to at most 23h57m50s"},
+		{23*time.Hour + 56*time.Minute + 50*time.Second, ": shorten --timeout to at most 23h57m50s"},
+		{23*time.Hour + 56*time.Minute + 51*time.Second, ": shorten --duration to at most 23h56m50s and --timeout to at most 23h57m50s"},
+	} {
+		c := testConfig("http://127.0.0.1:8080")
+		c.Orders, c.Rate, c.Duration, c.Timeout = 0, 5, tc.duration, 25*time.Hour
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--duration=%v --timeout=25h: Validate() = %v, want %q", tc.duration, err, tc.want)
+		}
 	}
 }
 
@@ -251,6 +272,20 @@ func TestConfigValidateBoundsOrderLines(t *testing.T) {
 		if err := c.Validate(); err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 		}
+	}
+	// Generate gives an order no more lines than there are SKUs, so the
+	// bound counts those, whatever --lines allows.
+	oneSKU := testConfig("http://127.0.0.1:8080")
+	oneSKU.Orders, oneSKU.Workload.SKUs, oneSKU.Workload.Lines = 1_000_000, 1, Range{1, 100}
+	if err := oneSKU.Validate(); err != nil {
+		t.Errorf("1,000,000 orders on 1 SKU (each of 1 line): %v", err)
+	}
+	fewSKUs := testConfig("http://127.0.0.1:8080")
+	fewSKUs.Orders, fewSKUs.Workload.SKUs, fewSKUs.Workload.Lines = MaxOrders, 5, Range{1, 100}
+	if err := fewSKUs.Validate(); err == nil ||
+		!strings.Contains(err.Error(), "of up to 5 lines (--lines=1..100, --skus=5) are 25000000 order lines") ||
+		!strings.Contains(err.Error(), "lower --orders or --skus") {
+		t.Errorf("%d orders on 5 SKUs: Validate() = %v", MaxOrders, err)
 	}
 
 	// What prepare keeps for n orders of the given lines: the SKU names,

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/fakeservice"
 	"github.com/stockguard/stockguard/loadtest/tally"
 )
@@ -554,5 +555,75 @@ func TestRunVerifiesThroughAnotherInstance(t *testing.T) {
 	_, err = Execute(fakeservice.Context(t), testConfig(a.URL, c.URL), nil)
 	if err == nil || !strings.Contains(err.Error(), "through "+a.URL+": ") || !strings.Contains(err.Error(), "through "+c.URL+": ") {
 		t.Fatalf("err = %v", err)
+	}
+}
+
+// TestRunVerifyStopsBeforeTheHoldsCouldExpire: the verification goes
+// through the next instance, after one that hung for --request-timeout,
+// only while the holds leave it the reads' allowance, and reads nothing
+// once they could have expired (their units back in stock and sold again:
+// a safe service would look as if it had lost them). A run it cannot
+// verify in time is an error, "not verified", never a verdict.
+func TestRunVerifyStopsBeforeTheHoldsCouldExpire(t *testing.T) {
+	ctx := fakeservice.Context(t)
+	f := fakeservice.New("secret", false)
+	// reads wraps f; its GETs of a SKU (audit, counters) wait delay first,
+	// or, if delay is 0, until the client gives up.
+	reads := func(delay time.Duration) (*httptest.Server, *atomic.Int32) {
+		var n atomic.Int32
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/skus/") {
+				n.Add(1)
+				var wait <-chan time.Time // nil: until the client gives up
+				if delay > 0 {
+					wait = time.After(delay)
+				}
+				select {
+				case <-wait:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			f.ServeHTTP(w, r)
+		}))
+		t.Cleanup(s.Close)
+		return s, &n
+	}
+	newRunner := func(requestTimeout time.Duration, urls ...string) *runner {
+		cfg := testConfig(urls...)
+		cfg.RequestTimeout = requestTimeout
+		r := &runner{cfg: cfg, client: client.New(8, cfg.AdminToken, cfg.RequestTimeout), runID: NewRunID(), rc: NewReceipts()}
+		t.Cleanup(r.client.Close)
+		if err := r.setup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// holdsFrom is when the first order must have been placed for the
+	// verification to have left before it must have read everything.
+	holdsFrom := func(r *runner, left time.Duration) time.Time {
+		return time.Now().Add(left + holdClockMargin - time.Duration(r.cfg.HoldSeconds)*time.Second)
+	}
+	const requestTimeout = 200 * time.Millisecond
+	hung, _ := reads(0)
+	live, liveReads := reads(time.Millisecond)
+
+	r := newRunner(requestTimeout, hung.URL, live.URL)
+	if _, _, err := r.verify(ctx, holdsFrom(r, verifyReads+requestTimeout/2), nil); err == nil ||
+		!strings.HasPrefix(err.Error(), "not verified: the holds could expire in ") || !strings.Contains(err.Error(), "through "+hung.URL+": ") ||
+		liveReads.Load() != 0 {
+		t.Errorf("the hung instance leaves less than the reads' allowance: err %v, %d reads through the next", err, liveReads.Load())
+	}
+	v, from, err := r.verify(ctx, holdsFrom(r, verifyReads+10*requestTimeout), nil)
+	if err != nil || from != live.URL || !v.Safe() {
+		t.Errorf("the hung instance leaves the reads their allowance: verified through %s, safe %v, err %v", from, v.Safe(), err)
+	}
+
+	slow, _ := reads(time.Second)
+	r = newRunner(5*time.Second, slow.URL)
+	start := time.Now()
+	if _, _, err := r.verify(ctx, holdsFrom(r, 300*time.Millisecond), nil); err == nil ||
+		!strings.HasPrefix(err.Error(), "not verified: the holds could expire ") || time.Since(start) > 900*time.Millisecond {
+		t.Errorf("reads answered after the holds could expire: err %v after %v", err, time.Since(start))
 	}
 }
