@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3/lock"
 
@@ -88,7 +89,81 @@ func TestReaperWaitsForMigrations(t *testing.T) {
 			t.Fatalf("the hold was not expired within 10 s of its end:\n%s", in.log())
 		}
 	}
-	if logs := in.log(); !strings.Contains(logs, "reaper: migrations applied") {
-		t.Errorf("no word that the reaper started:\n%s", logs)
+	if !waitForLog(in, "reaper: migrations applied", 5*time.Second) {
+		t.Errorf("no word that the reaper started:\n%s", in.log())
+	}
+}
+
+// TestReaperWaitsForMigrationsThroughABlip: a database that refuses
+// connections for a moment while the reaper waits for the migration job
+// says nothing of the job. The reaper keeps waiting in its one warning; it
+// does not announce migrations nobody applied, then log an error every
+// tick for the tables still missing.
+func TestReaperWaitsForMigrationsThroughABlip(t *testing.T) {
+	dbURL := stacktest.NewDatabase(t, context.Background())
+	in := startInstance(t, []string{"STOCKGUARD_DATABASE_URL=" + dbURL, "STOCKGUARD_LOG_LEVEL=info"},
+		"--lock=local", "--migrate=false", "--reap-interval=50ms")
+	if !waitForLog(in, "reaper: waiting for the migrations", 5*time.Second) {
+		t.Fatalf("no warning of the reaper's wait:\n%s", in.log())
+	}
+	restore := refuseConnections(t, dbURL)
+	time.Sleep(200 * time.Millisecond) // a few ticks with the database refusing connections
+	restore()
+	time.Sleep(time.Second) // some twenty ticks with the database back, still not migrated
+	logs := in.log()
+	if strings.Contains(logs, "reaper: migrations applied") || strings.Contains(logs, `"level":"ERROR","msg":"reaper:`) ||
+		strings.Count(logs, "reaper: waiting for the migrations") != 1 {
+		t.Fatalf("after a blip while waiting (schema still not migrated), want the one warning, no word of migrations applied, no reaper error:\n%s", logs)
+	}
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"migrate", "--database-url", dbURL}, func(string) string { return "" }, &out, &errOut); err != nil {
+		t.Fatalf("migrate: %v\n%s", err, errOut.String())
+	}
+	if !waitForLog(in, "reaper: migrations applied", 5*time.Second) {
+		t.Errorf("no word that the reaper started once the migrations ran:\n%s", in.log())
+	}
+}
+
+// TestSIGTERMWhileTheReaperWaitsThroughAnOutage: the reaper's wait for the
+// migrations outlasts an outage of the database, and SIGTERM still ends
+// serve at once, cleanly.
+func TestSIGTERMWhileTheReaperWaitsThroughAnOutage(t *testing.T) {
+	dbURL := stacktest.NewDatabase(t, context.Background())
+	in := startInstance(t, []string{"STOCKGUARD_DATABASE_URL=" + dbURL, "STOCKGUARD_LOG_LEVEL=info"},
+		"--lock=local", "--migrate=false", "--reap-interval=50ms")
+	if !waitForLog(in, "reaper: waiting for the migrations", 5*time.Second) {
+		t.Fatalf("no warning of the reaper's wait:\n%s", in.log())
+	}
+	defer refuseConnections(t, dbURL)()
+	time.Sleep(200 * time.Millisecond)
+	if d := in.sigterm(t, 10*time.Second); d > 2*time.Second {
+		t.Errorf("SIGTERM while the reaper waits through an outage took %s:\n%s", d, in.log())
+	}
+}
+
+// refuseConnections makes the database of dbURL refuse new connections and
+// ends those open to it, as a restarting server does, until the function
+// it returns is called.
+func refuseConnections(t *testing.T, dbURL string) (restore func()) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ident := pgx.Identifier{cfg.Database}.Sanitize()
+	admin, err := sql.Open("pgx", stacktest.RequirePostgres(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exec := func(q string, args ...any) {
+		if _, err := admin.ExecContext(context.Background(), q, args...); err != nil {
+			t.Errorf("%s: %v", q, err)
+		}
+	}
+	exec("ALTER DATABASE " + ident + " ALLOW_CONNECTIONS false")
+	exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1", cfg.Database)
+	return func() {
+		exec("ALTER DATABASE " + ident + " ALLOW_CONNECTIONS true")
+		_ = admin.Close()
 	}
 }

@@ -191,12 +191,15 @@ func serve(ctx context.Context, args []string, getenv func(string) string, stdou
 	return nil
 }
 
-// awaitMigrations returns once store's schema is current, or the check
-// fails otherwise (a fault the reaper then reports itself), or ctx ends.
+// awaitMigrations returns once store's schema is current, or ctx ends.
 // Started with --migrate=false before its migration job has run, serve has
 // no tables yet: the reaper would log an error every tick until the job
 // runs, where one warning says what it waits for (/readyz answers
-// not_ready meanwhile).
+// not_ready meanwhile). A check that fails otherwise (a dropped
+// connection, the database restarting or down) says nothing of the job,
+// so the wait goes on: the store is not answering, which /readyz already
+// reports, and the reaper has nothing to do until it answers. The wait is
+// unbounded on purpose; ctx, cancelled at SIGTERM, ends it.
 func awaitMigrations(ctx context.Context, store *postgres.Store, every time.Duration, log *slog.Logger) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -206,12 +209,12 @@ func awaitMigrations(ctx context.Context, store *postgres.Store, every time.Dura
 		switch {
 		case ctx.Err() != nil:
 			return
-		case !errors.Is(err, postgres.ErrMigrationsPending):
+		case err == nil:
 			if warned {
 				log.Info("reaper: migrations applied, expiring holds")
 			}
 			return
-		case !warned:
+		case errors.Is(err, postgres.ErrMigrationsPending) && !warned:
 			log.Warn("reaper: waiting for the migrations (--migrate=false: the migration job has not run yet); no hold expires until then")
 			warned = true
 		}
@@ -245,7 +248,8 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	fs.About("Applies the pending database migrations and exits (what serve does at start unless --migrate=false).\n\n" +
 		"--reset-fences then clears every SKU row's fence token, to move a deployment to another lock backend:\n" +
 		"tokens of different backends are not comparable, and rows fenced by the old one can refuse every write\n" +
-		"of the new one (409 stale_fence). Run it only with every replica stopped, and confirm that with --yes.")
+		"of the new one (409 stale_fence). Run it only with every replica stopped, and confirm that with --yes;\n" +
+		"rows fenced again within a second of the reset (a replica still running) make it fail (exit 1).")
 	fs.Example("stockguard migrate --database-url=postgres://stockguard@db:5432/stockguard")
 	fs.Example("stockguard migrate --reset-fences --yes   # every replica stopped, before starting them on another --lock")
 	fs.StringVar(&c.databaseURL, "database-url", defaultDatabaseURL, "PostgreSQL URL")
@@ -256,8 +260,19 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err := fs.Parse(args, getenv); err != nil {
 		return cliflag.Done(err)
 	}
+	// These flags read no variable: an operator who set one expects it to
+	// work, so say that it does not rather than ignore it without a word.
+	for _, name := range []string{"reset-fences", "yes"} {
+		if v := cliflag.EnvName(envPrefix, name); getenv(v) != "" {
+			fmt.Fprintf(stderr, "stockguard migrate: warning: %s is ignored: --%s is read from the command line only, "+
+				"so that a confirmation left in an environment does not confirm every later run\n", v, name)
+		}
+	}
 	if err := checkDatabaseURL(c.databaseURL); err != nil {
 		return fs.Reject(err)
+	}
+	if confirmed && !resetFences {
+		return fs.Reject(fmt.Errorf("%w: --yes confirms --reset-fences and means nothing without it", errUsage))
 	}
 	// A replica still running on the old backend claims rows with its own
 	// tokens again, above the new backend's: the new one's writes are
@@ -288,7 +303,37 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err != nil {
 		return err
 	}
+	if err := checkNoneRefenced(ctx, store); err != nil {
+		return fmt.Errorf("reset the fence token of %d SKU row(s) to 0, but %w", n, err)
+	}
 	fmt.Fprintf(stdout, "reset the fence token of %d SKU row(s) to 0: start the replicas on the new --lock\n", n)
+	return nil
+}
+
+// refenceWatch is how long migrate --reset-fences watches for rows fenced
+// again after the reset. A replica still serving claims the rows it writes
+// within milliseconds (its next order); one that sees no order in this
+// time goes unnoticed, which is why the replicas must be stopped first.
+const refenceWatch = time.Second
+
+// checkNoneRefenced waits for refenceWatch, then fails if a row of store carries a
+// fence token again: a replica is still running and claimed it since the
+// reset. It would undo the switch (its old backend's tokens refuse the new
+// one's leases again) without a word, so this is an error a script sees.
+func checkNoneRefenced(ctx context.Context, store *postgres.Store) error {
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("stopped before checking that no replica fenced them again: %w", context.Cause(ctx))
+	case <-time.After(refenceWatch):
+	}
+	again, err := store.FencedRows(ctx)
+	if err != nil {
+		return fmt.Errorf("checking that no replica fenced them again: %w", err)
+	}
+	if again > 0 {
+		return fmt.Errorf("%d SKU row(s) carry a fence token again %s later: a replica is still running on some lock backend; "+
+			"stop every replica (scale to 0) and run it again", again, refenceWatch)
+	}
 	return nil
 }
 

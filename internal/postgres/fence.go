@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stockguard/stockguard/internal/inventory"
 )
@@ -149,11 +150,31 @@ func (s *Store) ResetFences(ctx context.Context) (int64, error) {
 	res, err := db.ExecContext(ctx, `UPDATE skus SET fence_token = 0, fence_holder = NULL, updated_at = now()
 		WHERE fence_token <> 0 OR fence_holder IS NOT NULL`)
 	if err != nil {
+		var pg *pgconn.PgError
+		if errors.As(err, &pg) && pg.Code == "55P03" { // lock_not_available: lock_timeout
+			// The service's claims and writes hold a row for milliseconds:
+			// one locked past the timeout is held by a session stuck in a
+			// transaction, a replica left running and hung or paused
+			// mid-write as likely as anyone's.
+			return 0, fmt.Errorf("%w; a row stayed locked past the %s lock timeout: a replica still running may hold it "+
+				"(stop every replica and run it again)", translate(ctx, "reset fences", err), migrationLockTimeout)
+		}
 		return 0, translate(ctx, "reset fences", err)
 	}
 	n, err := res.RowsAffected()
 	if err != nil {
 		return 0, fmt.Errorf("postgres: reset fences: %w", err)
+	}
+	return n, nil
+}
+
+// FencedRows counts the SKU rows that carry a fence token. Right after
+// ResetFences every row is at 0, so any it counts then was claimed since:
+// a replica is still running.
+func (s *Store) FencedRows(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.db.WithContext(ctx).Raw(`SELECT count(*) FROM skus WHERE fence_token <> 0`).Scan(&n).Error; err != nil {
+		return 0, translate(ctx, "count fenced rows", err)
 	}
 	return n, nil
 }

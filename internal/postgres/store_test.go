@@ -114,6 +114,8 @@ func TestStaleClaimNamesBothTokens(t *testing.T) {
 
 // TestResetFences: after ResetFences any lease claims every row, whatever
 // token space fenced it; the counters and the order lines' tokens stay.
+// FencedRows counts the rows claimed since, what tells migrate that a
+// replica was left running.
 func TestResetFences(t *testing.T) {
 	s := newStore(t)
 	ctx := context.Background()
@@ -130,9 +132,15 @@ func TestResetFences(t *testing.T) {
 	if n, err := s.ResetFences(ctx); err != nil || n != 2 {
 		t.Fatalf("ResetFences = %d, %v; want the 2 fenced rows", n, err)
 	}
+	if n, err := s.FencedRows(ctx); err != nil || n != 0 {
+		t.Errorf("FencedRows right after the reset = %d, %v; want 0", n, err)
+	}
 	got, err := s.Claim(ctx, []inventory.Fence{fence("sku-a", 1), fence("sku-b", 1)}, false)
 	if err != nil {
 		t.Fatalf("claim with token 1 after the reset: %v", err)
+	}
+	if n, err := s.FencedRows(ctx); err != nil || n != 2 {
+		t.Errorf("FencedRows after a lease claimed both rows = %d, %v; want 2", n, err)
 	}
 	if k := got["sku-a"]; k.Available != 7 || k.Reserved != 3 || k.FenceToken != 1 {
 		t.Errorf("sku-a after the reset and a claim: %+v, want 7 available, 3 reserved, token 1", k)
