@@ -238,28 +238,48 @@ func TestThreeProcessHammer(t *testing.T) {
 	}
 }
 
+// TestGracefulShutdownDrains: SIGTERM lets an order paused inside its
+// critical section finish (201) before the exit 0, and on a lock server its
+// lease is released on the way out, not left there until its TTL.
 func TestGracefulShutdownDrains(t *testing.T) {
-	env := backendEnv(t)
-	in := startInstance(t, env, "--lock=local", "--chaos")
-	if st, _ := call(t, "PUT", in.url+"/v1/skus/drain", `{"available":5}`); st != 200 {
-		t.Fatal("PUT failed")
+	for _, backend := range []string{"local", "redis"} {
+		t.Run(backend, func(t *testing.T) {
+			env := backendEnv(t)
+			rdb := redis.NewClient(&redis.Options{Addr: stacktest.RequireRedis(t)[0], DisableIdentity: true})
+			defer rdb.Close()
+			in := startInstance(t, env, "--lock="+backend, "--chaos")
+			sku := fmt.Sprintf("drain-%d", time.Now().UnixNano())
+			lockKey := "stockguard:{" + sku + "}:lock"
+			if st, body := call(t, "PUT", in.url+"/v1/skus/"+sku, `{"available":5}`); st != 200 {
+				t.Fatalf("PUT: %d %v", st, body)
+			}
+			result := make(chan int, 1)
+			go func() {
+				st, _ := call(t, "POST", in.url+"/v1/orders", `{"lines":[{"sku":"`+sku+`","quantity":1}]}`, "X-Chaos-Pause", "800ms")
+				result <- st
+			}()
+			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(in.log(), "chaos: pausing inside the critical section"); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the order never paused\n%s", in.log())
+				}
+			}
+			if backend == "redis" {
+				if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 1 {
+					t.Fatalf("EXISTS %s = %d, %v while the order pauses, want the lease's key", lockKey, n, err)
+				}
+			}
+			in.sigterm(t, 15*time.Second)
+			if st := <-result; st != 201 {
+				t.Fatalf("in-flight order during shutdown answered %d, want 201", st)
+			}
+			if backend == "redis" {
+				// The lease's TTL is 10 s: a key still there now was not released.
+				if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 0 {
+					t.Errorf("EXISTS %s = %d, %v after the drained exit, want the lease released", lockKey, n, err)
+				}
+			}
+		})
 	}
-	result := make(chan int, 1)
-	go func() {
-		st, _ := call(t, "POST", in.url+"/v1/orders", `{"lines":[{"sku":"drain","quantity":1}]}`, "X-Chaos-Pause", "800ms")
-		result <- st
-	}()
-	time.Sleep(300 * time.Millisecond)
-	if err := in.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	if st := <-result; st != 201 {
-		t.Fatalf("in-flight order during shutdown answered %d, want 201", st)
-	}
-	if err := <-in.done; err != nil {
-		t.Fatalf("exit after SIGTERM: %v\n%s", err, in.log())
-	}
-	in.done <- nil
 }
 
 // TestShutdownTimeoutCutsABatchShort: a batch still paused inside its

@@ -65,6 +65,12 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvChaos(t, true)
+}
+
+// newEnvChaos is newEnv with --chaos on or off.
+func newEnvChaos(t *testing.T, chaos bool) *env {
+	t.Helper()
 	ctx := context.Background()
 	store, err := postgres.Open(ctx, stacktest.NewDatabase(t, ctx))
 	if err != nil {
@@ -80,7 +86,7 @@ func newEnv(t *testing.T) *env {
 	m := metrics.New(reg, "test")
 	svc := reservation.New(reservation.Config{Store: store, Locker: lk, Observer: m, LockWait: 300 * time.Millisecond})
 	srv := httptest.NewServer(httpapi.New(httpapi.Config{Service: svc, Metrics: m, Gatherer: reg,
-		AdminToken: adminToken, Chaos: true}))
+		AdminToken: adminToken, Chaos: chaos}))
 	t.Cleanup(srv.Close)
 	return &env{t: t, url: srv.URL, svc: svc, locker: lk}
 }

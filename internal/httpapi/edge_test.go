@@ -451,6 +451,35 @@ func TestChaosHeaderIsClipped(t *testing.T) {
 	}
 }
 
+// TestChaosHeadersIgnoredWithoutChaos: without --chaos, X-Chaos-Pause and
+// X-Chaos-Stall are ignored, well formed or not: no client can stall a
+// production critical section with the locks held, or have an order
+// refused for a header the service does not serve. The service is the
+// real one, whose critical section is where a pause would sleep.
+func TestChaosHeadersIgnoredWithoutChaos(t *testing.T) {
+	e := newEnvChaos(t, false)
+	e.stock("a", 10)
+	headers := [][]string{
+		{"X-Chaos-Pause", "2s"},
+		{"X-Chaos-Stall", "2s"},
+		{"X-Chaos-Pause", "garbage"},
+		{"X-Chaos-Stall", "garbage"},
+		{"X-Chaos-Pause", "2s", "X-Chaos-Stall", "2s"},
+	}
+	for _, h := range headers {
+		start := time.Now()
+		r := e.order(`{"lines":[{"sku":"a","quantity":1}]}`, h...)
+		// Well under the pause: a loaded machine is slow, never 2 s slow
+		// for one order on the local lock.
+		if took := time.Since(start); r.status != http.StatusCreated || took > time.Second {
+			t.Errorf("order with %q without --chaos = %d after %v, want 201 at once: %s", h, r.status, took, r.raw)
+		}
+	}
+	if a := e.audit("a"); a.Held != int64(len(headers)) || !a.Consistent {
+		t.Fatalf("audit after %d orders = %+v", len(headers), a)
+	}
+}
+
 // slowGatherer holds every scrape until released.
 type slowGatherer struct{ entered, release chan struct{} }
 

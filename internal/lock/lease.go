@@ -58,6 +58,13 @@ type Lease struct {
 	deadline time.Time
 	released bool
 
+	// turn is held by one extension at a time, the watchdog's or a
+	// caller's, so that the deadline they store is the latest, and taken
+	// for good by Release once it has stopped them.
+	turn chan struct{}
+	// stopped ends on Release, first thing: it aborts the keepalive and
+	// the extension in flight.
+	stopped       context.Context
 	stopKeepalive context.CancelFunc
 	keepaliveDone chan struct{}
 }
@@ -70,13 +77,12 @@ func NewLease(p LeaseParams) (lease *Lease, lose func(error)) {
 		p.ID = uuid.New()
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{p: p, ctx: ctx, cancel: cancel, deadline: p.Deadline, keepaliveDone: make(chan struct{})}
-	kctx, stop := context.WithCancel(context.Background())
-	l.stopKeepalive = stop
+	l := &Lease{p: p, ctx: ctx, cancel: cancel, deadline: p.Deadline, turn: make(chan struct{}, 1), keepaliveDone: make(chan struct{})}
+	l.stopped, l.stopKeepalive = context.WithCancel(context.Background())
 	if p.Deadline.IsZero() {
 		close(l.keepaliveDone)
 	} else {
-		go l.keepalive(kctx)
+		go l.keepalive(l.stopped)
 	}
 	return l, l.lose
 }
@@ -125,10 +131,10 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	}
 }
 
-// Release gives the lock up. It stops the keepalive and waits for it to exit
-// before it asks the backend to release, so no extension can race the
-// release. Calling it again, or after the lease was lost, is safe: the backend
-// release only ever deletes what this lease owns.
+// Release gives the lock up. It stops the keepalive and any caller's Extend
+// and waits for them to return before it asks the backend to release, so no
+// extension can race the release. Calling it again, or after the lease was
+// lost, is safe: the backend release only ever deletes what this lease owns.
 func (l *Lease) Release(ctx context.Context) error {
 	h := l.detach()
 	if h == nil {
@@ -140,9 +146,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// detach ends the lease for a release: it stops the keepalive, waits for it
-// to exit and marks the lease released. It returns the handle the backend
-// must release, or nil when the lease was released before.
+// detach ends the lease for a release: it stops the keepalive and the
+// extensions, waits for them to return and marks the lease released. It
+// returns the handle the backend must release, or nil when the lease was
+// released before.
 func (l *Lease) detach() Handle {
 	l.mu.Lock()
 	if l.released {
@@ -154,6 +161,7 @@ func (l *Lease) detach() Handle {
 
 	l.stopKeepalive()
 	<-l.keepaliveDone
+	l.turn <- struct{}{}  // never given back: the lease extends no more
 	l.cancel(ErrReleased) // no-op when already lost: the first cause stays
 	return l.p.Handle
 }
@@ -168,12 +176,140 @@ func (l *Lease) lose(err error) {
 	}
 }
 
+// Extend pushes the validity deadline out by the lease's TTL now, as the
+// watchdog does every TTL/3, and returns the new deadline: a holder that
+// took the lease WithoutWatchdog, or is about to start a long step, renews
+// it itself. The deadline never moves backwards.
+//
+// Once the lease has ended Extend returns its end: Err, or ErrReleased when
+// a Release is under way. The backend's round trip is the watchdog's, in
+// the same turn: bounded by the current deadline (past it, the lease is
+// lost) and by Release, not by ctx, since a backend may end a session whose
+// renewal it abandons (pglock); Extend returns when ctx ends, and the
+// extension goes on. A backend's answer that the lock is no longer ours (an
+// error wrapping ErrLeaseLost) loses the lease. Any other failure is
+// returned and the lease stays valid until its current deadline, where
+// the watchdog, which has nothing to return it to, loses it at once.
+//
+// A lease without a deadline (ZooKeeper, none, local) lasts as long as its
+// backend's session, which the backend keeps alive and watches itself,
+// losing the lease the moment the session is: Extend returns the zero
+// deadline, and nil while the lease is held, with no round trip that would
+// tell more than Err does.
+func (l *Lease) Extend(ctx context.Context) (time.Time, error) {
+	if l.p.Follows != nil {
+		if err := l.Err(); err != nil {
+			return time.Time{}, fmt.Errorf("lock: extend %q: %w", l.p.Key, err)
+		}
+		return l.p.Follows.Extend(ctx)
+	}
+	if l.p.Deadline.IsZero() {
+		if err := l.Err(); err != nil {
+			return time.Time{}, fmt.Errorf("lock: extend %q: %w", l.p.Key, err)
+		}
+		return time.Time{}, nil
+	}
+	ext, ok := l.p.Handle.(Extender)
+	if !ok {
+		return time.Time{}, fmt.Errorf("lock: extend %q: the backend's leases expire unextended", l.p.Key)
+	}
+	return l.extend(ctx, ext)
+}
+
+// extend waits for the lease's turn and runs one extension, the watchdog's
+// or a caller's, in it; it returns when the extension does or ctx ends.
+func (l *Lease) extend(ctx context.Context, ext Extender) (time.Time, error) {
+	if err := l.take(ctx); err != nil {
+		return time.Time{}, err
+	}
+	type extension struct {
+		deadline time.Time
+		err      error
+	}
+	done := make(chan extension, 1)
+	go func() {
+		defer l.give()
+		d, err := l.extendInTurn(ext)
+		done <- extension{d, err}
+	}()
+	select {
+	case e := <-done:
+		return e.deadline, e.err
+	case <-ctx.Done():
+		return time.Time{}, fmt.Errorf("lock: extend %q: %w", l.p.Key, ctx.Err())
+	}
+}
+
+// extendInTurn asks the backend to extend the lease, which it loses when
+// the backend says the lock is no longer ours or the deadline has passed,
+// and stores the later deadline. The caller has the turn.
+func (l *Lease) extendInTurn(ext Extender) (time.Time, error) {
+	if err := l.ended(); err != nil {
+		return time.Time{}, err
+	}
+	deadline := l.Deadline()
+	if !time.Now().Before(deadline) {
+		return time.Time{}, l.lapse()
+	}
+	ctx, cancel := context.WithDeadline(l.stopped, deadline)
+	d, err := ext.Extend(ctx)
+	cancel()
+	if end := l.ended(); end != nil {
+		return time.Time{}, end // released while extending: not a loss
+	}
+	if err != nil {
+		err = fmt.Errorf("lock: extend %q: %w", l.p.Key, err)
+		if errors.Is(err, ErrLeaseLost) {
+			l.lose(err)
+		}
+		return time.Time{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if d.After(l.deadline) {
+		l.deadline = d
+	}
+	return l.deadline, nil
+}
+
+// take waits for the lease's turn to extend, or for ctx or the lease to end.
+func (l *Lease) take(ctx context.Context) error {
+	select {
+	case l.turn <- struct{}{}:
+		return nil
+	case <-l.ctx.Done():
+		return fmt.Errorf("lock: extend %q: %w", l.p.Key, l.Err())
+	case <-ctx.Done():
+		return fmt.Errorf("lock: extend %q: %w", l.p.Key, ctx.Err())
+	}
+}
+
+func (l *Lease) give() { <-l.turn }
+
+// ended is the lease's end, once it has ended or its Release has begun.
+func (l *Lease) ended() error {
+	if err := l.Err(); err != nil {
+		return fmt.Errorf("lock: extend %q: %w", l.p.Key, err)
+	}
+	if l.stopped.Err() != nil {
+		return fmt.Errorf("lock: extend %q: %w", l.p.Key, ErrReleased)
+	}
+	return nil
+}
+
+// lapse loses the lease whose validity deadline has passed unextended.
+func (l *Lease) lapse() error {
+	err := fmt.Errorf("lock: %q: validity deadline passed without extension: %w", l.p.Key, ErrLeaseLost)
+	l.lose(err)
+	return err
+}
+
 // keepalive extends the lease at TTL/3 (with the watchdog; at once when less
 // than that is left) and marks it lost the moment its validity deadline
-// passes without a successful extension. A failed extension is treated as
-// loss at once: a backend reports failure only when it could not renew on
-// enough nodes, and waiting for the old deadline would only shorten the
-// warning the holder gets.
+// passes without a successful extension, its own or a caller's (Extend). A
+// failed extension is treated as loss at once: a backend reports failure
+// only when it could not renew on enough nodes before the deadline, and
+// waiting for it would only shorten the warning the holder gets.
 func (l *Lease) keepalive(ctx context.Context) {
 	defer close(l.keepaliveDone)
 	ext, canExtend := l.p.Handle.(Extender)
@@ -202,23 +338,28 @@ func (l *Lease) keepalive(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		if !extendNow {
-			l.lose(fmt.Errorf("lock: %q: validity deadline passed without extension: %w", l.p.Key, ErrLeaseLost))
+		if extendNow {
+			if _, err := l.extend(ctx, ext); err != nil {
+				if ctx.Err() == nil {
+					l.lose(joinLost(err))
+				}
+				return
+			}
+			continue
+		}
+		// A caller's extension, in flight or done, may have moved the
+		// deadline: judge it in the turn, once that extension has landed.
+		if l.take(ctx) != nil {
 			return
 		}
-		ectx, cancel := context.WithDeadline(ctx, l.Deadline())
-		d, err := ext.Extend(ectx)
-		cancel()
-		if ctx.Err() != nil {
-			return // released while extending
+		passed := !time.Now().Before(l.Deadline())
+		if passed {
+			_ = l.lapse()
 		}
-		if err != nil {
-			l.lose(fmt.Errorf("lock: extend %q: %w", l.p.Key, joinLost(err)))
+		l.give()
+		if passed {
 			return
 		}
-		l.mu.Lock()
-		l.deadline = d
-		l.mu.Unlock()
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -126,6 +127,219 @@ func TestWatchdogExtendsAShortLeaseAtOnce(t *testing.T) {
 	if left := time.Until(l.Deadline()); left < 100*time.Millisecond {
 		t.Fatalf("validity left %v after the extension, want most of the TTL", left)
 	}
+}
+
+// TestExtendWithoutWatchdogOutlivesTTL: a holder that took its lease
+// without the watchdog keeps it past its TTL by extending it itself, and
+// it lapses at the deadline of its last extension once the holder stops.
+func TestExtendWithoutWatchdogOutlivesTTL(t *testing.T) {
+	h := &ttlHandle{ttl: 90 * time.Millisecond}
+	l, _ := newTTLLease(h, false)
+	defer func() { _ = l.Release(context.Background()) }()
+	first := l.Deadline()
+	for range 10 {
+		time.Sleep(30 * time.Millisecond)
+		d, err := l.Extend(context.Background())
+		if err != nil {
+			t.Fatalf("Extend of a held lease: %v", err)
+		}
+		if !d.Equal(l.Deadline()) {
+			t.Fatalf("Extend returned %v, Deadline is %v", d, l.Deadline())
+		}
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("lease extended every 30 ms lost within 300 ms at a 90 ms TTL: %v", err)
+	}
+	if !l.Deadline().After(first.Add(200 * time.Millisecond)) {
+		t.Fatalf("Deadline moved %v in 300 ms of extensions", l.Deadline().Sub(first))
+	}
+	last := l.Deadline()
+	select {
+	case <-l.Done():
+	case <-time.After(time.Second):
+		t.Fatal("Done not closed after the holder stopped extending")
+	}
+	if time.Now().Before(last) || !errors.Is(l.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("lapsed %v before the last extension's deadline, Err = %v", time.Until(last), l.Err())
+	}
+}
+
+// TestExtendFailsOnceTheLeaseEnded: Extend returns the lease's end, lost
+// or released, without asking the backend.
+func TestExtendFailsOnceTheLeaseEnded(t *testing.T) {
+	h := &ttlHandle{ttl: time.Second}
+	l, lose := newTTLLease(h, false)
+	lose(fmt.Errorf("session expired: %w", lock.ErrLeaseLost))
+	if _, err := l.Extend(context.Background()); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("Extend after loss = %v, want ErrLeaseLost", err)
+	}
+	l, _ = newTTLLease(h, true)
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := h.extends.Load()
+	if _, err := l.Extend(context.Background()); !errors.Is(err, lock.ErrReleased) {
+		t.Fatalf("Extend after Release = %v, want ErrReleased", err)
+	}
+	if h.extends.Load() != n {
+		t.Fatal("Extend after Release reached the backend")
+	}
+	session, lose := lock.NewLease(lock.LeaseParams{Key: "k", Handle: &ttlHandle{}})
+	if d, err := session.Extend(context.Background()); err != nil || !d.IsZero() {
+		t.Fatalf("Extend of a held session lease = %v, %v; want the zero deadline, nil", d, err)
+	}
+	lose(fmt.Errorf("session expired: %w", lock.ErrLeaseLost))
+	if _, err := session.Extend(context.Background()); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("Extend of a lost session lease = %v, want ErrLeaseLost", err)
+	}
+}
+
+// extendFunc is a hold whose Extend is the function itself.
+type extendFunc func(ctx context.Context) (time.Time, error)
+
+func (f extendFunc) Release(context.Context) error { return nil }
+
+func (f extendFunc) Extend(ctx context.Context) (time.Time, error) { return f(ctx) }
+
+func newFuncLease(ttl time.Duration, f extendFunc) *lock.Lease {
+	l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 7, Deadline: time.Now().Add(ttl), TTL: ttl, Handle: f})
+	return l
+}
+
+// TestExtendFailureLosesOnlyWhenLost: the backend saying the lock is no
+// longer ours loses the lease; any other failure is returned, and the lease
+// stays valid until its deadline.
+func TestExtendFailureLosesOnlyWhenLost(t *testing.T) {
+	l := newFuncLease(time.Minute, func(context.Context) (time.Time, error) {
+		return time.Time{}, errors.New("node timed out")
+	})
+	if _, err := l.Extend(context.Background()); err == nil || errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("Extend with the node timing out = %v, want its error, not a loss", err)
+	}
+	if err := l.Err(); err != nil {
+		t.Fatalf("a transient failure lost the lease: %v", err)
+	}
+	_ = l.Release(context.Background())
+
+	l = newFuncLease(time.Minute, func(context.Context) (time.Time, error) {
+		return time.Time{}, fmt.Errorf("key gone: %w", lock.ErrLeaseLost)
+	})
+	if _, err := l.Extend(context.Background()); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("Extend of a lock no longer ours = %v, want ErrLeaseLost", err)
+	}
+	if !errors.Is(l.Err(), lock.ErrLeaseLost) {
+		t.Fatalf("lock no longer ours, yet the lease is held: Err = %v", l.Err())
+	}
+}
+
+// TestExtendNeverMovesDeadlineBack: an extension that answers an earlier
+// deadline than the lease has (a slower round trip landing after a faster
+// one) leaves the later one.
+func TestExtendNeverMovesDeadlineBack(t *testing.T) {
+	l := newFuncLease(time.Minute, func(context.Context) (time.Time, error) {
+		return time.Now().Add(time.Second), nil
+	})
+	defer func() { _ = l.Release(context.Background()) }()
+	before := l.Deadline()
+	d, err := l.Extend(context.Background())
+	if err != nil || !d.Equal(before) || !l.Deadline().Equal(before) {
+		t.Fatalf("Extend = %v, %v; Deadline %v; want the unchanged %v", d, err, l.Deadline(), before)
+	}
+}
+
+// TestExtendReturnsWithItsContext: a caller's Extend returns when its ctx
+// ends, its backend round trip bounded by the lease's deadline, not by
+// ctx, going on (a backend may end a session whose renewal it abandons);
+// the lease stays held.
+func TestExtendReturnsWithItsContext(t *testing.T) {
+	landed := make(chan time.Time, 1)
+	l := newFuncLease(time.Second, func(ctx context.Context) (time.Time, error) {
+		time.Sleep(150 * time.Millisecond)
+		if err := ctx.Err(); err != nil {
+			return time.Time{}, err
+		}
+		d := time.Now().Add(time.Second)
+		landed <- d
+		return d, nil
+	})
+	defer func() { _ = l.Release(context.Background()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := l.Extend(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Extend past its ctx = %v, want context.DeadlineExceeded", err)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Fatalf("Extend returned %v after its 20 ms ctx", took)
+	}
+	d := <-landed
+	if err := l.Err(); err != nil {
+		t.Fatalf("a caller giving up on Extend lost the lease: %v", err)
+	}
+	// The extension lands in the lease's turn: the next one waits for it.
+	if _, err := l.Extend(context.Background()); err != nil || l.Deadline().Before(d) {
+		t.Fatalf("after the abandoned extension landed: Extend = %v, Deadline %v before its %v", err, l.Deadline(), d)
+	}
+}
+
+// TestExtendRacesWatchdogAndRelease: callers extending a watchdog lease
+// while it is released never overlap another extension or the release,
+// and nothing reaches the backend after Release returns.
+func TestExtendRacesWatchdogAndRelease(t *testing.T) {
+	var busy, overlaps, after atomic.Int32
+	var released atomic.Bool
+	h := &raceHandle{busy: &busy, overlaps: &overlaps, after: &after, released: &released}
+	l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Deadline: time.Now().Add(60 * time.Millisecond),
+		TTL: 60 * time.Millisecond, Watchdog: true, Handle: h})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				if _, err := l.Extend(context.Background()); err != nil {
+					if !errors.Is(err, lock.ErrReleased) {
+						t.Errorf("Extend during Release = %v, want ErrReleased", err)
+					}
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	time.Sleep(20 * time.Millisecond)
+	if overlaps.Load() != 0 || after.Load() != 0 {
+		t.Fatalf("%d extensions overlapped another or the release, %d reached the backend after it", overlaps.Load(), after.Load())
+	}
+}
+
+// raceHandle counts extensions that overlap another or the release, or
+// come after it.
+type raceHandle struct {
+	busy, overlaps, after *atomic.Int32
+	released              *atomic.Bool
+}
+
+func (h *raceHandle) Extend(context.Context) (time.Time, error) {
+	if h.released.Load() {
+		h.after.Add(1)
+	}
+	if h.busy.Add(1) > 1 {
+		h.overlaps.Add(1)
+	}
+	time.Sleep(time.Millisecond)
+	h.busy.Add(-1)
+	return time.Now().Add(60 * time.Millisecond), nil
+}
+
+func (h *raceHandle) Release(context.Context) error {
+	if h.busy.Load() != 0 {
+		h.overlaps.Add(1)
+	}
+	h.released.Store(true)
+	return nil
 }
 
 // sessionSet is a set of session leases (no deadline, no keepalive) on

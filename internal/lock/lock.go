@@ -76,7 +76,8 @@ func WithTTL(d time.Duration) Option { return func(o *Options) { o.TTL = d } }
 // Default: wait until ctx is done.
 func TryOnce() Option { return func(o *Options) { o.TryOnce = true } }
 
-// WithoutWatchdog disables lease extension. Default: TTL leases are extended
+// WithoutWatchdog disables the automatic extension: the lease expires at its
+// TTL unless its holder calls Lease.Extend. Default: TTL leases are extended
 // every TTL/3 until released (Redisson's watchdog).
 func WithoutWatchdog() Option { return func(o *Options) { o.NoWatchdog = true } }
 

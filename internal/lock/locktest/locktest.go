@@ -54,6 +54,7 @@ func Run(t *testing.T, c Config) {
 	t.Run("AcquireAllSorted", func(t *testing.T) { testAcquireAll(t, c) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, c) })
 	t.Run("BatchCancelledLeavesNothing", func(t *testing.T) { testBatchCancelled(t, c) })
+	t.Run("Extend", func(t *testing.T) { testExtend(t, c) })
 	t.Run("Handover", func(t *testing.T) { testHandover(t, c) })
 	t.Run("HandoverCancelledReleases", func(t *testing.T) { testHandoverCancelled(t, c) })
 	if c.Exclusive {
@@ -505,10 +506,76 @@ func testWatchdog(t *testing.T, c Config) {
 	MustRelease(t, MustAcquire(t, b, key, lock.TryOnce()))
 }
 
+// testExtend: the holder extends its lease itself. On an expiring backend
+// a lease without the watchdog, extended every quarter of its TTL, outlives
+// that TTL by half again, its token unchanged, and nobody else gets the key
+// meanwhile: the extension reached the server. Every extension's deadline
+// is within the TTL and never earlier than the last; a lease with no
+// deadline (one that lasts as long as its session) answers the zero one.
+// After Release, Extend fails with ErrReleased.
+func testExtend(t *testing.T, c Config) {
+	// The watchdog case's TTL, for the same reason: pglock's server ends a
+	// session whose keepalive a loaded machine delayed past a shorter one.
+	const ttl = time.Second
+	a, b := newLocker(t, c), newLocker(t, c)
+	if !c.Distributed {
+		b = a
+	}
+	key := Key(t)
+	var opts []lock.Option
+	if c.Expiring {
+		opts = []lock.Option{lock.WithTTL(ttl), lock.WithoutWatchdog()}
+	}
+	lease := MustAcquire(t, a, key, opts...)
+	token, first := lease.Token(), lease.Deadline()
+	last, start := first, time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		d, err := lease.Extend(ctx)
+		cancel()
+		switch {
+		case err != nil:
+			t.Fatalf("Extend of a held lease, %v after acquiring it: %v", time.Since(start), err)
+		case d.IsZero() != first.IsZero():
+			t.Fatalf("Extend answered the deadline %v of a lease whose deadline was %v", d, first)
+		case d.Before(last):
+			t.Fatalf("Extend moved the deadline back by %v", last.Sub(d))
+		case c.Expiring && d.After(time.Now().Add(ttl)):
+			t.Fatalf("Extend set a deadline %v ahead, beyond the %v TTL", time.Until(d), ttl)
+		}
+		last = d
+		if !c.Expiring || time.Since(start) > ttl*3/2 {
+			break
+		}
+		time.Sleep(ttl / 4)
+	}
+	if err := lease.Err(); err != nil {
+		t.Fatalf("lease lost %v after acquiring it: %v", time.Since(start), err)
+	}
+	if lease.Token() != token {
+		t.Fatalf("token %d after Extend, %d before", lease.Token(), token)
+	}
+	if c.Expiring && !last.After(first) {
+		t.Fatalf("deadline %v after extending for %v, first %v: not extended", last, time.Since(start), first)
+	}
+	if c.Exclusive {
+		if _, err := b.Acquire(context.Background(), key, lock.TryOnce()); !errors.Is(err, lock.ErrNotAcquired) {
+			t.Fatalf("another locker took an extended key %v after it was acquired: %v", time.Since(start), err)
+		}
+	}
+	MustRelease(t, lease)
+	if _, err := lease.Extend(context.Background()); !errors.Is(err, lock.ErrReleased) {
+		t.Fatalf("Extend after Release = %v, want ErrReleased", err)
+	}
+}
+
 func testLoss(t *testing.T, c Config, f form) {
 	l, key, lease, release := lostLease(t, c, f)
 	if !errors.Is(lease.Err(), lock.ErrLeaseLost) {
 		t.Fatalf("Err() after loss = %v, want ErrLeaseLost", lease.Err())
+	}
+	if _, err := lease.Extend(context.Background()); !errors.Is(err, lock.ErrLeaseLost) {
+		t.Fatalf("Extend after loss = %v, want ErrLeaseLost", err)
 	}
 	_ = release(context.Background()) // must not panic or hang
 	other := newLocker(t, c)
