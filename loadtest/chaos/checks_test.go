@@ -9,13 +9,19 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/stockguard/stockguard/internal/postgres"
 	"github.com/stockguard/stockguard/internal/stack/pgproxy"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/history"
 	"github.com/stockguard/stockguard/loadtest/report"
@@ -433,5 +439,100 @@ func TestChaosRecorderRetryAnswerSettlesOnlyWhatItSettles(t *testing.T) {
 				t.Errorf("recorded %s %q after %d attempts, want %s %q", out.Result, out.Code, attempts.Load(), tc.want, tc.code)
 			}
 		})
+	}
+}
+
+// TestChaosRecorderKeepsFenceTokens: an acknowledged place is recorded
+// with the fence token of each line the service answered, which the
+// history's tokens rule compares; a recorder that dropped them made every
+// line token 0, and the rule could never fire.
+func TestChaosRecorderKeepsFenceTokens(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = io.WriteString(w, `{"order_id":"0190a3e4-7c1d-7b2a-9f00-000000000002","status":"reserved",`+
+			`"lines":[{"sku":"s","quantity":2,"fence_token":41},{"sku":"t","quantity":1,"fence_token":7}],"expires_at":"2030-01-01T00:00:00Z"}`)
+	}))
+	t.Cleanup(srv.Close)
+	c := client.New(4, "", time.Second)
+	t.Cleanup(c.Close)
+	r := &histRecorder{urls: []string{srv.URL}, skus: []string{"s", "t"}, stock: 10, runID: "t", client: c}
+	out := r.place(t.Context(), 0, 0, []history.Line{{SKU: "s", Quantity: 2}, {SKU: "t", Quantity: 1}}, 0)
+	want := []history.Line{{SKU: "s", Quantity: 2, Token: 41}, {SKU: "t", Quantity: 1, Token: 7}}
+	if out.Result != history.OK || !slices.Equal(out.Lines, want) {
+		t.Fatalf("recorded %s with lines %+v, want ok with %+v", out.Result, out.Lines, want)
+	}
+	if ops := r.h.Ops(); len(ops) != 1 || !slices.Equal(ops[0].Outcome.Lines, want) {
+		t.Fatalf("history holds %+v, want one place with lines %+v", ops, want)
+	}
+}
+
+// TestChaosFinalReadKeepsLineTokens: the final read, straight from
+// Postgres, gives each order line the fence token it was written under, so
+// an Unknown place the read settles is judged by the tokens rule too.
+func TestChaosFinalReadKeepsLineTokens(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	dsn := stacktest.NewDatabase(t, ctx)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = db.Close() })
+	if _, err := postgres.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	const id = "0190a3e4-7c1d-7b2a-9f00-000000000003"
+	for _, q := range []string{
+		`INSERT INTO skus (sku, available, reserved, received, fence_token) VALUES ('s', 7, 3, 10, 12), ('t', 9, 1, 10, 3000000000)`,
+		`INSERT INTO orders (id, idempotency_key, request_hash, status, expires_at) VALUES ('` + id + `', 'k1', 'h', 'reserved', now() + interval '15 minutes')`,
+		`INSERT INTO order_lines (order_id, sku, quantity, fence_token, position) VALUES ('` + id + `', 's', 3, 12, 0), ('` + id + `', 't', 1, 3000000000, 1)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	final, err := readFinal(ctx, func(ctx context.Context) (*pgx.Conn, error) { return pgx.Connect(ctx, dsn) }, []string{"s", "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []history.Line{{SKU: "s", Quantity: 3, Token: 12}, {SKU: "t", Quantity: 1, Token: 3_000_000_000}}
+	if len(final.Orders) != 1 || final.Orders[0].Key != "k1" || !slices.Equal(final.Orders[0].Lines, want) {
+		t.Fatalf("final read orders %+v, want one order k1 with lines %+v", final.Orders, want)
+	}
+}
+
+// TestChaosTokenDecreaseJudgedAsFenceDamage: a token that went down is a
+// stale lease's write the store accepted, which only the fence stops. A
+// fenced run that shows one fails as unsafe; an unfenced run counts it as
+// the damage it may (postgres-restart) or must (nemesis) show, and passes.
+func TestChaosTokenDecreaseJudgedAsFenceDamage(t *testing.T) {
+	recovered := 50.0
+	off := func(name string) string { return scenarioPlan(scenarioByName(name), "off").expect() }
+	decrease := func() *HistoryCheck {
+		return &HistoryCheck{Operations: 9, StoreUnavailable: 2, Violations: []HistoryViolation{{SKU: "h00", Rule: string(history.RuleTokens),
+			Message: "order o2, invoked at 1.200s, was written with token 5, below token 8 of order o1, acknowledged at 1.100s"}}}
+	}
+	cases := []struct {
+		name, scenario string
+		run            Run
+		pass           bool
+		status, text   string
+	}{
+		{"postgres-restart fenced", "postgres-restart",
+			Run{Expect: ExpectSafe, RecoveryMs: &recovered, History: decrease()}, false, StatusUnsafe, "FAIL, UNSAFE: history: SKU h00: tokens: "},
+		{"postgres-restart unfenced", "postgres-restart",
+			Run{Expect: off("postgres-restart"), RecoveryMs: &recovered, History: decrease()}, true, StatusExpectedUnsafe, "PASS: damage possible without the fence"},
+		{"nemesis unfenced, the counters intact", "nemesis",
+			Run{Expect: off("nemesis"), History: decrease()}, true, StatusExpectedUnsafe, "PASS: damage, as expected without the fence"},
+	}
+	for _, tc := range cases {
+		r := tc.run
+		r.judge(scenarioByName(tc.scenario))
+		if r.Pass != tc.pass || r.Status != tc.status || !strings.HasPrefix(shortVerdict(r), tc.text) {
+			t.Errorf("%s (expect %s): pass = %v, status %q, verdict %q; want pass = %v, status %q, verdict %q…",
+				tc.name, r.Expect, r.Pass, r.Status, shortVerdict(r), tc.pass, tc.status, tc.text)
+		}
 	}
 }

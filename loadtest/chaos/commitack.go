@@ -226,7 +226,7 @@ func (e *chaosEnv) lostAckRound(ctx context.Context, rec *histRecorder, proxy *p
 		la.Mismatched++
 	}
 	// One operation for all attempts: the checker sees the key once.
-	rec.h.Complete(id, rec.outcome(final, settled))
+	rec.h.Complete(id, rec.placeOutcome(final, settled, lines))
 	return nil
 }
 

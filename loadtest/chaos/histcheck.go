@@ -62,8 +62,8 @@ func (h *HistoryCheck) violated() bool { return h != nil && len(h.Violations) > 
 // fencing mode: an acknowledged order exists once, a key makes one order,
 // transitions agree with their answers. The unique index on the
 // idempotency key and the order's own row decide those, not the lock; only
-// the units and linearizability rules, which a stale write breaks, depend
-// on the fence.
+// the units, linearizability and tokens rules, which a stale write breaks,
+// depend on the fence.
 func fenceFree(rule string) bool {
 	return rule == string(history.RuleOrders) || rule == string(history.RuleTransitions)
 }
@@ -207,8 +207,8 @@ func firstViolating(rep history.Report) string {
 	return s
 }
 
-// readFinal reads the orders with a line on skus, all their lines, and the
-// counters of skus.
+// readFinal reads the orders with a line on skus, all their lines with
+// the fence tokens they were written under, and the counters of skus.
 func readFinal(ctx context.Context, connect func(context.Context) (*pgx.Conn, error), skus []string) (history.Final, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -218,7 +218,7 @@ func readFinal(ctx context.Context, connect func(context.Context) (*pgx.Conn, er
 	}
 	defer conn.Close(context.Background())
 	final := history.Final{At: time.Now()}
-	rows, err := conn.Query(ctx, `SELECT o.id::text, coalesce(o.idempotency_key, ''), o.status, o.expires_at, l.sku, l.quantity
+	rows, err := conn.Query(ctx, `SELECT o.id::text, coalesce(o.idempotency_key, ''), o.status, o.expires_at, l.sku, l.quantity, l.fence_token
 		FROM orders o JOIN order_lines l ON l.order_id = o.id
 		WHERE o.id IN (SELECT order_id FROM order_lines WHERE sku = ANY($1))
 		ORDER BY o.id, l.position`, skus)
@@ -228,7 +228,7 @@ func readFinal(ctx context.Context, connect func(context.Context) (*pgx.Conn, er
 	for rows.Next() {
 		var o history.FinalOrder
 		var l history.Line
-		if err := rows.Scan(&o.ID, &o.Key, &o.Status, &o.ExpiresAt, &l.SKU, &l.Quantity); err != nil {
+		if err := rows.Scan(&o.ID, &o.Key, &o.Status, &o.ExpiresAt, &l.SKU, &l.Quantity, &l.Token); err != nil {
 			rows.Close()
 			return history.Final{}, fmt.Errorf("final read of orders: %w", err)
 		}

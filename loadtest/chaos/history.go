@@ -154,16 +154,25 @@ func (r *histRecorder) place(ctx context.Context, c, inst int, lines []history.L
 		}
 		return r.client.PlaceOrder(ctx, url, key, body)
 	})
+	res := r.placeOutcome(out, settled, lines)
+	r.h.Complete(id, res)
+	return res
+}
+
+// placeOutcome is outcome for a place of lines: an acknowledgement keeps
+// the lines the service answered, with their fence tokens (the tokens
+// rule compares them), and a refusal for stock names the SKU when only one
+// can be meant.
+func (r *histRecorder) placeOutcome(out client.Outcome, settled bool, lines []history.Line) history.Outcome {
 	res := r.outcome(out, settled)
 	if res.Result == history.OK {
 		for _, l := range out.Order.Lines {
-			res.Lines = append(res.Lines, history.Line{SKU: l.SKU, Quantity: int64(l.Quantity)})
+			res.Lines = append(res.Lines, history.Line{SKU: l.SKU, Quantity: int64(l.Quantity), Token: l.FenceToken})
 		}
 	}
 	if res.Code == history.CodeInsufficientStock && len(lines) == 1 {
 		res.SKU = lines[0].SKU
 	}
-	r.h.Complete(id, res)
 	return res
 }
 

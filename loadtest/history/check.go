@@ -28,6 +28,7 @@ const (
 	RuleUnits        Rule = "units"           // outstanding acknowledged units ≤ stock
 	RuleTransitions  Rule = "transitions"     // confirm / cancel / expire consistent
 	RuleLinearizable Rule = "linearizability" // (available, held, sold) linearizable
+	RuleTokens       Rule = "tokens"          // a placement's token ≥ those acknowledged before it began
 )
 
 // Violation is one broken rule, explained.
@@ -79,8 +80,8 @@ type config struct {
 }
 
 // WithTimeout bounds the check (default DefaultTimeout): the other rules
-// take time linear in the history, and the linearizability search gets
-// what they leave of the bound.
+// take time linear in the history (n log n for the tokens' sort), and the
+// linearizability search gets what they leave of the bound.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithVisualization writes porcupine's HTML visualization of each SKU that
@@ -105,6 +106,7 @@ func Check(ops []Op, final Final, stock map[string]int64, opts ...Option) (Repor
 	x.checkOrders(&r)
 	x.checkUnits(&r)
 	x.checkTransitions(&r)
+	x.checkTokens(&r)
 	x.checkLinearizable(&r, deadline, cfg.visualDir)
 	sort.SliceStable(r.Violations, func(i, j int) bool { return r.Violations[i].SKU < r.Violations[j].SKU })
 	return r, nil
@@ -270,9 +272,14 @@ func formatLines(lines []Line) string {
 	return "[" + strings.Join(parts, " ") + "]"
 }
 
+// sameLines compares SKUs and quantities: a request has no tokens, and
+// the tokens rule judges them.
 func sameLines(a, b []Line) bool {
 	key := func(ls []Line) []Line {
-		c := slices.Clone(ls)
+		c := make([]Line, len(ls))
+		for i, l := range ls {
+			c[i] = Line{SKU: l.SKU, Quantity: l.Quantity}
+		}
 		slices.SortFunc(c, func(p, q Line) int { return strings.Compare(p.SKU, q.SKU) })
 		return c
 	}

@@ -472,3 +472,146 @@ func TestSettledUnknownsStillJudged(t *testing.T) {
 	mustFind(t, check(t, ops, final, map[string]int64{"a": 5}), "a", history.RuleLinearizable,
 		"does not match", "confirm o1 ×1 → ok (unknown; the final read says it took effect)")
 }
+
+// tokened is one line of an order as the service wrote it, under token.
+func tokened(sku string, q int64, token uint64) history.Line {
+	return history.Line{SKU: sku, Quantity: q, Token: token}
+}
+
+// placedWith is an OK place's outcome with the lines, and tokens, the
+// service answered.
+func placedWith(id string, l ...history.Line) history.Outcome {
+	return history.Outcome{Result: history.OK, OrderID: id, Lines: l}
+}
+
+// mustNotFind fails if the report has a violation of rule.
+func mustNotFind(t *testing.T, r history.Report, rule history.Rule) {
+	t.Helper()
+	for _, v := range r.Violations {
+		if v.Rule == rule {
+			t.Fatalf("unexpected %s violation:\n%s", rule, r)
+		}
+	}
+}
+
+// TestTokensRisingOrEqualPass: orders one after the other with rising
+// tokens, two of one batch with the same token, and a second SKU whose
+// tokens are lower than the first's (token spaces are per SKU) pass.
+func TestTokensRisingOrEqualPass(t *testing.T) {
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 10, placedWith("o1", tokened("a", 1, 5))),
+		place(1, "k2", lines("a", 1), 20, 30, placedWith("o2", tokened("a", 1, 7))),
+		place(2, "k3", lines("a", 1), 20, 30, placedWith("o3", tokened("a", 1, 7))),
+		place(0, "k4", lines("b", 1), 40, 50, placedWith("o4", tokened("b", 1, 2))),
+		place(1, "k5", lines("a", 1), 60, 70, placedWith("o5", tokened("a", 1, 7))),
+		place(2, "k6", lines("a", 1), 80, 0, unknown),
+	}
+	final := history.Final{
+		At: at(1000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusReserved, []history.Line{tokened("a", 1, 5)}),
+			order("o2", "k2", history.StatusReserved, []history.Line{tokened("a", 1, 7)}),
+			order("o3", "k3", history.StatusReserved, []history.Line{tokened("a", 1, 7)}),
+			order("o4", "k4", history.StatusReserved, []history.Line{tokened("b", 1, 2)}),
+			order("o5", "k5", history.StatusReserved, []history.Line{tokened("a", 1, 7)}),
+			order("o6", "k6", history.StatusReserved, []history.Line{tokened("a", 1, 9)}),
+		},
+		SKUs: []history.FinalSKU{{SKU: "a", Available: 5, Held: 5}, {SKU: "b", Available: 9, Held: 1}},
+	}
+	if r := check(t, ops, final, map[string]int64{"a": 10, "b": 10}); !r.OK() {
+		t.Fatalf("rising tokens rejected:\n%s", r)
+	}
+}
+
+// TestTokenDecreaseAfterAcknowledgedOrderReported: an order placed after
+// another's placement was acknowledged, written with a lower token on a
+// SKU they share, is a stale lease's write the store accepted. The other
+// SKU of the multi-line order, whose tokens rose, is not blamed.
+func TestTokenDecreaseAfterAcknowledgedOrderReported(t *testing.T) {
+	ab := []history.Line{{SKU: "a", Quantity: 1}, {SKU: "b", Quantity: 1}}
+	ops := []history.Op{
+		place(0, "k1", ab, 0, 20, placedWith("o1", tokened("a", 1, 8), tokened("b", 1, 3))),
+		place(1, "k2", ab, 30, 40, placedWith("o2", tokened("a", 1, 5), tokened("b", 1, 4))),
+	}
+	final := history.Final{
+		At: at(1000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusReserved, []history.Line{tokened("a", 1, 8), tokened("b", 1, 3)}),
+			order("o2", "k2", history.StatusReserved, []history.Line{tokened("a", 1, 5), tokened("b", 1, 4)}),
+		},
+		SKUs: []history.FinalSKU{{SKU: "a", Available: 8, Held: 2}, {SKU: "b", Available: 8, Held: 2}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 10, "b": 10})
+	mustFind(t, r, "a", history.RuleTokens, "order o2, invoked at 0.030s", "token 5", "below token 8 of order o1, acknowledged at 0.020s")
+	if len(r.Violations) != 1 {
+		t.Errorf("want only a's tokens violation:\n%s", r)
+	}
+	t.Log(r)
+}
+
+// TestOverlappingOrdersMayTakeTokensInAnyOrder: orders whose placements
+// overlap may be written in either order, so a lower token on the one
+// acknowledged later is no violation; nor is one invoked at the very
+// moment the other was acknowledged.
+func TestOverlappingOrdersMayTakeTokensInAnyOrder(t *testing.T) {
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 50, placedWith("o1", tokened("a", 1, 9))),
+		place(1, "k2", lines("a", 1), 10, 60, placedWith("o2", tokened("a", 1, 4))),
+		place(2, "k3", lines("a", 1), 50, 70, placedWith("o3", tokened("a", 1, 6))),
+	}
+	final := history.Final{
+		At: at(1000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusReserved, []history.Line{tokened("a", 1, 9)}),
+			order("o2", "k2", history.StatusReserved, []history.Line{tokened("a", 1, 4)}),
+			order("o3", "k3", history.StatusReserved, []history.Line{tokened("a", 1, 6)}),
+		},
+		SKUs: []history.FinalSKU{{SKU: "a", Available: 7, Held: 3}},
+	}
+	if r := check(t, ops, final, map[string]int64{"a": 10}); !r.OK() {
+		t.Fatalf("overlapping orders judged in real time:\n%s", r)
+	}
+}
+
+// TestUnknownPlacementTokenFromFinalRead: an Unknown place that the final
+// read shows took effect is judged with the tokens the final read found,
+// from its invocation on; one that never took effect has no token.
+func TestUnknownPlacementTokenFromFinalRead(t *testing.T) {
+	ops := []history.Op{
+		place(0, "k1", lines("a", 1), 0, 20, placedWith("o1", tokened("a", 1, 12))),
+		place(1, "k2", lines("a", 1), 30, 0, unknown),
+		place(2, "k3", lines("a", 1), 40, 0, unknown),
+	}
+	final := history.Final{
+		At: at(1000),
+		Orders: []history.FinalOrder{
+			order("o1", "k1", history.StatusReserved, []history.Line{tokened("a", 1, 12)}),
+			order("o2", "k2", history.StatusReserved, []history.Line{tokened("a", 1, 11)}),
+		},
+		SKUs: []history.FinalSKU{{SKU: "a", Available: 8, Held: 2}},
+	}
+	r := check(t, ops, final, map[string]int64{"a": 10})
+	mustFind(t, r, "a", history.RuleTokens, "order o2, invoked at 0.030s", "token 11", "below token 12 of order o1",
+		"→ unknown", `key "k2"`)
+	if len(r.Violations) != 1 {
+		t.Errorf("want only o2's tokens violation:\n%s", r)
+	}
+	t.Log(r)
+}
+
+// TestTokenlessBackendsNeverViolateTokens: backends without tokens (none,
+// local) write 0 on every line; orders one after the other pass.
+func TestTokenlessBackendsNeverViolateTokens(t *testing.T) {
+	var ops []history.Op
+	final := history.Final{At: at(1000), SKUs: []history.FinalSKU{{SKU: "a", Available: 5, Held: 5}}}
+	for i := range 5 {
+		id, key := fmt.Sprintf("o%d", i), fmt.Sprintf("k%d", i)
+		ops = append(ops, place(i, key, lines("a", 1), i*20, i*20+10, placedWith(id, tokened("a", 1, 0))))
+		final.Orders = append(final.Orders, order(id, key, history.StatusReserved, []history.Line{tokened("a", 1, 0)}))
+	}
+	r := check(t, ops, final, map[string]int64{"a": 10})
+	mustNotFind(t, r, history.RuleTokens)
+	if !r.OK() {
+		t.Fatalf("token-less history rejected:\n%s", r)
+	}
+}

@@ -19,6 +19,10 @@
 //   - acknowledged units still outstanding never exceed the stock;
 //   - transitions are consistent: confirm and cancel act only on reserved
 //     orders, final statuses agree with acknowledged transitions;
+//   - the fence tokens the store accepted never decrease in real time: an
+//     order placed after another was acknowledged has, on each SKU they
+//     share, a token at least as high (overlapping orders may be written
+//     in either order);
 //   - the SKU's (available, held, sold), with the status of each of its
 //     orders, is linearizable under the operations, checked by porcupine
 //     with a time bound.

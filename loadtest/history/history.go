@@ -67,6 +67,10 @@ const (
 type Line struct {
 	SKU      string
 	Quantity int64
+	// Token is the fence token the line was written under, as the service
+	// answered or the final read found it; 0 in a request, and from a
+	// backend that issues no tokens (none, local).
+	Token uint64
 }
 
 // Outcome is how an operation ended.
@@ -75,7 +79,7 @@ type Outcome struct {
 	// OrderID is the order an OK place created (for the other kinds, Op
 	// names the order).
 	OrderID string
-	// Lines are the lines an OK place answered with.
+	// Lines are the lines an OK place answered with, with their tokens.
 	Lines []Line
 	// Code is a Failed operation's error code (CodeInsufficientStock, ...).
 	Code string

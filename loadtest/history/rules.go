@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // add records a violation on every SKU of lines (the first SKU alone would
@@ -234,4 +235,76 @@ func (x *index) checkTransitions(r *Report) {
 				id, final.ExpiresAt.Format("15:04:05.000"), x.final.At.Format("15:04:05.000"))
 		}
 	}
+}
+
+// checkTokens: the fence tokens the store accepted never decrease in real
+// time. Under the fence a SKU row's token only rises (a claim with a lower
+// token, or an equal one of another lease, matches no row) and each line
+// is written under its row's token; so an order placed after another's
+// placement was acknowledged has, on each SKU they share, a token at least
+// as high. Orders that overlap may be written in either order and are not
+// compared; equal tokens are fine (one batch's orders share a lease), so
+// backends that issue none (0 everywhere) never break it. A sort per SKU
+// and one sweep with a running maximum keep it O(n log n).
+func (x *index) checkTokens(r *Report) {
+	type placement struct {
+		op    int
+		at    time.Time // when acknowledged, or when invoked
+		token uint64
+	}
+	acked := map[string][]placement{}   // acknowledged: from their completion on, a floor
+	invoked := map[string][]placement{} // took effect: judged from their invocation
+	for i, op := range x.ops {
+		if op.Kind != Place {
+			continue
+		}
+		for _, l := range x.acceptedLines(i) {
+			if op.Outcome.Result == OK {
+				acked[l.SKU] = append(acked[l.SKU], placement{i, op.Complete, l.Token})
+			}
+			invoked[l.SKU] = append(invoked[l.SKU], placement{i, op.Invoke, l.Token})
+		}
+	}
+	byTime := func(a, b placement) int { return a.at.Compare(b.at) }
+	for _, sku := range x.skus {
+		floors, placed := acked[sku], invoked[sku]
+		slices.SortStableFunc(floors, byTime)
+		slices.SortStableFunc(placed, byTime)
+		var high *placement // the highest token acknowledged so far
+		next := 0
+		for _, b := range placed {
+			for ; next < len(floors) && floors[next].at.Before(b.at); next++ {
+				if high == nil || floors[next].token > high.token {
+					high = &floors[next]
+				}
+			}
+			if high == nil || b.token >= high.token {
+				continue
+			}
+			r.Violations = append(r.Violations, Violation{SKU: sku, Rule: RuleTokens, Message: fmt.Sprintf(
+				"order %s, invoked at %s, was written with token %d, below token %d of order %s, acknowledged at %s: "+
+					"the store accepted a stale lease's write (%s; earlier %s)",
+				x.label(b.op), x.rel(b.at), b.token, high.token, x.label(high.op), x.rel(high.at),
+				x.describeOperation(b.op), x.describeOperation(high.op))})
+		}
+	}
+}
+
+// acceptedLines returns the lines, with their tokens, of the order place
+// operation i made, if it took effect: as acknowledged, else as the final
+// read found it (an Unknown place whose key made one order took effect).
+// Nil for a place that failed, or whose order no source shows with its
+// tokens (checkOrders reports an acknowledged order gone missing).
+func (x *index) acceptedLines(i int) []Line {
+	op := x.ops[i]
+	switch {
+	case op.Outcome.Result == Failed:
+		return nil
+	case op.Outcome.Result == OK && len(op.Outcome.Lines) > 0:
+		return op.Outcome.Lines
+	}
+	if o, ok := x.finalOrder(x.orderID(i)); ok {
+		return o.Lines
+	}
+	return nil
 }
