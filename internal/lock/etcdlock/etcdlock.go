@@ -67,9 +67,11 @@ const maxSessionRetries = 3
 // every lease it grants (one Locker per service instance).
 type Locker struct {
 	cli *clientv3.Client
-	cfg config
-	m   *metrics
-	log *slog.Logger
+	// members carries the retries of calls no member answered in time.
+	members *members
+	cfg     config
+	m       *metrics
+	log     *slog.Logger
 
 	// life is the sessions' keepalive context: it ends only with Close, never
 	// with a caller's context.
@@ -111,7 +113,8 @@ func New(endpoints []string, opts ...Option) (*Locker, error) {
 		// member's connection is found dead only some 11 s on, past the
 		// session TTL: the session's renewals do not wait for it (see
 		// session.keepAlive), nor do watches (session.silence); other
-		// requests are bounded by their contexts or attempts (attempt).
+		// requests are bounded by their contexts or attempts (attempt), and
+		// retried on another member (members).
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: time.Second,
 		Logger:               zap.NewNop(),
@@ -120,8 +123,8 @@ func New(endpoints []string, opts ...Option) (*Locker, error) {
 		return nil, fmt.Errorf("etcd: connect %s: %w: %w", strings.Join(endpoints, ","), lock.ErrUnavailable, err)
 	}
 	life, stop := context.WithCancel(context.Background())
-	return &Locker{cli: cli, cfg: cfg, m: m, log: cfg.log, life: life, stopLife: stop,
-		opening: make(chan struct{}, 1)}, nil
+	return &Locker{cli: cli, members: newMembers(cli, endpoints), cfg: cfg, m: m, log: cfg.log, life: life,
+		stopLife: stop, opening: make(chan struct{}, 1)}, nil
 }
 
 // Name implements lock.Locker.
@@ -165,7 +168,7 @@ func (l *Locker) Close() error {
 	l.mu.Unlock()
 	l.bg.Wait()
 	l.stopLife()
-	return l.cli.Close()
+	return errors.Join(l.members.close(), l.cli.Close())
 }
 
 // Acquire implements lock.Locker. Options other than TryOnce do not apply: a

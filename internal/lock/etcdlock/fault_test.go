@@ -280,13 +280,14 @@ func TestFrozenMemberStallsNoWatch(t *testing.T) {
 				i, time.Since(freed).Round(time.Millisecond))
 		}
 	}
-	// Two calls made together reach two members (see race): the retries of
-	// the waiters' reads and of the sessions' renewals are made so. One call
-	// alone lands on the frozen member every other turn, or every turn.
+	// A retry after a call no member answered goes to two members at once
+	// (see members): the retries of the waiters' reads and of the sessions'
+	// renewals are made so. One call alone through the balanced client
+	// lands on the frozen member every other turn, or every turn.
 	for i := range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
-		_, err := race(ctx, 2, func(c context.Context) (*clientv3.GetResponse, error) {
-			return l.cli.Get(c, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		_, err := race(ctx, l.members.pair(), func(c context.Context, via caller) (*clientv3.GetResponse, error) {
+			return via.Get(c, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		})
 		cancel()
 		if err != nil {

@@ -144,7 +144,7 @@ var errSilent = errors.New("session watch silent")
 // message per release cluster-wide, cheap beside the release itself. A
 // broken watch starts again from just after the last deletion seen; one
 // whose revision was compacted meanwhile reads every key of the session
-// (recheck) and goes on from that read's revision.
+// (recheck) and goes on from just after the compaction (see resume).
 //
 // A watch silent for s.silence() may sit on a frozen member, which cancels
 // nothing, and the next one would sit there too (see watchDelete): it
@@ -162,7 +162,7 @@ func (s *session) watchKeys(from int64) {
 		next = s.follow(wch, next, func() { silent.Reset(s.silence()) })
 		silent.Stop()
 		if errors.Is(context.Cause(wctx), errSilent) {
-			next = s.resume(next)
+			next = s.resume(next, next)
 		}
 		cancel(nil)
 		t := time.NewTimer(watchRetry)
@@ -182,7 +182,7 @@ func (s *session) follow(wch clientv3.WatchChan, next int64, heard func()) int64
 	for wr := range wch {
 		heard()
 		if wr.CompactRevision != 0 {
-			return s.resume(next)
+			return s.resume(next, wr.CompactRevision+1)
 		}
 		if wr.Err() != nil {
 			return next
@@ -199,23 +199,32 @@ func (s *session) follow(wch clientv3.WatchChan, next int64, heard func()) int64
 	return next
 }
 
-// resume rechecks the session's keys and returns the revision to watch
-// from next: just after the recheck's read, or next if it failed.
-func (s *session) resume(next int64) int64 {
+// resume rechecks the session's keys for a watch that cannot go on from
+// next, and returns the revision to watch from: the later of after, the
+// first the broken watch cannot tell of (next after a silence, just after
+// the compaction after one), and just after the previous recheck's read.
+// Not just after this recheck's own read: a key tracked once it listed the
+// keys, then put and deleted before it read them, would be neither read
+// nor watched. Such a key was put after the previous read (s.lastRead)
+// returned, so created after its revision, and the watch sees it go. If
+// the recheck fails, next, to recheck again.
+func (s *session) resume(next, after int64) int64 {
 	rev, err := s.recheck()
 	if err != nil {
 		s.l.log.Debug("etcd: session keys not rechecked; trying again", "err", err)
 		return next
 	}
-	return rev + 1
+	from := max(after, s.lastRead+1)
+	s.lastRead = rev
+	return from
 }
 
 // recheck reads every key of the session, as it stands, and marks those
 // gone deleted (or recreated by someone else: another create revision). It
-// returns the revision of its first read: every deletion after it the
-// watch will see, every one before it the reads saw. A key still being put
-// (rev 0) that is absent is remembered as absent at that revision: if its
-// put turns out applied before, it was deleted since (created checks).
+// returns the revision of its last read: every key put after recheck
+// returns is created after it. A key still being put (rev 0) that is
+// absent is remembered as absent at that read's revision: if its put turns
+// out applied before, it was deleted since (created checks).
 func (s *session) recheck() (int64, error) {
 	s.l.mu.Lock()
 	paths := make([]string, 0, len(s.keys))
@@ -226,31 +235,29 @@ func (s *session) recheck() (int64, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, cleanupTimeout)
 	defer cancel()
 	if len(paths) == 0 {
-		resp, err := attempt(ctx, s, func(c context.Context) (*clientv3.GetResponse, error) {
-			return s.l.cli.Get(c, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		resp, err := attempt(ctx, s, func(c context.Context, via caller) (*clientv3.GetResponse, error) {
+			return via.Get(c, Root+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 		})
 		if err != nil {
 			return 0, err
 		}
 		return resp.Header.Revision, nil
 	}
-	var first int64
+	var last int64
 	for start := 0; start < len(paths); start += maxTxnOps {
 		chunk := paths[start:min(start+maxTxnOps, len(paths))]
 		ops := make([]clientv3.Op, len(chunk))
 		for i, p := range chunk {
 			ops[i] = clientv3.OpGet(p, clientv3.WithKeysOnly())
 		}
-		resp, err := attempt(ctx, s, func(c context.Context) (*clientv3.TxnResponse, error) {
-			return s.l.cli.Txn(c).Then(ops...).Commit()
+		resp, err := attempt(ctx, s, func(c context.Context, via caller) (*clientv3.TxnResponse, error) {
+			return via.Txn(c).Then(ops...).Commit()
 		})
 		if err != nil {
 			return 0, err
 		}
 		rev := resp.Header.Revision
-		if first == 0 {
-			first = rev
-		}
+		last = max(last, rev)
 		var lost []func(error)
 		s.l.mu.Lock()
 		for i, p := range chunk {
@@ -264,8 +271,8 @@ func (s *session) recheck() (int64, error) {
 				e.absentAt = rev
 			case e.rev > rev:
 				// Created after the read (its answer came meanwhile): the read
-				// could not see it, and the watch, resuming after the read,
-				// sees its deletion.
+				// could not see it, and the watch, resuming no later than just
+				// after the read (see resume), sees its deletion.
 			case e.rev != 0 && (len(kvs) == 0 || kvs[0].CreateRevision != e.rev):
 				if lose := s.markLocked(p, e); lose != nil {
 					lost = append(lost, lose)
@@ -277,5 +284,5 @@ func (s *session) recheck() (int64, error) {
 			lose(fmt.Errorf("etcd: %w: key deleted (session lease revoked or expired, or deleted by another client)", lock.ErrLeaseLost))
 		}
 	}
-	return first, nil
+	return last, nil
 }

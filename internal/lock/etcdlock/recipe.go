@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/stockguard/stockguard/internal/lock"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
 // waiter is one acquisition's key in its key's queue.
@@ -91,8 +92,10 @@ const (
 	// confirms it, and far less than the second or two a frozen member
 	// holds a request. The clean-up goes on in the background after it.
 	cleanupGrace = 200 * time.Millisecond
-	// retryPause spaces the attempts of a request that failed at once.
-	retryPause = 100 * time.Millisecond
+	// retryPause is the first pause after an attempt the servers answered
+	// with an error, maxRetryPause the longest (see attempt).
+	retryPause    = 100 * time.Millisecond
+	maxRetryPause = time.Second
 )
 
 // acquire runs the recipe once in this session.
@@ -224,8 +227,8 @@ func (s *session) wait(ctx context.Context, w *waiter) error {
 	defer s.l.m.waiting.Dec()
 	predOpts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(w.rev-1), clientv3.WithKeysOnly())
 	for {
-		resp, err := attempt(ctx, s, func(c context.Context) (*clientv3.TxnResponse, error) {
-			return s.l.cli.Txn(c).Then(
+		resp, err := attempt(ctx, s, func(c context.Context, via caller) (*clientv3.TxnResponse, error) {
+			return via.Txn(c).Then(
 				clientv3.OpGet(w.path, clientv3.WithKeysOnly()),
 				clientv3.OpGet(prefix(w.key), predOpts...),
 			).Commit()
@@ -351,8 +354,8 @@ func (s *session) cleanUp(ws []*waiter) error {
 	}
 	for start := 0; start < len(ops); start += maxTxnOps {
 		chunk := ops[start:min(start+maxTxnOps, len(ops))]
-		err := s.retry(s.ctx, func(ctx context.Context) error {
-			_, err := s.l.cli.Txn(ctx).Then(chunk...).Commit()
+		err := s.retry(s.ctx, func(ctx context.Context, via caller) error {
+			_, err := via.Txn(ctx).Then(chunk...).Commit()
 			return err
 		})
 		if err != nil {
@@ -366,8 +369,8 @@ func (s *session) cleanUp(ws []*waiter) error {
 // retry runs op, a request safe to repeat and to run twice at once, as
 // attempt does, and takes the session's end for success: its lease takes
 // the keys op would delete.
-func (s *session) retry(ctx context.Context, op func(context.Context) error) error {
-	_, err := attempt(ctx, s, func(c context.Context) (struct{}, error) { return struct{}{}, op(c) })
+func (s *session) retry(ctx context.Context, op func(context.Context, caller) error) error {
+	_, err := attempt(ctx, s, func(c context.Context, via caller) (struct{}, error) { return struct{}{}, op(c, via) })
 	if errors.Is(err, errSessionGone) {
 		return nil
 	}
@@ -376,46 +379,54 @@ func (s *session) retry(ctx context.Context, op func(context.Context) error) err
 
 // attempt runs op, a request safe to repeat and to run twice at once, each
 // attempt bounded by attemptTimeout, until it succeeds, ctx ends, the
-// session ends (errSessionGone) or the servers refuse it in a way no retry
-// can mend; it returns the last attempt's error, classified. Every attempt
-// after the first is two calls at once (see race).
-func attempt[T any](ctx context.Context, s *session, op func(context.Context) (T, error)) (T, error) {
-	calls := 1
+// session ends (errSessionGone, at once: the attempt in flight is
+// cancelled) or the servers refuse it in a way no retry can mend; it
+// returns the last attempt's error, classified.
+//
+// The first attempt is one call through the balanced client. An attempt
+// no member answered in time may have sat on a frozen member: the next
+// goes out at once, as two calls on two members (see members). An answered
+// error (no leader, too many requests) is the cluster's, not one member's:
+// the next attempt is one call again, after a pause that doubles from
+// retryPause up to maxRetryPause, jittered, so that an overloaded cluster
+// gets fewer calls, not more.
+func attempt[T any](ctx context.Context, s *session, op func(context.Context, caller) (T, error)) (T, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.ctx, cancel)()
+	via := []caller{s.l.cli}
+	pause := retryPause
 	for {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		v, err := race(actx, calls, op)
-		cancel()
+		actx, cancelAttempt := context.WithTimeout(ctx, attemptTimeout)
+		v, err := race(actx, via, op)
+		unanswered := actx.Err() != nil
+		cancelAttempt()
 		if err == nil {
 			return v, nil
 		}
 		if err = s.classify(err); errors.Is(err, errSessionGone) || refused(err) || ctx.Err() != nil {
 			return v, err
 		}
-		s.l.log.Debug("etcd: request not answered yet; trying again", "err", err)
-		calls = 2
-		t := time.NewTimer(retryPause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return v, err
-		case <-t.C:
+		if unanswered {
+			s.l.log.Debug("etcd: request not answered in time; trying two members at once", "err", err)
+			via = s.l.members.pair()
+			continue
 		}
+		s.l.log.Debug("etcd: request failed; trying again", "err", err, "pause", pause)
+		via = []caller{s.l.cli}
+		if retry.Sleep(ctx, retry.Jitter(pause)) != nil {
+			return v, s.classify(err)
+		}
+		pause = min(2*pause, maxRetryPause)
 	}
 }
 
-// race makes n calls of op at once and returns the first success, or the
-// first error once every call failed; the calls still out are cancelled.
-// The client places calls round robin over the members, so a call made
-// after one that a frozen member held lands on that member again whenever
-// the Locker's other calls took the wrong number of turns in between (of
-// two members, an odd number), which calls at regular periods (renewals,
-// waiters' reads) do time after time: measured, waiters' reads went to the
-// frozen member of two or three for seconds on end and, of two, every
-// session's renewals did until it ended. Calls made together take
-// consecutive turns: two reach two members.
-func race[T any](ctx context.Context, n int, op func(context.Context) (T, error)) (T, error) {
-	if n == 1 {
-		return op(ctx)
+// race makes one call of op through each of via at once and returns the
+// first success, or the first error once every call failed; the calls
+// still out are cancelled.
+func race[T any](ctx context.Context, via []caller, op func(context.Context, caller) (T, error)) (T, error) {
+	if len(via) == 1 {
+		return op(ctx, via[0])
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -423,15 +434,15 @@ func race[T any](ctx context.Context, n int, op func(context.Context) (T, error)
 		v   T
 		err error
 	}
-	answers := make(chan answer, n)
-	for range n {
+	answers := make(chan answer, len(via))
+	for _, c := range via {
 		go func() {
-			v, err := op(ctx)
+			v, err := op(ctx, c)
 			answers <- answer{v, err}
 		}()
 	}
 	var first answer
-	for i := range n {
+	for i := range via {
 		a := <-answers
 		if a.err == nil {
 			return a.v, nil
@@ -447,7 +458,7 @@ func race[T any](ctx context.Context, n int, op func(context.Context) (T, error)
 // ends (its lease then deletes the key), or the servers refuse the delete
 // for good; the key then goes with the session.
 func (s *session) deleteUntilGone(w *waiter) {
-	if err := s.retry(s.ctx, func(ctx context.Context) error { return s.deleteOwn(ctx, w) }); err != nil {
+	if err := s.retry(s.ctx, func(ctx context.Context, via caller) error { return s.deleteOwn(ctx, via, w) }); err != nil {
 		s.l.log.Warn("etcd: waiter key cannot be deleted; it goes when the session ends", "key", w.path, "err", err)
 	}
 }

@@ -4,17 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/stockguard/stockguard/internal/lock"
@@ -100,7 +106,7 @@ func TestReleaseComparesCreateRevision(t *testing.T) {
 	if put.Header.Revision <= int64(lease.Token()) {
 		t.Fatalf("re-created key's revision %d not above the token %d", put.Header.Revision, lease.Token())
 	}
-	if err := l.cur.deleteOwn(ctx, h.w); err != nil {
+	if err := l.cur.deleteOwn(ctx, l.cli, h.w); err != nil {
 		t.Fatalf("stale release: %v", err)
 	}
 	if got := waiters(t, insp, key); len(got) != 1 {
@@ -503,5 +509,199 @@ func TestTxnShapesFitMaxTxnOps(t *testing.T) {
 	resp, err := insp.Txn(ctx).If(guardCmp(guard)).Then(clientv3.OpPut(path(0), "", clientv3.WithLease(grant.ID))).Commit()
 	if err != nil || resp.Succeeded {
 		t.Fatalf("put under a tombstone: succeeded %v, %v", resp != nil && resp.Succeeded, err)
+	}
+}
+
+// TestRetryPairsReachTwoMembers: the two calls of a retry made after a call
+// no member answered (see attempt) reach two members, whatever else the
+// Locker has in flight. Through the balanced client, whose round robin
+// counts every call of the client, 7-22 of 100 pairs made beside other
+// callers went to one member; with that member frozen, the retry sat on
+// it too, and a session could be lost.
+func TestRetryPairsReachTwoMembers(t *testing.T) {
+	l := mustLocker(t)
+	stop := make(chan struct{})
+	var others sync.WaitGroup
+	for range 16 {
+		others.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, _ = l.cli.Get(context.Background(), Root+"/", clientv3.WithCountOnly(), clientv3.WithSerializable())
+			}
+		})
+	}
+	defer func() { close(stop); others.Wait() }()
+	same := 0
+	for range 100 {
+		reached := make(chan string, 2)
+		ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+		_, err := race(ctx, l.members.pair(), func(c context.Context, via caller) (string, error) {
+			m, ok := via.(*member)
+			if !ok {
+				return "", fmt.Errorf("a retry through %T, not a member's connection", via)
+			}
+			var p peer.Peer
+			// Not cancelled with the race: both calls must land to be counted.
+			_, err := pb.NewKVClient(m.conn).Range(context.WithoutCancel(c),
+				&pb.RangeRequest{Key: []byte(Root + "/"), CountOnly: true, Serializable: true}, grpc.Peer(&p))
+			if err != nil {
+				return "", err
+			}
+			reached <- p.Addr.String()
+			return p.Addr.String(), nil
+		})
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		a, b := <-reached, <-reached
+		cancel()
+		if a == b {
+			same++
+		}
+	}
+	if same > 0 {
+		t.Errorf("%d of 100 pairs of retried calls went to one member beside 16 other callers", same)
+	}
+}
+
+// TestAttemptRetriesOnTwoMembersAfterNoAnswer: an attempt no member
+// answered in time (a frozen member holds it) is followed at once by two
+// calls on two members' own connections.
+func TestAttemptRetriesOnTwoMembersAfterNoAnswer(t *testing.T) {
+	l := mustLocker(t)
+	s := &session{l: l, ctx: context.Background()}
+	var mu sync.Mutex
+	var retried []*member
+	both := make(chan struct{})
+	start := time.Now()
+	_, err := attempt(context.Background(), s, func(c context.Context, via caller) (struct{}, error) {
+		m, ok := via.(*member)
+		if !ok { // the balanced client, on a frozen member
+			<-c.Done()
+			return struct{}{}, c.Err()
+		}
+		mu.Lock()
+		if retried = append(retried, m); len(retried) == 2 {
+			close(both)
+		}
+		mu.Unlock()
+		select { // answer once both calls are out, to see them both
+		case <-both:
+			return struct{}{}, nil
+		case <-c.Done():
+			return struct{}{}, c.Err()
+		}
+	})
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took > attemptTimeout+500*time.Millisecond {
+		t.Errorf("retry answered %v after the attempt began, want about attemptTimeout (%v)", took.Round(time.Millisecond), attemptTimeout)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(retried) != 2 || retried[0] == retried[1] {
+		t.Errorf("retry after no answer went to members %v, want two distinct ones", retried)
+	}
+}
+
+// TestAttemptBacksOffOnAnsweredErrors: an error the servers answered, such
+// as etcd's "too many requests" (an overloaded cluster), is retried with
+// one call at a time after pauses that double: at most five calls in a
+// second (0, then pauses of at least 50, 100, 200 and 400 ms). Every retry
+// was two calls 100 ms apart: 19 calls in a second.
+func TestAttemptBacksOffOnAnsweredErrors(t *testing.T) {
+	s := &session{l: &Locker{log: slog.New(slog.DiscardHandler)}, ctx: context.Background()}
+	var calls, inFlight atomic.Int64
+	var together atomic.Bool
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_, err := attempt(ctx, s, func(context.Context, caller) (struct{}, error) {
+		calls.Add(1)
+		if inFlight.Add(1) > 1 {
+			together.Store(true)
+		}
+		defer inFlight.Add(-1)
+		return struct{}{}, rpctypes.ErrTooManyRequests
+	})
+	if !errors.Is(err, rpctypes.ErrTooManyRequests) {
+		t.Fatalf("attempt: %v, want the last answer", err)
+	}
+	if n := calls.Load(); n > 5 {
+		t.Errorf("%d calls in 1 s answered 'too many requests', want at most 5", n)
+	}
+	if together.Load() {
+		t.Error("two calls at once after answered errors, want one at a time")
+	}
+}
+
+// TestWaitEndsWithItsSession: a waiter whose read sits on a member that
+// never answers (a silent listener, as a frozen member) returns as soon as
+// its session ends, not when the read's attempt times out (900 ms later),
+// and still within its own context.
+func TestWaitEndsWithItsSession(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // never read, never answered
+			mu.Unlock()
+		}
+	}()
+	l, err := New([]string{ln.Addr().String()}, WithSessionTTL(testTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = l.Close()
+		_ = ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	wait := func(d, endAfter time.Duration) (time.Duration, error) {
+		sctx, end := context.WithCancel(l.life)
+		defer end()
+		s := &session{l: l, id: 0x7e57, ttl: testTTL, ctx: sctx, end: end, check: make(chan struct{}, 1),
+			keys: map[string]*entry{}, deadline: time.Now().Add(time.Hour), renewed: make(chan struct{})}
+		w := s.newWaiter(locktest.Key(t), "")
+		w.rev = 10
+		if endAfter > 0 {
+			time.AfterFunc(endAfter, end) // as giveUp ends it
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		start := time.Now()
+		err := s.wait(ctx, w)
+		return time.Since(start), err
+	}
+	took, err := wait(5*time.Second, 100*time.Millisecond)
+	t.Logf("session ended 100 ms into a held read: wait returned after %v: %v", took.Round(time.Millisecond), err)
+	if !errors.Is(err, errSessionGone) {
+		t.Errorf("wait: %v, want errSessionGone", err)
+	}
+	if took > 300*time.Millisecond {
+		t.Errorf("wait went on %v after its session ended 100 ms in", took.Round(time.Millisecond))
+	}
+	took, err = wait(300*time.Millisecond, 0)
+	if !errors.Is(err, context.DeadlineExceeded) || took > 500*time.Millisecond {
+		t.Errorf("wait with a 300 ms context: %v after %v", err, took.Round(time.Millisecond))
 	}
 }

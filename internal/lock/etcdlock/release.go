@@ -41,7 +41,7 @@ func (h *handle) Release(ctx context.Context) error {
 	// stay on a live session, blocking its SKU for every instance.
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
-	if err := h.s.retry(ctx, func(c context.Context) error { return h.s.deleteOwn(c, h.w) }); err != nil {
+	if err := h.s.retry(ctx, func(c context.Context, via caller) error { return h.s.deleteOwn(c, via, h.w) }); err != nil {
 		h.s.l.background(func() { h.s.deleteUntilGone(h.w) })
 		return fmt.Errorf("etcd: delete %s: %w: %w", h.w.path, lock.ErrCleanupPending, err)
 	}
@@ -51,12 +51,12 @@ func (h *handle) Release(ctx context.Context) error {
 // deleteOwn deletes w's key if it is still the one w created. A waiter
 // whose create answer was lost has no revision yet; its name, unique to it,
 // is then enough.
-func (s *session) deleteOwn(ctx context.Context, w *waiter) error {
+func (s *session) deleteOwn(ctx context.Context, via caller, w *waiter) error {
 	if w.rev == 0 {
-		_, err := s.l.cli.Delete(ctx, w.path)
+		_, err := via.Delete(ctx, w.path)
 		return err
 	}
-	_, err := s.l.cli.Txn(ctx).
+	_, err := via.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(w.path), "=", w.rev)).
 		Then(clientv3.OpDelete(w.path)).
 		Commit()
@@ -92,9 +92,9 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 			}
 			ops[i] = clientv3.OpDelete(w.path)
 		}
-		var together atomic.Bool // an attempt may run twice at once (see race)
-		err := s.retry(ctx, func(c context.Context) error {
-			resp, err := s.l.cli.Txn(c).If(cmps...).Then(ops...).Commit()
+		var together atomic.Bool // an attempt may run twice at once (see attempt)
+		err := s.retry(ctx, func(c context.Context, via caller) error {
+			resp, err := via.Txn(c).If(cmps...).Then(ops...).Commit()
 			if err == nil && resp.Succeeded {
 				together.Store(true)
 			}
@@ -107,7 +107,7 @@ func (s *session) ReleaseBatch(ctx context.Context, hs []lock.Handle) error {
 			kerr := err
 			if kerr == nil {
 				// A key no longer ours (or gone): each on its own.
-				kerr = s.retry(ctx, func(c context.Context) error { return s.deleteOwn(c, w) })
+				kerr = s.retry(ctx, func(c context.Context, via caller) error { return s.deleteOwn(c, via, w) })
 			}
 			if kerr != nil {
 				s.l.background(func() { s.deleteUntilGone(w) })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -38,13 +39,24 @@ const renewRetry = 50 * time.Millisecond
 // silence is how long a watch may say nothing before the Locker reads
 // what it would have told: a frozen member keeps its connection open and
 // cancels nothing, and the client's keepalive finds it dead only some 11 s
-// on (see New). TTL/4, the bound of a renewal call, so that a frozen member
-// costs a waiter, or the session's watch, about what it costs the
-// session: one call's bound, and a retried read. A watch silent because
-// nothing changed pays for that too: a waiter reads its line again (one
-// read-only transaction per waiter per TTL/4 of waiting), the session its
-// keys (see watchKeys).
-func (s *session) silence() time.Duration { return s.ttl / 4 }
+// on (see New). About TTL/4, the bound of a renewal call, so that a frozen
+// member costs a waiter, or the session's watch, about what it costs the
+// session: one call's bound, and a retried read. Drawn from
+// [3TTL/16, TTL/4], so that waiters that queued together do not read
+// together ever after.
+//
+// A watch silent because nothing changed pays for that too: a waiter reads
+// its line again and watches anew (a read-only transaction, a watch
+// creation and cancel per waiter per silence: some 900 of each a second
+// per instance for 1,000 waiting keys at the default TTL on an idle
+// cluster), the session its keys (see watchKeys). Progress requests on the
+// Locker's watch stream would tell a live member from a frozen one for
+// every watch at once, but etcd before 3.4.25 and 3.5.8 answers them even
+// for watches still catching up, and the client then resumes a broken
+// watch past events it never delivered (etcd issue 15220); later servers
+// answer none while any watch of the stream catches up (etcd issue 20242),
+// as a waiter's watch from its read's revision may.
+func (s *session) silence() time.Duration { return s.ttl/4 - rand.N(s.ttl/16) }
 
 // session is one etcd lease, which the session renews itself (see
 // keepAlive), and the leases granted in it.
@@ -66,6 +78,11 @@ type session struct {
 	keys     map[string]*entry
 	deadline time.Time     // until when the lease is surely ours (see keepAlive)
 	renewed  chan struct{} // closed, and replaced, at each answered renewal
+
+	// lastRead is the revision of the session watch's last recheck, or of
+	// the grant: every key put since is created after it (see resume). Only
+	// the watch's goroutine uses it.
+	lastRead int64
 }
 
 // session returns the current session, granting a new lease if there is
@@ -117,7 +134,8 @@ func (l *Locker) open(ctx context.Context) (*session, error) {
 	ttl := time.Duration(grant.TTL) * time.Second
 	sctx, end := context.WithCancel(l.life)
 	s := &session{l: l, id: grant.ID, ttl: ttl, ctx: sctx, end: end, check: make(chan struct{}, 1),
-		keys: make(map[string]*entry), deadline: validUntil(sent, ttl), renewed: make(chan struct{})}
+		keys: make(map[string]*entry), deadline: validUntil(sent, ttl), renewed: make(chan struct{}),
+		lastRead: grant.Revision}
 	l.mu.Lock()
 	if l.closed {
 		l.mu.Unlock()
@@ -152,8 +170,9 @@ func validUntil(sent time.Time, ttl time.Duration) time.Time {
 // Each renewal is a call of its own (KeepAliveOnce, a fresh stream the
 // balancer places on the next member) that may take TTL/4, so a frozen
 // member holds up one call and the next goes elsewhere, at least twice
-// before the deadline: the one after a failed renewal is two calls at
-// once, which reach two members (see race). One long-lived keepalive
+// before the deadline: the one after a renewal no member answered in time
+// is two calls at once on two members (see members); after an answered
+// error, one call again, renewRetry later. One long-lived keepalive
 // stream, concurrency.Session's, stays on a frozen member until gRPC's
 // keepalive gives up on the connection, some 11 s later (gRPC raises pings
 // below 10 s to 10 s), longer than the TTL.
@@ -163,7 +182,8 @@ func validUntil(sent time.Time, ttl time.Duration) time.Time {
 // next renewal.
 func (s *session) keepAlive(sent time.Time) {
 	next := sent.Add(s.ttl / 3)
-	calls := 1
+	balanced := []caller{s.l.cli}
+	via := balanced
 	for {
 		deadline := s.validity()
 		t := time.NewTimer(time.Until(earlier(next, deadline)))
@@ -181,24 +201,27 @@ func (s *session) keepAlive(sent time.Time) {
 		}
 		sent := time.Now()
 		cctx, cancel := context.WithDeadline(s.ctx, earlier(sent.Add(s.ttl/4), deadline))
-		resp, err := race(cctx, calls, func(c context.Context) (*clientv3.LeaseKeepAliveResponse, error) {
-			return s.l.cli.KeepAliveOnce(c, s.id)
+		resp, err := race(cctx, via, func(c context.Context, v caller) (*clientv3.LeaseKeepAliveResponse, error) {
+			return v.KeepAliveOnce(c, s.id)
 		})
+		unanswered := cctx.Err() != nil
 		cancel()
+		via = balanced
 		switch {
 		case s.ctx.Err() != nil:
 			return
 		case err == nil:
 			s.renew(validUntil(sent, time.Duration(resp.TTL)*time.Second))
 			next = sent.Add(s.ttl / 3)
-			calls = 1
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			s.l.giveUp(s, fmt.Errorf("session lease %x expired or was revoked", s.id))
 			return
 		default:
 			s.l.log.Debug("etcd: lease renewal failed; trying again", "lease", fmt.Sprintf("%x", s.id), "err", err)
 			next = time.Now().Add(renewRetry)
-			calls = 2
+			if unanswered {
+				via = s.l.members.pair()
+			}
 		}
 	}
 }

@@ -115,3 +115,21 @@ func TestFrozenMembers(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSilenceIsJittered: waiters that queued together must not read their
+// lines again together ever after; the bound stays within TTL/4, that of a
+// renewal call, which the frozen-member tests count on.
+func TestSilenceIsJittered(t *testing.T) {
+	s := &session{ttl: DefaultSessionTTL}
+	seen := map[time.Duration]bool{}
+	for range 100 {
+		d := s.silence()
+		if d < 3*s.ttl/16 || d > s.ttl/4 {
+			t.Fatalf("silence %v outside [3TTL/16, TTL/4] for a TTL of %v", d, s.ttl)
+		}
+		seen[d] = true
+	}
+	if len(seen) < 2 {
+		t.Fatalf("silence always %v", s.silence())
+	}
+}

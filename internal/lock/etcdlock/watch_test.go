@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // lostWithin fails unless lease is lost, with ErrLeaseLost, within d of now.
@@ -180,17 +184,18 @@ func TestRecheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, after := s.newWaiter(locktest.Key(t), ""), s.newWaiter(locktest.Key(t), "")
-	// follow hands a compacted watch to recheck, and resumes after its read.
+	// follow hands a compacted watch to recheck, and resumes after the
+	// compaction.
 	wch := make(chan clientv3.WatchResponse, 1)
 	wch <- clientv3.WatchResponse{CompactRevision: 2, Canceled: true}
 	close(wch)
-	rev := s.follow(wch, 2, func() {}) - 1
-	if rev < 2 {
-		t.Fatalf("follow resumed from %d", rev+1)
+	if from := s.follow(wch, 2, func() {}); from <= 2 {
+		t.Fatalf("follow resumed from %d, compacted at 2", from)
 	}
 	lostWithin(t, lease, time.Second, "key gone at the recheck")
-	s.created(before, rev)
-	s.created(after, rev+1)
+	read := before.e.absentAt // the revision of the read that found neither
+	s.created(before, read)
+	s.created(after, read+1)
 	if !closed(before.e.gone) {
 		t.Error("a key created before the read that found none is not marked deleted")
 	}
@@ -234,4 +239,80 @@ func closed(ch <-chan struct{}) bool {
 	default:
 		return false
 	}
+}
+
+// TestResumeWatchesKeysPutDuringTheRecheck: a key the session tracks once a
+// recheck has listed its keys, put and then deleted (by an operator) before
+// the recheck reads, is in neither the read nor, were the watch to resume
+// just after the read, the watch. The watch resumes no later than just
+// after the previous recheck's read instead, and the key's lease is lost.
+// Before, it resumed after the read, and the lease stayed held on a key
+// that was gone.
+func TestResumeWatchesKeysPutDuringTheRecheck(t *testing.T) {
+	insp := inspector(t)
+	var armed atomic.Bool
+	reading, proceed := make(chan struct{}), make(chan struct{})
+	hold := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if armed.CompareAndSwap(true, false) {
+			close(reading)
+			<-proceed
+		}
+		return inv(ctx, method, req, reply, cc, opts...)
+	}
+	l := mustLocker(t)
+	eps := stacktest.RequireEtcd(t)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(hold)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.cli.Close()
+	l.cli, l.members = cli, newMembers(cli, eps)
+
+	// A session with no watch of its own: the test plays it.
+	ctx := t.Context()
+	grant, err := insp.Grant(ctx, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = insp.Revoke(context.Background(), grant.ID) })
+	sctx, end := context.WithCancel(l.life)
+	t.Cleanup(end)
+	s := &session{l: l, id: grant.ID, ttl: testTTL, ctx: sctx, end: end, check: make(chan struct{}, 1),
+		keys: map[string]*entry{}, deadline: time.Now().Add(time.Minute), renewed: make(chan struct{}),
+		lastRead: grant.Revision}
+	put := func(w *waiter) {
+		t.Helper()
+		resp, err := insp.Put(ctx, w.path, "", clientv3.WithLease(grant.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.created(w, resp.Header.Revision)
+	}
+	listed := s.newWaiter(locktest.Key(t), "")
+	put(listed)
+	next := grant.Revision + 1 // no deletion seen: the watch is still where it began
+	next = s.resume(next, next)
+
+	armed.Store(true)
+	resumed := make(chan int64, 1)
+	go func() { resumed <- s.resume(next, next) }() // after a silence
+	<-reading                                       // the recheck listed its keys
+	late := s.newWaiter(locktest.Key(t), "")
+	put(late)
+	lease, err := s.grant(late, time.Now().Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := insp.Delete(ctx, late.path); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	from := <-resumed
+	t.Logf("the late key put at %d, the watch resumes from %d", late.rev, from)
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	go s.follow(insp.Watch(wctx, Root+"/", clientv3.WithPrefix(), clientv3.WithRev(from), clientv3.WithFilterPut()), from, func() {})
+	lostWithin(t, lease, time.Second, "key put and deleted while the recheck read")
+	s.forget(listed)
 }
