@@ -18,6 +18,13 @@ type Handle interface {
 // Extender is implemented by handles of leases that expire. Extend pushes the
 // expiry out by the lease's TTL and returns the new validity deadline, or an
 // error (wrapping ErrLeaseLost when the lock is no longer ours).
+//
+// A caller's extension may still be in flight when the lease's release
+// reaches the backend (Release cancels it but does not wait for it), so an
+// extension must only renew what the lease still holds, never bring back
+// what a release removed: a compare-and-expire on the lease's own value
+// (redis, redlock), a keepalive of the session (pglock: the unlock took the
+// key; etcd: the release deleted it).
 type Extender interface {
 	Extend(ctx context.Context) (time.Time, error)
 }
@@ -59,11 +66,11 @@ type Lease struct {
 	released bool
 
 	// turn is held by one extension at a time, the watchdog's or a
-	// caller's, so that the deadline they store is the latest, and taken
-	// for good by Release once it has stopped them.
+	// caller's, so that each starts from the deadline the one before it
+	// stored. Nil without a deadline: such a lease has no extensions.
 	turn chan struct{}
-	// stopped ends on Release, first thing: it aborts the keepalive and
-	// the extension in flight.
+	// stopped ends when Release begins, under mu with released: it aborts
+	// the keepalive and the backend call of the extension in flight.
 	stopped       context.Context
 	stopKeepalive context.CancelFunc
 	keepaliveDone chan struct{}
@@ -77,11 +84,12 @@ func NewLease(p LeaseParams) (lease *Lease, lose func(error)) {
 		p.ID = uuid.New()
 	}
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lease{p: p, ctx: ctx, cancel: cancel, deadline: p.Deadline, turn: make(chan struct{}, 1), keepaliveDone: make(chan struct{})}
+	l := &Lease{p: p, ctx: ctx, cancel: cancel, deadline: p.Deadline, keepaliveDone: make(chan struct{})}
 	l.stopped, l.stopKeepalive = context.WithCancel(context.Background())
 	if p.Deadline.IsZero() {
 		close(l.keepaliveDone)
 	} else {
+		l.turn = make(chan struct{}, 1)
 		go l.keepalive(l.stopped)
 	}
 	return l, l.lose
@@ -131,10 +139,14 @@ func (l *Lease) Context(parent context.Context) (context.Context, context.Cancel
 	}
 }
 
-// Release gives the lock up. It stops the keepalive and any caller's Extend
-// and waits for them to return before it asks the backend to release, so no
-// extension can race the release. Calling it again, or after the lease was
-// lost, is safe: the backend release only ever deletes what this lease owns.
+// Release gives the lock up. It stops the keepalive and waits for it to
+// exit before it asks the backend to release, so the watchdog's extension
+// cannot race the release. A caller's Extend in flight is cancelled, not
+// waited for (a backend call deaf to its context would hold the release
+// up), and its answer is dropped: an extension that reaches the backend
+// alongside the release only renews what this lease still owns there (see
+// Extender). Calling it again, or after the lease was lost, is safe: the
+// backend release only ever deletes what this lease owns.
 func (l *Lease) Release(ctx context.Context) error {
 	h := l.detach()
 	if h == nil {
@@ -146,10 +158,10 @@ func (l *Lease) Release(ctx context.Context) error {
 	return nil
 }
 
-// detach ends the lease for a release: it stops the keepalive and the
-// extensions, waits for them to return and marks the lease released. It
-// returns the handle the backend must release, or nil when the lease was
-// released before.
+// detach ends the lease for a release: it marks the lease released, stops
+// the keepalive and the extension in flight, and waits for the keepalive
+// to exit. It returns the handle the backend must release, or nil when the
+// lease was released before.
 func (l *Lease) detach() Handle {
 	l.mu.Lock()
 	if l.released {
@@ -157,11 +169,12 @@ func (l *Lease) detach() Handle {
 		return nil
 	}
 	l.released = true
+	// Under mu: an extension stores its answer under mu unless stopped has
+	// ended, so none lands once the release has begun.
+	l.stopKeepalive()
 	l.mu.Unlock()
 
-	l.stopKeepalive()
 	<-l.keepaliveDone
-	l.turn <- struct{}{}  // never given back: the lease extends no more
 	l.cancel(ErrReleased) // no-op when already lost: the first cause stays
 	return l.p.Handle
 }
@@ -183,13 +196,15 @@ func (l *Lease) lose(err error) {
 //
 // Once the lease has ended Extend returns its end: Err, or ErrReleased when
 // a Release is under way. The backend's round trip is the watchdog's, in
-// the same turn: bounded by the current deadline (past it, the lease is
-// lost) and by Release, not by ctx, since a backend may end a session whose
-// renewal it abandons (pglock); Extend returns when ctx ends, and the
-// extension goes on. A backend's answer that the lock is no longer ours (an
-// error wrapping ErrLeaseLost) loses the lease. Any other failure is
-// returned and the lease stays valid until its current deadline, where
-// the watchdog, which has nothing to return it to, loses it at once.
+// the same turn: bounded by the current deadline and by Release, not by
+// ctx, since a backend may end a session whose renewal it abandons
+// (pglock); Extend returns when ctx ends, and the extension goes on. An
+// answer that comes once the deadline has passed is too late: the lease
+// is lost at its deadline, whatever extension is in flight. A backend's
+// answer that the lock is no longer ours (an error wrapping ErrLeaseLost)
+// loses the lease. Any other failure is returned and the lease stays valid
+// until its current deadline, where the watchdog, which has nothing to
+// return it to, loses it at once.
 //
 // A lease without a deadline (ZooKeeper, none, local) lasts as long as its
 // backend's session, which the backend keeps alive and watches itself,
@@ -216,8 +231,8 @@ func (l *Lease) Extend(ctx context.Context) (time.Time, error) {
 	return l.extend(ctx, ext)
 }
 
-// extend waits for the lease's turn and runs one extension, the watchdog's
-// or a caller's, in it; it returns when the extension does or ctx ends.
+// extend waits for the lease's turn and runs a caller's extension in it; it
+// returns when the extension does or ctx ends.
 func (l *Lease) extend(ctx context.Context, ext Extender) (time.Time, error) {
 	if err := l.take(ctx); err != nil {
 		return time.Time{}, err
@@ -264,15 +279,33 @@ func (l *Lease) extendInTurn(ext Extender) (time.Time, error) {
 		}
 		return time.Time{}, err
 	}
+	return l.store(d)
+}
+
+// store makes d, an extension's answer, the deadline if it is later, while
+// the lease is valid. An answer that comes once the deadline has passed is
+// dropped and the lease lapses: the keepalive, which does not wait for
+// extensions, may have lost it already, and a lost lease stays lost.
+func (l *Lease) store(d time.Time) (time.Time, error) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	if err := l.ended(); err != nil {
+		l.mu.Unlock()
+		return time.Time{}, err
+	}
+	if !time.Now().Before(l.deadline) {
+		l.mu.Unlock()
+		return time.Time{}, l.lapse()
+	}
 	if d.After(l.deadline) {
 		l.deadline = d
 	}
-	return l.deadline, nil
+	d = l.deadline
+	l.mu.Unlock()
+	return d, nil
 }
 
 // take waits for the lease's turn to extend, or for ctx or the lease to end.
+// The lease may lapse meanwhile, at its deadline (see keepalive).
 func (l *Lease) take(ctx context.Context) error {
 	select {
 	case l.turn <- struct{}{}:
@@ -304,6 +337,20 @@ func (l *Lease) lapse() error {
 	return err
 }
 
+// lapseIfPast loses the lease, unless released, once its deadline has
+// passed, and returns the loss; nil while the deadline is ahead. The
+// deadline is judged under mu, where extensions store theirs: one
+// stored later would have to come before the deadline, which has passed.
+func (l *Lease) lapseIfPast() error {
+	l.mu.Lock()
+	passed := !l.released && !time.Now().Before(l.deadline)
+	l.mu.Unlock()
+	if !passed {
+		return nil
+	}
+	return l.lapse()
+}
+
 // keepalive extends the lease at TTL/3 (with the watchdog; at once when less
 // than that is left) and marks it lost the moment its validity deadline
 // passes without a successful extension, its own or a caller's (Extend). A
@@ -314,53 +361,75 @@ func (l *Lease) keepalive(ctx context.Context) {
 	defer close(l.keepaliveDone)
 	ext, canExtend := l.p.Handle.(Extender)
 	step := l.p.TTL / 3
+	watchdog := l.p.Watchdog && canExtend && step > 0
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
 	for {
 		wait := time.Until(l.Deadline())
-		extendNow := false
-		if l.p.Watchdog && canExtend && step > 0 && wait > 0 {
+		extendNow := watchdog && wait > 0
+		if extendNow {
 			// With less than a step left (a slow acquisition used the
 			// rest), at once: the validity left may still cover the round
 			// trip, where waiting for the deadline loses the lease.
-			extendNow = true
 			if wait > step {
 				wait = step
 			} else {
 				wait = 0
 			}
 		}
-		t := time.NewTimer(max(wait, 0))
+		t.Reset(max(wait, 0))
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
 		case <-l.ctx.Done():
-			t.Stop()
 			return
 		case <-t.C:
 		}
-		if extendNow {
-			if _, err := l.extend(ctx, ext); err != nil {
-				if ctx.Err() == nil {
-					l.lose(joinLost(err))
-				}
+		if !extendNow {
+			// Not in the turn: a caller's extension stuck in its backend
+			// call must not hold the loss back. Only one that stores its
+			// answer before the deadline moves it.
+			if l.lapseIfPast() != nil {
 				return
 			}
 			continue
 		}
-		// A caller's extension, in flight or done, may have moved the
-		// deadline: judge it in the turn, once that extension has landed.
-		if l.take(ctx) != nil {
-			return
-		}
-		passed := !time.Now().Before(l.Deadline())
-		if passed {
-			_ = l.lapse()
-		}
-		l.give()
-		if passed {
+		if err := l.extendOnWatch(ctx, ext, t); err != nil {
+			if ctx.Err() == nil {
+				l.lose(joinLost(err))
+			}
 			return
 		}
 	}
+}
+
+// extendOnWatch runs the watchdog's extension in the lease's turn, on the
+// keepalive's goroutine (ctx is stopped, which Release ends). While a
+// caller's extension holds the turn, the lease lapses at its deadline
+// with t, the keepalive's timer.
+func (l *Lease) extendOnWatch(ctx context.Context, ext Extender, t *time.Timer) error {
+	select {
+	case l.turn <- struct{}{}:
+	default:
+		for taken := false; !taken; {
+			t.Reset(max(time.Until(l.Deadline()), 0))
+			select {
+			case l.turn <- struct{}{}:
+				taken = true
+			case <-t.C:
+				if err := l.lapseIfPast(); err != nil {
+					return err
+				}
+			case <-l.ctx.Done():
+				return fmt.Errorf("lock: extend %q: %w", l.p.Key, l.Err())
+			case <-ctx.Done():
+				return fmt.Errorf("lock: extend %q: %w", l.p.Key, ctx.Err())
+			}
+		}
+	}
+	defer l.give()
+	_, err := l.extendInTurn(ext)
+	return err
 }
 
 func joinLost(err error) error {

@@ -283,12 +283,13 @@ func TestExtendReturnsWithItsContext(t *testing.T) {
 }
 
 // TestExtendRacesWatchdogAndRelease: callers extending a watchdog lease
-// while it is released never overlap another extension or the release,
-// and nothing reaches the backend after Release returns.
+// while it is released never overlap one another or the watchdog, every
+// Extend during the release returns ErrReleased, and once Release and the
+// callers have returned nothing reaches the backend. (A caller's
+// extension in flight may overlap the release itself: Release does not
+// wait for it, see TestReleaseDoesNotWaitForStuckExtend.)
 func TestExtendRacesWatchdogAndRelease(t *testing.T) {
-	var busy, overlaps, after atomic.Int32
-	var released atomic.Bool
-	h := &raceHandle{busy: &busy, overlaps: &overlaps, after: &after, released: &released}
+	h := &raceHandle{}
 	l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Deadline: time.Now().Add(60 * time.Millisecond),
 		TTL: 60 * time.Millisecond, Watchdog: true, Handle: h})
 	var wg sync.WaitGroup
@@ -309,23 +310,24 @@ func TestExtendRacesWatchdogAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	time.Sleep(5 * time.Millisecond) // the last extension in flight lands
+	n := h.calls.Load()
+	if _, err := l.Extend(context.Background()); !errors.Is(err, lock.ErrReleased) {
+		t.Fatalf("Extend after Release = %v, want ErrReleased", err)
+	}
 	time.Sleep(20 * time.Millisecond)
-	if overlaps.Load() != 0 || after.Load() != 0 {
-		t.Fatalf("%d extensions overlapped another or the release, %d reached the backend after it", overlaps.Load(), after.Load())
+	if h.overlaps.Load() != 0 || h.calls.Load() != n {
+		t.Fatalf("%d extensions overlapped another, %d reached the backend after Release", h.overlaps.Load(), h.calls.Load()-n)
 	}
 }
 
-// raceHandle counts extensions that overlap another or the release, or
-// come after it.
+// raceHandle counts extensions, and those that overlap another.
 type raceHandle struct {
-	busy, overlaps, after *atomic.Int32
-	released              *atomic.Bool
+	busy, overlaps, calls atomic.Int32
 }
 
 func (h *raceHandle) Extend(context.Context) (time.Time, error) {
-	if h.released.Load() {
-		h.after.Add(1)
-	}
+	h.calls.Add(1)
 	if h.busy.Add(1) > 1 {
 		h.overlaps.Add(1)
 	}
@@ -334,12 +336,172 @@ func (h *raceHandle) Extend(context.Context) (time.Time, error) {
 	return time.Now().Add(60 * time.Millisecond), nil
 }
 
-func (h *raceHandle) Release(context.Context) error {
-	if h.busy.Load() != 0 {
-		h.overlaps.Add(1)
+func (h *raceHandle) Release(context.Context) error { return nil }
+
+// stuckHandle's Extend blocks until unblock is closed, whatever its ctx
+// says (a backend call stuck in a syscall, a client deaf to its context),
+// then answers success, even past ctx's deadline, when succeed is set.
+type stuckHandle struct {
+	unblock  chan struct{}
+	succeed  bool
+	calls    atomic.Int32
+	released atomic.Int32
+}
+
+func (h *stuckHandle) Release(context.Context) error { h.released.Add(1); return nil }
+
+func (h *stuckHandle) Extend(ctx context.Context) (time.Time, error) {
+	h.calls.Add(1)
+	<-h.unblock
+	if err := ctx.Err(); err != nil && !h.succeed {
+		return time.Time{}, err
 	}
-	h.released.Store(true)
-	return nil
+	return time.Now().Add(time.Second), nil
+}
+
+// stuckExtend starts a caller's extension of l that h holds up until
+// unblock, and returns once the caller has given up on it (its ctx ended)
+// with the extension still in flight, in the lease's turn.
+func stuckExtend(t *testing.T, l *lock.Lease, h *stuckHandle, unblock time.Duration) {
+	t.Helper()
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	time.AfterFunc(unblock, func() { close(h.unblock) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	defer cancel()
+	if _, err := l.Extend(ctx); !errors.Is(err, context.DeadlineExceeded) || h.calls.Load() != 1 {
+		t.Fatalf("stuck Extend = %v after %d backend calls, want its ctx's end after one", err, h.calls.Load())
+	}
+}
+
+// TestLapseNotDelayedByStuckExtend: a lease that nobody extends but a
+// caller whose backend call hangs is lost at its deadline, with the
+// watchdog (whose extension waits for the stuck one's turn) or without,
+// not when the backend call returns.
+func TestLapseNotDelayedByStuckExtend(t *testing.T) {
+	for _, wd := range []bool{false, true} {
+		t.Run(fmt.Sprint("watchdog=", wd), func(t *testing.T) {
+			const ttl = 150 * time.Millisecond
+			h := &stuckHandle{unblock: make(chan struct{})}
+			l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 1, Deadline: time.Now().Add(ttl), TTL: ttl,
+				Watchdog: wd, Handle: h})
+			deadline := l.Deadline()
+			stuckExtend(t, l, h, 700*time.Millisecond)
+			<-l.Done()
+			if late := time.Since(deadline); late > 50*time.Millisecond {
+				t.Fatalf("lease lost %v past its validity deadline: %v", late, l.Err())
+			}
+			if !errors.Is(l.Err(), lock.ErrLeaseLost) {
+				t.Fatalf("Err = %v, want ErrLeaseLost", l.Err())
+			}
+		})
+	}
+}
+
+// TestLateExtensionDoesNotReviveLapsedLease: an extension that answers
+// success after the deadline its call was bounded by is dropped: the lease
+// lapsed at its deadline stays lost, its deadline unmoved.
+func TestLateExtensionDoesNotReviveLapsedLease(t *testing.T) {
+	const ttl = 100 * time.Millisecond
+	h := &stuckHandle{unblock: make(chan struct{}), succeed: true}
+	l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 1, Deadline: time.Now().Add(ttl), TTL: ttl, Handle: h})
+	deadline := l.Deadline()
+	stuckExtend(t, l, h, 300*time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // the extension has landed
+	if !errors.Is(l.Err(), lock.ErrLeaseLost) || !l.Deadline().Equal(deadline) {
+		t.Fatalf("after a late extension: Err = %v, Deadline moved %v; want lost at the old deadline", l.Err(), l.Deadline().Sub(deadline))
+	}
+}
+
+// TestReleaseDoesNotWaitForStuckExtend: Release returns at once while a
+// caller's extension is stuck in a backend call deaf to the cancellation,
+// and the extension's late success does not revive the released lease.
+func TestReleaseDoesNotWaitForStuckExtend(t *testing.T) {
+	const ttl = 2 * time.Second
+	h := &stuckHandle{unblock: make(chan struct{}), succeed: true}
+	l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 1, Deadline: time.Now().Add(ttl), TTL: ttl, Handle: h})
+	deadline := l.Deadline()
+	stuckExtend(t, l, h, 300*time.Millisecond)
+	start := time.Now()
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Fatalf("Release blocked %v behind a caller's extension", took)
+	}
+	time.Sleep(400 * time.Millisecond) // the extension has landed
+	if !errors.Is(l.Err(), lock.ErrReleased) || !l.Deadline().Equal(deadline) || h.released.Load() != 1 {
+		t.Fatalf("after the extension landed: Err = %v, Deadline moved %v, backend released %d times",
+			l.Err(), l.Deadline().Sub(deadline), h.released.Load())
+	}
+}
+
+// ctxHandle's Extend blocks until its ctx ends and says so as a loss, as
+// etcdlock and pglock wrap every failure in ErrLeaseLost.
+type ctxHandle struct {
+	calls    atomic.Int32
+	released atomic.Int32
+}
+
+func (h *ctxHandle) Release(context.Context) error { h.released.Add(1); return nil }
+
+func (h *ctxHandle) Extend(ctx context.Context) (time.Time, error) {
+	h.calls.Add(1)
+	<-ctx.Done()
+	return time.Time{}, fmt.Errorf("backend: %w: %w", lock.ErrLeaseLost, ctx.Err())
+}
+
+// TestReleaseDuringExtend: Release during a caller's extension is prompt
+// with a backend that honours the cancellation, the extension's failure is
+// no loss, and the caller gets ErrReleased.
+func TestReleaseDuringExtend(t *testing.T) {
+	for _, wd := range []bool{false, true} {
+		t.Run(fmt.Sprint("watchdog=", wd), func(t *testing.T) {
+			const ttl = 3 * time.Second
+			h := &ctxHandle{}
+			var lost atomic.Int32
+			l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 1, Deadline: time.Now().Add(ttl), TTL: ttl,
+				Watchdog: wd, Handle: h, OnLost: func(error) { lost.Add(1) }})
+			errc := make(chan error, 1)
+			go func() { _, err := l.Extend(context.Background()); errc <- err }()
+			for h.calls.Load() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			start := time.Now()
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if took := time.Since(start); took > 100*time.Millisecond {
+				t.Fatalf("Release took %v", took)
+			}
+			if err := <-errc; !errors.Is(err, lock.ErrReleased) || errors.Is(err, lock.ErrLeaseLost) {
+				t.Fatalf("Extend during Release = %v, want ErrReleased only", err)
+			}
+			if lost.Load() != 0 || !errors.Is(l.Err(), lock.ErrReleased) || h.released.Load() != 1 {
+				t.Fatalf("OnLost called %d times, Err = %v, backend released %d times", lost.Load(), l.Err(), h.released.Load())
+			}
+		})
+	}
+}
+
+// TestDroppedLeasesLeaveNoGoroutines: callers that give up on Extend and
+// drop their leases unreleased leave no goroutine past the deadlines.
+func TestDroppedLeasesLeaveNoGoroutines(t *testing.T) {
+	const n, ttl = 200, 200 * time.Millisecond
+	base := runtime.NumGoroutine()
+	h := &ctxHandle{}
+	for range n {
+		l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 1, Deadline: time.Now().Add(ttl), TTL: ttl, Handle: h})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		_, _ = l.Extend(ctx)
+		cancel()
+	}
+	deadline := time.Now().Add(ttl + time.Second)
+	for runtime.NumGoroutine() > base+2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left a second after the deadline of %d dropped leases", runtime.NumGoroutine()-base, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // sessionSet is a set of session leases (no deadline, no keepalive) on

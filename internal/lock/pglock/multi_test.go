@@ -202,6 +202,43 @@ func TestSessionLossLosesEveryLease(t *testing.T) {
 	}
 }
 
+// TestLeaseOfASetLapsesAlone: leases taken together share a session, yet
+// each has its own validity, as if acquired alone (DESIGN). Without the
+// watchdog, the lease its holder extends outlives its TTL; the one left
+// unextended lapses at its deadline and gives up its own key, and the
+// session goes on holding the other's.
+func TestLeaseOfASetLapsesAlone(t *testing.T) {
+	url := stacktest.NewDatabase(t, t.Context())
+	l, other := newLocker(t, url), newLocker(t, url)
+	probe := connect(t, url)
+	const ttl = time.Second
+	keys := manyKeys(t, 2)
+	set, err := lock.AcquireAll(t.Context(), l, keys, lock.WithTTL(ttl), lock.WithoutWatchdog())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, lapsed := set[0], set[1]
+	for start := time.Now(); time.Since(start) < 2*ttl; time.Sleep(ttl / 4) {
+		if _, err := kept.Extend(t.Context()); err != nil {
+			t.Fatalf("Extend of the kept lease %v after acquiring: %v (the other: %v)", time.Since(start), err, lapsed.Err())
+		}
+	}
+	if !errors.Is(lapsed.Err(), lock.ErrLeaseLost) || kept.Err() != nil {
+		t.Fatalf("after 2 TTLs extending one lease: the unextended one's Err = %v, the extended one's = %v", lapsed.Err(), kept.Err())
+	}
+	waitFor(t, "the lapsed lease's key free", func() bool { return !heldElsewhere(t, other, keys[1]) })
+	if !heldElsewhere(t, other, keys[0]) {
+		t.Fatal("the extended lease's key is free")
+	}
+	if sessions, locks := leaseSessions(t, probe); sessions != 1 || locks != 1 {
+		t.Fatalf("%d lease sessions holding %d locks, want the one session holding the extended lease's key", sessions, locks)
+	}
+	if err := set.Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "nothing held", func() bool { return heldAdvisory(t, probe) == 0 })
+}
+
 // TestMultiTryOnce: all or nothing, and nothing left held when not all.
 func TestMultiTryOnce(t *testing.T) {
 	url := stacktest.NewDatabase(t, t.Context())

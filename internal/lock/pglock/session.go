@@ -15,10 +15,13 @@ import (
 // session is one dedicated lock connection and the leases whose locks it
 // holds: one for a lone Acquire, every key of a batch or of a multi-key
 // AcquireAll. Each lease releases its own key; the connection goes back to
-// the pool with the last. The session lives and dies as one: when it ends
-// (a failed keepalive or unlock, a lost lease, a release that stopped
-// waiting for it, Close), every lease on it is lost, since the server
-// freed all its locks at once.
+// the pool with the last. Each lease has its own deadline, as if acquired
+// alone: one that lapses while a sibling's extensions keep the session
+// alive gives up its own key (see drop). The session itself lives and dies
+// as one: when it ends (a failed keepalive or unlock, a lease lost while
+// the session cannot be shown alive, a release that stopped waiting for
+// it, Close), every lease on it is lost, since the server freed all its
+// locks at once.
 type session struct {
 	l   *Locker
 	ttl time.Duration
@@ -331,13 +334,54 @@ func (s *session) abandon(ctx context.Context, alive bool, why error) error {
 	return fmt.Errorf("pglock: %w: unlock: %w; the session's socket is closed, and the server frees its locks once it hears", lock.ErrCleanupPending, why)
 }
 
-// onLost is the lease's OnLost: count, log, and end the session so its
-// locks are free at once rather than when the server's idle timer fires,
-// and so the connection returns even if the holder never calls Release.
+// onLost is the lease's OnLost: count, log, and free the lease's key at
+// once rather than when the server's idle timer fires, so that the
+// connection returns even if the holder never calls Release (see drop).
+// A loss that comes from the session's end has nothing left to free.
 func (h *handle) onLost(err error) {
 	h.s.l.m.Lost()
 	h.s.l.log.Warn("lease lost", "key", h.key, "err", err)
-	h.s.end(err)
+	if h.s.dying.Err() == nil {
+		// Not on the caller's goroutine: the lease's keepalive, which a
+		// Release waits for, must not wait for the session's turn.
+		go h.s.drop(h, err)
+	}
+}
+
+// drop frees the key of h, whose lease was just lost (cause). A lease
+// lapses on our side at its own deadline, while its siblings' extensions
+// may keep the session alive: the server holds the key until it is
+// unlocked or the session ends. So while the session's last keepalive
+// still covers now (the server cannot have ended it, and the watch has not
+// seen it end), drop unlocks the key alone, as its Release would, within
+// that cover; when the unlock fails, it ends the session (see unlock).
+// Otherwise it ends the session, which frees every key on it.
+func (s *session) drop(h *handle, cause error) {
+	// Statements hold the turn no longer than their own bounds, a
+	// keepalive's being within the session's cover; past a TTL the
+	// session is in trouble anyway.
+	ctx, cancel := s.bound(context.Background())
+	defer cancel()
+	wctx, cancelWait := context.WithTimeout(ctx, s.ttl)
+	defer cancelWait()
+	if err := s.enter(wctx); err != nil {
+		if s.dying.Err() == nil {
+			s.end(cause)
+		}
+		return
+	}
+	cover := validUntil(s.alive, s.ttl)
+	alive := s.conn != nil && time.Now().Before(cover)
+	s.leave()
+	if !alive {
+		s.end(cause)
+		return
+	}
+	uctx, cancelUnlock := context.WithDeadline(ctx, cover)
+	defer cancelUnlock()
+	if err := s.unlock(uctx, []*handle{h}); err != nil {
+		s.l.log.Warn("unlock of a lost lease failed: session ended", "key", h.key, "err", err)
+	}
 }
 
 // end closes the session's connection, if it still has one, and loses
