@@ -67,7 +67,8 @@ type Lease struct {
 
 	// turn is held by one extension at a time, the watchdog's or a
 	// caller's, so that each starts from the deadline the one before it
-	// stored. Nil without a deadline: such a lease has no extensions.
+	// stored. Made by the first extension (see turnOf): most leases are
+	// released before the watchdog's first, at TTL/3.
 	turn chan struct{}
 	// stopped ends when Release begins, under mu with released: it aborts
 	// the keepalive and the backend call of the extension in flight.
@@ -89,7 +90,6 @@ func NewLease(p LeaseParams) (lease *Lease, lose func(error)) {
 	if p.Deadline.IsZero() {
 		close(l.keepaliveDone)
 	} else {
-		l.turn = make(chan struct{}, 1)
 		go l.keepalive(l.stopped)
 	}
 	return l, l.lose
@@ -267,7 +267,17 @@ func (l *Lease) extendInTurn(ext Extender) (time.Time, error) {
 		return time.Time{}, l.lapse()
 	}
 	ctx, cancel := context.WithDeadline(l.stopped, deadline)
+	// A backend call deaf to its context must not hold the loss back, the
+	// watchdog's least of all (its goroutine has the only timer on the
+	// deadline): at the deadline the lease lapses, and store drops the
+	// late answer.
+	stop := context.AfterFunc(ctx, func() {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			_ = l.lapseIfPast()
+		}
+	})
 	d, err := ext.Extend(ctx)
+	stop()
 	cancel()
 	if end := l.ended(); end != nil {
 		return time.Time{}, end // released while extending: not a loss
@@ -308,7 +318,7 @@ func (l *Lease) store(d time.Time) (time.Time, error) {
 // The lease may lapse meanwhile, at its deadline (see keepalive).
 func (l *Lease) take(ctx context.Context) error {
 	select {
-	case l.turn <- struct{}{}:
+	case l.turnOf() <- struct{}{}:
 		return nil
 	case <-l.ctx.Done():
 		return fmt.Errorf("lock: extend %q: %w", l.p.Key, l.Err())
@@ -317,7 +327,17 @@ func (l *Lease) take(ctx context.Context) error {
 	}
 }
 
-func (l *Lease) give() { <-l.turn }
+func (l *Lease) give() { <-l.turnOf() }
+
+// turnOf is the lease's turn, made on first use.
+func (l *Lease) turnOf() chan struct{} {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.turn == nil {
+		l.turn = make(chan struct{}, 1)
+	}
+	return l.turn
+}
 
 // ended is the lease's end, once it has ended or its Release has begun.
 func (l *Lease) ended() error {
@@ -408,13 +428,14 @@ func (l *Lease) keepalive(ctx context.Context) {
 // caller's extension holds the turn, the lease lapses at its deadline
 // with t, the keepalive's timer.
 func (l *Lease) extendOnWatch(ctx context.Context, ext Extender, t *time.Timer) error {
+	turn := l.turnOf()
 	select {
-	case l.turn <- struct{}{}:
+	case turn <- struct{}{}:
 	default:
 		for taken := false; !taken; {
 			t.Reset(max(time.Until(l.Deadline()), 0))
 			select {
-			case l.turn <- struct{}{}:
+			case turn <- struct{}{}:
 				taken = true
 			case <-t.C:
 				if err := l.lapseIfPast(); err != nil {

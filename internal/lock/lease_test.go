@@ -577,3 +577,45 @@ func TestSetContextAllCancelLetsGo(t *testing.T) {
 	runtime.KeepAlive(set)
 	t.Fatal("a cancelled ContextAll context is still reachable from the set's live leases")
 }
+
+// TestWatchdogLapsesThroughItsOwnStuckExtension: the watchdog's extension
+// runs on the goroutine that has the only timer on the deadline; a backend
+// call deaf to its context must not hold the loss back there either.
+func TestWatchdogLapsesThroughItsOwnStuckExtension(t *testing.T) {
+	const ttl = 150 * time.Millisecond
+	var calls atomic.Int32
+	deaf := extendFunc(func(ctx context.Context) (time.Time, error) {
+		if calls.Add(1) == 1 {
+			time.Sleep(700 * time.Millisecond)
+			return time.Time{}, ctx.Err()
+		}
+		return time.Now().Add(ttl), nil
+	})
+	l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 1, Deadline: time.Now().Add(ttl), TTL: ttl,
+		Watchdog: true, Handle: deaf})
+	defer func() { _ = l.Release(context.Background()) }()
+	deadline := l.Deadline()
+	<-l.Done()
+	if late := time.Since(deadline); late > 50*time.Millisecond {
+		t.Fatalf("lease lost %v past its validity deadline behind the watchdog's stuck extension: %v", late, l.Err())
+	}
+}
+
+// TestLeaseAllocations: a lease with a deadline is made and released on
+// every hold; its extension turn is made only by a first extension, which
+// most holds end before (13 allocations before Extend existed).
+func TestLeaseAllocations(t *testing.T) {
+	far := extendFunc(func(context.Context) (time.Time, error) { return time.Now().Add(10 * time.Second), nil })
+	for _, wd := range []bool{false, true} {
+		n := testing.AllocsPerRun(2000, func() {
+			l, _ := lock.NewLease(lock.LeaseParams{Key: "k", Token: 1, Deadline: time.Now().Add(10 * time.Second),
+				TTL: 10 * time.Second, Watchdog: wd, Handle: far})
+			if err := l.Release(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if n > 13 {
+			t.Errorf("watchdog %v: %.1f allocations a lease, want at most 13", wd, n)
+		}
+	}
+}
