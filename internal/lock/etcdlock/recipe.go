@@ -391,15 +391,18 @@ func (s *session) retry(ctx context.Context, op func(context.Context, caller) er
 // retryPause up to maxRetryPause, jittered, so that an overloaded cluster
 // gets fewer calls, not more.
 func attempt[T any](ctx context.Context, s *session, op func(context.Context, caller) (T, error)) (T, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	defer context.AfterFunc(s.ctx, cancel)()
 	via := []caller{s.l.cli}
 	pause := retryPause
 	for {
+		// The session's end ends the attempt at once (a wait must not
+		// outlive its session by an attempt), hooked on the attempt's own
+		// context: a context of its own for the whole call cost every wait
+		// read and release five allocations more.
 		actx, cancelAttempt := context.WithTimeout(ctx, attemptTimeout)
+		stop := context.AfterFunc(s.ctx, cancelAttempt)
 		v, err := race(actx, via, op)
-		unanswered := actx.Err() != nil
+		unanswered := actx.Err() != nil && s.ctx.Err() == nil
+		stop()
 		cancelAttempt()
 		if err == nil {
 			return v, nil
@@ -414,7 +417,7 @@ func attempt[T any](ctx context.Context, s *session, op func(context.Context, ca
 		}
 		s.l.log.Debug("etcd: request failed; trying again", "err", err, "pause", pause)
 		via = []caller{s.l.cli}
-		if retry.Sleep(ctx, retry.Jitter(pause)) != nil {
+		if retry.Sleep(ctx, retry.Jitter(pause)) != nil || s.ctx.Err() != nil {
 			return v, s.classify(err)
 		}
 		pause = min(2*pause, maxRetryPause)

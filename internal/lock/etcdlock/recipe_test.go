@@ -705,3 +705,16 @@ func TestWaitEndsWithItsSession(t *testing.T) {
 		t.Errorf("wait with a 300 ms context: %v after %v", err, took.Round(time.Millisecond))
 	}
 }
+
+// TestAttemptAllocations: every wait read and release goes through attempt;
+// its hook on the session's end costs two allocations over a bare bounded
+// call (five, with a context of its own for the whole call).
+func TestAttemptAllocations(t *testing.T) {
+	sctx, end := context.WithCancel(context.Background())
+	defer end()
+	s := &session{l: &Locker{log: slog.New(slog.DiscardHandler)}, ctx: sctx}
+	op := func(context.Context, caller) (int, error) { return 1, nil }
+	if n := testing.AllocsPerRun(1000, func() { _, _ = attempt(context.Background(), s, op) }); n > 7 {
+		t.Errorf("attempt: %.0f allocations a call, want at most 7", n)
+	}
+}
