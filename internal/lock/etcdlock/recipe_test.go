@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/locktest"
+	"github.com/stockguard/stockguard/internal/stack/stacktest"
 )
 
 // N waiters queue behind a holder; each release wakes exactly one of them
@@ -646,36 +646,11 @@ func TestAttemptBacksOffOnAnsweredErrors(t *testing.T) {
 // its session ends, not when the read's attempt times out (900 ms later),
 // and still within its own context.
 func TestWaitEndsWithItsSession(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := New([]string{stacktest.Silent(t)}, WithSessionTTL(testTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	var held []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			held = append(held, c) // never read, never answered
-			mu.Unlock()
-		}
-	}()
-	l, err := New([]string{ln.Addr().String()}, WithSessionTTL(testTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = l.Close()
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
+	t.Cleanup(func() { _ = l.Close() }) // before the listener's: registered after it
 	wait := func(d, endAfter time.Duration) (time.Duration, error) {
 		sctx, end := context.WithCancel(l.life)
 		defer end()
