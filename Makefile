@@ -74,7 +74,7 @@ test: lint tools spec-lint rules-test deploy-test
 # drive races inside itself (go-zookeeper's reconnection: see
 # internal/lock/zklock/disconnect_test.go); built without -race, they run here.
 test-norace:
-	$(NO_SKIP) $(WITH_STACK) $(GO) test -count=1 -run 'TestDisconnectLosesLease' ./internal/lock/zklock/
+	$(NO_SKIP) $(WITH_STACK) $(GO) test -count=1 -run 'TestDisconnectLosesLease|TestAbandonGraceLeavesNothing' ./internal/lock/zklock/
 
 # Only the tests that need no running server (the models' need spin and gcc).
 unit: tools

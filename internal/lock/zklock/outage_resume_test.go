@@ -5,14 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
-	"runtime"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/stockguard/stockguard/internal/lock"
 )
 
 // fuzeDialer: once armed, the next multi is written (and applied by the
@@ -115,71 +111,6 @@ func TestAppliedCreateThenOutage(t *testing.T) {
 		t.Fatalf("after the outage, another instance cannot acquire %s: %v; line = %v", k, err, children(t, insp, k))
 	}
 	mustRelease(t, got)
-}
-
-// TestAbandonGraceLeavesNothing: many waiters on a held key, cut
-// off, each giving up at its deadline with ErrCleanupPending; the ensemble
-// comes back within the session: every waiter node must be deleted and
-// the key pass to another instance once the holder releases; no
-// goroutines of the clean-ups linger.
-func TestAbandonGraceLeavesNothing(t *testing.T) {
-	servers := sharedZK(t)
-	insp := inspector(t, servers)
-	var d outage
-	holder := mustLocker(t, servers)
-	w := mustLocker(t, servers, WithDialer(d.dial), WithSessionTimeout(10*time.Second))
-	k := key(t)
-	held := mustAcquire(t, holder, k)
-	waitFor(t, 5*time.Second, "w connected", func() bool { return w.Ping(context.Background()) == nil })
-	const n = 5
-	errs := make(chan error, n)
-	for range n {
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
-			defer cancel()
-			lease, err := w.Acquire(ctx, k)
-			if err == nil {
-				_ = lease.Release(context.Background())
-			}
-			errs <- err
-		}()
-	}
-	waitFor(t, 5*time.Second, "waiters queued", func() bool { return len(children(t, insp, k)) == n+1 })
-	d.cut()
-	pending := 0
-	for range n {
-		err := <-errs
-		if err == nil {
-			t.Fatal("acquired a held key")
-		}
-		if errors.Is(err, lock.ErrCleanupPending) {
-			pending++
-		}
-	}
-	t.Logf("%d of %d returned ErrCleanupPending", pending, n)
-	time.Sleep(2500 * time.Millisecond)
-	d.heal()
-	waitFor(t, 10*time.Second, "w reconnected", func() bool { return w.Ping(context.Background()) == nil })
-	waitFor(t, 5*time.Second, "waiter nodes deleted", func() bool { return len(children(t, insp, k)) == 1 })
-	mustRelease(t, held)
-	actx, acancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer acancel()
-	got, err := holder.Acquire(actx, k)
-	if err != nil {
-		t.Fatalf("key not free: %v; line %v", err, children(t, insp, k))
-	}
-	mustRelease(t, got)
-	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		buf := make([]byte, 1<<20)
-		stacks := string(buf[:runtime.Stack(buf, true)])
-		c := strings.Count(stacks, "zklock.(*session).untilGone(") + strings.Count(stacks, "zklock.(*session).createNodes(")
-		if c == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d clean-up goroutines still running", c)
-		}
-	}
 }
 
 // TestRecoverGivesUpTheSessionItGivesUpOn: recoverCreate stops looking for
