@@ -28,10 +28,13 @@ import (
 )
 
 // N waiters queue behind a holder; each release wakes exactly one of them
-// (the one whose predecessor was deleted), never the whole queue.
+// (the one whose predecessor was deleted), never the whole queue. The
+// session's TTL keeps the waits (about half a second for the last) under
+// the silence bound (TTL/4, less up to TTL/16), past which a waiter reads
+// again and may find its turn by that read, not by a watch event.
 func TestReleaseWakesOnlyTheSuccessor(t *testing.T) {
 	const n = 5
-	l := mustLocker(t, WithRegisterer(prometheus.NewRegistry()))
+	l := mustLocker(t, WithRegisterer(prometheus.NewRegistry()), WithSessionTTL(10*time.Second))
 	key := locktest.Key(t)
 	holder := locktest.MustAcquire(t, l, key)
 
