@@ -44,7 +44,7 @@ func TestSwitchingTheLockBackendNeedsResetFences(t *testing.T) {
 	if e, _ := body["error"].(map[string]any); st != 409 || e["code"] != "stale_fence" {
 		t.Fatalf("order on redlock over zookeeper's fences: %d %v, want 409 stale_fence", st, body)
 	}
-	if want := fmt.Sprintf("row fence %d, lease token ", int64(rowFence)); !waitForLog(rl, want, 5*time.Second) {
+	if want := fmt.Sprintf("row fence %d, lease token ", int64(rowFence)); !rl.waitLog(want, 5*time.Second) {
 		t.Errorf("the refusal's log does not name both tokens (%q):\n%s", want, rl.log())
 	}
 	rl.sigterm(t, 15*time.Second)
@@ -187,18 +187,6 @@ func TestResetFencesIsConfirmedOnTheCommandLine(t *testing.T) {
 	if exitCode(err) != exitUsage || !strings.Contains(errOut.String(), "--reset-fences") {
 		t.Errorf("migrate --yes alone = %v (exit %d), stderr %q; want exit 2 naming --reset-fences", err, exitCode(err), errOut.String())
 	}
-}
-
-// waitForLog reports whether in's log holds s within the given time. A
-// line the instance logged before it answered can reach the test after the
-// answer: its stderr comes through a pipe that another goroutine copies.
-func waitForLog(in *instance, s string, within time.Duration) bool {
-	for deadline := time.Now().Add(within); !strings.Contains(in.log(), s); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
 }
 
 // rowFenceOf reads sku's fence token from the database at dbURL.

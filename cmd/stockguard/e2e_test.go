@@ -107,6 +107,18 @@ func (in *instance) log() string {
 	return in.logs.String()
 }
 
+// waitLog reports whether in's log holds s within the given time. A line
+// the instance logged before it answered can reach the test after the
+// answer: its stderr comes through a pipe that another goroutine copies.
+func (in *instance) waitLog(s string, within time.Duration) bool {
+	for deadline := time.Now().Add(within); !strings.Contains(in.log(), s); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
+}
+
 // stop sends SIGTERM to the process we started, by PID, and waits; SIGKILL
 // after 20 s.
 func (in *instance) stop(t *testing.T) error {
@@ -258,10 +270,8 @@ func TestGracefulShutdownDrains(t *testing.T) {
 				st, _ := call(t, "POST", in.url+"/v1/orders", `{"lines":[{"sku":"`+sku+`","quantity":1}]}`, "X-Chaos-Pause", "800ms")
 				result <- st
 			}()
-			for deadline := time.Now().Add(10 * time.Second); !strings.Contains(in.log(), "chaos: pausing inside the critical section"); time.Sleep(20 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					t.Fatalf("the order never paused\n%s", in.log())
-				}
+			if !in.waitLog("chaos: pausing inside the critical section", 10*time.Second) {
+				t.Fatalf("the order never paused\n%s", in.log())
 			}
 			if backend == "redis" {
 				if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 1 {
@@ -304,10 +314,8 @@ func TestShutdownTimeoutCutsABatchShort(t *testing.T) {
 			res.Body.Close()
 		}
 	}()
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(in.log(), "chaos: pausing inside the critical section"); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the order never paused\n%s", in.log())
-		}
+	if !in.waitLog("chaos: pausing inside the critical section", 10*time.Second) {
+		t.Fatalf("the order never paused\n%s", in.log())
 	}
 	if n, err := rdb.Exists(t.Context(), lockKey).Result(); err != nil || n != 1 {
 		t.Fatalf("EXISTS %s = %d, %v while the order pauses, want the lease's key", lockKey, n, err)

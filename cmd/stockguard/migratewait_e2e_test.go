@@ -89,7 +89,7 @@ func TestReaperWaitsForMigrations(t *testing.T) {
 			t.Fatalf("the hold was not expired within 10 s of its end:\n%s", in.log())
 		}
 	}
-	if !waitForLog(in, "reaper: migrations applied", 5*time.Second) {
+	if !in.waitLog("reaper: migrations applied", 5*time.Second) {
 		t.Errorf("no word that the reaper started:\n%s", in.log())
 	}
 }
@@ -103,7 +103,7 @@ func TestReaperWaitsForMigrationsThroughABlip(t *testing.T) {
 	dbURL := stacktest.NewDatabase(t, context.Background())
 	in := startInstance(t, []string{"STOCKGUARD_DATABASE_URL=" + dbURL, "STOCKGUARD_LOG_LEVEL=info"},
 		"--lock=local", "--migrate=false", "--reap-interval=50ms")
-	if !waitForLog(in, "reaper: waiting for the migrations", 5*time.Second) {
+	if !in.waitLog("reaper: waiting for the migrations", 5*time.Second) {
 		t.Fatalf("no warning of the reaper's wait:\n%s", in.log())
 	}
 	restore := refuseConnections(t, dbURL)
@@ -119,7 +119,7 @@ func TestReaperWaitsForMigrationsThroughABlip(t *testing.T) {
 	if err := run(context.Background(), []string{"migrate", "--database-url", dbURL}, func(string) string { return "" }, &out, &errOut); err != nil {
 		t.Fatalf("migrate: %v\n%s", err, errOut.String())
 	}
-	if !waitForLog(in, "reaper: migrations applied", 5*time.Second) {
+	if !in.waitLog("reaper: migrations applied", 5*time.Second) {
 		t.Errorf("no word that the reaper started once the migrations ran:\n%s", in.log())
 	}
 }
@@ -131,7 +131,7 @@ func TestSIGTERMWhileTheReaperWaitsThroughAnOutage(t *testing.T) {
 	dbURL := stacktest.NewDatabase(t, context.Background())
 	in := startInstance(t, []string{"STOCKGUARD_DATABASE_URL=" + dbURL, "STOCKGUARD_LOG_LEVEL=info"},
 		"--lock=local", "--migrate=false", "--reap-interval=50ms")
-	if !waitForLog(in, "reaper: waiting for the migrations", 5*time.Second) {
+	if !in.waitLog("reaper: waiting for the migrations", 5*time.Second) {
 		t.Fatalf("no warning of the reaper's wait:\n%s", in.log())
 	}
 	defer refuseConnections(t, dbURL)()

@@ -260,14 +260,6 @@ func migrate(ctx context.Context, args []string, getenv func(string) string, std
 	if err := fs.Parse(args, getenv); err != nil {
 		return cliflag.Done(err)
 	}
-	// These flags read no variable: an operator who set one expects it to
-	// work, so say that it does not rather than ignore it without a word.
-	for _, name := range []string{"reset-fences", "yes"} {
-		if v := cliflag.EnvName(envPrefix, name); getenv(v) != "" {
-			fmt.Fprintf(stderr, "stockguard migrate: warning: %s is ignored: --%s is read from the command line only, "+
-				"so that a confirmation left in an environment does not confirm every later run\n", v, name)
-		}
-	}
 	if err := checkDatabaseURL(c.databaseURL); err != nil {
 		return fs.Reject(err)
 	}

@@ -69,7 +69,8 @@ func (s *Set) ShareEnv(prefix string, names ...string) {
 
 // CommandLineOnly makes the named flags read no variable: a confirmation
 // such as migrate's --yes must be typed for the one run it confirms, not
-// left in an environment that confirms every later run too.
+// left in an environment that confirms every later run too. Parse warns
+// on stderr when such a variable is set: whoever set it expects it to work.
 func (s *Set) CommandLineOnly(names ...string) {
 	for _, n := range names {
 		s.env[n] = ""
@@ -114,7 +115,13 @@ func (s *Set) Parse(args []string, getenv func(string) string) error {
 	var envErr error
 	s.VisitAll(func(f *flag.Flag) {
 		name := s.EnvVar(f.Name)
-		if name == "" || given[f.Name] {
+		if name == "" {
+			if v := EnvName(s.prefix, f.Name); getenv(v) != "" {
+				fmt.Fprintf(s.stderr, "%s: warning: %s is ignored: --%s is read from the command line only\n", s.cmd, v, f.Name)
+			}
+			return
+		}
+		if given[f.Name] {
 			return
 		}
 		if v := getenv(name); v != "" {

@@ -167,6 +167,9 @@ func TestCommandLineOnlyReadsNoVariable(t *testing.T) {
 	if f.on || s.IsSet("expect-unsafe") {
 		t.Error("a command-line-only flag was set by its variable")
 	}
+	if !strings.Contains(errOut.String(), "STOCKGUARD_LOAD_EXPECT_UNSAFE is ignored") {
+		t.Errorf("no warning that the variable is ignored: %q", errOut.String())
+	}
 	if err := s.Parse([]string{"--expect-unsafe"}, env(nil)); err != nil || !f.on {
 		t.Errorf("on the command line: err %v, set %v", err, f.on)
 	}
