@@ -120,14 +120,25 @@ func (s *Store) whyMissing(ctx context.Context, fences []inventory.Fence, names 
 		if row, ok := rowFence[f.SKU]; !ok {
 			errs = append(errs, &inventory.SKUError{SKU: f.SKU, Err: inventory.ErrUnknownSKU})
 		} else {
-			errs = append(errs, &inventory.SKUError{SKU: f.SKU,
-				Err: fmt.Errorf("%w: row fence %d, lease token %d", inventory.ErrStaleFence, row, f.Token)})
+			errs = append(errs, &inventory.SKUError{SKU: f.SKU, Err: staleFence(row, int64(f.Token))})
 		}
 	}
 	if len(errs) == 0 {
 		return fmt.Errorf("postgres: claim: %w", errNoRows)
 	}
 	return refusedRows(errs)
+}
+
+// staleFence is the refusal of a lease with token on a row fenced at row,
+// named in full: an operator tells a lease overtaken by the next one (13
+// against 12) from rows fenced in another backend's token space, and an
+// equal token from another lease (a token source that lost its counter in
+// a failover) from either.
+func staleFence(row, token int64) error {
+	if row == token {
+		return fmt.Errorf("%w: row fence %d, lease token %d, claimed by another lease with the same token", inventory.ErrStaleFence, row, token)
+	}
+	return fmt.Errorf("%w: row fence %d, lease token %d", inventory.ErrStaleFence, row, token)
 }
 
 // ResetFences clears every SKU row's fence (token 0, no holder), so that the

@@ -184,6 +184,9 @@ func TestStaleWriteLeavesNothingBehind(t *testing.T) {
 	if !errors.Is(err, inventory.ErrStaleFence) || !errors.As(err, &ke) || ke.SKU != "sku-b" {
 		t.Fatalf("write = %v, want ErrStaleFence on sku-b", err)
 	}
+	if want := "row fence 3, lease token 2"; !strings.Contains(err.Error(), want) {
+		t.Errorf("refusal %q does not say %q", err, want)
+	}
 	for _, sku := range []string{"sku-a", "sku-b"} {
 		k, _ := s.SKU(ctx, sku)
 		if k.Available != 10 || k.Reserved != 0 {
@@ -192,6 +195,30 @@ func TestStaleWriteLeavesNothingBehind(t *testing.T) {
 	}
 	if _, err := s.Order(ctx, o.ID); !errors.Is(err, inventory.ErrUnknownOrder) {
 		t.Errorf("order of the failed write exists: %v", err)
+	}
+}
+
+// TestStaleWriteNamesTheSameToken: a write whose row another lease claimed
+// with the same token (a token source that lost its counter) says so, not
+// "row fence 5, lease token 5", which reads as no refusal at all.
+func TestStaleWriteNamesTheSameToken(t *testing.T) {
+	s := newStore(t)
+	ctx := context.Background()
+	mustStock(t, s, "sku-a", 10, 1)
+	ours := fence("sku-a", 5)
+	got, err := s.Claim(ctx, []inventory.Fence{ours}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.DB().ExecContext(ctx, `UPDATE skus SET fence_holder = $1 WHERE sku = 'sku-a'`, uuid.New()); err != nil {
+		t.Fatal(err)
+	}
+	k := got["sku-a"]
+	k.Available, k.Reserved = 9, 1
+	err = s.Write(ctx, []inventory.Fence{ours}, inventory.Write{SKUs: []inventory.SKU{k}, Orders: []*inventory.Order{newOrder("sku-a", 1, 5)}})
+	if want := "row fence 5, lease token 5, claimed by another lease with the same token"; !errors.Is(err, inventory.ErrStaleFence) ||
+		!strings.Contains(err.Error(), want) {
+		t.Errorf("write = %v, want ErrStaleFence saying %q", err, want)
 	}
 }
 

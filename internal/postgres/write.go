@@ -234,7 +234,7 @@ func isGuard(err error) bool {
 // retry of a placed order (its key taken) fails its batch's first write:
 // so the questions go in one round trip, answered in that order of blame.
 func (s *Store) whyRefused(ctx context.Context, a *writeArgs) error {
-	var stale []string
+	var stale []error
 	var moved []error
 	var taken []string
 	var keys []string
@@ -247,8 +247,19 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs) error {
 		b := &pgx.Batch{}
 		if s.fencing && len(a.skus) > 0 {
 			b.Queue(staleSQL, a.skus, a.tokens, uuidBytes(a.holders)).Query(func(rows pgx.Rows) error {
-				var err error
-				stale, err = pgx.CollectRows(rows, pgx.RowTo[string])
+				var sku string
+				var token int64
+				var row *int64
+				_, err := pgx.ForEachRow(rows, []any{&sku, &token, &row}, func() error {
+					// A row gone since the claim (nothing here deletes one)
+					// holds no fence of ours either.
+					err := fmt.Errorf("%w: the row is gone", inventory.ErrStaleFence)
+					if row != nil {
+						err = staleFence(*row, token)
+					}
+					stale = append(stale, &inventory.SKUError{SKU: sku, Err: err})
+					return nil
+				})
 				return err
 			})
 		}
@@ -284,11 +295,7 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs) error {
 	case err != nil:
 		return translate(ctx, "write", err)
 	case len(stale) > 0:
-		errs := make([]error, len(stale))
-		for i, sku := range stale {
-			errs[i] = &inventory.SKUError{SKU: sku, Err: inventory.ErrStaleFence}
-		}
-		return refusedRows(errs)
+		return refusedRows(stale)
 	case len(moved) > 0:
 		return errors.Join(moved...)
 	case len(taken) > 0:
@@ -304,9 +311,9 @@ func (s *Store) whyRefused(ctx context.Context, a *writeArgs) error {
 // orders not in the status a transition expects (with the one they are
 // in, NULL when absent), the keys other orders hold.
 const (
-	staleSQL = `SELECT v.sku FROM unnest($1::text[], $2::bigint[], $3::uuid[]) AS v(sku, token, holder)
-	LEFT JOIN skus s ON s.sku = v.sku AND s.fence_token = v.token AND s.fence_holder = v.holder
-	WHERE s.sku IS NULL`
+	staleSQL = `SELECT v.sku, v.token, s.fence_token FROM unnest($1::text[], $2::bigint[], $3::uuid[]) AS v(sku, token, holder)
+	LEFT JOIN skus s ON s.sku = v.sku
+	WHERE s.sku IS NULL OR s.fence_token <> v.token OR s.fence_holder IS DISTINCT FROM v.holder`
 	movedSQL = `SELECT v.id, o.status, v.to_status FROM unnest($1::uuid[], $2::text[], $3::text[])
 	AS v(id, from_status, to_status) LEFT JOIN orders o ON o.id = v.id WHERE o.status IS DISTINCT FROM v.from_status`
 	takenSQL = `SELECT idempotency_key FROM orders WHERE idempotency_key = ANY($1::text[])`
