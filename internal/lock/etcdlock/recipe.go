@@ -93,7 +93,8 @@ const (
 	// holds a request. The clean-up goes on in the background after it.
 	cleanupGrace = 200 * time.Millisecond
 	// retryPause is the first pause after an attempt the servers answered
-	// with an error, maxRetryPause the longest (see attempt).
+	// with an error, maxRetryPause the cap of its doubling (see attempt);
+	// jittered, a pause is half to one and a half of either.
 	retryPause    = 100 * time.Millisecond
 	maxRetryPause = time.Second
 )
@@ -380,8 +381,8 @@ func (s *session) retry(ctx context.Context, op func(context.Context, caller) er
 // attempt runs op, a request safe to repeat and to run twice at once, each
 // attempt bounded by attemptTimeout, until it succeeds, ctx ends, the
 // session ends (errSessionGone, at once: the attempt in flight is
-// cancelled) or the servers refuse it in a way no retry can mend; it
-// returns the last attempt's error, classified.
+// cancelled, a pause cut short) or the servers refuse it in a way no retry
+// can mend; it returns the last attempt's error, classified.
 //
 // The first attempt is one call through the balanced client. An attempt
 // no member answered in time may have sat on a frozen member: the next
@@ -417,7 +418,15 @@ func attempt[T any](ctx context.Context, s *session, op func(context.Context, ca
 		}
 		s.l.log.Debug("etcd: request failed; trying again", "err", err, "pause", pause)
 		via = []caller{s.l.cli}
-		if retry.Sleep(ctx, retry.Jitter(pause)) != nil || s.ctx.Err() != nil {
+		// The session's end cuts the pause short too, as it does an attempt.
+		t := time.NewTimer(retry.Jitter(pause))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		case <-s.ctx.Done():
+		}
+		t.Stop()
+		if ctx.Err() != nil || s.ctx.Err() != nil {
 			return v, s.classify(err)
 		}
 		pause = min(2*pause, maxRetryPause)

@@ -644,6 +644,38 @@ func TestAttemptBacksOffOnAnsweredErrors(t *testing.T) {
 	}
 }
 
+// TestAttemptPauseEndsWithItsSession: a session that ends while attempt
+// pauses after an answered error ends the attempt at once, as it ends one
+// in flight: a wait or a release must not outlive its session by a pause.
+// The pause took no notice, and the attempt went on until it was over: up
+// to 1.2 s after the fourth answered error, 1.5 s later on.
+func TestAttemptPauseEndsWithItsSession(t *testing.T) {
+	sctx, end := context.WithCancel(context.Background())
+	defer end()
+	s := &session{l: &Locker{log: slog.New(slog.DiscardHandler)}, ctx: sctx}
+	var calls atomic.Int64
+	var ended atomic.Int64 // UnixNano of the session's end
+	start := time.Now()
+	_, err := attempt(context.Background(), s, func(context.Context, caller) (struct{}, error) {
+		if calls.Add(1) == 4 { // its pause is drawn from [400 ms, 1.2 s)
+			time.AfterFunc(20*time.Millisecond, func() {
+				ended.Store(time.Now().UnixNano())
+				end()
+			})
+		}
+		return struct{}{}, rpctypes.ErrTooManyRequests
+	})
+	if !errors.Is(err, errSessionGone) {
+		t.Fatalf("attempt: %v after %d calls, want errSessionGone", err, calls.Load())
+	}
+	late := time.Since(time.Unix(0, ended.Load()))
+	t.Logf("%d calls in %v; returned %v after the session ended", calls.Load(),
+		time.Since(start).Round(time.Millisecond), late.Round(time.Millisecond))
+	if late > 200*time.Millisecond {
+		t.Errorf("attempt returned %v after its session ended, in a pause", late.Round(time.Millisecond))
+	}
+}
+
 // TestWaitEndsWithItsSession: a waiter whose read sits on a member that
 // never answers (a silent listener, as a frozen member) returns as soon as
 // its session ends, not when the read's attempt times out (900 ms later),
