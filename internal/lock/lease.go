@@ -44,6 +44,8 @@ type LeaseParams struct {
 	Watchdog bool
 	Handle   Handle
 	// OnLost, when set, is called once if the lease is lost (not on Release).
+	// It may run on the lease's keepalive, which Release waits for: it must
+	// not release the lease, nor wait for its Release, on its own goroutine.
 	OnLost func(error)
 	// Follows, when set, is the lease this one stands for (a decorator's,
 	// which ends when Follows does): Deadline is Follows' current one, which
@@ -198,13 +200,14 @@ func (l *Lease) lose(err error) {
 // a Release is under way. The backend's round trip is the watchdog's, in
 // the same turn: bounded by the current deadline and by Release, not by
 // ctx, since a backend may end a session whose renewal it abandons
-// (pglock); Extend returns when ctx ends, and the extension goes on. An
-// answer that comes once the deadline has passed is too late: the lease
-// is lost at its deadline, whatever extension is in flight. A backend's
-// answer that the lock is no longer ours (an error wrapping ErrLeaseLost)
-// loses the lease. Any other failure is returned and the lease stays valid
-// until its current deadline, where the watchdog, which has nothing to
-// return it to, loses it at once.
+// (pglock); Extend returns when ctx ends, and the extension goes on (one
+// whose ctx is done already starts none). An answer that comes once the
+// deadline has passed is too late: the lease is lost at its deadline,
+// whatever extension is in flight. A backend's answer that the lock is no
+// longer ours (an error wrapping ErrLeaseLost) loses the lease. Any other
+// failure is returned and the lease stays valid until its current
+// deadline, where the watchdog, which has nothing to return it to, loses
+// it at once.
 //
 // A lease without a deadline (ZooKeeper, none, local) lasts as long as its
 // backend's session, which the backend keeps alive and watches itself,
@@ -317,6 +320,11 @@ func (l *Lease) store(d time.Time) (time.Time, error) {
 // take waits for the lease's turn to extend, or for ctx or the lease to end.
 // The lease may lapse meanwhile, at its deadline (see keepalive).
 func (l *Lease) take(ctx context.Context) error {
+	// Before the select, which would take a free turn as readily as it
+	// sees ctx done, and start a round trip nobody waits for.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lock: extend %q: %w", l.p.Key, err)
+	}
 	select {
 	case l.turnOf() <- struct{}{}:
 		return nil
