@@ -495,13 +495,7 @@ func TestDroppedLeasesLeaveNoGoroutines(t *testing.T) {
 		_, _ = l.Extend(ctx)
 		cancel()
 	}
-	deadline := time.Now().Add(ttl + time.Second)
-	for runtime.NumGoroutine() > base+2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines left a second after the deadline of %d dropped leases", runtime.NumGoroutine()-base, n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitGoroutines(t, base, 2, ttl+time.Second, fmt.Sprintf("a second after the deadline of %d dropped leases", n))
 }
 
 // sessionSet is a set of session leases (no deadline, no keepalive) on
