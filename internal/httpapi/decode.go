@@ -391,10 +391,12 @@ func checkKeys(body []byte, fields map[string]bool) error {
 		// closes, so an object's keys are always seen[start:].
 		start int
 	}
-	var stack []frame
+	// Both start on the stack, not the heap (an order's three levels and
+	// few keys fit): this walk runs for every order.
+	stack := make([]frame, 0, maxDepth)
 	// seen is bounded by len(fields) per open object: a key that is not a
 	// field, or is one already seen, ends the walk.
-	var seen [][]byte
+	seen := make([][]byte, 0, 16)
 	for i := 0; i < len(body); i++ {
 		switch body[i] {
 		case '{', '[':

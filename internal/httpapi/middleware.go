@@ -33,7 +33,10 @@ func (s *server) requestID(c *gin.Context) {
 	if ids := c.Request.Header.Values(requestIDHeader); len(ids) == 1 {
 		id = ids[0]
 	}
-	if len(id) > maxRequestID || inventory.ValidateIdempotencyKey(id) != nil {
+	// Most clients send none: "" is checked first, since the validation's
+	// error for it is a formatted message, built for every such request
+	// only to be dropped (3 % of a spread instance's CPU).
+	if id == "" || len(id) > maxRequestID || inventory.ValidateIdempotencyKey(id) != nil {
 		id = uuid.NewString()
 	}
 	c.Set(requestIDHeader, id)
