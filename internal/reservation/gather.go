@@ -17,8 +17,9 @@ import (
 // SKUs — as one batch: it takes the free keys of all of them in one try
 // (one round per lock server per phase, lock.Locker.AcquireBatch), places
 // the orders whose keys it all obtained with one claim and one write, and
-// releases everything in one round: the next batch's try, while orders wait
-// for it (lock.HandoverBatch). An order with a key held elsewhere rides
+// releases everything in one round: on a backend that folds a release into
+// its next try (lock.Handover: zookeeper's multi), the next batch's try,
+// while orders wait for it (handsOver). An order with a key held elsewhere rides
 // along once in the next gathered batch when its batch placed others
 // (missed); held again, or in a batch that got nothing, it moves to
 // the queue of its lowest SKU, whose leader waits in that key's line (woken
