@@ -8,6 +8,7 @@ import (
 
 	"github.com/stockguard/stockguard/internal/lock"
 	"github.com/stockguard/stockguard/internal/lock/redisnode"
+	"github.com/stockguard/stockguard/internal/lock/retry"
 )
 
 // held is key k of attempt a: what a release must delete, and where.
@@ -47,7 +48,9 @@ type held struct {
 // caller). The deletes not confirmed by then go on (tracked by l.bg, and
 // redisnode's background after their tries), and the error wraps
 // lock.ErrCleanupPending. Without wait it returns once a majority of
-// nodes is clear of the keys (the rest finish in the background). It
+// nodes is clear of the keys and a majority of its own deletes is
+// confirmed, or a split's pause after the first (see freed), the rest
+// finishing in the background. It
 // returns the errors of the deletes it waited for, when fewer than that
 // majority could be confirmed, or, with wait, when any is still pending.
 // ctx only bounds the wait: the deletes run without its cancellation.
@@ -66,11 +69,15 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 	// unanswered gets each node where some hold's round-1 write got no
 	// answer: once ctx is done, its delete is not waited for.
 	unanswered := make(chan int, n)
+	// oursAt marks the nodes where this release deletes a value of ours,
+	// written by each node's call before its result is sent.
+	oursAt := make([]bool, n)
 	results := l.each(allNodes(n), func(i int) error {
 		if len(hs) == 1 { // a lone lease: no per-node slices to build
 			h := hs[0]
 			<-h.a.fin[i]
 			w, st := l.wake(h, i), h.a.wrote(i, h.k)
+			oursAt[i] = !noneOurs(st)
 			if st == writeUnknown {
 				unanswered <- i
 			}
@@ -105,6 +112,7 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 			holds = append(holds, h.a.holds[h.k])
 			wake = append(wake, w)
 		}
+		oursAt[i] = ours
 		if unknown {
 			unanswered <- i
 		}
@@ -114,7 +122,17 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 		_, _, err := l.nodes[i].Release(bg, holds, wake, written, ttl)
 		return l.wakeOnly(i, ours, err)
 	})
-	cleared, pending, left := 0, 0, n
+	cleared, freed, pending, left := 0, 0, 0, n
+	// A node that refused our write counts as clear, having nothing of ours,
+	// but it holds another value: often the straggling delete of the lease
+	// before. Were a majority clear only by such nodes and one delete, the
+	// next try (a local waiter, the instance this release wakes) would meet
+	// our value on the nodes still deleting it, split, and pause a split's
+	// delay. So without wait the release also waits for a majority of its
+	// own deletes (freed), though no longer than that delay (settle): a node
+	// that holds ours and does not answer (frozen, down) costs no more.
+	settle := l.cfg.retryDelay / retry.SplitShare
+	var settled <-chan time.Time
 	var errs []error
 	var done <-chan struct{} // nil without wait: the majority is awaited whatever ctx does
 	if wait {
@@ -124,7 +142,17 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 	abandon := make([]bool, n) // nodes whose round 1 got no answer
 	unsure := 0                // of those, the nodes not yet in results
 	answered := make([]bool, n)
-	for left > 0 && (wait || cleared < l.quorum) {
+	for left > 0 {
+		if !wait && cleared >= l.quorum {
+			if freed >= l.quorum || settle <= 0 {
+				break
+			}
+			if settled == nil {
+				t := time.NewTimer(settle)
+				defer t.Stop()
+				settled = t.C
+			}
+		}
 		if grace != nil && left == unsure {
 			return l.gaveUp(cleared, left, errs)
 		}
@@ -145,6 +173,9 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 			continue
 		case <-grace:
 			return l.gaveUp(cleared, left, errs)
+		case <-settled:
+			settle = 0 // a majority is clear: enough
+			continue
 		}
 		answered[r.node] = true
 		if abandon[r.node] {
@@ -161,6 +192,9 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 			continue
 		}
 		cleared++
+		if oursAt[r.node] {
+			freed++
+		}
 	}
 	switch {
 	case cleared < l.quorum:
