@@ -97,7 +97,7 @@ func (l *Locker) take(ctx context.Context, keys []string, o lock.Options, turns 
 		}
 		// The attempt's clean-up, if it was cut short too (t.cleanup), goes
 		// on in the background as well: a late lock write may still land.
-		return nil, nil, cleanupPending(cerr, errors.Join(out.t.cleanup, l.release(ctx, got, true)))
+		return nil, nil, cleanupPending(cerr, errors.Join(out.t.cleanup, l.release(ctx, got, allDeletes)))
 	}
 	leases := make([]*lock.Lease, len(keys))
 	for k, ok := range out.obtained {

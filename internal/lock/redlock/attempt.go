@@ -180,7 +180,11 @@ func (a *attempt) keep(ctx context.Context, replies <-chan reply, t *tally) (out
 		// confirmed (t.cleanup). With leases to hand out, return once a
 		// majority is clear, as a lease's release does; the rest finish in
 		// the background, and the keys are reported held, as they may look.
-		rerr := a.l.release(ctx, lost, none)
+		until := clearMajority
+		if none {
+			until = allDeletes
+		}
+		rerr := a.l.release(ctx, lost, until)
 		t.drain(replies)
 		if none {
 			t.cleanup = rerr
@@ -221,7 +225,7 @@ func (a *attempt) fail(ctx context.Context, replies <-chan reply, t *tally, caus
 	for k := range a.keys {
 		all[k] = held{a: a, k: k, quiet: a.heldElsewhere(k)}
 	}
-	rerr := a.l.release(ctx, all, true)
+	rerr := a.l.release(ctx, all, allDeletes)
 	t.drain(replies)
 	return outcome{}, cleanupPending(cause, rerr)
 }

@@ -165,14 +165,13 @@ func benchKeys(b *testing.B, n int) []string {
 }
 
 // benchBatchCycle takes keys in one batch and releases them, and returns
-// the tries it took. A batch may find keys held just after the last
-// cycle's release: that release returns once a majority of nodes counts
-// as clear, and a node that refused the last cycle's write (a straggling
-// delete of the cycle before) counts as clear without a delete, so the
-// last cycle's own value may still stand on enough nodes to split the
-// vote (2 of 5 granted). A caller of a one-try batch tries those keys
-// again, and so does this, rather than fail the suite (once in about
-// 40,000 cycles on two busy cores).
+// the tries it took. A batch may still find keys held just after the last
+// cycle's release: that release waits for a majority of its own deletes
+// for a split's pause at most, and a delete slower than that leaves the
+// last cycle's value standing where the next try splits on it. A caller
+// of a one-try batch tries those keys again, and so does this, rather
+// than fail the suite (before the release waited, once in about 40,000
+// cycles on two busy cores).
 func benchBatchCycle(b *testing.B, l lock.Locker, keys []string) (tries int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

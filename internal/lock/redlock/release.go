@@ -20,6 +20,20 @@ type held struct {
 	quiet bool
 }
 
+// releaseUntil is what release waits for before it returns.
+type releaseUntil uint8
+
+const (
+	// allDeletes: every node's delete confirmed or handed to the
+	// background (wait, below).
+	allDeletes releaseUntil = iota
+	// clearMajority: a majority of nodes clear of the keys.
+	clearMajority
+	// ownMajority: that, and a majority of the release's own deletes
+	// confirmed, for a split's pause at most.
+	ownMajority
+)
+
 // release compare-and-deletes every key of hs on every node it may have been
 // written to (all but those whose round-1 answer was that SET NX found the
 // key held, or whose round 1 never reached the node, save the key's wake
@@ -37,8 +51,8 @@ type held struct {
 // answer, and any delete a node does not confirm in its tries goes on in
 // the background (redisnode.Release), its error wrapping
 // redisnode.ErrPending.
-// With wait it returns when every node's delete has been confirmed or
-// handed to the background. Once ctx is done it stops waiting for the
+// With allDeletes (wait) it returns when every node's delete has been
+// confirmed or handed to the background. Once ctx is done it stops waiting for the
 // nodes whose round-1 write got no answer: the caller's deadline is not
 // the clean-up's, and such a node (frozen, say) would hold it a node
 // timeout per try. The others answered round 1 and answer a delete within
@@ -47,17 +61,18 @@ type held struct {
 // about to confirm as pending (and leave the key held for the next
 // caller). The deletes not confirmed by then go on (tracked by l.bg, and
 // redisnode's background after their tries), and the error wraps
-// lock.ErrCleanupPending. Without wait it returns once a majority of
-// nodes is clear of the keys and a majority of its own deletes is
-// confirmed, or a split's pause after the first (see freed), the rest
-// finishing in the background. It
-// returns the errors of the deletes it waited for, when fewer than that
+// lock.ErrCleanupPending. Otherwise it returns once a majority of nodes
+// is clear of the keys (clearMajority) and, for a lease's release, a
+// majority of its own deletes is confirmed, or a split's pause after the
+// first (ownMajority, see freed), the rest finishing in the background.
+// It returns the errors of the deletes it waited for, when fewer than that
 // majority could be confirmed, or, with wait, when any is still pending.
 // ctx only bounds the wait: the deletes run without its cancellation.
-func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
+func (l *Locker) release(ctx context.Context, hs []held, until releaseUntil) error {
 	if len(hs) == 0 {
 		return nil
 	}
+	wait := until == allDeletes
 	n := len(l.nodes)
 	// The caller's values without its cancellation: a release that never
 	// reaches the nodes leaves the keys held for a whole TTL.
@@ -128,10 +143,16 @@ func (l *Locker) release(ctx context.Context, hs []held, wait bool) error {
 	// before. Were a majority clear only by such nodes and one delete, the
 	// next try (a local waiter, the instance this release wakes) would meet
 	// our value on the nodes still deleting it, split, and pause a split's
-	// delay. So without wait the release also waits for a majority of its
-	// own deletes (freed), though no longer than that delay (settle): a node
+	// delay. So a lease's release also waits for a majority of its own
+	// deletes (freed), though no longer than that delay (settle): a node
 	// that holds ours and does not answer (frozen, down) costs no more.
-	settle := l.cfg.retryDelay / retry.SplitShare
+	// An attempt's clean-up of keys it did not obtain has its own deletes
+	// on fewer than a majority, and the keys are held elsewhere or split:
+	// it does not wait for them.
+	var settle time.Duration
+	if until == ownMajority {
+		settle = l.cfg.retryDelay / retry.SplitShare
+	}
 	var settled <-chan time.Time
 	var errs []error
 	var done <-chan struct{} // nil without wait: the majority is awaited whatever ctx does
@@ -286,7 +307,7 @@ func (l *Locker) releaseHandles(hs []*handle) error {
 	for i, h := range hs {
 		items[i] = held{a: h.a, k: h.k}
 	}
-	err := l.release(context.Background(), items, false)
+	err := l.release(context.Background(), items, ownMajority)
 	for _, h := range hs {
 		h.handOn(true)
 	}
