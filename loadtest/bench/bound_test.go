@@ -36,7 +36,7 @@ func TestHotBoundsNameWhatStandsInTheWay(t *testing.T) {
 		t.Fatalf("bounds missing: %s", dumpRatios(ratios))
 	}
 	if rl.TargetPerS != 4763 || rl.CPUBoundPerS != 6024 || rl.CoresForTarget != 1.58 || rl.CycleMs != 8.42 ||
-		rl.CycleForTargetMs != 7.87 || rl.Bound != "chain" {
+		rl.CycleForTargetMs != 7.87 || rl.CoresHad != 2 || rl.Bound != "chain" {
 		t.Errorf("redlock: %+v", *rl)
 	}
 	if zk.TargetPerS != 4765 || zk.CPUBoundPerS != 3883 || zk.CoresForTarget != 2.45 || zk.CycleMs != 12.34 || zk.Bound != "cpu" {
@@ -49,13 +49,35 @@ func TestHotBoundsNameWhatStandsInTheWay(t *testing.T) {
 	var b bytes.Buffer
 	printHotBounds(&b, &Result{Backends: ratios})
 	out := b.String()
-	for _, want := range []string{"the chain: the cores would carry it", "CPU: out of reach at this CPU an order (2 cores)", "8.42", "2.45"} {
+	for _, want := range []string{"the chain: the cores would carry it", "CPU: out of reach at this CPU an order (2.00 of 2 cores had)", "8.42", "2.45"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
 	if strings.Contains(out, "postgres") {
 		t.Errorf("table shows postgres:\n%s", out)
+	}
+}
+
+// TestHotBoundCountsTheCoresTheWindowHad: the same redlock window with a
+// quarter of the machine's time stolen by the hypervisor had 1.5 cores,
+// which at its CPU an order carry 4,518/s, below 0.3× the floor.
+func TestHotBoundCountsTheCoresTheWindowHad(t *testing.T) {
+	r := judgedRun("redlock", benchHot, "on", 4468, 30)
+	stolen := 0.25
+	r.Judge.CPU.TotalPerOrderUs, r.Judge.CPU.CoresBusy, r.Judge.CPU.StealShare = 332, 1.48, &stolen
+	r.Judge.Section = &section.Window{OrdersPerHold: 37.5, HoldMs: 6.49, HandOffMs: 1.93}
+	ratios := benchRatios([]string{"redlock"}, []Run{r}, nil)
+	addLimitRatios(ratios, []Run{r}, []Limits{{Backend: "redlock", Floor: &Judged{Result: judge.Result{OrdersPerS: 15875}}}})
+	addHotBounds(ratios, []Run{r}, 2)
+	b := ratios[0].Judged.HotBound
+	if b == nil || b.CoresHad != 1.5 || b.CPUBoundPerS != 4518 || b.Bound != "cpu" {
+		t.Fatalf("got %+v, want 1.5 cores had, a CPU bound of 4518/s, bound by the CPU", b)
+	}
+	var out bytes.Buffer
+	printHotBounds(&out, &Result{Backends: ratios})
+	if !strings.Contains(out.String(), "(1.50 of 2 cores had)") {
+		t.Errorf("table:\n%s", out.String())
 	}
 }
 

@@ -126,15 +126,15 @@ func TestPrintSections(t *testing.T) {
 
 // TestPrintKernel: each class's kernel µs of its µs an order and its system
 // calls an order, "–" for calls /proc would not give and for a class not
-// measured; the floor's window is a row too.
+// measured; the floor's window is a row too; the stolen share where read.
 func TestPrintKernel(t *testing.T) {
-	calls, floorCalls := 5.25, 3.0
+	calls, floorCalls, stolen := 5.25, 3.0, 0.183
 	hot := judgedRun("redlock", benchHot, "on", 2000, 40)
 	hot.SKUs = 1
 	hot.Judge.CPU.Classes = []cpu.Usage{{Class: "instances", PerOrderUs: 400, KernelPerOrderUs: 150, SyscallsPerOrder: &calls},
 		{Class: "redis", PerOrderUs: 500, KernelPerOrderUs: 300}}
 	unjudged := benchRunOf("zookeeper", benchHot, "on", 1000, 40, 40) // no judge: no row
-	floor := &Judged{Result: judge.Result{OrdersPerS: 9000}, CPU: &cpu.Window{TotalPerOrderUs: 100,
+	floor := &Judged{Result: judge.Result{OrdersPerS: 9000}, CPU: &cpu.Window{TotalPerOrderUs: 100, StealShare: &stolen,
 		Classes: []cpu.Usage{{Class: "instances", PerOrderUs: 60, KernelPerOrderUs: 30, SyscallsPerOrder: &floorCalls}, {Class: "client", PerOrderUs: 40, KernelPerOrderUs: 10}}}}
 	var b bytes.Buffer
 	printKernel(&b, &Result{Runs: []Run{hot, unjudged}, Limits: []Limits{{Backend: "redlock", Floor: floor}}})
@@ -143,10 +143,10 @@ func TestPrintKernel(t *testing.T) {
 		t.Fatalf("%d lines, want a title, a header and two rows:\n%s", len(lines), b.String())
 	}
 	// 450 of the 900 µs an order in the kernel.
-	if got := strings.Join(strings.Fields(lines[2]), " "); got != "redlock 1 on 150/400 µs /5.2 – 300/500 µs /– – – – 50%" {
+	if got := strings.Join(strings.Fields(lines[2]), " "); got != "redlock 1 on 150/400 µs /5.2 – 300/500 µs /– – – – 50% –" {
 		t.Errorf("hot row = %q", got)
 	}
-	if got := strings.Join(strings.Fields(lines[3]), " "); got != "floor (turns with redlock) 1 – 30/60 µs /3.0 – – – – 10/40 µs /– 40%" {
+	if got := strings.Join(strings.Fields(lines[3]), " "); got != "floor (turns with redlock) 1 – 30/60 µs /3.0 – – – – 10/40 µs /– 40% 18.3%" {
 		t.Errorf("floor row = %q", got)
 	}
 	var none bytes.Buffer

@@ -128,7 +128,9 @@ func printJudged(w io.Writer, res *Result) {
 // printKernel is where each judged window's CPU went: for every class, of
 // its µs an order the kernel's part, and the system calls it made an
 // order. On this machine's virtual CPUs a system call costs microseconds,
-// and every loopback round trip is at least two.
+// and every loopback round trip is at least two. Last, the share of the
+// machine's time the hypervisor stole in the window: on a shared VM, one
+// reason the same code has fast spells and slow ones.
 func printKernel(w io.Writer, res *Result) {
 	type row struct {
 		name string
@@ -148,9 +150,9 @@ func printKernel(w io.Writer, res *Result) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== where an order's CPU went in the judged windows (each class: the kernel's µs of its µs an order / read and write system calls an order)\n")
+	fmt.Fprintf(w, "\n== where an order's CPU went in the judged windows (each class: the kernel's µs of its µs an order / read and write system calls an order; stolen: the machine's time the hypervisor gave other guests)\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\t%s\tkernel share\t\n", strings.Join(cpuClasses, "\t"))
+	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\t%s\tkernel share\tstolen\t\n", strings.Join(cpuClasses, "\t"))
 	for _, r := range rows {
 		by := map[string]cpu.Usage{}
 		var kernel float64
@@ -170,11 +172,14 @@ func printKernel(w io.Writer, res *Result) {
 				fmt.Fprintf(&b, "%.0f/%.0f µs /%.1f\t", c.KernelPerOrderUs, c.PerOrderUs, *c.SyscallsPerOrder)
 			}
 		}
-		share := "–"
+		share, stolen := "–", "–"
 		if r.win.TotalPerOrderUs > 0 {
 			share = fmt.Sprintf("%.0f%%", 100*kernel/r.win.TotalPerOrderUs)
 		}
-		fmt.Fprintf(tw, "%s\t%s%s\t\n", r.name, b.String(), share)
+		if r.win.StealShare != nil {
+			stolen = fmt.Sprintf("%.1f%%", 100**r.win.StealShare)
+		}
+		fmt.Fprintf(tw, "%s\t%s%s\t%s\t\n", r.name, b.String(), share, stolen)
 	}
 	_ = tw.Flush()
 }

@@ -52,6 +52,37 @@ func TestParseIO(t *testing.T) {
 	}
 }
 
+// machineText is a /proc/stat whose aggregate line has busy ticks of
+// user, idle ones and stolen ones (and guest ticks, which user already
+// holds), followed by a CPU's own line, as the kernel writes it.
+func machineText(user, idle, steal int64) string {
+	return fmt.Sprintf("cpu  %d 0 0 %d 0 0 0 %d 7 0\ncpu0 1 0 0 1 0 0 0 0 0 0\nintr 1\n", user, idle, steal)
+}
+
+// writeMachine puts text in dir as its /proc/stat.
+func writeMachine(t *testing.T, dir, text string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "stat"), []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseMachine(t *testing.T) {
+	got, err := ParseMachine(machineText(250, 700, 50))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Guest time (7) is inside user already: not counted twice.
+	if want := (Machine{Total: 10 * time.Second, Steal: 500 * time.Millisecond}); got != want {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+	for _, bad := range []string{"", "cpu0 1 2 3 4 5 6 7 8\n", "cpu 1 2 3\n", "cpu 1 2 3 4 5 6 7 x\n"} {
+		if _, err := ParseMachine(bad); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%q: err %v, want ErrMalformed", bad, err)
+		}
+	}
+}
+
 // fakeProc writes a /proc with the given stat lines (pid → line) and, for
 // the pids in ios, an io file.
 func fakeProc(t *testing.T, dir string, stats map[int]string, ios ...map[int]string) {
@@ -97,6 +128,7 @@ func TestBetween(t *testing.T) {
 		201: statLine(201, 1, 0, 0, 0, 0),
 		300: statLine(300, 1, 999, 0, 0, 0), // of no class
 	}, map[int]string{100: ioText(10, 10), 101: ioText(500, 500), 102: ioText(0, 0), 200: ioText(100, 50), 201: ioText(0, 0)})
+	writeMachine(t, dir, machineText(600, 300, 100))
 	before, err := m.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -109,6 +141,8 @@ func TestBetween(t *testing.T) {
 		201: statLine(201, 1, 5, 5, 0, 0),
 		300: statLine(300, 1, 5000, 0, 0, 0),
 	}, map[int]string{100: ioText(20, 20), 102: ioText(30, 20), 103: ioText(40, 0), 200: ioText(400, 150), 201: ioText(25, 25)})
+	// 400 ticks of the machine's in the window, 100 of them stolen.
+	writeMachine(t, dir, machineText(800, 400, 200))
 	after, err := m.Snapshot()
 	if err != nil {
 		t.Fatal(err)
@@ -126,6 +160,9 @@ func TestBetween(t *testing.T) {
 	if fmt.Sprint(usages(w.Classes)) != fmt.Sprint(usages(want)) || w.TotalPerOrderUs != 9500 || w.DurationS != 2 || w.Orders != 100 || w.CoresBusy != 0.48 {
 		t.Errorf("got %+v, want classes %+v, total 9500 µs, 2 s, 100 orders, 0.48 cores", w, want)
 	}
+	if w.StealShare == nil || *w.StealShare != 0.25 || w.CoresHad(2) != 1.5 {
+		t.Errorf("steal share %v, cores had %v; want 0.25 of the machine's time stolen, 1.5 of 2 cores had", w.StealShare, w.CoresHad(2))
+	}
 	if none := m.Between(before, after, 0); none.Classes[0].PerOrderUs != 0 || none.TotalPerOrderUs != 0 ||
 		none.Classes[0].SyscallsPerOrder != nil {
 		t.Errorf("no orders: %+v, want no per-order figures", none)
@@ -139,6 +176,10 @@ func TestAcross(t *testing.T) {
 	m := newMeter(dir, []Class{{Name: "instances", Roots: []int{200}}})
 	snap := func(ticks int64, at time.Duration) Snapshot {
 		fakeProc(t, dir, map[int]string{200: statLine(200, 1, ticks, 0, 0, 0)}, map[int]string{200: ioText(ticks, 0)})
+		// 200 of the machine's ticks a second, a tenth of them stolen but
+		// for the stretch between the spans, where all of them are.
+		stolen := min(at, time.Second)/(50*time.Millisecond) + max(at-5*time.Second, 0)/(50*time.Millisecond) + 800*min(max(at-time.Second, 0), 4*time.Second)/(4*time.Second)
+		writeMachine(t, dir, machineText(int64(200*at/time.Second)-int64(stolen), 0, int64(stolen)))
 		s, err := m.Snapshot()
 		if err != nil {
 			t.Fatal(err)
@@ -153,6 +194,9 @@ func TestAcross(t *testing.T) {
 	want := []Usage{{Class: "instances", Processes: 1, CPUS: 0.4, PerOrderUs: 10000, SyscallsPerOrder: &calls}}
 	if fmt.Sprint(usages(w.Classes)) != fmt.Sprint(usages(want)) || w.DurationS != 2 || w.CoresBusy != 0.2 || w.TotalPerOrderUs != 10000 {
 		t.Errorf("got %+v, want classes %+v over 2 s, 0.2 cores", w, want)
+	}
+	if w.StealShare == nil || *w.StealShare != 0.1 {
+		t.Errorf("steal share %v, want the spans' 0.1, not the stretch between them", w.StealShare)
 	}
 }
 
@@ -173,9 +217,13 @@ func TestBetweenWithoutIO(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := m.Between(before, after, 10).Classes[0]
-	if u.SyscallsPerOrder != nil || u.PerOrderUs != 10000 {
+	w := m.Between(before, after, 10)
+	if u := w.Classes[0]; u.SyscallsPerOrder != nil || u.PerOrderUs != 10000 {
 		t.Errorf("got %+v, want 10000 µs an order and no system calls", u)
+	}
+	// No /proc/stat in this directory either: no steal figure, all cores had.
+	if w.StealShare != nil || w.CoresHad(2) != 2 {
+		t.Errorf("steal share %v, cores had %v; want none and 2", w.StealShare, w.CoresHad(2))
 	}
 }
 

@@ -133,3 +133,43 @@ func readAll(proc string) ([]Stat, error) {
 	}
 	return out, nil
 }
+
+// Machine is the aggregate line of /proc/stat: the time of all the
+// machine's CPUs, and the part of it the hypervisor gave to other guests
+// (steal). On a shared VM steal is what makes a fast spell and a slow one:
+// the cores a window had are the machine's less what was stolen in it.
+type Machine struct {
+	// Total is every state's time over all CPUs (user, nice, system, idle,
+	// iowait, irq, softirq, steal; guest time is already inside user).
+	Total time.Duration
+	Steal time.Duration
+}
+
+// ParseMachine parses the "cpu " line of a /proc/stat text.
+func ParseMachine(text string) (Machine, error) {
+	line, _, _ := strings.Cut(text, "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return Machine{}, fmt.Errorf("%w: /proc/stat starts %q", ErrMalformed, line)
+	}
+	var m Machine
+	for i, s := range f[1:9] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return Machine{}, fmt.Errorf("%w: /proc/stat field %d: %v", ErrMalformed, i+1, err)
+		}
+		m.Total += ticks(n)
+		if i == 7 {
+			m.Steal = ticks(n)
+		}
+	}
+	return m, nil
+}
+
+func readMachine(proc string) (Machine, error) {
+	b, err := os.ReadFile(proc + "/stat")
+	if err != nil {
+		return Machine{}, err
+	}
+	return ParseMachine(string(b))
+}

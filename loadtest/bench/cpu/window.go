@@ -32,10 +32,13 @@ type procSnap struct {
 	syscalls int64
 }
 
-// Snapshot is every class at one instant.
+// Snapshot is every class at one instant, and the machine's CPUs.
 type Snapshot struct {
 	At      time.Time
 	classes map[string]classSnap
+	machine Machine
+	// hasMachine is false where /proc/stat could not be read.
+	hasMachine bool
 }
 
 // Meter takes snapshots of a fixed set of classes.
@@ -60,6 +63,11 @@ func newMeter(proc string, classes []Class) *Meter {
 // Snapshot reads the CPU of every class now.
 func (m *Meter) Snapshot() (Snapshot, error) {
 	s := Snapshot{At: time.Now(), classes: map[string]classSnap{}}
+	// The machine's line is read first and the classes after it: both are
+	// read within a millisecond, against windows of seconds.
+	if mach, err := readMachine(m.proc); err == nil {
+		s.machine, s.hasMachine = mach, true
+	}
 	var all []Stat
 	for _, c := range m.classes {
 		if c.Children && all == nil {
@@ -126,6 +134,20 @@ type Window struct {
 	// CoresBusy is the classes' CPU over the window's length: how many of
 	// the machine's cores the window kept busy.
 	CoresBusy float64 `json:"cores_busy"`
+	// StealShare is the share of the machine's CPU time in the window that
+	// the hypervisor gave to other guests (/proc/stat's steal over all of
+	// its states): the cores the window had are the machine's times one
+	// less this. Absent where /proc/stat could not be read.
+	StealShare *float64 `json:"steal_share,omitempty"`
+}
+
+// CoresHad is how many of cores the window had: cores less the stolen share.
+// Without a steal reading it is cores.
+func (w Window) CoresHad(cores int) float64 {
+	if w.StealShare == nil {
+		return float64(cores)
+	}
+	return float64(cores) * (1 - *w.StealShare)
 }
 
 // Span is the two snapshots around one measured stretch of a window.
@@ -145,9 +167,17 @@ func (m *Meter) Between(before, after Snapshot, orders int64) Window {
 // it had used before the span is taken back out.
 func (m *Meter) Across(spans []Span, orders int64) Window {
 	w := Window{Orders: orders}
-	var all, length time.Duration
+	var all, length, machine, stolen time.Duration
+	hasMachine := len(spans) > 0
 	for _, sp := range spans {
 		length += sp.After.At.Sub(sp.Before.At)
+		hasMachine = hasMachine && sp.Before.hasMachine && sp.After.hasMachine
+		machine += sp.After.machine.Total - sp.Before.machine.Total
+		stolen += sp.After.machine.Steal - sp.Before.machine.Steal
+	}
+	if hasMachine && machine > 0 {
+		share := tally.Round(min(max(stolen.Seconds()/machine.Seconds(), 0), 1), 3)
+		w.StealShare = &share
 	}
 	for _, c := range m.classes {
 		var used, sys time.Duration
