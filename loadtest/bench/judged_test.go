@@ -155,3 +155,21 @@ func TestPrintKernel(t *testing.T) {
 		t.Errorf("no judged window, printed:\n%s", none.String())
 	}
 }
+
+// TestJudgedTurns: each turn's rate, and the share stolen in each when
+// the CPU window has one a turn (not for a window measured in one span).
+func TestJudgedTurns(t *testing.T) {
+	j := &Judged{Result: judge.Result{TurnsPerS: []float64{4342.3, 3823.8}},
+		CPU: &cpu.Window{TurnStealShares: []float64{0.031, 0.12}}}
+	if got := judgedTurns(j); got != "4342 3824 (stolen 3.1 12.0 %)" {
+		t.Errorf("got %q", got)
+	}
+	j.CPU.TurnStealShares = nil
+	if got := judgedTurns(j); got != "4342 3824" {
+		t.Errorf("without the shares: got %q", got)
+	}
+	j.CPU = nil
+	if got := judgedTurns(j); got != "4342 3824" {
+		t.Errorf("without CPU: got %q", got)
+	}
+}

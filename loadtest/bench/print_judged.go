@@ -64,9 +64,9 @@ func printTurns(w io.Writer, res *Result) {
 			}
 			switch {
 			case r.Workload == benchHot && l.Floor != nil:
-				lines = append(lines, fmt.Sprintf("  %s, %d SKU: service %s; HTTP floor %s", l.Backend, r.SKUs, formatTurns(r.Judge.TurnsPerS), formatTurns(l.Floor.TurnsPerS)))
+				lines = append(lines, fmt.Sprintf("  %s, %d SKU: service %s; HTTP floor %s", l.Backend, r.SKUs, judgedTurns(r.Judge), judgedTurns(l.Floor)))
 			case r.Workload == benchSpread && l.NaiveSpread != nil:
-				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; naive %s %s", l.Backend, r.SKUs, formatTurns(r.Judge.TurnsPerS),
+				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; naive %s %s", l.Backend, r.SKUs, judgedTurns(r.Judge),
 					l.NaiveSpread.Library, formatTurns(l.NaiveSpread.TurnsPerS)))
 			}
 		}
@@ -74,10 +74,25 @@ func printTurns(w io.Writer, res *Result) {
 	if len(lines) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== windows judged in turns with their limit, the order reversed every other turn (orders/s of each turn)\n%s\n",
+	fmt.Fprintf(w, "\n== windows judged in turns with their limit, the order reversed every other turn (orders/s of each turn; stolen: the share of the machine's time the hypervisor gave other guests in each)\n%s\n",
 		strings.Join(lines, "\n"))
 }
 
+// judgedTurns is an attack's turns, and the share stolen in each where it
+// was read: "4342 4414 (stolen 3.1 12.0 %)".
+func judgedTurns(j *Judged) string {
+	out := formatTurns(j.TurnsPerS)
+	if j.CPU == nil || len(j.CPU.TurnStealShares) != len(j.TurnsPerS) {
+		return out
+	}
+	stolen := make([]string, len(j.TurnsPerS))
+	for i, s := range j.CPU.TurnStealShares {
+		stolen[i] = fmt.Sprintf("%.1f", 100*s)
+	}
+	return fmt.Sprintf("%s (stolen %s %%)", out, strings.Join(stolen, " "))
+}
+
+// formatTurns is each turn's rate, whole: "4342 4414".
 func formatTurns(ts []float64) string {
 	out := make([]string, len(ts))
 	for i, t := range ts {

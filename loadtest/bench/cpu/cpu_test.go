@@ -160,7 +160,7 @@ func TestBetween(t *testing.T) {
 	if fmt.Sprint(usages(w.Classes)) != fmt.Sprint(usages(want)) || w.TotalPerOrderUs != 9500 || w.DurationS != 2 || w.Orders != 100 || w.CoresBusy != 0.48 {
 		t.Errorf("got %+v, want classes %+v, total 9500 µs, 2 s, 100 orders, 0.48 cores", w, want)
 	}
-	if w.StealShare == nil || *w.StealShare != 0.25 || w.CoresHad(2) != 1.5 {
+	if w.StealShare == nil || *w.StealShare != 0.25 || w.CoresHad(2) != 1.5 || w.TurnStealShares != nil {
 		t.Errorf("steal share %v, cores had %v; want 0.25 of the machine's time stolen, 1.5 of 2 cores had", w.StealShare, w.CoresHad(2))
 	}
 	if none := m.Between(before, after, 0); none.Classes[0].PerOrderUs != 0 || none.TotalPerOrderUs != 0 ||
@@ -195,8 +195,8 @@ func TestAcross(t *testing.T) {
 	if fmt.Sprint(usages(w.Classes)) != fmt.Sprint(usages(want)) || w.DurationS != 2 || w.CoresBusy != 0.2 || w.TotalPerOrderUs != 10000 {
 		t.Errorf("got %+v, want classes %+v over 2 s, 0.2 cores", w, want)
 	}
-	if w.StealShare == nil || *w.StealShare != 0.1 {
-		t.Errorf("steal share %v, want the spans' 0.1, not the stretch between them", w.StealShare)
+	if w.StealShare == nil || *w.StealShare != 0.1 || fmt.Sprint(w.TurnStealShares) != "[0.1 0.1]" {
+		t.Errorf("steal share %v, turns %v; want the spans' 0.1 each, not the stretch between them", w.StealShare, w.TurnStealShares)
 	}
 }
 

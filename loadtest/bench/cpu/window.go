@@ -139,6 +139,9 @@ type Window struct {
 	// its states): the cores the window had are the machine's times one
 	// less this. Absent where /proc/stat could not be read.
 	StealShare *float64 `json:"steal_share,omitempty"`
+	// TurnStealShares is each span's own stolen share, in order, for a
+	// window measured in more than one (the judge's turns).
+	TurnStealShares []float64 `json:"turn_steal_shares,omitempty"`
 }
 
 // CoresHad is how many of cores the window had: cores less the stolen share.
@@ -169,15 +172,20 @@ func (m *Meter) Across(spans []Span, orders int64) Window {
 	w := Window{Orders: orders}
 	var all, length, machine, stolen time.Duration
 	hasMachine := len(spans) > 0
+	var turns []float64
 	for _, sp := range spans {
 		length += sp.After.At.Sub(sp.Before.At)
 		hasMachine = hasMachine && sp.Before.hasMachine && sp.After.hasMachine
-		machine += sp.After.machine.Total - sp.Before.machine.Total
-		stolen += sp.After.machine.Steal - sp.Before.machine.Steal
+		all, st := sp.After.machine.Total-sp.Before.machine.Total, sp.After.machine.Steal-sp.Before.machine.Steal
+		machine, stolen = machine+all, stolen+st
+		turns = append(turns, stealShare(st, all))
 	}
 	if hasMachine && machine > 0 {
-		share := tally.Round(min(max(stolen.Seconds()/machine.Seconds(), 0), 1), 3)
+		share := stealShare(stolen, machine)
 		w.StealShare = &share
+		if len(spans) > 1 {
+			w.TurnStealShares = turns
+		}
 	}
 	for _, c := range m.classes {
 		var used, sys time.Duration
@@ -208,6 +216,15 @@ func (m *Meter) Across(spans []Span, orders int64) Window {
 		w.CoresBusy = tally.Round(all.Seconds()/length.Seconds(), 2)
 	}
 	return w
+}
+
+// stealShare is stolen over all, within [0, 1], to a tenth of a per cent;
+// 0 for a span too short to have a tick.
+func stealShare(stolen, all time.Duration) float64 {
+	if all <= 0 {
+		return 0
+	}
+	return tally.Round(min(max(stolen.Seconds()/all.Seconds(), 0), 1), 3)
 }
 
 // delta is the CPU, the kernel's part of it and the system calls of c
