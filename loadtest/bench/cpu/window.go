@@ -144,8 +144,8 @@ type Window struct {
 	TurnStealShares []float64 `json:"turn_steal_shares,omitempty"`
 }
 
-// CoresHad is how many of cores the window had: cores less the stolen share.
-// Without a steal reading it is cores.
+// CoresHad is how many of the machine's cores (cores) the window had:
+// cores less the stolen share; cores itself without a steal reading.
 func (w Window) CoresHad(cores int) float64 {
 	if w.StealShare == nil {
 		return float64(cores)
@@ -176,9 +176,9 @@ func (m *Meter) Across(spans []Span, orders int64) Window {
 	for _, sp := range spans {
 		length += sp.After.At.Sub(sp.Before.At)
 		hasMachine = hasMachine && sp.Before.hasMachine && sp.After.hasMachine
-		all, st := sp.After.machine.Total-sp.Before.machine.Total, sp.After.machine.Steal-sp.Before.machine.Steal
-		machine, stolen = machine+all, stolen+st
-		turns = append(turns, stealShare(st, all))
+		spanAll, spanStolen := sp.After.machine.Total-sp.Before.machine.Total, sp.After.machine.Steal-sp.Before.machine.Steal
+		machine, stolen = machine+spanAll, stolen+spanStolen
+		turns = append(turns, stealShare(spanStolen, spanAll))
 	}
 	if hasMachine && machine > 0 {
 		share := stealShare(stolen, machine)
