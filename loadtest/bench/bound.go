@@ -59,10 +59,11 @@ func addHotBounds(ratios []BackendRatios, runs []Run, cores int) {
 		if w == nil || w.CPU == nil || w.CPU.TotalPerOrderUs <= 0 || w.OrdersPerS <= 0 {
 			continue
 		}
+		had := w.CPU.CoresHad(cores)
 		b := &HotBound{PerS: w.OrdersPerS, TargetPerS: tally.Round(floorShare*r.Judged.FloorPerS, 0),
 			CPUPerOrderUs: tally.Round(w.CPU.TotalPerOrderUs, 0), CoresBusy: w.CPU.CoresBusy, Cores: cores,
-			CoresHad: tally.Round(w.CPU.CoresHad(cores), 2)}
-		b.CPUBoundPerS = tally.Round(w.CPU.CoresHad(cores)*1e6/w.CPU.TotalPerOrderUs, 0)
+			CoresHad: tally.Round(had, 2)}
+		b.CPUBoundPerS = tally.Round(had*1e6/w.CPU.TotalPerOrderUs, 0)
 		b.CoresForTarget = tally.Round(b.TargetPerS*w.CPU.TotalPerOrderUs/1e6, 2)
 		if s := w.Section; s != nil && s.OrdersPerHold > 0 && s.HandOffMs > 0 {
 			b.OrdersPerHold = s.OrdersPerHold

@@ -171,7 +171,7 @@ func (m *Meter) Between(before, after Snapshot, orders int64) Window {
 func (m *Meter) Across(spans []Span, orders int64) Window {
 	w := Window{Orders: orders}
 	var all, length, machine, stolen time.Duration
-	hasMachine := len(spans) > 0
+	hasMachine := true // and no spans: no machine time, no share
 	var turns []float64
 	for _, sp := range spans {
 		length += sp.After.At.Sub(sp.Before.At)
