@@ -261,7 +261,7 @@ func Execute(ctx context.Context, bc Config, stderr io.Writer) (*Result, error) 
 		res.TargetMedians = medianTargets(res.Targets)
 	}
 	res.ServersMissing = serversMissing(res.Runs, res.Limits)
-	res.Failures = runFailures(res.Runs)
+	res.Failures = append(runFailures(res.Runs), rivalFailures(res.Limits)...)
 	if res.LockBenchmarks != nil {
 		res.Failures = append(res.Failures, res.LockBenchmarks.Failures...)
 	}

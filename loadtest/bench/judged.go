@@ -27,8 +27,10 @@ type JudgedRatios struct {
 	FloorPerS    float64  `json:"floor_per_s,omitempty"`
 	HotOverFloor *float64 `json:"hot_over_floor"`
 
-	// SpreadOverPostgres is this backend's spread rate over postgres's, in
-	// the same suite run (redis ≥ postgres).
+	// PostgresPerS is postgres' 1,000-SKU window in turns with this
+	// backend's (Limits.Rival), and SpreadOverPostgres this backend's rate
+	// over it (redis ≥ postgres).
+	PostgresPerS       float64  `json:"postgres_in_turns_per_s,omitempty"`
 	SpreadOverPostgres *float64 `json:"spread_over_postgres"`
 
 	// CPU per order (µs) by process class, from the coalesced runs'
@@ -44,7 +46,6 @@ type JudgedRatios struct {
 // addLimitRatios fills each backend's JudgedRatios from the judged runs
 // and the limits.
 func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
-	var postgresSpread float64
 	for i := range ratios {
 		r := &ratios[i]
 		j := &r.Judged
@@ -78,15 +79,19 @@ func addLimitRatios(ratios []BackendRatios, runs []Run, limits []Limits) {
 			if l.Floor != nil && l.Floor.Error == "" && l.Floor.onlyCreated() {
 				j.FloorPerS, j.HotOverFloor = l.Floor.OrdersPerS, ratioIf(j.HotPerS, l.Floor.OrdersPerS)
 			}
-		}
-		if r.Backend == "postgres" {
-			postgresSpread = j.SpreadPerS
+			// Only a rival whose store agrees with its answers is a rate to
+			// beat: a window that lost units ran by other rules.
+			if l.RivalBackend == "postgres" && l.Rival.verified() {
+				j.PostgresPerS, j.SpreadOverPostgres = l.Rival.OrdersPerS, ratioIf(j.SpreadPerS, l.Rival.OrdersPerS)
+			}
 		}
 	}
-	for i := range ratios {
-		j := &ratios[i].Judged
-		j.SpreadOverPostgres = ratioIf(j.SpreadPerS, postgresSpread)
-	}
+}
+
+// verified reports whether a rival's window completed and its store,
+// read back, agrees with its answers.
+func (j *Judged) verified() bool {
+	return j != nil && j.Error == "" && j.Readback != nil && j.Readback.Error == "" && j.Readback.Safe
 }
 
 // judgedOf is the usable judged attack of the run of backend, workload and

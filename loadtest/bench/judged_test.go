@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -37,6 +38,9 @@ func TestJudgedRatiosAndTargets(t *testing.T) {
 			Floor: &Judged{Result: judge.Result{OrdersPerS: 12000}}},
 		{Backend: "zookeeper", NaiveSpread: &naive.Result{OrdersPerS: 1010}, Floor: &Judged{Error: "did not start"}},
 		{Backend: "postgres", SpreadCeiling: &CeilingSample{PerS: 8000}},
+		// postgres in turns with redis, slower than in its own window:
+		// redis is judged against this one.
+		{Backend: "redis", RivalBackend: "postgres", Rival: judgedRun("postgres", benchSpread, "on", 1950, 60).Judge},
 	}
 	ratios := benchRatios([]string{"redlock", "zookeeper", "postgres", "redis"}, runs, nil)
 	addLimitRatios(ratios, runs, limits)
@@ -48,7 +52,8 @@ func TestJudgedRatiosAndTargets(t *testing.T) {
 	if ratios[1].Judged.HotOverFloor != nil { // the floor failed
 		t.Errorf("zookeeper ÷floor %v, want none", *ratios[1].Judged.HotOverFloor)
 	}
-	if *ratios[2].Judged.SpreadOverSpreadCeiling != 0.25 || *ratios[3].Judged.SpreadOverPostgres != 0.95 {
+	if *ratios[2].Judged.SpreadOverSpreadCeiling != 0.25 || ratios[2].Judged.SpreadOverPostgres != nil ||
+		*ratios[3].Judged.SpreadOverPostgres != 0.974 || ratios[3].Judged.PostgresPerS != 1950 {
 		t.Errorf("postgres/redis: %s", dumpRatios(ratios[2:]))
 	}
 	got := map[string]TargetStatus{}
@@ -72,9 +77,44 @@ func TestJudgedRatiosAndTargets(t *testing.T) {
 		Runs: runs, Limits: limits, Backends: ratios, Targets: evaluateTargets(ratios)}
 	var buf bytes.Buffer
 	Print(&buf, res)
-	for _, s := range []string{"== limits", "go-redsync", "12000", "== the judge", "201:38000", "== ratios and targets, the judge", "≥1.5× met", "≥3800/s MISSED"} {
+	for _, s := range []string{"== limits", "go-redsync", "12000", "postgres 1950 (store safe)", "== the judge", "201:38000",
+		"== ratios and targets, the judge", "≥1.5× met", "≥3800/s MISSED"} {
 		if !strings.Contains(buf.String(), s) {
 			t.Errorf("output lacks %q:\n%s", s, buf.String())
+		}
+	}
+	// The rival's window is a row of the judge's table, with its store's verdict.
+	if !regexp.MustCompile(`postgres \(turns with redis\)\s+1000\s+on\s+1950\s.*\ssafe\s`).MatchString(buf.String()) {
+		t.Errorf("output lacks the rival's row:\n%s", buf.String())
+	}
+}
+
+// TestRivalJudgedOnlyWhenItsStoreAgrees: redis is judged against the
+// postgres window in turns with it, and only one whose store was read back
+// and agrees with its answers; a rival that lost units fails the suite.
+func TestRivalJudgedOnlyWhenItsStoreAgrees(t *testing.T) {
+	runs := []Run{judgedRun("redis", benchSpread, "on", 2000, 50)}
+	unread := judgedRun("postgres", benchSpread, "on", 1000, 50).Judge
+	unread.Readback = &Readback{Error: "boom", Verdict: "NOT VERIFIED: boom"}
+	damaged := judgedRun("postgres", benchSpread, "on", 1000, 50).Judge
+	damaged.Readback = &Readback{Problems: 1, Verdict: "UNSAFE: 1 problems (x)"}
+	failed := judgedRun("postgres", benchSpread, "on", 1000, 50).Judge
+	failed.Error = "attack failed"
+	for _, tc := range []struct {
+		name     string
+		rival    *Judged
+		failures int
+		damaged  bool
+	}{{"not read back", unread, 1, false}, {"damaged", damaged, 1, true}, {"failed", failed, 0, false}, {"none", nil, 0, false}} {
+		limits := []Limits{{Backend: "redis", RivalBackend: "postgres", Rival: tc.rival}}
+		ratios := benchRatios([]string{"redis"}, runs, nil)
+		addLimitRatios(ratios, runs, limits)
+		if v := ratios[0].Judged.SpreadOverPostgres; v != nil {
+			t.Errorf("%s: redis ÷ postgres %v, want none", tc.name, *v)
+		}
+		res := &Result{Runs: runs, Limits: limits}
+		if fs := rivalFailures(limits); len(fs) != tc.failures || res.Damaged() != tc.damaged {
+			t.Errorf("%s: failures %q, damaged %v", tc.name, fs, res.Damaged())
 		}
 	}
 }

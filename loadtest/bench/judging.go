@@ -183,36 +183,17 @@ func (bc Config) judgeSides(ctx context.Context, sides []judgeSide, turns int) [
 
 // judgeService is compare's AfterRun for one bench run: fresh SKUs of the
 // run's workload, the attack, then the read back of those SKUs. With p, a
-// limit and the service take turns in the window (judgeSides).
+// limit (or a rival backend's service, whose SKUs are read back too) and
+// the service take turns in the window (judgeSides).
 func (bc Config) judgeService(workload string, dst **Judged, p *partner, stderr io.Writer) func(context.Context, run.Config, []*procs.Instance) {
 	return func(ctx context.Context, cfg run.Config, ins []*procs.Instance) {
 		n := 1
 		if workload == benchSpread {
 			n = bc.SpreadSKUs
 		}
-		skus := make([]string, n)
-		id := run.NewRunID()
-		for i := range skus {
-			skus[i] = run.SKUName(id, i)
-		}
 		c := client.New(16, cfg.AdminToken, 10*time.Second)
 		defer c.Close()
-		err := run.ForEach(ctx, n, 16, func(ctx context.Context, i int) error {
-			u := cfg.URLs[i%len(cfg.URLs)]
-			var err error
-			// A PUT sets the stock, so sending it again is safe; on a
-			// saturated machine a lock node's timeout can refuse one.
-			for range putTries {
-				if _, err = c.PutSKU(ctx, u, skus[i], judgeStock); err == nil || ctx.Err() != nil {
-					break
-				}
-				run.Sleep(ctx, 100*time.Millisecond)
-			}
-			if err != nil {
-				return fmt.Errorf("judge: create SKUs on %s: %w", u, err)
-			}
-			return nil
-		})
+		skus, err := createJudgedSKUs(ctx, c, cfg.URLs, n)
 		if err != nil {
 			*dst = &Judged{Error: err.Error()}
 			return
@@ -239,6 +220,9 @@ func (bc Config) judgeService(workload string, dst **Judged, p *partner, stderr 
 		*dst = js[0]
 		if p != nil {
 			p.judged, p.ran = js[1], true
+			if p.rival != nil {
+				p.rival.readBack(ctx, p.judged)
+			}
 		}
 	}
 }

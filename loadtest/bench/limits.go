@@ -21,7 +21,8 @@ import (
 // for the backends the issue compares with them, the naive loops of the
 // matching library (the hot key's before the hot runs, the spread keys'
 // in turns with the spread window) and the HTTP floor (in turns with the
-// hot window).
+// hot window); for redis, postgres' service in turns with its 1,000-SKU
+// window (spreadRivals).
 type Limits struct {
 	Backend       string         `json:"backend"`
 	Round         int            `json:"round,omitempty"`
@@ -29,6 +30,11 @@ type Limits struct {
 	NaiveHot      *naive.Result  `json:"naive_hot,omitempty"`
 	NaiveSpread   *naive.Result  `json:"naive_spread,omitempty"`
 	Floor         *Judged        `json:"floor,omitempty"`
+	// Rival is the 1,000-SKU window of RivalBackend's instances, in turns
+	// with this backend's, coalescing on both; its store is read back as
+	// the service's is.
+	RivalBackend string  `json:"rival_backend,omitempty"`
+	Rival        *Judged `json:"rival_spread,omitempty"`
 	// Errors are the limits that could not be measured.
 	Errors []string `json:"errors,omitempty"`
 }
@@ -116,15 +122,18 @@ func (k *limitsKit) naiveLoop(ctx context.Context, backend string, keys int, std
 	return &r, nil
 }
 
-// partner is a limit that takes turns with one judged window of the
-// service (judgeService), so that the two are measured under the same
-// conditions: the HTTP floor's processes with the hot SKU's window, or a
-// naive loop with the 1,000 SKUs', coalescing on both.
+// partner is a limit, or a rival backend's service, that takes turns with
+// one judged window of the service (judgeService), so that the two are
+// measured under the same conditions: the HTTP floor's processes with the
+// hot SKU's window, a naive loop or a rival with the 1,000 SKUs',
+// coalescing on both.
 type partner struct {
 	name  string
 	floor []*floor.Process // the floor's processes, or
-	loop  *naive.Loop      // the naive loop
-	// judged is the floor's window; ran says the window was judged.
+	loop  *naive.Loop      // the naive loop, or
+	rival *rival           // the rival's instances
+	// judged is the floor's or the rival's window; ran says the window
+	// was judged.
 	judged *Judged
 	ran    bool
 }
@@ -133,6 +142,9 @@ type partner struct {
 func (p *partner) side(bc Config) judgeSide {
 	if p.loop != nil {
 		return judgeSide{turner: p.loop}
+	}
+	if p.rival != nil {
+		return p.rival.side(bc)
 	}
 	var urls []string
 	var pids []int
@@ -155,6 +167,10 @@ func (p *partner) finish(ctx context.Context, l *Limits) {
 	if p.loop != nil {
 		naiveRes, naiveErr = p.loop.Stop(ctx)
 	}
+	if p.rival != nil {
+		damaged := p.judged != nil && p.judged.Readback.Damaged()
+		l.note("rival "+p.rival.backend+": stop", p.rival.stop(damaged))
+	}
 	if !p.ran {
 		l.note(p.name, errors.New("not judged: the window it takes turns with did not reach the judge"))
 		return
@@ -165,6 +181,8 @@ func (p *partner) finish(ctx context.Context, l *Limits) {
 		if naiveErr == nil {
 			l.NaiveSpread = &naiveRes
 		}
+	case p.rival != nil:
+		l.RivalBackend, l.Rival = p.rival.backend, p.judged
 	default:
 		l.Floor = p.judged
 	}
@@ -192,7 +210,8 @@ func (k *limitsKit) beforeHot(ctx context.Context, l *Limits, stderr io.Writer) 
 
 // beforeSpread measures the limits a backend's spread runs are compared
 // with and, for the backends with a naive library, starts its loop on the
-// spread keys to take turns with the spread window.
+// spread keys to take turns with the spread window; for a backend with a
+// rival (spreadRivals), the rival's instances instead.
 func (k *limitsKit) beforeSpread(ctx context.Context, p *ceilingProbe, l *Limits, stderr io.Writer) *partner {
 	s := CeilingSample{Before: l.Backend, At: time.Now().UTC(), LoadAvg1: loadAvg1(), Rows: k.bc.SpreadSKUs}
 	n, elapsed, err := p.measure(ctx, k.bc.CeilingDuration, k.bc.SpreadSKUs)
@@ -201,6 +220,14 @@ func (k *limitsKit) beforeSpread(ctx context.Context, p *ceilingProbe, l *Limits
 		s.Writes, s.DurationS, s.PerS = n, roundS(elapsed), perS(n, elapsed)
 		l.SpreadCeiling = &s
 		fmt.Fprintf(stderr, "bench: spread ceiling (%d rows) %.0f orders/s\n", k.bc.SpreadSKUs, s.PerS)
+	}
+	if rb, ok := spreadRivals[l.Backend]; ok {
+		r, err := k.bc.startRival(ctx, rb, k.bc.SpreadSKUs, stderr)
+		if err != nil {
+			l.note("rival "+rb, err)
+			return nil
+		}
+		return &partner{name: fmt.Sprintf("%s (%d instances, %d SKUs of their own)", rb, len(r.ins), len(r.skus)), rival: r}
 	}
 	if _, ok := naiveLibrary[l.Backend]; !ok {
 		return nil

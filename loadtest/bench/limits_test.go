@@ -9,9 +9,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -309,3 +312,64 @@ func TestFloorJudged(t *testing.T) {
 		t.Errorf("judged floor: %+v, CPU %+v, %d window edges", res, w, edges)
 	}
 }
+
+// TestRivalJudged starts postgres' service as the rival of a window (the
+// real binary on a fresh database), judges it in turns with a load of
+// another kind, reads its SKUs back and stops it: what redis ≥ postgres
+// is judged on.
+func TestRivalJudged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	dsn := migratedDatabase(t, ctx)
+	bin := filepath.Join(t.TempDir(), "stockguard")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/stockguard")
+	build.Dir = "../.." // the module root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/stockguard: %v\n%s", err, out)
+	}
+	bc := Config{Bin: bin, Instances: 2, Clients: 8, DatabaseURL: dsn, StartupTimeout: 30 * time.Second,
+		JudgeWarmup: 200 * time.Millisecond, JudgeWindow: 2 * time.Second, LogDir: filepath.Join(t.TempDir(), "logs")}
+	var stderr bytes.Buffer
+	r, err := bc.startRival(ctx, "postgres", 20, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	p := &partner{name: "postgres", rival: r}
+	var other sleeper
+	js := bc.judgeSides(ctx, []judgeSide{p.side(bc), {turner: &other}}, 2)
+	p.judged, p.ran = js[0], true
+	r.readBack(ctx, p.judged)
+	var l Limits
+	p.finish(ctx, &l)
+	j := l.Rival
+	if l.RivalBackend != "postgres" || j == nil || !j.verified() || j.Created < 1 || len(j.TurnsPerS) != 2 || other.measured != 2 {
+		t.Fatalf("rival: %+v, judged %+v, errors %q, the other side measured %d times", l, j, l.Errors, other.measured)
+	}
+	if j.Readback.SKUs != 20 || j.Readback.Held != j.WarmupCreated+j.Created || j.Section == nil || j.Section.Holds < 1 || j.CPU == nil {
+		t.Errorf("rival's window: readback %+v, section %+v, CPU %+v", j.Readback, j.Section, j.CPU)
+	}
+	for _, in := range r.ins {
+		if err := syscall.Kill(in.PID(), 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("rival instance %d still runs after finish (%v)", in.PID(), err)
+		}
+	}
+	t.Logf("rival: %.0f orders/s in turns, %s", j.OrdersPerS, j.Readback.Verdict)
+}
+
+// sleeper is a side of Turns that puts no load on: it counts its measured
+// runs.
+type sleeper struct{ measured int }
+
+func (s *sleeper) Run(ctx context.Context, d time.Duration, measured bool) error {
+	if measured {
+		s.measured++
+	}
+	select {
+	case <-time.After(d):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *sleeper) Pause(context.Context) error { return nil }

@@ -20,13 +20,13 @@ func printLimits(w io.Writer, res *Result) {
 	if len(res.Limits) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, the naive 1,000-key loop with its 1,000-SKU window, coalescing on)\n",
+	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, the naive 1,000-key loop or the rival service with its 1,000-SKU window, coalescing on)\n",
 		res.Settings.JudgeWindowS, res.Settings.JudgeWarmupS, res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock/unlock failures\tnaive %d keys/s\tlock/unlock failures\tHTTP floor/s\tfloor p99 ms\t errors\n",
-		res.Settings.SpreadSKUs, res.Settings.SpreadSKUs)
+	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock/unlock failures\tnaive %d keys/s\tlock/unlock failures\tHTTP floor/s\tfloor p99 ms\trival %d SKUs/s\t errors\n",
+		res.Settings.SpreadSKUs, res.Settings.SpreadSKUs, res.Settings.SpreadSKUs)
 	for _, l := range res.Limits {
-		lib, nh, nhf, ns, nsf, fl, fp := "–", "–", "–", "–", "–", "–", "–"
+		lib, nh, nhf, ns, nsf, fl, fp, rv := "–", "–", "–", "–", "–", "–", "–", "–"
 		if l.NaiveHot != nil {
 			lib, nh, nhf = l.NaiveHot.Library, fmt.Sprintf("%.0f", l.NaiveHot.OrdersPerS), naiveFailures(l.NaiveHot)
 		}
@@ -39,11 +39,16 @@ func printLimits(w io.Writer, res *Result) {
 		} else if l.Floor != nil {
 			errs = append(errs, "floor: "+benchFirstLine(l.Floor.Error))
 		}
+		if l.Rival != nil && l.Rival.Error == "" {
+			rv = fmt.Sprintf("%s %.0f (store %s)", l.RivalBackend, l.Rival.OrdersPerS, storeMark(l.Rival.Readback))
+		} else if l.Rival != nil {
+			errs = append(errs, l.RivalBackend+": "+benchFirstLine(l.Rival.Error))
+		}
 		sc := "–"
 		if l.SpreadCeiling != nil {
 			sc = fmt.Sprintf("%.0f", l.SpreadCeiling.PerS)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, benchFirstLine(strings.Join(errs, "; ")))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, rv, benchFirstLine(strings.Join(errs, "; ")))
 	}
 	_ = tw.Flush()
 }
@@ -68,6 +73,9 @@ func printTurns(w io.Writer, res *Result) {
 			case r.Workload == benchSpread && l.NaiveSpread != nil:
 				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; naive %s %s", l.Backend, r.SKUs, judgedTurns(r.Judge),
 					l.NaiveSpread.Library, formatTurns(l.NaiveSpread.TurnsPerS)))
+			case r.Workload == benchSpread && l.Rival != nil && len(l.Rival.TurnsPerS) > 0:
+				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; %s %s", l.Backend, r.SKUs, judgedTurns(r.Judge),
+					l.RivalBackend, judgedTurns(l.Rival)))
 			}
 		}
 	}
@@ -128,11 +136,25 @@ func printJudged(w io.Writer, res *Result) {
 			fmt.Fprintf(tw, "floor (turns with %s)\t1\t–\t%.0f\t%.1f\t%.1f\t%.1f\t%s\t–\t–\t–\t%s\n", l.Backend, f.OrdersPerS, f.CreatedLatencyMs.P50,
 				f.CreatedLatencyMs.P99, f.LatencyMs.P99, formatStatus(f.Status), formatCPU(*f.CPU))
 		}
+		if v := l.Rival; v != nil {
+			cpuCols := strings.Repeat("–\t", len(cpuClasses)+2)
+			if v.CPU != nil {
+				cpuCols = formatCPU(*v.CPU)
+			}
+			fmt.Fprintf(tw, "%s (turns with %s)\t%d\ton\t%.0f\t%.1f\t%.1f\t%.1f\t%s\t%s\t–\t–\t%s %s\n", l.RivalBackend, l.Backend, res.Settings.SpreadSKUs, v.OrdersPerS,
+				v.CreatedLatencyMs.P50, v.CreatedLatencyMs.P99, v.LatencyMs.P99, formatStatus(v.Status), storeMark(v.Readback),
+				cpuCols, benchFirstLine(cmp.Or(v.Error, v.CPUError)))
+		}
 	}
 	_ = tw.Flush()
 	for _, r := range res.Runs {
 		if rb := r.readback(); rb != nil && !rb.Safe {
 			fmt.Fprintf(w, "  %s %s coalesce=%s, judged window: %s\n", r.Backend, r.Workload, r.Coalesce, rb.Verdict)
+		}
+	}
+	for _, l := range res.Limits {
+		if l.Rival != nil && l.Rival.Readback != nil && !l.Rival.Readback.Safe {
+			fmt.Fprintf(w, "  %s spread coalesce=on, in turns with %s, judged window: %s\n", l.RivalBackend, l.Backend, l.Rival.Readback.Verdict)
 		}
 	}
 	if len(res.ServersMissing) > 0 {
@@ -160,6 +182,9 @@ func printKernel(w io.Writer, res *Result) {
 	for _, l := range res.Limits {
 		if f := l.Floor; f != nil && f.CPU != nil {
 			rows = append(rows, row{fmt.Sprintf("floor (turns with %s)\t1\t–", l.Backend), f.CPU})
+		}
+		if v := l.Rival; v != nil && v.CPU != nil {
+			rows = append(rows, row{fmt.Sprintf("%s (turns with %s)\t%d\ton", l.RivalBackend, l.Backend, res.Settings.SpreadSKUs), v.CPU})
 		}
 	}
 	if len(rows) == 0 {
@@ -203,35 +228,46 @@ func printKernel(w io.Writer, res *Result) {
 // judged window. On one SKU its holds and hand-offs are the window end to
 // end: the serial chain that bounds a hot SKU's rate.
 func printSections(w io.Writer, res *Result) {
-	if !slices.ContainsFunc(res.Runs, func(r Run) bool { return r.Judge != nil && (r.Judge.Section != nil || r.Judge.SectionError != "") }) {
+	hasSection := func(j *Judged) bool { return j != nil && (j.Section != nil || j.SectionError != "") }
+	if !slices.ContainsFunc(res.Runs, func(r Run) bool { return hasSection(r.Judge) }) {
 		return
 	}
 	fmt.Fprintf(w, "\n== the critical sections in the judged windows (the instances' /metrics: holds let go of in the window; held: their time over the window's, on one SKU the share the key was held; hand-off: what the holds left of it, per hold)\n")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "backend\tSKUs\tcoalesce\tholds/s\torders a hold\twrites a hold\thold ms\tclaim ms\twrite ms\theld\thand-off ms\t errors\n")
 	for _, r := range res.Runs {
-		j := r.Judge
-		if j == nil || j.Section == nil && j.SectionError == "" {
-			continue
+		if hasSection(r.Judge) {
+			sectionRow(tw, fmt.Sprintf("%s\t%d\t%s", r.Backend, r.SKUs, r.Coalesce), r.Judge)
 		}
-		if s := j.Section; s != nil && s.DurationS > 0 {
-			perHold := func(n uint64) string {
-				if s.Holds == 0 {
-					return "–"
-				}
-				return fmt.Sprintf("%.2f", float64(n)/float64(s.Holds))
-			}
-			handOff := "–"
-			if s.HandOffMs > 0 {
-				handOff = fmt.Sprintf("%.2f", s.HandOffMs)
-			}
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%.1f\t%s\t%.2f\t%.2f\t%.2f\t%.1f%%\t%s\t\n", r.Backend, r.SKUs, r.Coalesce,
-				float64(s.Holds)/s.DurationS, s.OrdersPerHold, perHold(s.Writes), s.HoldMs, s.ClaimMs, s.WriteMs, 100*s.HeldShare, handOff)
-			continue
+	}
+	for _, l := range res.Limits {
+		if hasSection(l.Rival) {
+			sectionRow(tw, fmt.Sprintf("%s (turns with %s)\t%d\ton", l.RivalBackend, l.Backend, res.Settings.SpreadSKUs), l.Rival)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t–\t–\t–\t–\t–\t–\t–\t–\t %s\n", r.Backend, r.SKUs, r.Coalesce, benchFirstLine(j.SectionError))
 	}
 	_ = tw.Flush()
+}
+
+// sectionRow is one window's row of printSections, after its name's
+// three columns.
+func sectionRow(tw io.Writer, name string, j *Judged) {
+	s := j.Section
+	if s == nil || s.DurationS <= 0 {
+		fmt.Fprintf(tw, "%s\t–\t–\t–\t–\t–\t–\t–\t–\t %s\n", name, benchFirstLine(j.SectionError))
+		return
+	}
+	perHold := func(n uint64) string {
+		if s.Holds == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f", float64(n)/float64(s.Holds))
+	}
+	handOff := "–"
+	if s.HandOffMs > 0 {
+		handOff = fmt.Sprintf("%.2f", s.HandOffMs)
+	}
+	fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%s\t%.2f\t%.2f\t%.2f\t%.1f%%\t%s\t\n", name,
+		float64(s.Holds)/s.DurationS, s.OrdersPerHold, perHold(s.Writes), s.HoldMs, s.ClaimMs, s.WriteMs, 100*s.HeldShare, handOff)
 }
 
 // storeMark is the read back's verdict in a word: "safe", "UNSAFE", "not

@@ -367,6 +367,20 @@ func runFailures(runs []Run) []string {
 	return fs
 }
 
+// rivalFailures lists the rivals' judged windows whose store disagrees
+// with their answers or could not be read: a rival is a safe backend's
+// service, and its window fails the suite as the service's would.
+func rivalFailures(limits []Limits) []string {
+	var fs []string
+	for _, l := range limits {
+		if l.Rival == nil || l.Rival.Readback == nil || l.Rival.Readback.Safe || compare.ExpectedUnsafe(l.RivalBackend) {
+			continue
+		}
+		fs = append(fs, fmt.Sprintf("%s spread coalesce=on, in turns with %s: judged window: %s", l.RivalBackend, l.Backend, l.Rival.Readback.Verdict))
+	}
+	return fs
+}
+
 // readback is the run's judged window's read back, or nil.
 func (r Run) readback() *Readback {
 	if r.Judge == nil {
@@ -380,6 +394,11 @@ func (r Run) readback() *Readback {
 func (res *Result) Damaged() bool {
 	for _, r := range res.Runs {
 		if !r.ExpectedUnsafe && (r.Oversold+r.Lost > 0 || r.readback().Damaged()) {
+			return true
+		}
+	}
+	for _, l := range res.Limits {
+		if l.Rival != nil && !compare.ExpectedUnsafe(l.RivalBackend) && l.Rival.Readback.Damaged() {
 			return true
 		}
 	}
@@ -404,6 +423,7 @@ func serversMissing(runs []Run, limits []Limits) []string {
 	}
 	for _, l := range limits {
 		add(l.Floor)
+		add(l.Rival)
 	}
 	return out
 }
