@@ -35,6 +35,9 @@ type CeilingSample struct {
 	// Rows is how many rows the writes were spread over at random; 1 (or
 	// absent, in older results) is the hot row.
 	Rows int `json:"rows,omitempty"`
+	// TurnsPerS is each turn's rate when the sample was taken in turns
+	// with the window judged against it; absent when taken before it.
+	TurnsPerS []float64 `json:"turns_per_s,omitempty"`
 }
 
 func (s CeilingSample) round() int { return s.Round }
@@ -95,35 +98,61 @@ func openCeiling(ctx context.Context, databaseURL string, conns int) (*ceilingPr
 // rows fresh rows chosen at random (one: the hot row), and returns the
 // writes completed and the time they took.
 func (p *ceilingProbe) measure(ctx context.Context, d time.Duration, rows int) (int64, time.Duration, error) {
+	w, err := p.prepare(ctx, rows)
+	if err != nil {
+		return 0, 0, err
+	}
+	return w.write(ctx, d)
+}
+
+// ceilingWriter is one sample's rows, ready to be written.
+type ceilingWriter struct {
+	p      *ceilingProbe
+	skus   []string
+	token  int64
+	holder uuid.UUID
+	seed   uint64
+}
+
+// prepare inserts rows fresh rows for a sample and prepares the write on
+// every connection.
+func (p *ceilingProbe) prepare(ctx context.Context, rows int) (*ceilingWriter, error) {
 	p.n++
-	holder, token := uuid.New(), int64(1)
-	skus := make([]string, rows)
-	for i := range skus {
-		skus[i] = fmt.Sprintf("c%d-%d", p.n, i)
+	w := &ceilingWriter{p: p, skus: make([]string, rows), token: 1, holder: uuid.New(), seed: uint64(p.n)}
+	for i := range w.skus {
+		w.skus[i] = fmt.Sprintf("c%d-%d", p.n, i)
 	}
 	if _, err := p.conns[0].Exec(ctx, "INSERT INTO "+p.table+
 		" (sku, available, received, fence_token, fence_holder) SELECT k, $2, $2, $3, $4 FROM unnest($1::text[]) k",
-		skus, int64(1)<<50, token, holder); err != nil {
-		return 0, 0, fmt.Errorf("store ceiling: rows: %w", err)
+		w.skus, int64(1)<<50, w.token, w.holder); err != nil {
+		return nil, fmt.Errorf("store ceiling: rows: %w", err)
 	}
 	q := fmt.Sprintf(ceilingWrite, p.table)
 	// Prepare outside the timed window (pgx caches the statement per
 	// connection), as a service's warm pool would have.
 	for _, c := range p.conns {
 		if _, err := c.Prepare(ctx, "ceiling", q); err != nil {
-			return 0, 0, fmt.Errorf("store ceiling: prepare: %w", err)
+			return nil, fmt.Errorf("store ceiling: prepare: %w", err)
 		}
 	}
+	return w, nil
+}
+
+// write runs the writes from every connection for d and returns the
+// writes completed and the time they took; every writer has returned
+// when it does.
+func (w *ceilingWriter) write(ctx context.Context, d time.Duration) (int64, time.Duration, error) {
+	w.seed++ // each stretch its own rows' sequence
 	var writes atomic.Int64
 	var wg sync.WaitGroup
-	errs := make([]error, len(p.conns))
+	errs := make([]error, len(w.p.conns))
 	start := time.Now()
 	stop := start.Add(d)
-	for i, c := range p.conns {
+	for i, c := range w.p.conns {
 		wg.Go(func() {
-			rng := rand.New(rand.NewPCG(uint64(p.n), uint64(i)))
+			rng := rand.New(rand.NewPCG(w.seed, uint64(i)))
 			for time.Now().Before(stop) && ctx.Err() == nil {
-				tag, err := c.Exec(ctx, "ceiling", skus[rng.IntN(rows)], token, holder)
+				tag, err := c.Exec(ctx, "ceiling", w.skus[rng.IntN(len(w.skus))], w.token, w.holder)
 				if err == nil && tag.RowsAffected() != 1 {
 					err = fmt.Errorf("fenced write matched %d rows", tag.RowsAffected())
 				}
@@ -141,6 +170,47 @@ func (p *ceilingProbe) measure(ctx context.Context, d time.Duration, rows int) (
 		return 0, 0, fmt.Errorf("store ceiling: %w", err)
 	}
 	return writes.Load(), elapsed, ctx.Err()
+}
+
+// ceilingTurns is the spread ceiling as a side of judge.Turns, so that
+// the window judged against it and the ceiling see the same minutes of a
+// shared machine. Its writers end with each Run, so Pause has nothing to
+// stop.
+type ceilingTurns struct {
+	w       *ceilingWriter
+	writes  int64
+	elapsed time.Duration
+	turns   []float64
+}
+
+// turns prepares rows fresh rows for a ceiling taken in turns.
+func (p *ceilingProbe) turns(ctx context.Context, rows int) (*ceilingTurns, error) {
+	w, err := p.prepare(ctx, rows)
+	if err != nil {
+		return nil, err
+	}
+	return &ceilingTurns{w: w}, nil
+}
+
+// Run implements judge.Turner.
+func (t *ceilingTurns) Run(ctx context.Context, d time.Duration, measured bool) error {
+	n, elapsed, err := t.w.write(ctx, d)
+	if err != nil {
+		return err
+	}
+	if measured {
+		t.writes, t.elapsed = t.writes+n, t.elapsed+elapsed
+		t.turns = append(t.turns, perS(n, elapsed))
+	}
+	return nil
+}
+
+// Pause implements judge.Turner.
+func (t *ceilingTurns) Pause(context.Context) error { return nil }
+
+// fill sets s's figures from the measured turns.
+func (t *ceilingTurns) fill(s *CeilingSample) {
+	s.Writes, s.DurationS, s.PerS, s.TurnsPerS = t.writes, roundS(t.elapsed), perS(t.writes, t.elapsed), t.turns
 }
 
 // close drops the scratch table (with a fresh context: the run's may be

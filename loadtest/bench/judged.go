@@ -157,7 +157,7 @@ var judgedTargets = []benchTarget{
 		func(r BackendRatios) *float64 { return r.Judged.SpreadOverNaive }, ">=", 1.5, "×"},
 	{"naive-spread", "1,000 SKUs ≥ 1.5× naive zk.Lock loop", backendIs("zookeeper"),
 		func(r BackendRatios) *float64 { return r.Judged.SpreadOverNaive }, ">=", 1.5, "×"},
-	{"spread-ceiling", "1,000 SKUs ≥ 0.25× store spread ceiling", backendIs("postgres"),
+	{"spread-ceiling", "1,000 SKUs ≥ 0.25× store spread ceiling", backendIs(ceilingBackends...),
 		func(r BackendRatios) *float64 { return r.Judged.SpreadOverSpreadCeiling }, ">=", 0.25, "×"},
 	{"over-postgres", "1,000 SKUs redis ≥ postgres", backendIs("redis"),
 		func(r BackendRatios) *float64 { return r.Judged.SpreadOverPostgres }, ">=", 1, "×"},

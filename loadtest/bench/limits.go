@@ -17,7 +17,8 @@ import (
 )
 
 // Limits are the limits measured next to one backend's runs, under the
-// same conditions: the store's spread ceiling before its spread runs, and
+// same conditions: the store's spread ceiling (in turns with the spread
+// window for a backend judged against it, else before its spread runs), and
 // for the backends the issue compares with them, the naive loops of the
 // matching library (the hot key's before the hot runs, the spread keys'
 // in turns with the spread window) and the HTTP floor (in turns with the
@@ -46,6 +47,11 @@ var naiveLibrary = map[string]string{"redlock": "go-redsync", "zookeeper": "go-z
 
 // floorBackends are the backends whose hot SKU is compared with the floor.
 var floorBackends = []string{"redlock", "zookeeper"}
+
+// ceilingBackends are the backends whose 1,000-SKU window is compared with
+// the spread ceiling: the ceiling takes turns with it. For the others it
+// is sampled before their spread runs, for the record.
+var ceilingBackends = []string{"postgres"}
 
 // limitsKit holds what the limits share across backends: the naive
 // loops' table and lock clients, opened when first needed.
@@ -131,7 +137,10 @@ type partner struct {
 	name  string
 	floor []*floor.Process // the floor's processes, or
 	loop  *naive.Loop      // the naive loop, or
-	rival *rival           // the rival's instances
+	rival *rival           // the rival's instances, or
+	// ceiling is the spread ceiling's writers, sample its figures.
+	ceiling *ceilingTurns
+	sample  CeilingSample
 	// judged is the floor's or the rival's window; ran says the window
 	// was judged.
 	judged *Judged
@@ -145,6 +154,9 @@ func (p *partner) side(bc Config) judgeSide {
 	}
 	if p.rival != nil {
 		return p.rival.side(bc)
+	}
+	if p.ceiling != nil {
+		return judgeSide{turner: p.ceiling}
 	}
 	var urls []string
 	var pids []int
@@ -183,6 +195,9 @@ func (p *partner) finish(ctx context.Context, l *Limits) {
 		}
 	case p.rival != nil:
 		l.RivalBackend, l.Rival = p.rival.backend, p.judged
+	case p.ceiling != nil:
+		p.ceiling.fill(&p.sample)
+		l.SpreadCeiling = &p.sample
 	default:
 		l.Floor = p.judged
 	}
@@ -209,11 +224,21 @@ func (k *limitsKit) beforeHot(ctx context.Context, l *Limits, stderr io.Writer) 
 }
 
 // beforeSpread measures the limits a backend's spread runs are compared
-// with and, for the backends with a naive library, starts its loop on the
-// spread keys to take turns with the spread window; for a backend with a
-// rival (spreadRivals), the rival's instances instead.
+// with, or readies them to take turns with the spread window: the spread
+// ceiling's rows for a backend judged against it (ceilingBackends), else
+// its sample, and then the rival's instances for a backend with one
+// (spreadRivals), the naive loop on the spread keys for one with a naive
+// library.
 func (k *limitsKit) beforeSpread(ctx context.Context, p *ceilingProbe, l *Limits, stderr io.Writer) *partner {
 	s := CeilingSample{Before: l.Backend, At: time.Now().UTC(), LoadAvg1: loadAvg1(), Rows: k.bc.SpreadSKUs}
+	if slices.Contains(ceilingBackends, l.Backend) {
+		t, err := p.turns(ctx, k.bc.SpreadSKUs)
+		if err != nil {
+			l.note("spread ceiling", err)
+			return nil
+		}
+		return &partner{name: fmt.Sprintf("the spread ceiling (%d connections, %d rows)", len(p.conns), k.bc.SpreadSKUs), ceiling: t, sample: s}
+	}
 	n, elapsed, err := p.measure(ctx, k.bc.CeilingDuration, k.bc.SpreadSKUs)
 	l.note("spread ceiling", err)
 	if err == nil {

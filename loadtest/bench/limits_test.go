@@ -373,3 +373,53 @@ func (s *sleeper) Run(ctx context.Context, d time.Duration, measured bool) error
 }
 
 func (s *sleeper) Pause(context.Context) error { return nil }
+
+// TestCeilingTakesTurns: the spread ceiling as a side of Turns writes
+// only in its own turns (not one row moves in the other side's) and
+// counts only its measured ones.
+func TestCeilingTakesTurns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	dsn := migratedDatabase(t, ctx)
+	p, err := openCeiling(ctx, dsn, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	ct, err := p.turns(ctx, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reserved := func() int64 {
+		var n int64
+		if err := p.conns[0].QueryRow(ctx, "SELECT coalesce(sum(reserved), 0) FROM "+p.table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	var still []string
+	var before int64
+	other := &sleeper{}
+	err = judge.Turns(ctx, []judge.Turner{other, ct}, judge.Schedule{Warmup: 100 * time.Millisecond, Window: 4 * 300 * time.Millisecond, Turns: 4,
+		Settle: 50 * time.Millisecond, OnTurn: func(i int, begin bool) {
+			if i != 0 { // the ceiling's own turns
+				return
+			}
+			if begin {
+				before = reserved()
+			} else if after := reserved(); after != before {
+				still = append(still, fmt.Sprintf("%d → %d", before, after))
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(still) > 0 {
+		t.Errorf("the ceiling wrote during the other side's turns: %v", still)
+	}
+	s := CeilingSample{Rows: 100}
+	ct.fill(&s)
+	if total := reserved(); len(s.TurnsPerS) != 4 || s.Writes < 4 || s.DurationS < 1.1 || s.DurationS > 1.5 || total <= s.Writes || s.PerS <= 0 {
+		t.Errorf("ceiling %+v, %d rows reserved: want 4 turns of 0.3 s, the warm-up and settles written but not counted", s, total)
+	}
+}

@@ -20,7 +20,7 @@ func printLimits(w io.Writer, res *Result) {
 	if len(res.Limits) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, the naive 1,000-key loop or the rival service with its 1,000-SKU window, coalescing on)\n",
+	fmt.Fprintf(w, "\n== limits, each measured next to the backend's runs (%gs windows after %gs warm-up; %d goroutines / vegeta workers; the HTTP floor in turns with the backend's hot window, the naive 1,000-key loop, the rival service or the spread ceiling with its 1,000-SKU window, coalescing on; other spread ceilings sampled before)\n",
 		res.Settings.JudgeWindowS, res.Settings.JudgeWarmupS, res.Settings.Clients)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "before backend\tspread ceiling/s (%d rows)\tnaive library\tnaive hot/s\tlock/unlock failures\tnaive %d keys/s\tlock/unlock failures\tHTTP floor/s\tfloor p99 ms\trival %d SKUs/s\t errors\n",
@@ -45,8 +45,10 @@ func printLimits(w io.Writer, res *Result) {
 			errs = append(errs, l.RivalBackend+": "+benchFirstLine(l.Rival.Error))
 		}
 		sc := "–"
-		if l.SpreadCeiling != nil {
-			sc = fmt.Sprintf("%.0f", l.SpreadCeiling.PerS)
+		if c := l.SpreadCeiling; c != nil && len(c.TurnsPerS) > 0 {
+			sc = fmt.Sprintf("%.0f (in turns)", c.PerS)
+		} else if c != nil {
+			sc = fmt.Sprintf("%.0f", c.PerS)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t %s\n", l.Backend, sc, lib, nh, nhf, ns, nsf, fl, fp, rv, benchFirstLine(strings.Join(errs, "; ")))
 	}
@@ -73,6 +75,9 @@ func printTurns(w io.Writer, res *Result) {
 			case r.Workload == benchSpread && l.NaiveSpread != nil:
 				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; naive %s %s", l.Backend, r.SKUs, judgedTurns(r.Judge),
 					l.NaiveSpread.Library, formatTurns(l.NaiveSpread.TurnsPerS)))
+			case r.Workload == benchSpread && l.SpreadCeiling != nil && len(l.SpreadCeiling.TurnsPerS) > 0:
+				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; spread ceiling %s", l.Backend, r.SKUs, judgedTurns(r.Judge),
+					formatTurns(l.SpreadCeiling.TurnsPerS)))
 			case r.Workload == benchSpread && l.Rival != nil && len(l.Rival.TurnsPerS) > 0:
 				lines = append(lines, fmt.Sprintf("  %s, %d SKUs: service %s; %s %s", l.Backend, r.SKUs, judgedTurns(r.Judge),
 					l.RivalBackend, judgedTurns(l.Rival)))
