@@ -227,18 +227,9 @@ func TestNaiveLoopTakesTurns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer attack.Close()
-	var before int64
+	// In the attack's turns the loop is paused.
 	err = judge.Turns(ctx, []judge.Turner{attack, loop}, judge.Schedule{Warmup: 100 * time.Millisecond, Window: 4 * 300 * time.Millisecond, Turns: 4,
-		Settle: 50 * time.Millisecond, OnTurn: func(i int, begin bool) {
-			if i != 0 { // the attack's turns: the loop is paused
-				return
-			}
-			if begin {
-				before = reserved()
-			} else if after := reserved(); after != before {
-				still = append(still, fmt.Sprintf("%d → %d", before, after))
-			}
-		}})
+		Settle: 50 * time.Millisecond, OnTurn: unmovedInTurnsOf(0, reserved, &still)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,19 +389,9 @@ func TestCeilingTakesTurns(t *testing.T) {
 		return n
 	}
 	var still []string
-	var before int64
 	other := &sleeper{}
 	err = judge.Turns(ctx, []judge.Turner{other, ct}, judge.Schedule{Warmup: 100 * time.Millisecond, Window: 4 * 300 * time.Millisecond, Turns: 4,
-		Settle: 50 * time.Millisecond, OnTurn: func(i int, begin bool) {
-			if i != 0 { // the ceiling's own turns
-				return
-			}
-			if begin {
-				before = reserved()
-			} else if after := reserved(); after != before {
-				still = append(still, fmt.Sprintf("%d → %d", before, after))
-			}
-		}})
+		Settle: 50 * time.Millisecond, OnTurn: unmovedInTurnsOf(0, reserved, &still)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -421,5 +402,21 @@ func TestCeilingTakesTurns(t *testing.T) {
 	ct.fill(&s)
 	if total := reserved(); len(s.TurnsPerS) != 4 || s.Writes < 4 || s.DurationS < 1.1 || s.DurationS > 1.5 || total <= s.Writes || s.PerS <= 0 {
 		t.Errorf("ceiling %+v, %d rows reserved: want 4 turns of 0.3 s, the warm-up and settles written but not counted", s, total)
+	}
+}
+
+// unmovedInTurnsOf is an OnTurn that reads a count around each turn of
+// side and adds to still every turn in which it moved.
+func unmovedInTurnsOf(side int, count func() int64, still *[]string) func(int, bool) {
+	var before int64
+	return func(i int, begin bool) {
+		if i != side {
+			return
+		}
+		if begin {
+			before = count()
+		} else if after := count(); after != before {
+			*still = append(*still, fmt.Sprintf("%d → %d", before, after))
+		}
 	}
 }
