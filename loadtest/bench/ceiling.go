@@ -208,9 +208,15 @@ func (t *ceilingTurns) Run(ctx context.Context, d time.Duration, measured bool) 
 // Pause implements judge.Turner.
 func (t *ceilingTurns) Pause(context.Context) error { return nil }
 
-// fill sets s's figures from the measured turns.
-func (t *ceilingTurns) fill(s *CeilingSample) {
+// fill sets s's figures from the measured turns, and reports whether
+// there were any (a window that failed in its warm-up leaves none, and no
+// rate).
+func (t *ceilingTurns) fill(s *CeilingSample) bool {
+	if t.elapsed <= 0 {
+		return false
+	}
 	s.Writes, s.DurationS, s.PerS, s.TurnsPerS = t.writes, roundS(t.elapsed), perS(t.writes, t.elapsed), t.turns
+	return true
 }
 
 // close drops the scratch table (with a fresh context: the run's may be

@@ -196,7 +196,10 @@ func (p *partner) finish(ctx context.Context, l *Limits) {
 	case p.rival != nil:
 		l.RivalBackend, l.Rival = p.rival.backend, p.judged
 	case p.ceiling != nil:
-		p.ceiling.fill(&p.sample)
+		if !p.ceiling.fill(&p.sample) {
+			l.note("spread ceiling", errors.New("no measured turn: the window it takes turns with ended first"))
+			return
+		}
 		l.SpreadCeiling = &p.sample
 	default:
 		l.Floor = p.judged

@@ -398,8 +398,14 @@ func TestCeilingTakesTurns(t *testing.T) {
 	if len(still) > 0 {
 		t.Errorf("the ceiling wrote during the other side's turns: %v", still)
 	}
+	var none CeilingSample
+	if (&ceilingTurns{}).fill(&none) || none.PerS != 0 {
+		t.Errorf("a ceiling with no measured turn filled %+v", none)
+	}
 	s := CeilingSample{Rows: 100}
-	ct.fill(&s)
+	if !ct.fill(&s) {
+		t.Fatal("four measured turns, nothing filled")
+	}
 	if total := reserved(); len(s.TurnsPerS) != 4 || s.Writes < 4 || s.DurationS < 1.1 || s.DurationS > 1.5 || total <= s.Writes || s.PerS <= 0 {
 		t.Errorf("ceiling %+v, %d rows reserved: want 4 turns of 0.3 s, the warm-up and settles written but not counted", s, total)
 	}
