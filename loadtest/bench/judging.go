@@ -198,11 +198,7 @@ func (bc Config) judgeService(workload string, dst **Judged, p *partner, stderr 
 			*dst = &Judged{Error: err.Error()}
 			return
 		}
-		pids := make([]int, len(ins))
-		for i, in := range ins {
-			pids[i] = in.PID()
-		}
-		sides := []judgeSide{{jc: bc.judgeConfig(cfg.URLs, skus), pids: pids, sections: section.NewMeter(cfg.URLs, &http.Client{Timeout: 5 * time.Second})}}
+		sides := []judgeSide{bc.serviceSide(cfg.URLs, skus, ins)}
 		turns := 1
 		if p != nil {
 			sides = append(sides, p.side(bc))
@@ -233,10 +229,27 @@ func (bc Config) judgeService(workload string, dst **Judged, p *partner, stderr 
 // before the failure is owed its unit all the same.
 func (bc Config) judgeAndReadBack(ctx context.Context, c *client.Client, sides []judgeSide, turns int) []*Judged {
 	js := bc.judgeSides(ctx, sides, turns)
-	if j, jc := js[0], sides[0].jc; j.Error == "" || j.mayHold() {
-		j.Readback = readBack(ctx, c, jc.URLs[0], jc.SKUs, judgeStock, j.Result)
-	}
+	readBackOwed(ctx, c, sides[0].jc.URLs[0], sides[0].jc.SKUs, js[0])
 	return js
+}
+
+// serviceSide is the side of a judged window that attacks the service's
+// instances ins at urls on skus, with their CPU and critical sections.
+func (bc Config) serviceSide(urls, skus []string, ins []*procs.Instance) judgeSide {
+	pids := make([]int, len(ins))
+	for i, in := range ins {
+		pids[i] = in.PID()
+	}
+	return judgeSide{jc: bc.judgeConfig(urls, skus), pids: pids, sections: section.NewMeter(urls, &http.Client{Timeout: 5 * time.Second})}
+}
+
+// readBackOwed reads back j's SKUs from base with c, once j's answers may
+// have left units in the store: a 201 given before a failure is owed its
+// unit all the same.
+func readBackOwed(ctx context.Context, c *client.Client, base string, skus []string, j *Judged) {
+	if j.Error == "" || j.mayHold() {
+		j.Readback = readBack(ctx, c, base, skus, judgeStock, j.Result)
+	}
 }
 
 // mayHold reports whether the attack had answers that may have left units

@@ -4,14 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/stockguard/stockguard/loadtest/bench/section"
 	"github.com/stockguard/stockguard/loadtest/client"
 	"github.com/stockguard/stockguard/loadtest/compare"
 	"github.com/stockguard/stockguard/loadtest/procs"
@@ -83,20 +81,12 @@ func (r *rival) urls() []string {
 
 // side is the rival's side of a judged window, measured as the service's
 // own: its instances' CPU and critical sections.
-func (r *rival) side(bc Config) judgeSide {
-	pids := make([]int, len(r.ins))
-	for i, in := range r.ins {
-		pids[i] = in.PID()
-	}
-	return judgeSide{jc: bc.judgeConfig(r.urls(), r.skus), pids: pids, sections: section.NewMeter(r.urls(), &http.Client{Timeout: 5 * time.Second})}
-}
+func (r *rival) side(bc Config) judgeSide { return bc.serviceSide(r.urls(), r.skus, r.ins) }
 
 // readBack reads back j's SKUs, as the service's window is: a rival's
 // 201s are owed their units all the same.
 func (r *rival) readBack(ctx context.Context, j *Judged) {
-	if j.Error == "" || j.mayHold() {
-		j.Readback = readBack(ctx, r.c, r.ins[0].URL, r.skus, judgeStock, j.Result)
-	}
+	readBackOwed(ctx, r.c, r.ins[0].URL, r.skus, j)
 }
 
 // stop ends the rival's instances, keeping their logs if keep (or if one
